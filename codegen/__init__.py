@@ -1,0 +1,1 @@
+"""Code generation from a checked spec (spec -> IR -> templates -> generated/)."""

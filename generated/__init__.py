@@ -1,0 +1,1 @@
+"""Forward code generated from the spec by `tspec generate`."""

@@ -1,0 +1,747 @@
+"""The checker: proves every shape in a spec for all sizes the constraints allow.
+
+For each combination of choices it selects the statements in force, orders the equations by
+their data flow (a cycle is an error), infers each equation's output shape from its inputs'
+*declared* shapes through the op rules, and proves the result equal to the declared shape.
+Block calls bind the block's local dims by matching its inputs (``T_q = T_dec``), then check
+the body once per binding. Every claim that fails becomes a ``Finding`` with a counterexample;
+given dim values (a variant), the same run also evaluates every shape and constraint.
+"""
+
+import itertools
+from dataclasses import dataclass, field
+
+import sympy
+
+from spec.errors import SpecError
+from spec.findings import Finding
+from spec.model import (Block, BlockCall, Constraint, Equation, Let, Note, OpNode, ScalarExpr,
+                        Spec, TensorDecl, TensorRef, When, select)
+from spec.ops import OPS, Value
+from spec.prove import SEARCH_MAX, Prover, Verdict, evaluate
+from spec.shape import Shape, format_expr
+
+NEAREST_WINDOW = 4096     # how far to look for valid values near a violating one
+
+
+@dataclass
+class TensorRow:
+    """One tensor in the resolved model, for shape tables, docs and code generation."""
+    name: str                 # qualified: encoder.layers[i].self_attention.S_h
+    role: str
+    shape: Shape | None       # the declared shape, or the inferred one when none is declared
+    dtype: str
+    meaning: str
+    declared: bool
+    equation: str = ""
+    file: str | None = None
+    line: int | None = None
+
+
+@dataclass
+class Result:
+    """The outcome of checking one spec under one or all choice combinations."""
+    spec: Spec
+    findings: list[Finding]
+    combinations: list[dict]
+    tensors: list[TensorRow] = field(default_factory=list)    # for the first combination
+    notes: list[Note] = field(default_factory=list)
+    values: dict = field(default_factory=dict)                # dim values in force
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+class _Fresh:
+    """Fresh symbols for the dims of parameters whose shape a spec left unstated."""
+
+    def __init__(self):
+        self.count = 0
+        self.symbols: set = set()
+
+    def __call__(self) -> sympy.Symbol:
+        self.count += 1
+        symbol = sympy.Symbol(f"_k{self.count}", integer=True, positive=True)
+        self.symbols.add(symbol)
+        return symbol
+
+
+class _Scope:
+    """One body being checked: the model, or one block under one binding of its local dims."""
+
+    def __init__(self, checker: "_Run", prefix: str, binding: dict, block: Block | None):
+        self.checker = checker
+        self.prefix = prefix
+        self.binding = binding            # local dim symbol -> expression
+        self.block = block
+        self.values: dict[str, Value] = {}
+        self.unstated: dict[str, Shape] = {}     # param -> shape with fresh unknowns
+        self.unknowns: dict = {}                 # fresh unknown -> what it was bound to
+        self.rows: list[TensorRow] = []
+        self.equation = None                     # the record being checked, for findings
+        self.node = None
+
+    # -- the Context protocol of spec.ops
+    def resolve(self, expr):
+        expr = sympy.sympify(expr)
+        for _ in range(8):
+            updated = expr.xreplace(self.unknowns)
+            if updated == expr:
+                break
+            expr = updated
+        return expr
+
+    def equal(self, a, b, what):
+        a, b = self.resolve(a), self.resolve(b)
+        fresh = self.checker.fresh.symbols
+        if a in fresh and a != b:
+            self.unknowns[a] = b
+            return b
+        if b in fresh and a != b:
+            self.unknowns[b] = a
+            return a
+        verdict = self.checker.prover.equal(a, b)
+        if not verdict.proved:
+            self.report_claim("operand-mismatch", verdict, f"{what}: {format_expr(a)} vs "
+                              f"{format_expr(b)}", [a, b],
+                              hint=_operand_hint(what, a, b))
+        return a
+
+    def divides(self, divisor, n, what):
+        divisor, n = self.resolve(divisor), self.resolve(n)
+        verdict = self.checker.prover.divides(divisor, n)
+        if not verdict.proved:
+            self.report_claim("not-divisible", verdict,
+                              f"{what}: {format_expr(divisor)} must divide {format_expr(n)}",
+                              [divisor, n], hint=f"add the constraint `require {format_expr(n)} "
+                              f"% {format_expr(divisor)} == 0`")
+
+    def at_most(self, a, b, what):
+        a, b = self.resolve(a), self.resolve(b)
+        verdict = self.checker.prover.at_most(a, b)
+        if not verdict.proved:
+            self.report_claim("out-of-range", verdict,
+                              f"{what}: {format_expr(a)} must not exceed {format_expr(b)}",
+                              [a, b], hint=f"add the constraint `require {format_expr(a)} <= "
+                              f"{format_expr(b)}`")
+
+    def shape(self, value: Value, rank: int, role: str) -> Shape:
+        if value.shape is not None:
+            return value.shape.subs(self.unknowns) if self.unknowns else value.shape
+        name = value.tensor
+        if name not in self.unstated:
+            self.unstated[name] = Shape(tuple(self.checker.fresh() for _ in range(rank)))
+        return self.unstated[name].subs(self.unknowns)
+
+    def error(self, message: str) -> SpecError:
+        node = self.node or self.equation
+        return SpecError(f"{self.qualified(self.equation.output)}: {message}",
+                         file=self.equation.file, line=getattr(node, "line", None))
+
+    # -- findings
+    def qualified(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    def report_claim(self, kind: str, verdict: Verdict, message: str, exprs: list,
+                     hint: str = "", expected: str | None = None,
+                     inferred: str | None = None) -> None:
+        if verdict.unknown:
+            kind = "unproved"
+            message += f" (not proved, and no counterexample with every dim up to {SEARCH_MAX})"
+        self.finding(kind, message, verdict, exprs, hint, expected, inferred)
+
+    def finding(self, kind, message, verdict: Verdict | None, exprs, hint="", expected=None,
+                inferred=None):
+        record = self.equation
+        symbols = set()
+        for e in exprs:
+            symbols |= sympy.sympify(e).free_symbols
+        self.checker.add(Finding(
+            kind=kind, message=message, file=record.file, line=record.line,
+            equation=f"{record.output} = {record.text}" if record.text else "",
+            tensor=self.qualified(record.output), expected=expected, inferred=inferred,
+            counterexample=dict(verdict.counterexample) if verdict and verdict.counterexample
+            else None,
+            dims=self.checker.dim_values(symbols), hint=hint))
+
+
+def _operand_hint(what: str, a, b) -> str:
+    if what.startswith("matmul inner"):
+        return ("the last axis of the left operand must equal the second-to-last of the "
+                "right: check the declared shapes of both, or transpose one")
+    if "family" in what:
+        return "both operands must be families of the same size"
+    if "layer_norm" in what:
+        return "LayerNorm's gain and bias have the normalised (last) axis's width"
+    return f"make {format_expr(a)} and {format_expr(b)} the same dim, or broadcast with a 1"
+
+
+class _Run:
+    """Checks one spec under one combination of choices (and optional dim values)."""
+
+    def __init__(self, spec: Spec, choices: dict, values: dict[str, int], provers: dict,
+                 block_cache: dict, rows: bool = True):
+        self.spec = spec
+        self.choices = choices
+        self.values = values
+        self.fresh = _Fresh()
+        self.block_cache = block_cache
+        self.want_rows = rows
+        self.findings: list[Finding] = []
+        top = select(spec.body, choices)
+        self.lets = [s for s in top if isinstance(s, Let)]
+        self.constraints = [s for s in top if isinstance(s, Constraint)]
+        self.notes = [s for s in top if isinstance(s, Note)]
+        symbols = spec.symbols()
+        seen_lets: dict[str, Let] = {}
+        for let in self.lets:
+            if let.dim in seen_lets:
+                raise SpecError(f"dim {let.dim} is derived twice (first at line "
+                                f"{seen_lets[let.dim].line})", file=let.file, line=let.line)
+            if let.dim in values:
+                raise SpecError(f"dim {let.dim} is derived (let {let.dim} = {let.text}) and "
+                                "cannot also be given a value", file=let.file, line=let.line)
+            seen_lets[let.dim] = let
+        self.let_map = {symbols[let.dim]: let.expr for let in self.lets}
+        self.value_map = {symbols[name]: value for name, value in values.items()}
+        key = (tuple(sorted((str(k), v) for k, v in self.let_map.items())),
+               tuple(c.relation for c in self.constraints),
+               tuple(sorted((str(k), v) for k, v in self.value_map.items())))
+        if key not in provers:
+            provers[key] = Prover([d.symbol for d in spec.dims.values()],
+                                  [c.relation for c in self.constraints], self.let_map,
+                                  self.value_map)
+        self.prover = provers[key]
+        self.prover_key = key
+
+    # -- helpers
+    def add(self, finding: Finding) -> None:
+        self.findings.append(finding)
+
+    def dim_values(self, symbols: set) -> dict:
+        """The values of the dims involved, where the run has them (a variant)."""
+        if not self.value_map:
+            return {}
+        out = {}
+        for symbol in sorted(symbols, key=str):
+            if symbol in self.prover.substitution or symbol in self.value_map:
+                value = self.prover.norm(symbol)
+                if value.is_number:
+                    out[str(symbol)] = int(value) if value.is_Integer else str(value)
+        return out
+
+    def values_complete(self, exprs) -> bool:
+        return all(not self.prover.norm(e).free_symbols for e in exprs)
+
+    # -- the run
+    def run(self) -> list[TensorRow]:
+        for let in self.lets:
+            verdict = self.prover.integral(let.expr)
+            if not verdict.proved:
+                numerator, denominator = sympy.fraction(sympy.together(let.expr))
+                self.add(Finding(
+                    kind="not-integral" if not verdict.unknown else "unproved",
+                    message=f"derived dim {let.dim} = {let.text} is not a whole number for "
+                            "every size the constraints allow",
+                    file=let.file, line=let.line, equation=f"let {let.dim} = {let.text}",
+                    counterexample=dict(verdict.counterexample) if verdict.counterexample
+                    else None, dims=self.dim_values(let.expr.free_symbols),
+                    hint=f"add the constraint `require {format_expr(numerator)} % "
+                         f"{format_expr(denominator)} == 0`"))
+        self.check_constraints()
+        scope = _Scope(self, "", {}, None)
+        self.check_body(scope, select(self.spec.body, self.choices), [], self.spec.outputs,
+                        "the model")
+        return scope.rows
+
+    def check_constraints(self) -> None:
+        if not self.value_map:
+            return
+        symbols = self.spec.symbols()
+        given = {symbols[n]: v for n, v in self.values.items()}
+        full = dict(given)
+        for symbol, expr in self.prover.substitution.items():
+            if symbol not in full and not expr.free_symbols - set(given):
+                full[symbol] = evaluate(expr, given)
+        for constraint in self.constraints:
+            relation = constraint.relation
+            if not relation.free_symbols <= set(full):
+                continue
+            try:
+                holds = evaluate(relation, full)
+            except ZeroDivisionError:
+                holds = False
+            if holds:
+                continue
+            involved = sorted(relation.free_symbols, key=lambda s: list(symbols).index(str(s))
+                              if str(s) in symbols else 0)
+            self.add(Finding(
+                kind="constraint-violated",
+                message=_violation_message(relation, full),
+                file=constraint.file, line=constraint.line,
+                equation=f"require {constraint.text}",
+                dims={str(s): _plain(full[s]) for s in involved}, scope="variant",
+                hint=self.nearest_hint(involved, given)))
+
+    def nearest_hint(self, involved: list, given: dict) -> str:
+        """Valid values near the given ones, one dim at a time, others held fixed."""
+        parts = []
+        order = sorted((s for s in involved if s in given),
+                       key=lambda s: (0 if _is_divisor(s, self.constraints) else 1, str(s)))
+        for symbol in order:
+            value = given[symbol]
+            below = next((v for v in range(value - 1, max(0, value - NEAREST_WINDOW), -1)
+                          if self.valid({**given, symbol: v})), None)
+            above = next((v for v in range(value + 1, value + NEAREST_WINDOW)
+                          if self.valid({**given, symbol: v})), None)
+            near = [str(v) for v in (below, above) if v is not None]
+            if near:
+                parts.append(f"valid {symbol} near {value}: {', '.join(near)}")
+        return "; ".join(parts)
+
+    def valid(self, given: dict) -> bool:
+        full = dict(given)
+        for symbol, expr in self.let_map.items():
+            if not expr.free_symbols - set(given):
+                value = evaluate(expr, given)
+                if value.denominator != 1:
+                    return False
+                full[symbol] = value
+        for constraint in self.constraints:
+            relation = constraint.relation
+            if relation.free_symbols <= set(full):
+                try:
+                    if not evaluate(relation, full):
+                        return False
+                except ZeroDivisionError:
+                    return False
+        return True
+
+    # -- bodies
+    def check_body(self, scope: _Scope, statements: list, inputs: list[TensorDecl],
+                   outputs: list[str], where: str) -> None:
+        decls: dict[str, TensorDecl] = {}
+        producers: dict[str, Equation | BlockCall] = {}
+        for decl in inputs:
+            decls[decl.name] = decl
+        for s in statements:
+            if isinstance(s, TensorDecl):
+                previous = decls.get(s.name)
+                if previous is not None:
+                    if previous.role in ("input", "param") or (previous.shape is not None
+                                                               and s.shape is not None):
+                        raise SpecError(f"tensor {s.name} is declared twice in {where} "
+                                        f"(first at line {previous.line})", file=s.file,
+                                        line=s.line)
+                    if s.shape is None:
+                        continue
+                decls[s.name] = s
+            elif isinstance(s, (Equation, BlockCall)):
+                if s.output in producers:
+                    raise SpecError(f"tensor {s.output} is defined twice in {where} (first at "
+                                    f"line {producers[s.output].line})", file=s.file, line=s.line)
+                if s.output in decls and decls[s.output].role in ("input", "param"):
+                    raise SpecError(f"{decls[s.output].role} {s.output} cannot also be "
+                                    "computed by an equation", file=s.file, line=s.line)
+                producers[s.output] = s
+        for name, record in producers.items():
+            for used in record.inputs:
+                if used not in decls and used not in producers:
+                    raise SpecError(f"{name} uses {used}, which is not defined in {where} "
+                                    f"under {_describe(self.choices)}", file=record.file,
+                                    line=record.line)
+                if used in decls and decls[used].role in ("intermediate", "output") and \
+                        used not in producers:
+                    raise SpecError(f"tensor {used} is declared but never computed in "
+                                    f"{where}", file=decls[used].file, line=decls[used].line)
+        for name in outputs:
+            if name not in producers and name not in decls:
+                raise SpecError(f"output {name} is not defined in {where} under "
+                                f"{_describe(self.choices)}", file=self.spec.file)
+        order = _topological(producers, where)
+        for decl in decls.values():
+            if decl.role in ("input", "param"):
+                shape = None if decl.shape is None else decl.shape.subs(scope.binding)
+                scope.values[decl.name] = Value(shape, decl.dtype, tensor=decl.name)
+                if decl.role == "input" or decl.shape is not None:
+                    scope.rows.append(TensorRow(scope.qualified(decl.name), decl.role, shape,
+                                                decl.dtype, decl.meaning, True, "", decl.file,
+                                                decl.line))
+        for record in order:
+            declared = decls.get(record.output)
+            if isinstance(record, Equation):
+                self.check_equation(scope, record, declared)
+            else:
+                self.check_call(scope, record, declared)
+        for name, shape in scope.unstated.items():
+            decl = decls[name]
+            resolved = shape.subs(scope.unknowns)
+            unknown = sorted((s for s in resolved.free_symbols if s in self.fresh.symbols),
+                             key=str)
+            rename = {s: sympy.Symbol(f"k{i + 1}") for i, s in enumerate(unknown)}
+            shown = resolved.subs(rename)
+            note = (f"; {', '.join(str(s) for s in rename.values())} "
+                    f"{'is a width' if len(rename) == 1 else 'are widths'} the spec never names"
+                    ) if rename else ""
+            scope.rows.append(TensorRow(scope.qualified(name), "param", shown, decl.dtype,
+                                        decl.meaning, False, "", decl.file, decl.line))
+            self.add(Finding(
+                kind="unstated-shape",
+                message=f"parameter {name} has no stated shape; its uses require "
+                        f"({', '.join(format_expr(d) for d in shown.dims)}){note}",
+                file=decl.file, line=decl.line, tensor=scope.qualified(name),
+                expected=None, inferred=shown.text(),
+                hint=f"declare it: param {name} \"{shown.text()}\""))
+
+    def check_equation(self, scope: _Scope, record: Equation, declared: TensorDecl | None):
+        scope.equation = record
+        value = self.infer(scope, record.expr)
+        self.compare(scope, record, declared, value)
+
+    def compare(self, scope: _Scope, record, declared: TensorDecl | None, value: Value) -> None:
+        """Prove the inferred value equal to the declared shape and dtype; keep the claim."""
+        name = record.output
+        inferred = value.shape.subs(scope.unknowns) if value.shape is not None else None
+        result = value
+        if declared is not None and declared.shape is not None:
+            claim = declared.shape.subs(scope.binding)
+            self.compare_shapes(scope, record, claim, inferred)
+            if declared.dtype != value.dtype:
+                scope.equation = record
+                scope.finding("dtype-mismatch", f"{name} is declared {declared.dtype} but its "
+                              f"equation gives {value.dtype}", None, [],
+                              hint=f"declare {name} as {value.dtype}, or change the equation")
+            result = Value(claim, declared.dtype, tensor=name)
+            shape = claim
+        else:
+            shape = inferred
+        scope.values[name] = Value(result.shape, result.dtype, tensor=name)
+        meaning = declared.meaning if declared is not None else ""
+        role = declared.role if declared is not None else "intermediate"
+        scope.rows.append(TensorRow(scope.qualified(name), role, shape, result.dtype, meaning,
+                                    declared is not None and declared.shape is not None,
+                                    f"{name} = {record.text}", record.file, record.line))
+
+    def compare_shapes(self, scope: _Scope, record, claim: Shape, inferred: Shape) -> None:
+        scope.equation = record
+        name = record.output
+
+        def report(message, verdict, exprs):
+            hint = f"declare {name} as \"{_declaration(inferred)}\", or fix the equation"
+            scope.finding("unproved" if verdict is not None and verdict.unknown
+                          else "shape-mismatch", message, verdict, exprs, hint, claim.text(),
+                          inferred.text())
+
+        if claim.rank != inferred.rank:
+            report(f"{name} is declared with rank {claim.rank} but its equation gives rank "
+                   f"{inferred.rank}", None, list(claim.dims) + list(inferred.dims))
+            return
+        if claim.family is None and inferred.family is not None:
+            report(f"{name} is declared as one tensor but its equation gives a family of "
+                   f"{format_expr(inferred.family)}", None, list(inferred.dims))
+            return
+        # a family declared where one tensor is computed: shared by every member (broadcast)
+        pairs = list(zip(claim.dims, inferred.dims))
+        if claim.family is not None and inferred.family is not None:
+            pairs.append((claim.family, inferred.family))
+        if scope.unknowns:
+            pairs = [(scope.resolve(a), scope.resolve(b)) for a, b in pairs]
+        verdict = self.prover.equal_all(pairs)
+        if not verdict.proved:
+            differing = [i for i, (a, b) in enumerate(pairs)
+                         if self.prover.norm(a) != self.prover.norm(b) and i < claim.rank]
+            message = f"{name} is declared {claim.text()} but its equation gives " \
+                      f"{inferred.text()}"
+            if differing:
+                message += f" (axis {', '.join(str(i) for i in differing)})"
+            if verdict.unknown:
+                message += (f" (not proved, and no counterexample with every dim up to "
+                            f"{SEARCH_MAX})")
+            report(message, verdict, [e for pair in pairs for e in pair])
+
+    def infer(self, scope: _Scope, term) -> Value:
+        if isinstance(term, TensorRef):
+            return scope.values[term.name]
+        if isinstance(term, ScalarExpr):
+            return Value(Shape(()), "float", scalar=term.expr.xreplace(scope.binding))
+        assert isinstance(term, OpNode)
+        args = [self.infer(scope, a) for a in term.args]
+        scope.node = term
+        if term.op == "scale":
+            tensor, factor = args
+            del factor
+            return Value(scope.shape(tensor, 1, "operand"), "float")
+        return OPS[term.op].infer(scope, args, term.attr)
+
+    # -- block calls
+    def check_call(self, scope: _Scope, call: BlockCall, declared: TensorDecl | None) -> None:
+        scope.equation = call
+        block = self.spec.blocks[call.block]
+        if len(call.args) != len(block.inputs):
+            raise SpecError(f"block {block.name} takes {len(block.inputs)} input"
+                            f"{'s' if len(block.inputs) != 1 else ''} "
+                            f"({', '.join(d.name for d in block.inputs)}), got "
+                            f"{len(call.args)}", file=call.file, line=call.line)
+        locals_ = {d.symbol for d in block.local_dims.values()}
+        binding: dict = {}
+        for decl, arg in zip(block.inputs, call.args):
+            value = scope.values[arg]
+            if value.shape is None:
+                raise SpecError(f"{arg} has no stated shape and cannot be passed to block "
+                                f"{block.name}", file=call.file, line=call.line)
+            self.bind(scope, call, block, decl, arg, scope.shape(value, 1, "argument"),
+                      value.dtype, binding, locals_)
+        unbound = [d.name for d in block.local_dims.values() if d.symbol not in binding]
+        if unbound:
+            raise SpecError(f"block {block.name}: local dim{'s' if len(unbound) > 1 else ''} "
+                            f"{', '.join(unbound)} {'are' if len(unbound) > 1 else 'is'} not "
+                            "fixed by its inputs' shapes", file=block.file, line=block.line)
+        path = f"{scope.prefix}{call.instance}{'[i]' if call.repeat is not None else ''}."
+        output, rows = self.check_block(block, binding, path)
+        scope.rows.extend(rows)
+        if call.repeat is not None:
+            first = block.inputs[0].shape.subs(binding)
+            if output.shape is not None and output.shape.rank == first.rank:
+                verdict = self.prover.equal_all(list(zip(output.shape.dims, first.dims)))
+                if not verdict.proved:
+                    scope.finding("repeat-mismatch",
+                                  f"repeat({format_expr(call.repeat)}, {block.name}) feeds each "
+                                  f"copy's output {block.output} ({output.shape.text()}) to the "
+                                  f"next copy's input {block.inputs[0].name} ({first.text()})",
+                                  verdict, list(output.shape.dims) + list(first.dims),
+                                  hint="a repeated block must return the shape of its first "
+                                       "input")
+            elif output.shape is not None:
+                scope.finding("repeat-mismatch", f"repeat({format_expr(call.repeat)}, "
+                              f"{block.name}) returns rank {output.shape.rank} but takes rank "
+                              f"{first.rank}", None, [],
+                              hint="a repeated block must return the shape of its first input")
+        self.compare(scope, call, declared, output)
+
+    def bind(self, scope, call, block, decl, arg, actual: Shape, dtype, binding, locals_):
+        declared = decl.shape
+        expected = declared.subs(binding)
+        problem = None
+        if declared.rank != actual.rank:
+            problem = f"rank {actual.rank} where the block takes rank {declared.rank}"
+        elif declared.family is None and actual.family is not None:
+            problem = "a family where the block takes one tensor"
+        if problem is None:
+            pairs = []
+            for d, a in zip(declared.dims, actual.dims):
+                d = d.xreplace(binding)
+                if d in locals_:
+                    binding[d] = a
+                else:
+                    pairs.append((d, a))
+            if declared.family is not None and actual.family is not None:
+                pairs.append((declared.family.xreplace(binding), actual.family))
+            if any(e.free_symbols & locals_ for pair in pairs for e in pair):
+                raise SpecError(f"block {block.name}: input {decl.name}'s shape uses a local "
+                                "dim in an expression before it is bound; bind it alone first",
+                                file=block.file, line=decl.line)
+            verdict = self.prover.equal_all(pairs) if pairs else None
+            if verdict is not None and not verdict.proved:
+                expected = declared.subs(binding)
+                scope.finding("argument-mismatch",
+                              f"{arg} ({actual.text()}) passed as {block.name}'s input "
+                              f"{decl.name} ({expected.text()})", verdict,
+                              [e for pair in pairs for e in pair],
+                              hint=f"pass a tensor of shape {expected.text()}",
+                              expected=expected.text(), inferred=actual.text())
+        else:
+            for d, a in zip(declared.dims, actual.dims):
+                if d in locals_ and d not in binding:
+                    binding[d] = a
+            scope.finding("argument-mismatch", f"{arg} ({actual.text()}) passed as "
+                          f"{block.name}'s input {decl.name} ({declared.text()}): {problem}",
+                          None, [], hint=f"pass a tensor of shape {declared.text()}",
+                          expected=declared.text(), inferred=actual.text())
+        if dtype != decl.dtype:
+            scope.finding("argument-mismatch", f"{arg} is {dtype} but {block.name}'s input "
+                          f"{decl.name} is {decl.dtype}", None, [],
+                          hint=f"pass a {decl.dtype} tensor")
+
+    def check_block(self, block: Block, binding: dict, path: str) -> tuple[Value, list]:
+        relevant = _choices_used(self.spec, block.name)
+        key = (block.name, tuple(sorted(((str(k), v) for k, v in binding.items()),
+                                        key=lambda kv: kv[0])),
+               self.prover_key, tuple((c, self.choices[c]) for c in relevant))
+        cached = self.block_cache.get(key)
+        if cached is None:
+            inner = _Scope(self, "", binding, block)
+            start = len(self.findings)
+            self.check_body(inner, select(block.body, self.choices), block.inputs,
+                            [block.output], f"block {block.name}")
+            value = inner.values[block.output]
+            cached = (value, self.findings[start:], inner.rows)
+            del self.findings[start:]
+            self.block_cache[key] = cached
+        value, findings, rows = cached
+        for finding in findings:
+            copy = Finding(**{**finding.__dict__})
+            copy.tensor = path + finding.tensor if finding.tensor else finding.tensor
+            self.findings.append(copy)
+        if not self.want_rows:
+            return value, []
+        return value, [TensorRow(**{**row.__dict__, "name": path + row.name}) for row in rows]
+
+
+def _choices_used(spec: Spec, block_name: str) -> tuple[str, ...]:
+    """The choices a block's body depends on, through the blocks it calls too (memoised)."""
+    memo = spec.__dict__.setdefault("_choices_used", {})
+    if block_name in memo:
+        return memo[block_name]
+    memo[block_name] = ()      # guards against recursion; recursive blocks are an error later
+    found: set[str] = set()
+
+    def walk(statements):
+        for s in statements:
+            if isinstance(s, When):
+                found.add(s.choice)
+                walk(s.body)
+                walk(s.otherwise)
+            elif isinstance(s, BlockCall):
+                found.update(_choices_used(spec, s.block))
+    walk(spec.blocks[block_name].body)
+    memo[block_name] = tuple(sorted(found))
+    return memo[block_name]
+
+
+def _is_divisor(symbol, constraints: list[Constraint]) -> bool:
+    for c in constraints:
+        r = c.relation
+        if isinstance(r, sympy.Eq) and isinstance(r.lhs, sympy.Mod) and r.lhs.args[1] == symbol:
+            return True
+    return False
+
+
+def _plain(value):
+    return int(value) if getattr(value, "denominator", 1) == 1 else str(value)
+
+
+def _violation_message(relation, values: dict) -> str:
+    if isinstance(relation, sympy.Eq) and isinstance(relation.lhs, sympy.Mod) and \
+            relation.rhs == 0:
+        n, d = relation.lhs.args
+        return (f"{format_expr(n)}={_plain(evaluate(n, values))} is not divisible by "
+                f"{format_expr(d)}={_plain(evaluate(d, values))}")
+    shown = ", ".join(f"{s}={_plain(values[s])}" for s in sorted(relation.free_symbols, key=str))
+    return f"{_relation_text(relation)} does not hold for {shown}"
+
+
+def _relation_text(relation) -> str:
+    ops = {sympy.Eq: "==", sympy.Ne: "!=", sympy.StrictLessThan: "<", sympy.LessThan: "<=",
+           sympy.StrictGreaterThan: ">", sympy.GreaterThan: ">="}
+    return f"{format_expr(relation.lhs)} {ops[type(relation)]} {format_expr(relation.rhs)}"
+
+
+def _declaration(shape: Shape) -> str:
+    return " ".join(format_expr(d) for d in shape.dims)
+
+
+def _describe(choices: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in choices.items()) or "the spec as written"
+
+
+def _topological(producers: dict, where: str) -> list:
+    """Equations in data-flow order; a cycle is an error naming it."""
+    order, state = [], {}
+
+    def visit(name, trail):
+        if state.get(name) == "done":
+            return
+        if state.get(name) == "active":
+            cycle = trail[trail.index(name):] + [name]
+            lines = ", ".join(str(producers[n].line) for n in cycle[:-1])
+            record = producers[name]
+            raise SpecError(f"cyclic equations in {where}: {' -> '.join(cycle)} "
+                            f"(lines {lines})", file=record.file, line=record.line)
+        state[name] = "active"
+        for used in producers[name].inputs:
+            if used in producers:
+                visit(used, trail + [name])
+        state[name] = "done"
+        order.append(producers[name])
+
+    for name in producers:
+        visit(name, [])
+    return order
+
+
+def combinations(spec: Spec, fixed: dict | None = None) -> list[dict]:
+    """Every combination of choice values, with ``fixed`` ones held."""
+    fixed = fixed or {}
+    spec.choice_values(fixed)     # validates names and options
+    options = [(name, (fixed[name],) if name in fixed else choice.options)
+               for name, choice in spec.choices.items()]
+    return [dict(zip([n for n, _ in options], combo))
+            for combo in itertools.product(*(o for _, o in options))]
+
+
+def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *,
+          all_choices: bool = False) -> Result:
+    """Check a spec: under the given choices (defaults for the rest), or under all of them.
+
+    ``values`` binds dims to sizes (a variant): shapes and constraints are then evaluated too.
+    """
+    given = dict(values or {})
+    for name, dim in spec.dims.items():
+        if dim.value is not None:
+            if name in given and given[name] != dim.value:
+                raise SpecError(f"dim {name} is fixed to {dim.value} by the spec; cannot set "
+                                f"{given[name]}", file=dim.file, line=dim.line)
+            given[name] = dim.value
+    unknown = [n for n in given if n not in spec.dims]
+    if unknown:
+        raise SpecError(f"unknown dim {unknown[0]!r}", file=spec.file)
+    combos = combinations(spec, choices) if all_choices else [spec.choice_values(choices)]
+    provers: dict = {}
+    block_cache: dict = {}
+    merged: dict = {}
+    seen_in: dict = {}
+    rows: list[TensorRow] = []
+    notes: list[Note] = []
+    for index, combo in enumerate(combos):
+        run = _Run(spec, combo, given, provers, block_cache, rows=index == 0)
+        top_rows = run.run()
+        if index == 0:
+            rows = top_rows
+            notes = run.notes + _block_notes(spec, combo)
+        for finding in run.findings:
+            key = finding.key()
+            merged.setdefault(key, finding)
+            seen_in.setdefault(key, []).append(combo)
+    findings = list(merged.values())
+    if len(combos) > 1:
+        for key, finding in merged.items():
+            finding.choices = describe_combinations(seen_in[key], combos, spec)
+    findings.sort(key=lambda f: (f.file or "", f.line or 0, f.kind, f.tensor))
+    return Result(spec, findings, combos, rows, notes, given)
+
+
+def _block_notes(spec: Spec, combo: dict) -> list[Note]:
+    notes = []
+    for block in spec.blocks.values():
+        notes.extend(s for s in select(block.body, combo) if isinstance(s, Note))
+    return notes
+
+
+def describe_combinations(present: list[dict], everything: list[dict], spec: Spec) -> str:
+    """A short description of a set of choice combinations."""
+    if len(present) == len(everything):
+        return "all choices"
+    parts = []
+    for name in spec.choices:
+        values = sorted({c[name] for c in present}, key=spec.choices[name].options.index)
+        every = sorted({c[name] for c in everything}, key=spec.choices[name].options.index)
+        if values != every:
+            parts.append(f"{name}={'|'.join(values)}")
+    product = 1
+    for name in spec.choices:
+        product *= len({c[name] for c in present})
+    described = ", ".join(parts)
+    if product != len(present):
+        described += f" ({len(present)} of {len(everything)} combinations)"
+    return described

@@ -1,0 +1,42 @@
+"""The errors tspec raises on bad input: one small hierarchy, one place.
+
+Every error names what went wrong and where (file, line, column when known). The CLI prints
+``str(error)`` and exits 2; nothing else in tspec raises a bare exception at a user.
+Shape problems in a well-formed spec are not errors: they are findings (see ``spec.findings``).
+"""
+
+
+class TspecError(Exception):
+    """Base class: bad input that tspec refuses, with the place it was found."""
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
+                 column: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.line = line
+        self.column = column
+
+    @property
+    def where(self) -> str:
+        parts = [p for p in (self.file, self.line, self.column) if p is not None]
+        return ":".join(str(p) for p in parts)
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}" if self.where else self.message
+
+
+class SpecSyntaxError(TspecError):
+    """Spec text that does not parse: a bad token, a missing '=', bad indentation."""
+
+
+class SpecError(TspecError):
+    """A spec that parses but means nothing: unknown or duplicate names, cycles, wrong ranks."""
+
+
+class VariantError(TspecError):
+    """A variant (TOML file or --set value) that names unknown things or gives bad values."""
+
+
+class UsageError(TspecError):
+    """The command line or API was called wrongly: unknown spec name, unreadable path."""

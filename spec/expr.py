@@ -1,0 +1,389 @@
+"""Tokens and expressions of the spec language, parsed by hand: nothing here ever evaluates text.
+
+One tokenizer serves the whole language; one Pratt parser turns a run of tokens into a small
+expression tree (``Name``, ``Number``, ``Binary``, ``Call``...). Dim expressions are turned into
+sympy by ``to_sympy``, which walks that tree and accepts only integers, known dims and
+``+ - * / ** %``: user text never reaches ``sympify``, ``eval`` or ``exec``.
+"""
+
+import re
+from dataclasses import dataclass
+
+import sympy
+
+from spec.errors import SpecError, SpecSyntaxError
+
+# ---------------------------------------------------------------------------------------------
+# Tokens
+
+_TOKEN = re.compile(r"""
+    (?P<space>[ \t]+)
+  | (?P<comment>\#[^\n]*)
+  | (?P<newline>\r?\n)
+  | (?P<number>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)
+  | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<string>"[^"\n]*")
+  | (?P<op>\*\*|==|!=|<=|>=|->|[-+*/@%()\[\],.:=<>|?])
+""", re.VERBOSE)
+
+_OPEN = {"(": ")", "[": "]"}
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str      # 'number', 'name', 'string', 'op', 'newline', 'end'
+    text: str
+    line: int
+    column: int    # 1-based
+
+
+def tokenize(text: str, file: str | None = None) -> list[Token]:
+    """Split spec text into tokens; a newline inside brackets does not end a line."""
+    tokens: list[Token] = []
+    line, line_start, pos, depth = 1, 0, 0, []
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        column = pos - line_start + 1
+        if match is None:
+            char = text[pos]
+            hint = " (strings use double quotes)" if char == "'" else ""
+            raise SpecSyntaxError(f"unexpected character {char!r}{hint}", file=file, line=line,
+                                  column=column)
+        kind, value = match.lastgroup, match.group()
+        if kind == "space" and "\t" in value and pos == line_start:
+            raise SpecSyntaxError("tab in indentation; indent with spaces", file=file,
+                                  line=line, column=column)
+        if kind == "string" and "\t" in value:
+            raise SpecSyntaxError("tab inside a string", file=file, line=line, column=column)
+        if kind == "newline":
+            if not depth:
+                tokens.append(Token("newline", "\n", line, column))
+            line, line_start = line + 1, match.end()
+        elif kind not in ("space", "comment"):
+            if kind == "op" and value in _OPEN:
+                depth.append((_OPEN[value], line, column))
+            elif kind == "op" and value in (")", "]"):
+                if not depth or depth[-1][0] != value:
+                    raise SpecSyntaxError(f"unmatched {value!r}", file=file, line=line,
+                                          column=column)
+                depth.pop()
+            tokens.append(Token(kind, value, line, column))
+        pos = match.end()
+    if depth:
+        closer, open_line, open_column = depth[-1]
+        raise SpecSyntaxError(f"bracket opened here is never closed (expected {closer!r})",
+                              file=file, line=open_line, column=open_column)
+    tokens.append(Token("newline", "\n", line, pos - line_start + 1))
+    tokens.append(Token("end", "", line + 1, 1))
+    return tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# Expression trees
+
+@dataclass(frozen=True)
+class Node:
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
+class Name(Node):
+    id: str
+
+
+@dataclass(frozen=True)
+class Number(Node):
+    value: int | float
+    text: str
+
+
+@dataclass(frozen=True)
+class String(Node):
+    value: str
+
+
+@dataclass(frozen=True)
+class Unary(Node):
+    op: str
+    operand: Node
+
+
+@dataclass(frozen=True)
+class Binary(Node):
+    op: str
+    left: Node
+    right: Node
+
+
+@dataclass(frozen=True)
+class Compare(Node):
+    op: str
+    left: Node
+    right: Node
+
+
+@dataclass(frozen=True)
+class Call(Node):
+    func: str
+    args: tuple[Node, ...]
+    kwargs: tuple[tuple[str, Node], ...]
+
+
+@dataclass(frozen=True)
+class Attribute(Node):
+    value: Node
+    attr: str
+
+
+@dataclass(frozen=True)
+class Slice(Node):
+    stop: Node
+
+
+@dataclass(frozen=True)
+class Subscript(Node):
+    value: Node
+    index: Node
+
+
+_BINARY_POWER = {"+": 20, "-": 20, "*": 30, "/": 30, "@": 30, "%": 30, "**": 50}
+_COMPARE = {"==", "!=", "<", "<=", ">", ">="}
+_UNARY_POWER = 40
+_POSTFIX_POWER = 60
+
+
+class Parser:
+    """A Pratt parser over a list of tokens, used by the statement parser for each expression."""
+
+    def __init__(self, tokens: list[Token], file: str | None = None):
+        self.tokens = tokens
+        self.pos = 0
+        self.file = file
+
+    # -- token helpers
+    @property
+    def peek(self) -> Token:
+        return self.tokens[self.pos]
+
+    def next(self) -> Token:
+        token = self.tokens[self.pos]
+        if token.kind != "end":
+            self.pos += 1
+        return token
+
+    def at(self, text: str) -> bool:
+        return self.peek.kind in ("op", "name") and self.peek.text == text
+
+    def accept(self, text: str) -> bool:
+        if self.at(text):
+            self.next()
+            return True
+        return False
+
+    def error(self, message: str, token: Token | None = None) -> SpecSyntaxError:
+        token = token or self.peek
+        return SpecSyntaxError(message, file=self.file, line=token.line, column=token.column)
+
+    def expect(self, text: str, what: str | None = None) -> Token:
+        if not self.at(text):
+            found = "end of line" if self.peek.kind in ("newline", "end") else repr(self.peek.text)
+            raise self.error(f"expected {what or repr(text)}, found {found}")
+        return self.next()
+
+    def expect_name(self, what: str) -> Token:
+        if self.peek.kind != "name":
+            found = "end of line" if self.peek.kind in ("newline", "end") else repr(self.peek.text)
+            raise self.error(f"expected {what}, found {found}")
+        return self.next()
+
+    def at_line_end(self) -> bool:
+        return self.peek.kind in ("newline", "end")
+
+    # -- expressions
+    def expression(self, min_power: int = 0) -> Node:
+        left = self._prefix()
+        while True:
+            token = self.peek
+            if token.kind != "op":
+                break
+            op = token.text
+            if op in _COMPARE and min_power < 10:
+                self.next()
+                right = self.expression(11)
+                left = Compare(token.line, token.column, op, left, right)
+                if self.peek.kind == "op" and self.peek.text in _COMPARE:
+                    raise self.error("comparisons cannot be chained; write two 'require' lines")
+                continue
+            power = _BINARY_POWER.get(op)
+            if power is not None and power > min_power:
+                self.next()
+                # '**' is right-associative; the others are left-associative.
+                right = self.expression(power - 1 if op == "**" else power)
+                left = Binary(token.line, token.column, op, left, right)
+                continue
+            if op in ("(", ".", "[") and _POSTFIX_POWER > min_power:
+                left = self._postfix(left)
+                continue
+            break
+        return left
+
+    def _prefix(self) -> Node:
+        token = self.next()
+        if token.kind == "number":
+            value = float(token.text) if any(c in token.text for c in ".eE") else int(token.text)
+            return Number(token.line, token.column, value, token.text)
+        if token.kind == "name":
+            return Name(token.line, token.column, token.text)
+        if token.kind == "string":
+            return String(token.line, token.column, token.text[1:-1])
+        if token.kind == "op" and token.text == "-":
+            operand = self.expression(_UNARY_POWER)
+            return Unary(token.line, token.column, "-", operand)
+        if token.kind == "op" and token.text == "(":
+            inner = self.expression()
+            self.expect(")")
+            return inner
+        found = "end of line" if token.kind in ("newline", "end") else repr(token.text)
+        raise self.error(f"expected an expression, found {found}", token)
+
+    def _postfix(self, left: Node) -> Node:
+        token = self.next()
+        if token.text == ".":
+            attr = self.expect_name("an attribute name after '.'")
+            return Attribute(token.line, token.column, left, attr.text)
+        if token.text == "[":
+            if self.accept(":"):
+                stop = self.expression()
+                index: Node = Slice(token.line, token.column, stop)
+            else:
+                index = self.expression()
+            self.expect("]")
+            return Subscript(token.line, token.column, left, index)
+        # a call: only a plain name can be called
+        if not isinstance(left, Name):
+            raise self.error("only a function name can be called", token)
+        args: list[Node] = []
+        kwargs: list[tuple[str, Node]] = []
+        while not self.at(")"):
+            if (self.peek.kind == "name" and self.tokens[self.pos + 1].text == "="
+                    and self.tokens[self.pos + 1].kind == "op"):
+                key = self.next().text
+                self.next()
+                if any(k == key for k, _ in kwargs):
+                    raise self.error(f"keyword argument {key!r} given twice")
+                kwargs.append((key, self.expression()))
+            else:
+                if kwargs:
+                    raise self.error("positional argument after a keyword argument")
+                args.append(self.expression())
+            if not self.accept(","):
+                break
+        self.expect(")", "')' or ','")
+        return Call(left.line, left.column, left.id, tuple(args), tuple(kwargs))
+
+
+def parse_expression(text: str, file: str | None = None) -> Node:
+    """Parse one whole expression from text (used for shape tokens and command-line values)."""
+    parser = Parser(tokenize(text, file), file)
+    node = parser.expression()
+    if not parser.at_line_end():
+        raise parser.error(f"unexpected {parser.peek.text!r} after the expression")
+    return node
+
+
+def to_text(node: Node) -> str:
+    """The plain form of an expression, normalised (spacing, parentheses only where needed)."""
+    return _text(node, 0)
+
+
+def _text(node: Node, outer: int) -> str:
+    if isinstance(node, Name):
+        return node.id
+    if isinstance(node, Number):
+        return node.text
+    if isinstance(node, String):
+        return f'"{node.value}"'
+    if isinstance(node, Unary):
+        inner = "-" + _text(node.operand, _UNARY_POWER)
+        return f"({inner})" if outer > _UNARY_POWER else inner
+    if isinstance(node, Binary):
+        power = _BINARY_POWER[node.op]
+        left_power, right_power = (power + 1, power) if node.op == "**" else (power, power + 1)
+        inner = f"{_text(node.left, left_power)} {node.op} {_text(node.right, right_power)}"
+        return f"({inner})" if outer > power else inner
+    if isinstance(node, Compare):
+        inner = f"{_text(node.left, 11)} {node.op} {_text(node.right, 11)}"
+        return f"({inner})" if outer > 10 else inner
+    if isinstance(node, Call):
+        parts = [_text(a, 0) for a in node.args] + [f"{k}={_text(v, 0)}" for k, v in node.kwargs]
+        return f"{node.func}({', '.join(parts)})"
+    if isinstance(node, Attribute):
+        return f"{_text(node.value, _POSTFIX_POWER)}.{node.attr}"
+    if isinstance(node, Subscript):
+        index = (":" + _text(node.index.stop, 0)) if isinstance(node.index, Slice) \
+            else _text(node.index, 0)
+        return f"{_text(node.value, _POSTFIX_POWER)}[{index}]"
+    raise TypeError(f"not an expression node: {node!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Dim expressions as sympy, through a whitelist
+
+def to_sympy(node: Node, symbols: dict[str, sympy.Symbol], *, file: str | None = None,
+             what: str = "dim expression", relational: bool = False) -> sympy.Basic:
+    """Build the sympy expression for a dim expression tree, accepting only known dims.
+
+    Integers, dims from ``symbols``, ``+ - * /``, ``%`` and ``**`` with a non-negative integer
+    exponent; with ``relational`` one top-level comparison is allowed too.
+    """
+    def fail(n: Node, message: str) -> SpecError:
+        return SpecError(message, file=file, line=n.line, column=n.column)
+
+    def walk(n: Node) -> sympy.Basic:
+        if isinstance(n, Number):
+            if isinstance(n.value, float):
+                raise fail(n, f"{what}: {n.text} is not an integer (dims are whole numbers)")
+            return sympy.Integer(n.value)
+        if isinstance(n, Name):
+            if n.id not in symbols:
+                raise fail(n, f"unknown dim {n.id!r} in {what}")
+            return symbols[n.id]
+        if isinstance(n, Unary):
+            return -walk(n.operand)
+        if isinstance(n, Binary):
+            left, right = walk(n.left), walk(n.right)
+            if n.op == "+":
+                return left + right
+            if n.op == "-":
+                return left - right
+            if n.op == "*":
+                return left * right
+            if n.op == "/":
+                if right == 0:
+                    raise fail(n, f"{what}: division by zero")
+                return left / right
+            if n.op == "%":
+                return sympy.Mod(left, right)
+            if n.op == "**":
+                if not (isinstance(right, sympy.Integer) and 0 <= right <= 64):
+                    raise fail(n, f"{what}: exponents must be integers from 0 to 64")
+                return left ** right
+            raise fail(n, f"{what}: operator {n.op!r} is not allowed here")
+        if isinstance(n, Compare) and relational and n is node:
+            left, right = walk(n.left), walk(n.right)
+            return _RELATIONS[n.op](left, right)
+        raise fail(n, f"{what}: {to_text(n)!r} is not a dim expression "
+                      "(use integers, dim names, + - * / % **)")
+
+    return walk(node)
+
+
+_RELATIONS = {
+    "==": lambda a, b: sympy.Eq(a, b, evaluate=False),
+    "!=": lambda a, b: sympy.Ne(a, b, evaluate=False),
+    "<": lambda a, b: sympy.StrictLessThan(a, b, evaluate=False),
+    "<=": lambda a, b: sympy.LessThan(a, b, evaluate=False),
+    ">": lambda a, b: sympy.StrictGreaterThan(a, b, evaluate=False),
+    ">=": lambda a, b: sympy.GreaterThan(a, b, evaluate=False),
+}

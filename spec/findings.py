@@ -1,0 +1,94 @@
+"""Findings: what the checker reports about a well-formed spec, and how they are shown.
+
+A finding is a record, never an exception: the checker collects all of them. Each names the
+spec file and line, the equation, the tensor, expected vs inferred shape, a counterexample (the
+smallest sizes allowed by the constraints that break the claim), the dim values involved, and a
+hint for the fix.
+"""
+
+import json
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+
+# Every kind of finding, with what it means. Tests pin one message per kind.
+KINDS = {
+    "shape-mismatch": "an equation's declared shape differs from the shape its ops produce",
+    "dtype-mismatch": "an equation's declared dtype differs from the dtype its ops produce",
+    "operand-mismatch": "an op's operands do not fit together (matmul inner dims, broadcasting)",
+    "argument-mismatch": "a block call passes a tensor whose shape differs from the block input",
+    "repeat-mismatch": "a repeated block's output cannot feed its next copy",
+    "not-divisible": "an op needs one dim to divide another (heads, sin/cos pairs)",
+    "not-integral": "a derived dim is not a whole number for every allowed size",
+    "out-of-range": "an op needs one size not to exceed another (positions vs table length)",
+    "unproved": "a claim neither proved nor refuted by a counterexample",
+    "unstated-shape": "a parameter's shape is not stated; the shape it must have is reported",
+    "constraint-violated": "a variant's dim values break a constraint",
+}
+
+
+def format_value(value) -> str:
+    if isinstance(value, Fraction):
+        return f"{value.numerator}/{value.denominator}"
+    return str(value)
+
+
+@dataclass
+class Finding:
+    kind: str
+    message: str
+    file: str | None = None
+    line: int | None = None
+    equation: str = ""
+    tensor: str = ""
+    expected: str | None = None
+    inferred: str | None = None
+    counterexample: dict | None = None
+    dims: dict = field(default_factory=dict)
+    hint: str = ""
+    scope: str = "all sizes"             # 'all sizes' (the proof) or 'variant' (given values)
+    choices: str = ""                    # which choice combinations show it
+
+    def key(self) -> tuple:
+        return (self.kind, self.file, self.line, self.message, self.expected, self.inferred,
+                self.scope)
+
+    @property
+    def where(self) -> str:
+        if self.file is None:
+            return "<spec>"
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+    def text(self) -> str:
+        lines = [f"{self.where}: {self.kind}: {self.message}"]
+        if self.equation:
+            lines.append(f"    equation: {self.equation}")
+        if self.tensor:
+            lines.append(f"    tensor: {self.tensor}")
+        if self.expected is not None or self.inferred is not None:
+            lines.append(f"    expected: {self.expected}")
+            lines.append(f"    inferred: {self.inferred}")
+        if self.counterexample:
+            lines.append("    counterexample: " + _pairs(self.counterexample))
+        if self.dims:
+            lines.append("    dims: " + _pairs(self.dims))
+        if self.choices:
+            lines.append(f"    choices: {self.choices}")
+        if self.hint:
+            lines.append(f"    hint: {self.hint}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        for name in ("counterexample", "dims"):
+            if data[name] is not None:
+                data[name] = {k: (format_value(v) if isinstance(v, Fraction) else v)
+                              for k, v in data[name].items()}
+        return data
+
+
+def _pairs(values: dict) -> str:
+    return ", ".join(f"{k}={format_value(v)}" for k, v in values.items())
+
+
+def to_json(payload) -> str:
+    return json.dumps(payload, indent=2, sort_keys=False)

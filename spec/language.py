@@ -1,0 +1,733 @@
+"""The spec language: text that reads like the math, parsed into ``spec.model`` records.
+
+A spec is a sequence of lines; a line ending in ':' opens an indented body (``block``, ``when``,
+``else``). The statements::
+
+    spec NAME "title"                       name and title of the model
+    source "seed 001, section 4"            where the following records come from
+    note "text"                             something the checker cannot judge
+    dim NAME "meaning" [= VALUE]            a dimension (a positive integer), maybe bound
+    let NAME = EXPR                         a derived dim: let d_k = d_model / H
+    require EXPR                            a constraint: d_model % H == 0, T <= max_len
+    choice NAME = a | b | c "meaning"       a design choice; the first option is the default
+    when NAME == a:  /  when NAME in a | b:  /  else:
+    input NAME[FAMILY] "shape" DTYPE "meaning"
+    param NAME[FAMILY] "shape" "meaning"    a learned parameter ("?" leaves the shape unstated)
+    tensor NAME[FAMILY] "shape" "meaning"   an intermediate declared ahead of its equation
+    output NAME, NAME                       the model's outputs
+    NAME[FAMILY] "shape" = EXPR             an equation; the shape is the claim to check
+    NAME "shape" = BLOCK(ARGS) [as NAME]    a call of a block
+    NAME "shape" = repeat(N, BLOCK, ARGS)   a stack of N calls, each feeding the next
+    block NAME(ARG "shape", ...) -> OUT:    a reusable block with its own dims and params
+
+Nothing here evaluates text: expressions go through ``spec.expr``'s parser and whitelist.
+"""
+
+import difflib
+import hashlib
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import sympy
+
+from spec import expr as ex
+from spec.errors import SpecError, SpecSyntaxError
+from spec.model import (Block, BlockCall, Choice, Constraint, Equation, Let, Note, OpNode,
+                        ScalarExpr, Spec, TensorDecl, TensorRef, When)
+from spec.names import check_name
+from spec.ops import FUNCTIONS, OPERATORS, OPS, SCALAR_FUNCTIONS
+from spec.shape import DTYPES, Dim, dim_symbol, parse_shape
+
+MAX_SPEC_BYTES = 1_000_000
+
+
+@dataclass
+class _Line:
+    tokens: list[ex.Token]
+    indent: int
+    children: list["_Line"]
+
+    @property
+    def number(self) -> int:
+        return self.tokens[0].line
+
+
+def _logical_lines(tokens: list[ex.Token], file: str | None) -> list[_Line]:
+    """Group tokens into lines and nest indented lines under the line that opens them."""
+    flat: list[_Line] = []
+    current: list[ex.Token] = []
+    for token in tokens:
+        if token.kind == "end":
+            break
+        if token.kind == "newline":
+            if current:
+                flat.append(_Line(current + [token], current[0].column - 1, []))
+            current = []
+        else:
+            current.append(token)
+    root = _Line([], -1, [])
+    stack = [root]
+    for line in flat:
+        while line.indent <= stack[-1].indent:
+            stack.pop()
+        parent = stack[-1]
+        if (parent is root and line.indent > 0) or (parent is not root
+                                                    and not _opens_body(parent)):
+            raise SpecSyntaxError("unexpected indentation", file=file, line=line.number,
+                                  column=line.indent + 1)
+        if parent.children and parent.children[0].indent != line.indent:
+            raise SpecSyntaxError("indentation does not match the lines above", file=file,
+                                  line=line.number, column=line.indent + 1)
+        parent.children.append(line)
+        stack.append(line)
+
+    def verify(line: _Line) -> None:
+        for child in line.children:
+            if _opens_body(child) and not child.children:
+                raise SpecSyntaxError("expected an indented body after ':'", file=file,
+                                      line=child.number)
+            verify(child)
+    verify(root)
+    return root.children
+
+
+def _opens_body(line: _Line) -> bool:
+    return len(line.tokens) >= 2 and line.tokens[-2].kind == "op" and line.tokens[-2].text == ":"
+
+
+@dataclass
+class _RawEquation:
+    name: str
+    family: ex.Node | None
+    shape: str | None
+    dtype: str | None
+    meaning: str
+    rhs: ex.Node
+    instance: str | None
+    source: str
+    line: int
+    column: int
+
+
+_KEYWORDS = ("spec", "source", "note", "dim", "let", "require", "choice", "when", "input",
+             "param", "tensor", "output", "block")
+
+
+class _Reader:
+    """Reads one file's lines into records."""
+
+    def __init__(self, text: str, file: str | None):
+        self.file = file
+        self.text = text
+        self.source = ""
+        self.name: str | None = None
+        self.title = ""
+        self.dims: dict[str, Dim] = {}
+        self.choices: dict[str, Choice] = {}
+        self.blocks: dict[str, tuple[_Line, list]] = {}
+        self.outputs: list[str] = []
+        self.seen_outputs: set[str] = set()
+
+    # -- helpers
+    def parser(self, line: _Line, start: int = 0) -> ex.Parser:
+        parser = ex.Parser(line.tokens, self.file)
+        parser.pos = start
+        return parser
+
+    def error(self, message: str, line: int | None, column: int | None = None) -> SpecError:
+        return SpecError(message, file=self.file, line=line, column=column)
+
+    def string(self, parser: ex.Parser, what: str) -> str:
+        token = parser.next()
+        if token.kind != "string":
+            raise parser.error(f"expected {what} in double quotes", token)
+        return token.text[1:-1]
+
+    def end(self, parser: ex.Parser, what: str = "statement") -> None:
+        if not parser.at_line_end():
+            raise parser.error(f"unexpected {parser.peek.text!r} at the end of the {what}")
+
+    def declare_dim(self, table: dict[str, Dim], parser: ex.Parser, token: ex.Token) -> None:
+        name = check_name(parser.expect_name("a dim name").text, "dim", file=self.file,
+                          line=token.line)
+        meaning = self.string(parser, "the dim's meaning") if parser.peek.kind == "string" else ""
+        value = None
+        if parser.accept("="):
+            number = parser.next()
+            if number.kind != "number" or not number.text.isdigit() or int(number.text) < 1:
+                raise parser.error(f"dim {name}: a bound value must be a positive integer, "
+                                   f"got {number.text!r}", number)
+            value = int(number.text)
+        self.end(parser)
+        if name in self.dims or name in table:
+            previous = self.dims.get(name) or table[name]
+            raise self.error(f"dim {name} is declared twice (first at line {previous.line})",
+                             token.line)
+        table[name] = Dim(name, meaning, dim_symbol(name), value, self.file, token.line)
+
+    # -- the file
+    def read(self) -> tuple[list, list[_Line]]:
+        tokens = ex.tokenize(self.text, self.file)
+        lines = _logical_lines(tokens, self.file)
+        body = self.statements(lines, scope="top", local_dims=None)
+        return body, lines
+
+    def statements(self, lines: list[_Line], scope: str, local_dims: dict | None) -> list:
+        out: list = []
+        previous_when: When | None = None
+        for line in lines:
+            first = line.tokens[0]
+            keyword = first.text if first.kind == "name" else None
+            if keyword == "else" and len(line.tokens) == 3 and line.tokens[1].text == ":":
+                if previous_when is None:
+                    raise self.error("'else:' without a 'when' just before it", first.line)
+                previous_when.otherwise = self.statements(line.children, scope, local_dims)
+                previous_when = None
+                continue
+            previous_when = None
+            record = self.statement(line, keyword, scope, local_dims)
+            if record is not None:
+                out.append(record)
+                if isinstance(record, When):
+                    previous_when = record
+        return out
+
+    def statement(self, line: _Line, keyword: str | None, scope: str, local_dims: dict | None):
+        parser = self.parser(line, 1)
+        first = line.tokens[0]
+        if keyword in _KEYWORDS:
+            if line.children and keyword not in ("when", "block"):
+                raise SpecSyntaxError("unexpected indented lines", file=self.file,
+                                      line=line.children[0].number)
+            return getattr(self, f"stmt_{keyword}")(parser, first, line, scope, local_dims)
+        if first.kind != "name":
+            raise parser.error(f"a statement starts with a keyword or a tensor name, "
+                               f"not {first.text!r}", first)
+        if line.children:
+            raise SpecSyntaxError("unexpected indented lines", file=self.file,
+                                  line=line.children[0].number)
+        return self.equation(self.parser(line, 0), first)
+
+    def stmt_spec(self, parser, token, line, scope, local_dims):
+        if scope != "top" or self.name is not None:
+            raise self.error("'spec' may appear once, at the top level", token.line)
+        self.name = check_name(parser.expect_name("the spec's name").text, "spec",
+                               file=self.file, line=token.line)
+        self.title = self.string(parser, "a title") if parser.peek.kind == "string" else ""
+        self.end(parser)
+
+    def stmt_source(self, parser, token, line, scope, local_dims):
+        self.source = self.string(parser, "the source")
+        self.end(parser)
+
+    def stmt_note(self, parser, token, line, scope, local_dims):
+        text = self.string(parser, "the note")
+        self.end(parser)
+        return Note(text, self.source, self.file, token.line)
+
+    def stmt_dim(self, parser, token, line, scope, local_dims):
+        if scope == "block":
+            self.declare_dim(local_dims, parser, token)
+        elif scope == "top":
+            self.declare_dim(self.dims, parser, token)
+        else:
+            raise self.error("dims are declared at the top level or in a block, "
+                             "not inside 'when'", token.line)
+
+    def stmt_let(self, parser, token, line, scope, local_dims):
+        if scope == "block":
+            raise self.error("'let' belongs at the top level", token.line)
+        name = parser.expect_name("a dim name").text
+        parser.expect("=")
+        node = parser.expression()
+        self.end(parser)
+        return ("let", name, node, token.line)
+
+    def stmt_require(self, parser, token, line, scope, local_dims):
+        if scope == "block":
+            raise self.error("'require' belongs at the top level", token.line)
+        node = parser.expression()
+        self.end(parser)
+        if not isinstance(node, ex.Compare):
+            raise self.error("a constraint compares two dim expressions "
+                             "(==, !=, <, <=, >, >=)", token.line, token.column)
+        return ("require", node, token.line)
+
+    def stmt_choice(self, parser, token, line, scope, local_dims):
+        if scope != "top":
+            raise self.error("choices are declared at the top level", token.line)
+        name = check_name(parser.expect_name("a choice name").text, "choice", file=self.file,
+                          line=token.line)
+        parser.expect("=")
+        options = [parser.expect_name("an option").text]
+        while parser.accept("|"):
+            options.append(parser.expect_name("an option").text)
+        meaning = self.string(parser, "the meaning") if parser.peek.kind == "string" else ""
+        self.end(parser)
+        if name in self.choices:
+            raise self.error(f"choice {name} is declared twice", token.line)
+        if len(set(options)) != len(options):
+            raise self.error(f"choice {name} lists an option twice", token.line)
+        for option in options:
+            check_name(option, "option", file=self.file, line=token.line, value_only=True)
+        self.choices[name] = Choice(name, tuple(options), meaning, self.file, token.line)
+
+    def stmt_when(self, parser, token, line, scope, local_dims):
+        name = parser.expect_name("a choice name").text
+        if parser.accept("=="):
+            options, negate = [parser.expect_name("an option").text], False
+        elif parser.accept("!="):
+            options, negate = [parser.expect_name("an option").text], True
+        else:
+            parser.expect("in", "'==', '!=' or 'in'")
+            options, negate = [parser.expect_name("an option").text], False
+            while parser.accept("|"):
+                options.append(parser.expect_name("an option").text)
+        parser.expect(":")
+        self.end(parser)
+        inner = "when-block" if scope in ("block", "when-block") else "when"
+        body = self.statements(line.children, inner, local_dims)
+        return When(name, frozenset(options), body, [], self.file, token.line, negate)
+
+    def stmt_input(self, parser, token, line, scope, local_dims):
+        return self.declaration(parser, token, "input", scope)
+
+    def stmt_param(self, parser, token, line, scope, local_dims):
+        return self.declaration(parser, token, "param", scope)
+
+    def stmt_tensor(self, parser, token, line, scope, local_dims):
+        return self.declaration(parser, token, "intermediate", scope)
+
+    def stmt_output(self, parser, token, line, scope, local_dims):
+        if scope != "top":
+            raise self.error("'output' belongs at the top level (a block names its output "
+                             "after '->')", token.line)
+        names = [parser.expect_name("a tensor name").text]
+        while parser.accept(","):
+            names.append(parser.expect_name("a tensor name").text)
+        self.end(parser)
+        for name in names:
+            if name in self.seen_outputs:
+                raise self.error(f"output {name} is named twice", token.line)
+            self.seen_outputs.add(name)
+            self.outputs.append(name)
+
+    def stmt_block(self, parser, token, line, scope, local_dims):
+        if scope != "top":
+            raise self.error("blocks are declared at the top level", token.line)
+        name = check_name(parser.expect_name("a block name").text, "block", file=self.file,
+                          line=token.line)
+        if name in self.blocks:
+            raise self.error(f"block {name} is declared twice", token.line)
+        if name in OPS or name in FUNCTIONS or name in SCALAR_FUNCTIONS:
+            raise self.error(f"block name {name} is the name of an op", token.line)
+        parser.expect("(")
+        inputs = []
+        while not parser.at(")"):
+            inputs.append(self.decl_parts(parser, parser.peek))
+            if not parser.accept(","):
+                break
+        parser.expect(")", "')' or ','")
+        parser.expect("->")
+        output = parser.expect_name("the output tensor's name").text
+        parser.expect(":")
+        self.end(parser)
+        local: dict[str, Dim] = {}
+        body = self.statements(line.children, "block", local)
+        self.blocks[name] = (line, inputs, output, local, body)
+
+    # -- declarations and equations
+    def decl_parts(self, parser: ex.Parser, token: ex.Token) -> tuple:
+        """NAME [FAMILY] ("shape" | ?) [dtype] ["meaning"]"""
+        name = check_name(parser.expect_name("a tensor name").text, "tensor", file=self.file,
+                          line=token.line)
+        family = None
+        if parser.accept("["):
+            family = parser.expression()
+            parser.expect("]")
+        shape: str | None = None
+        unstated = False
+        if parser.peek.kind == "string":
+            shape = self.string(parser, "a shape")
+        elif parser.accept("?"):
+            unstated = True
+        dtype = None
+        if parser.peek.kind == "name" and parser.peek.text in DTYPES:
+            dtype = parser.next().text
+        meaning = self.string(parser, "a meaning") if parser.peek.kind == "string" else ""
+        return (name, family, shape, unstated, dtype, meaning, token.line)
+
+    def declaration(self, parser, token, role, scope):
+        parts = self.decl_parts(parser, parser.peek)
+        self.end(parser)
+        name, family, shape, unstated, dtype, meaning, line = parts
+        if shape is None and not unstated:
+            if role != "param":
+                raise self.error(f"{role} {name} needs a shape in double quotes", line)
+        if unstated and role != "param":
+            raise self.error(f"only parameters may leave their shape unstated ('?'); "
+                             f"{name} is an {role}", line)
+        return ("decl", role, parts)
+
+    def equation(self, parser: ex.Parser, token: ex.Token):
+        name, family, shape, unstated, dtype, meaning, line = self.decl_parts(parser, token)
+        if unstated:
+            raise self.error(f"{name}: '?' is for parameters; leave the shape out of an "
+                             "equation to have it inferred", line)
+        parser.expect("=", "'=' (an equation) or a keyword")
+        rhs = parser.expression()
+        instance = None
+        if parser.accept("as"):
+            instance = check_name(parser.expect_name("an instance name").text, "instance",
+                                  file=self.file, line=line)
+        self.end(parser, "equation")
+        return _RawEquation(name, family, shape, dtype, meaning, rhs, instance, self.source,
+                            line, token.column)
+
+
+class _Builder:
+    """Turns raw statements into model records, resolving names in each scope."""
+
+    def __init__(self, reader: _Reader):
+        self.r = reader
+        self.file = reader.file
+
+    def error(self, message, line, column=None) -> SpecError:
+        return SpecError(message, file=self.file, line=line, column=column)
+
+    def build(self, body: list) -> Spec:
+        r = self.r
+        symbols = {name: dim.symbol for name, dim in r.dims.items()}
+        blocks: dict[str, Block] = {}
+        block_names = set(r.blocks)
+        for name, (line, inputs, output, local, raw_body) in r.blocks.items():
+            block_symbols = {**symbols, **{n: d.symbol for n, d in local.items()}}
+            input_decls = []
+            for parts in inputs:
+                decl = self.tensor_decl("input", parts, block_symbols)
+                if decl.shape is None:
+                    raise self.error(f"block {name}: input {decl.name} needs a shape", decl.line)
+                input_decls.append(decl)
+            records = self.scope(raw_body, block_symbols, block_names, input_decls,
+                                 f"block {name}", outputs=[output])
+            blocks[name] = Block(name, local, input_decls, output, records, self.file,
+                                 line.number)
+        records = self.scope(body, symbols, block_names, [], "the model", outputs=r.outputs)
+        self.check_choices(records, blocks)
+        name = r.name or (Path(self.file).stem if self.file else "spec")
+        digest = hashlib.sha256(r.text.encode()).hexdigest()[:16]
+        return Spec(name, r.title, self.file, dict(r.dims), dict(r.choices), blocks, records,
+                    list(r.outputs), digest)
+
+    def check_choices(self, records: list, blocks: dict[str, Block]) -> None:
+        def walk(statements):
+            for s in statements:
+                if isinstance(s, When):
+                    choice = self.r.choices.get(s.choice)
+                    if choice is None:
+                        raise self.error(f"'when' names unknown choice {s.choice!r}"
+                                         f"{_suggest(s.choice, self.r.choices)}", s.line)
+                    for option in s.options:
+                        if option not in choice.options:
+                            raise self.error(f"choice {s.choice} has no option {option!r}; "
+                                             f"options: {', '.join(choice.options)}", s.line)
+                    walk(s.body)
+                    walk(s.otherwise)
+        walk(records)
+        for block in blocks.values():
+            walk(block.body)
+
+    def tensor_decl(self, role: str, parts: tuple, symbols: dict) -> TensorDecl:
+        name, family, shape, unstated, dtype, meaning, line = parts
+        parsed = None
+        if shape is not None:
+            parsed = parse_shape(shape, symbols, file=self.file, line=line, family=family)
+        elif family is not None:
+            raise self.error(f"{name}: a family size needs a member shape", line)
+        return TensorDecl(name, role, parsed, dtype or "float", meaning, self.file, line)
+
+    def scope(self, raw: list, symbols: dict, blocks: set, inputs: list[TensorDecl], where: str,
+              outputs: list[str]) -> list:
+        """Lower one scope (the model or a block): its tensor names are known up front."""
+        tensors: dict[str, int] = {d.name: d.line for d in inputs}
+
+        def collect(statements):
+            for s in statements:
+                if isinstance(s, tuple) and s[0] == "decl":
+                    tensors.setdefault(s[2][0], s[2][6])
+                elif isinstance(s, _RawEquation):
+                    tensors.setdefault(s.name, s.line)
+                elif isinstance(s, When):
+                    collect(s.body)
+                    collect(s.otherwise)
+        collect(raw)
+        for name, line in tensors.items():
+            if name in symbols:
+                raise self.error(f"{name} is both a dim and a tensor in {where}", line)
+            if name in blocks:
+                raise self.error(f"{name} is both a block and a tensor in {where}", line)
+        lowering = _Lowering(self.file, symbols, set(tensors), blocks)
+        output_set = set(outputs)
+
+        def convert(statements):
+            out = []
+            for s in statements:
+                if isinstance(s, Note):
+                    out.append(s)
+                elif isinstance(s, When):
+                    choice = self.r.choices.get(s.choice)
+                    if s.negate and choice is not None:
+                        s.options, s.negate = frozenset(choice.options) - s.options, False
+                    s.body = convert(s.body)
+                    s.otherwise = convert(s.otherwise)
+                    out.append(s)
+                elif isinstance(s, tuple) and s[0] == "decl":
+                    role = s[1]
+                    out.append(self.tensor_decl(role, s[2], symbols))
+                elif isinstance(s, tuple) and s[0] == "let":
+                    _, name, node, line = s
+                    if name not in symbols:
+                        raise self.error(f"let: unknown dim {name!r}{_suggest(name, symbols)}",
+                                         line)
+                    value = ex.to_sympy(node, symbols, file=self.file, what=f"let {name}")
+                    if symbols[name] in value.free_symbols:
+                        raise self.error(f"let {name} refers to itself", line)
+                    out.append(Let(name, value, ex.to_text(node), self.file, line))
+                elif isinstance(s, tuple) and s[0] == "require":
+                    _, node, line = s
+                    relation = ex.to_sympy(node, symbols, file=self.file, what="constraint",
+                                           relational=True)
+                    out.append(Constraint(relation, ex.to_text(node), self.file, line))
+                elif isinstance(s, _RawEquation):
+                    role = "output" if s.name in output_set else "intermediate"
+                    decl = self.tensor_decl(role, (s.name, s.family, s.shape, False, s.dtype,
+                                                   s.meaning, s.line), symbols) \
+                        if (s.shape is not None or s.family is not None) else \
+                        TensorDecl(s.name, role, None, s.dtype or "float", s.meaning,
+                                   self.file, s.line)
+                    out.append(decl)
+                    out.append(lowering.equation(s))
+                else:
+                    raise AssertionError(s)
+            return out
+        records = convert(raw)
+        for name in outputs:
+            if name not in tensors:
+                raise self.error(f"output {name!r} of {where} is never defined"
+                                 f"{_suggest(name, tensors)}", None)
+        return records
+
+
+def _suggest(name: str, known) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+class _Lowering:
+    """Expression trees to op trees, in one scope: names are tensors, dims, or errors."""
+
+    def __init__(self, file, symbols: dict, tensors: set, blocks: set):
+        self.file = file
+        self.symbols = symbols
+        self.tensors = tensors
+        self.blocks = blocks
+
+    def error(self, message, node) -> SpecError:
+        return SpecError(message, file=self.file, line=node.line, column=node.column)
+
+    def equation(self, raw: _RawEquation):
+        rhs = raw.rhs
+        text = ex.to_text(rhs)
+        if isinstance(rhs, ex.Call) and (rhs.func in self.blocks or rhs.func == "repeat"):
+            return self.block_call(raw, rhs, text)
+        if raw.instance is not None:
+            raise self.error("'as' names a block call; this is not one", rhs)
+        term = self.lower(rhs)
+        if isinstance(term, ScalarExpr):
+            raise self.error(f"{raw.name} = {text} is a dim expression, not a tensor", rhs)
+        return Equation(raw.name, term, text, raw.source, self.file, raw.line)
+
+    def block_call(self, raw: _RawEquation, call: ex.Call, text: str) -> BlockCall:
+        args = list(call.args)
+        count = None
+        if call.kwargs:
+            raise self.error("block calls take positional arguments only", call)
+        if call.func == "repeat":
+            if len(args) < 3:
+                raise self.error("repeat(N, block, input, ...) needs a count, a block and "
+                                 "at least one input", call)
+            count = ex.to_sympy(args[0], self.symbols, file=self.file, what="repeat count")
+            target = args[1]
+            if not isinstance(target, ex.Name) or target.id not in self.blocks:
+                raise self.error(f"repeat: {ex.to_text(target)!r} is not a block", target)
+            block = target.id
+            args = args[2:]
+        else:
+            block = call.func
+        names = []
+        for arg in args:
+            if not isinstance(arg, ex.Name) or arg.id not in self.tensors:
+                raise self.error(f"arguments of a block call are tensor names; "
+                                 f"{ex.to_text(arg)!r} is not one (name it in an equation "
+                                 "first)", arg)
+            names.append(arg.id)
+        return BlockCall(raw.name, block, tuple(names), raw.instance or block, count, text,
+                         raw.source, self.file, raw.line)
+
+    def lower(self, node: ex.Node):
+        if isinstance(node, ex.Name):
+            if node.id in self.tensors:
+                return TensorRef(node.id, node.line, node.column)
+            if node.id in self.symbols:
+                return ScalarExpr(self.symbols[node.id], node.line, node.column)
+            known = list(self.tensors) + list(self.symbols)
+            raise self.error(f"unknown name {node.id!r}: not a tensor or dim here"
+                             f"{_suggest(node.id, known)}", node)
+        if isinstance(node, ex.Number):
+            if isinstance(node.value, int):
+                return ScalarExpr(sympy.Integer(node.value), node.line, node.column)
+            exact = Fraction(node.text)
+            return ScalarExpr(sympy.Rational(exact.numerator, exact.denominator), node.line,
+                              node.column)
+        if isinstance(node, ex.String):
+            raise self.error("a string stands only as einsum's pattern", node)
+        if isinstance(node, ex.Unary):
+            operand = self.lower(node.operand)
+            if isinstance(operand, ScalarExpr):
+                return ScalarExpr(-operand.expr, node.line, node.column)
+            return OpNode("neg", (operand,), (), node.line, node.column)
+        if isinstance(node, ex.Binary):
+            return self.binary(node)
+        if isinstance(node, ex.Compare):
+            raise self.error("comparisons belong in 'require' lines", node)
+        if isinstance(node, ex.Call):
+            return self.call(node)
+        if isinstance(node, ex.Attribute):
+            if node.attr != "T":
+                raise self.error(f"unknown attribute .{node.attr} (only .T, the transpose of "
+                                 "the last two axes)", node)
+            value = self.tensor_arg(node.value, ".T")
+            return OpNode("transpose", (value,), (), node.line, node.column)
+        if isinstance(node, ex.Subscript):
+            value = self.tensor_arg(node.value, "indexing")
+            if isinstance(node.index, ex.Slice):
+                stop = self.lower(node.index.stop)
+                if not isinstance(stop, ScalarExpr):
+                    raise self.error("a slice [:n] takes a dim expression", node.index)
+                return OpNode("slice_rows", (value, stop), (), node.line, node.column)
+            index = self.tensor_arg(node.index, "an index")
+            return OpNode("gather", (value, index), (), node.line, node.column)
+        raise self.error(f"unsupported expression {ex.to_text(node)!r}", node)
+
+    def tensor_arg(self, node: ex.Node, what: str):
+        term = self.lower(node)
+        if isinstance(term, ScalarExpr):
+            raise self.error(f"{what} needs a tensor, got the dim expression "
+                             f"{ex.to_text(node)!r}", node)
+        return term
+
+    def binary(self, node: ex.Binary):
+        left, right = self.lower(node.left), self.lower(node.right)
+        scalar_left, scalar_right = isinstance(left, ScalarExpr), isinstance(right, ScalarExpr)
+        if scalar_left and scalar_right:
+            a, b = left.expr, right.expr
+            if node.op == "%":
+                raise self.error("'%' belongs in constraints", node)
+            if node.op == "@":
+                raise self.error("'@' needs tensors", node)
+            if node.op == "/" and b == 0:
+                raise self.error("division by zero", node)
+            value = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
+                     "/": lambda: a / b, "**": lambda: a ** b}[node.op]()
+            return ScalarExpr(value, node.line, node.column)
+        if node.op == "%":
+            raise self.error("'%' is not defined on tensors", node)
+        if node.op in ("*", "/") and (scalar_left or scalar_right) and not \
+                (node.op == "/" and scalar_left):
+            tensor, scalar = (right, left) if scalar_left else (left, right)
+            return OpNode("scale", (tensor, scalar), (("divide", node.op == "/"),),
+                          node.line, node.column)
+        if node.op == "**" and not scalar_right:
+            raise self.error("'**' raises a tensor to a scalar power", node)
+        return OpNode(OPERATORS[node.op], (left, right), (), node.line, node.column)
+
+    def call(self, node: ex.Call):
+        if node.func in SCALAR_FUNCTIONS:
+            if len(node.args) != 1 or node.kwargs:
+                raise self.error(f"{node.func}() takes one argument", node)
+            arg = self.lower(node.args[0])
+            if not isinstance(arg, ScalarExpr):
+                raise self.error(f"{node.func}() here applies to dim expressions "
+                                 "(sqrt(d_k)), not tensors", node)
+            return ScalarExpr(SCALAR_FUNCTIONS[node.func](arg.expr), node.line, node.column)
+        if node.func in self.blocks or node.func == "repeat":
+            raise self.error(f"block {node.func} can only be called as a whole equation: "
+                             f"Y = {node.func}(...)", node)
+        if node.func not in FUNCTIONS:
+            raise self.error(f"unknown function {node.func!r}"
+                             f"{_suggest(node.func, list(FUNCTIONS) + list(SCALAR_FUNCTIONS))}",
+                             node)
+        op = OPS[FUNCTIONS[node.func]]
+        args = list(node.args)
+        attrs = dict(op.attrs)
+        if op.name == "einsum":
+            if not args or not isinstance(args[0], ex.String):
+                raise self.error('einsum takes its pattern first: einsum("ij,jk->ik", A, B)',
+                                 node)
+            attrs["spec"] = args[0].value
+            lowered = tuple(self.tensor_arg(a, "einsum") for a in args[1:])
+            if not lowered:
+                raise self.error("einsum needs at least one operand", node)
+            return OpNode("einsum", lowered, tuple(sorted(attrs.items())), node.line,
+                          node.column)
+        if len(args) != len(op.params):
+            raise self.error(f"{node.func}() takes {len(op.params)} argument"
+                             f"{'s' if len(op.params) != 1 else ''}, got {len(args)}", node)
+        lowered = []
+        for kind, arg in zip(op.params, args):
+            term = self.lower(arg)
+            if kind == "tensor" and isinstance(term, ScalarExpr):
+                raise self.error(f"{node.func}(): {ex.to_text(arg)!r} must be a tensor", arg)
+            if kind == "dim" and not isinstance(term, ScalarExpr):
+                raise self.error(f"{node.func}(): {ex.to_text(arg)!r} must be a dim "
+                                 "expression", arg)
+            lowered.append(term)
+        for key, value in node.kwargs:
+            if key not in op.attrs:
+                raise self.error(f"{node.func}() has no option {key!r}"
+                                 f"{'; options: ' + ', '.join(op.attrs) if op.attrs else ''}",
+                                 value)
+            attrs[key] = self.static_int(value, f"{node.func}({key}=...)")
+        return OpNode(op.name, tuple(lowered), tuple(sorted(attrs.items())), node.line,
+                      node.column)
+
+    def static_int(self, node: ex.Node, what: str) -> int:
+        sign = 1
+        if isinstance(node, ex.Unary):
+            sign, node = -1, node.operand
+        if isinstance(node, ex.Number) and isinstance(node.value, int):
+            return sign * node.value
+        raise self.error(f"{what} takes an integer literal", node)
+
+
+def parse(text: str, file: str | None = None) -> Spec:
+    """Parse spec text into a Spec (raises SpecSyntaxError / SpecError on bad input)."""
+    if len(text.encode()) > MAX_SPEC_BYTES:
+        raise SpecError(f"spec is {len(text.encode())} bytes; the limit is {MAX_SPEC_BYTES}",
+                        file=file)
+    reader = _Reader(text, file)
+    body, _ = reader.read()
+    return _Builder(reader).build(body)
+
+
+def parse_file(path: str | Path) -> Spec:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecError(f"not UTF-8 text ({error.reason} at byte {error.start})",
+                        file=str(path)) from None
+    except OSError as error:
+        raise SpecError(f"cannot read: {error.strerror}", file=str(path)) from None
+    return parse(text, str(path))

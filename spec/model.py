@@ -1,0 +1,244 @@
+"""The records a spec is made of: dims, constraints, choices, tensors, equations, blocks.
+
+Everything here is plain data with the file and line it came from. ``spec.language`` builds
+these records from text; the checker, the code generator and the docs read them.
+"""
+
+from dataclasses import dataclass, field
+
+import sympy
+
+from spec.errors import SpecError
+from spec.shape import Dim, Shape
+
+ROLES = ("input", "param", "intermediate", "output")
+
+
+# ---------------------------------------------------------------------------------------------
+# Expressions after lowering: op trees over tensor references and scalar dim expressions
+
+@dataclass(frozen=True)
+class TensorRef:
+    name: str
+    line: int | None = None
+    column: int | None = None
+
+
+@dataclass(frozen=True)
+class ScalarExpr:
+    expr: sympy.Basic
+    line: int | None = None
+    column: int | None = None
+
+
+@dataclass(frozen=True)
+class OpNode:
+    op: str                                   # a key of spec.ops.OPS
+    args: tuple
+    attrs: tuple[tuple[str, object], ...] = ()
+    line: int | None = None
+    column: int | None = None
+
+    @property
+    def attr(self) -> dict:
+        return dict(self.attrs)
+
+
+Term = TensorRef | ScalarExpr | OpNode
+
+
+def tensor_names(term: Term) -> list[str]:
+    """The tensors an expression reads, in order of first use."""
+    found: list[str] = []
+
+    def walk(t: Term) -> None:
+        if isinstance(t, TensorRef):
+            if t.name not in found:
+                found.append(t.name)
+        elif isinstance(t, OpNode):
+            for a in t.args:
+                walk(a)
+    walk(term)
+    return found
+
+
+def op_names(term: Term) -> list[str]:
+    """The ops an expression applies, innermost first."""
+    found: list[str] = []
+
+    def walk(t: Term) -> None:
+        if isinstance(t, OpNode):
+            for a in t.args:
+                walk(a)
+            found.append(t.op)
+    walk(term)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Statements
+
+@dataclass
+class Constraint:
+    relation: sympy.Basic           # a sympy relational over dims
+    text: str
+    file: str | None = None
+    line: int | None = None
+
+
+@dataclass
+class Let:
+    """A derived dim: ``let d_k = d_model / H``."""
+    dim: str
+    expr: sympy.Basic
+    text: str
+    file: str | None = None
+    line: int | None = None
+
+
+@dataclass
+class Choice:
+    name: str
+    options: tuple[str, ...]
+    meaning: str = ""
+    file: str | None = None
+    line: int | None = None
+
+    @property
+    def default(self) -> str:
+        return self.options[0]
+
+
+@dataclass
+class Note:
+    """Something a spec states that the checker cannot judge (a value domain, an index rule)."""
+    text: str
+    source: str = ""
+    file: str | None = None
+    line: int | None = None
+
+
+@dataclass
+class TensorDecl:
+    name: str
+    role: str
+    shape: Shape | None              # None: left unstated (parameters only)
+    dtype: str = "float"
+    meaning: str = ""
+    file: str | None = None
+    line: int | None = None
+
+    @property
+    def family(self) -> sympy.Basic | None:
+        return None if self.shape is None else self.shape.family
+
+
+@dataclass
+class Equation:
+    """One equation: a named output computed from an op tree (``S_h = Q_h @ K_h.T / ...``)."""
+    output: str
+    expr: Term
+    text: str                        # the plain form, as written (normalised spacing)
+    source: str = ""
+    file: str | None = None
+    line: int | None = None
+
+    @property
+    def inputs(self) -> list[str]:
+        return tensor_names(self.expr)
+
+    @property
+    def ops(self) -> list[str]:
+        return op_names(self.expr)
+
+
+@dataclass
+class BlockCall:
+    """``Y = block(X, ...)``, or ``Y = repeat(N, block, X, ...)`` for a stack of N copies."""
+    output: str
+    block: str
+    args: tuple[str, ...]
+    instance: str
+    repeat: sympy.Basic | None = None
+    text: str = ""
+    source: str = ""
+    file: str | None = None
+    line: int | None = None
+
+    @property
+    def inputs(self) -> list[str]:
+        return list(dict.fromkeys(self.args))
+
+
+@dataclass
+class When:
+    """Statements that apply only under some choice values; ``otherwise`` under the rest."""
+    choice: str
+    options: frozenset[str]
+    body: list = field(default_factory=list)
+    otherwise: list = field(default_factory=list)
+    file: str | None = None
+    line: int | None = None
+    negate: bool = False        # `when x != a`; resolved to the other options when built
+
+
+Statement = Constraint | Let | Note | TensorDecl | Equation | BlockCall | When
+
+
+@dataclass
+class Block:
+    """A reusable piece of model: inputs, local dims bound at each call, a body, one output."""
+    name: str
+    local_dims: dict[str, Dim]
+    inputs: list[TensorDecl]
+    output: str
+    body: list
+    file: str | None = None
+    line: int | None = None
+
+
+@dataclass
+class Spec:
+    """A whole spec file: the model is the top-level body, with blocks it calls."""
+    name: str
+    title: str
+    file: str | None
+    dims: dict[str, Dim]
+    choices: dict[str, Choice]
+    blocks: dict[str, Block]
+    body: list
+    outputs: list[str]
+    text_hash: str = ""
+
+    def symbols(self) -> dict[str, sympy.Symbol]:
+        return {name: dim.symbol for name, dim in self.dims.items()}
+
+    def choice_values(self, given: dict[str, str] | None = None) -> dict[str, str]:
+        """Every choice with a value: given ones (validated), the rest at their default."""
+        given = dict(given or {})
+        values = {}
+        for name, choice in self.choices.items():
+            value = given.pop(name, choice.default)
+            if value not in choice.options:
+                raise SpecError(f"choice {name} has no option {value!r}; options: "
+                                f"{', '.join(choice.options)}", file=choice.file,
+                                line=choice.line)
+            values[name] = value
+        if given:
+            name = sorted(given)[0]
+            raise SpecError(f"unknown choice {name!r}; this spec's choices: "
+                            f"{', '.join(self.choices) or 'none'}", file=self.file)
+        return values
+
+
+def select(statements: list, choices: dict[str, str]) -> list:
+    """The statements that apply under these choice values, with every `when` resolved."""
+    out = []
+    for statement in statements:
+        if isinstance(statement, When):
+            branch = statement.body if choices[statement.choice] in statement.options \
+                else statement.otherwise
+            out.extend(select(branch, choices))
+        else:
+            out.append(statement)
+    return out

@@ -1,0 +1,44 @@
+"""Which names a spec may use: every name becomes code, so only plain identifiers pass."""
+
+import builtins
+import keyword
+import re
+
+from spec.errors import SpecError
+
+MAX_NAME_LENGTH = 64
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+# Words the spec language and generated code reserve for themselves.
+RESERVED = frozenset({
+    "spec", "source", "note", "dim", "let", "require", "choice", "when", "else", "input",
+    "param", "tensor", "output", "block", "as", "in", "repeat", "float", "int", "bool",
+    "params", "np", "xp", "math",
+})
+
+
+def check_name(name: str, what: str, *, file: str | None = None, line: int | None = None,
+               value_only: bool = False) -> str:
+    """Return ``name`` if it is safe to become a Python identifier in generated code.
+
+    A name must be ASCII letters, digits and underscores, start with a letter, be at most
+    MAX_NAME_LENGTH long, and be neither a Python keyword, a builtin, nor a reserved word.
+    ``value_only`` names (choice options) never become identifiers, so only the first rules
+    apply to them.
+    """
+    if len(name) > MAX_NAME_LENGTH:
+        raise SpecError(f"{what} name {name[:20]!r}... is {len(name)} characters long; "
+                        f"the limit is {MAX_NAME_LENGTH}", file=file, line=line)
+    if not _IDENTIFIER.match(name):
+        raise SpecError(f"{what} name {name!r} is not a plain identifier "
+                        "(ASCII letter first, then letters, digits, underscores)",
+                        file=file, line=line)
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        raise SpecError(f"{what} name {name!r} is a Python keyword", file=file, line=line)
+    if value_only:
+        return name
+    if name in RESERVED:
+        raise SpecError(f"{what} name {name!r} is reserved by the spec language",
+                        file=file, line=line)
+    if hasattr(builtins, name):
+        raise SpecError(f"{what} name {name!r} shadows a Python builtin", file=file, line=line)
+    return name

@@ -1,0 +1,542 @@
+"""The op catalogue: every op the spec language knows, each defined once, here.
+
+An entry holds what the op *is*: how it is written in a spec (its function name and argument
+kinds), its shape and dtype rule, and its LaTeX form. Later stages (code generation, FLOP and
+parameter counts) add their rule to the same entry, never a second table elsewhere.
+
+Shape rules talk to the checker through a small context (see ``Context``): they state what must
+hold (``ctx.equal(K, K2, ...)``) and the checker proves it for every size the constraints allow,
+or records a finding with a counterexample. A rule raises ``ctx.error(...)`` only for what no
+size can fix: a wrong rank, a wrong dtype, an axis that does not exist.
+"""
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import sympy
+
+from spec.errors import SpecError
+from spec.shape import Shape
+
+
+@dataclass(frozen=True)
+class Value:
+    """What an expression evaluates to during checking: a tensor (or family) or a scalar."""
+    shape: Shape | None            # None: a parameter whose shape the spec left unstated
+    dtype: str = "float"
+    scalar: sympy.Basic | None = None   # set for scalar expressions over dims (sqrt(d_k))
+    tensor: str | None = None           # the tensor name, for a leaf
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.scalar is not None
+
+
+class Context(Protocol):
+    """What shape rules may ask of the checker."""
+
+    def equal(self, a: sympy.Basic, b: sympy.Basic, what: str) -> sympy.Basic:
+        """State a == b for all allowed sizes; returns the common value."""
+
+    def divides(self, divisor: sympy.Basic, n: sympy.Basic, what: str) -> None:
+        """State that divisor divides n for all allowed sizes."""
+
+    def at_most(self, a: sympy.Basic, b: sympy.Basic, what: str) -> None:
+        """State a <= b for all allowed sizes."""
+
+    def shape(self, value: Value, rank: int, role: str) -> Shape:
+        """The shape of value; for an unstated parameter, a fresh shape of this rank."""
+
+    def error(self, message: str) -> SpecError:
+        """An error at the equation being checked (raise it)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared rules
+
+def join_family(ctx: Context, *families) -> sympy.Basic | None:
+    """Members of families combine member by member: the family sizes must agree."""
+    result = None
+    for family in families:
+        if family is None:
+            continue
+        result = family if result is None else ctx.equal(result, family, "family sizes")
+    return result
+
+
+def broadcast(ctx: Context, a: Shape, b: Shape, what: str) -> Shape:
+    """NumPy broadcasting of two shapes, right-aligned; unequal dims must be provably 1."""
+    out = []
+    for i in range(1, max(a.rank, b.rank) + 1):
+        x = a.dims[-i] if i <= a.rank else None
+        y = b.dims[-i] if i <= b.rank else None
+        if x is None or x == 1:
+            out.append(y if y is not None else x)
+        elif y is None or y == 1:
+            out.append(x)
+        else:
+            out.append(ctx.equal(x, y, f"{what}, axis {-i}"))
+    return Shape(tuple(reversed(out)), join_family(ctx, a.family, b.family))
+
+
+def result_dtype(values: list[Value]) -> str:
+    dtypes = {v.dtype for v in values}
+    return "float" if "float" in dtypes else "int" if "int" in dtypes else "bool"
+
+
+def require_rank(ctx: Context, shape: Shape, at_least: int, what: str, op: str) -> None:
+    if shape.rank < at_least:
+        raise ctx.error(f"{op} needs {what} of rank {at_least} or more, got rank {shape.rank} "
+                        f"({shape.text()})")
+
+
+def require_dtype(ctx: Context, value: Value, dtypes: tuple[str, ...], what: str, op: str) -> None:
+    if value.dtype not in dtypes:
+        raise ctx.error(f"{op} needs {what} of dtype {' or '.join(dtypes)}, got {value.dtype}")
+
+
+def axis_index(ctx: Context, axis: int, rank: int, op: str) -> int:
+    if not -rank <= axis < rank:
+        raise ctx.error(f"{op}: axis {axis} does not exist in a tensor of rank {rank}")
+    return axis % rank
+
+
+def latex_dim(expr: sympy.Basic) -> str:
+    return sympy.latex(expr)
+
+
+# ---------------------------------------------------------------------------------------------
+# The catalogue
+
+@dataclass(frozen=True)
+class Op:
+    """One op: how it is written and its shape rule; subclasses fill in ``infer`` and ``latex``.
+
+    ``params`` gives each positional argument's kind: 'tensor', 'dim' (a dim expression), or
+    'value' (either); ``attrs`` gives keyword attributes and their defaults.
+    """
+    name: str
+    summary: str
+    params: tuple[str, ...] = ()
+    attrs: dict = field(default_factory=dict)
+    precedence: int = 100      # for LaTeX parentheses: 100 atoms/functions, 50 products, 40 sums
+
+    def infer(self, ctx: Context, args: list[Value], attrs: dict) -> Value:
+        raise NotImplementedError
+
+    def latex(self, args: list[str], attrs: dict) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Elementwise(Op):
+    """A function applied to every element: shape kept, dtype float."""
+    latex_name: str = ""
+    params: tuple[str, ...] = ("tensor",)
+
+    def infer(self, ctx, args, attrs):
+        (x,) = args
+        return Value(ctx.shape(x, 1, "input"), "float")
+
+    def latex(self, args, attrs):
+        return f"{self.latex_name}\\left({args[0]}\\right)"
+
+
+@dataclass(frozen=True)
+class Binary(Op):
+    """Element-wise binary arithmetic with NumPy broadcasting; tensor or scalar operands."""
+    symbol: str = "+"
+    latex_symbol: str = "+"
+    params: tuple[str, ...] = ("value", "value")
+
+    def infer(self, ctx, args, attrs):
+        a, b = args
+        if a.is_scalar and b.is_scalar:
+            raise ctx.error(f"{self.name} of two scalars is a dim expression, not a tensor")
+        if a.is_scalar or b.is_scalar:
+            tensor = b if a.is_scalar else a
+            return Value(ctx.shape(tensor, 1, "operand"), result_dtype([tensor]))
+        # an unstated operand (a bias) is taken as a vector along the other's last axis
+        shape_a, shape_b = ctx.shape(a, 1, "operand"), ctx.shape(b, 1, "operand")
+        dtype = "float" if self.name in ("div",) else result_dtype([a, b])
+        return Value(broadcast(ctx, shape_a, shape_b, f"{self.name} operands"), dtype)
+
+    def latex(self, args, attrs):
+        if self.name == "div":
+            return f"\\frac{{{args[0]}}}{{{args[1]}}}"
+        return f"{args[0]} {self.latex_symbol} {args[1]}"
+
+
+@dataclass(frozen=True)
+class Maximum(Op):
+    def infer(self, ctx, args, attrs):
+        a, b = args
+        if a.is_scalar and b.is_scalar:
+            raise ctx.error("max of two scalars is not a tensor")
+        if a.is_scalar or b.is_scalar:
+            tensor = b if a.is_scalar else a
+            return Value(ctx.shape(tensor, 1, "operand"), result_dtype([tensor]))
+        return Value(broadcast(ctx, ctx.shape(a, 1, "operand"), ctx.shape(b, 1, "operand"),
+                               "max operands"), result_dtype([a, b]))
+
+    def latex(self, args, attrs):
+        return f"\\max\\left({args[0]},\\, {args[1]}\\right)"
+
+
+@dataclass(frozen=True)
+class Negate(Op):
+    def infer(self, ctx, args, attrs):
+        (x,) = args
+        return Value(ctx.shape(x, 1, "operand"), result_dtype([x]))
+
+    def latex(self, args, attrs):
+        return f"-{args[0]}"
+
+
+@dataclass(frozen=True)
+class Power(Op):
+    def infer(self, ctx, args, attrs):
+        x, exponent = args
+        if x.is_scalar or not exponent.is_scalar:
+            raise ctx.error("'**' raises a tensor to a scalar power")
+        return Value(ctx.shape(x, 1, "operand"), "float")
+
+    def latex(self, args, attrs):
+        return f"{args[0]}^{{{args[1]}}}"
+
+
+@dataclass(frozen=True)
+class MatMul(Op):
+    """A @ B: (..., M, K) @ (..., K, N) -> (..., M, N), batch axes broadcast."""
+
+    def infer(self, ctx, args, attrs):
+        a, b = args
+        if a.is_scalar or b.is_scalar:
+            raise ctx.error("'@' needs two tensors; scale by a scalar with '*' or '/'")
+        shape_a = ctx.shape(a, 2, "left operand")
+        shape_b = ctx.shape(b, 2, "right operand")
+        require_rank(ctx, shape_a, 2, "a left operand", "matmul")
+        require_rank(ctx, shape_b, 2, "a right operand", "matmul")
+        ctx.equal(shape_a.dims[-1], shape_b.dims[-2],
+                  f"matmul inner dimensions ({shape_a.text()} @ {shape_b.text()})")
+        batch = broadcast(ctx, Shape(shape_a.dims[:-2], shape_a.family),
+                          Shape(shape_b.dims[:-2], shape_b.family), "matmul batch axes")
+        dims = batch.dims + (shape_a.dims[-2], shape_b.dims[-1])
+        return Value(Shape(dims, batch.family), "float")
+
+    def latex(self, args, attrs):
+        return f"{args[0]} {args[1]}"
+
+
+@dataclass(frozen=True)
+class Transpose(Op):
+    """X.T: swap the last two axes (a matrix transpose, batched)."""
+
+    def infer(self, ctx, args, attrs):
+        (x,) = args
+        shape = ctx.shape(x, 2, "operand")
+        require_rank(ctx, shape, 2, "an operand", "transpose (.T)")
+        dims = shape.dims[:-2] + (shape.dims[-1], shape.dims[-2])
+        return Value(Shape(dims, shape.family), x.dtype)
+
+    def latex(self, args, attrs):
+        return f"{args[0]}^\\top"
+
+
+@dataclass(frozen=True)
+class Scale(Op):
+    """X * c or X / c for a scalar expression c over dims (1/sqrt(d_k))."""
+
+    def infer(self, ctx, args, attrs):
+        raise AssertionError("scale is built by lowering, not inferred directly")
+
+    def latex(self, args, attrs):
+        return f"\\frac{{{args[0]}}}{{{args[1]}}}" if attrs.get("divide") else \
+            f"{args[1]} {args[0]}"
+
+
+@dataclass(frozen=True)
+class Softmax(Op):
+    def infer(self, ctx, args, attrs):
+        (x,) = args
+        shape = ctx.shape(x, 1, "input")
+        axis_index(ctx, attrs["axis"], shape.rank, "softmax")
+        return Value(shape, "float")
+
+    def latex(self, args, attrs):
+        return f"\\mathrm{{softmax}}\\left({args[0]}\\right)"
+
+
+@dataclass(frozen=True)
+class LayerNorm(Op):
+    """LayerNorm(X; gamma, beta) over the last axis; gamma and beta have X's last dim."""
+
+    def infer(self, ctx, args, attrs):
+        x, gamma, beta = args
+        shape = ctx.shape(x, 1, "input")
+        require_rank(ctx, shape, 1, "an input", "layer_norm")
+        width = shape.dims[-1]
+        for name, param in (("gain", gamma), ("bias", beta)):
+            p = ctx.shape(param, 1, name)
+            if p.rank != 1:
+                raise ctx.error(f"layer_norm {name} must be a vector, got {p.text()}")
+            ctx.equal(p.dims[0], width, f"layer_norm {name} width vs input's last axis")
+        return Value(shape, "float")
+
+    def latex(self, args, attrs):
+        return f"\\mathrm{{LayerNorm}}\\left({args[0]};\\, {args[1]}, {args[2]}\\right)"
+
+
+@dataclass(frozen=True)
+class Gather(Op):
+    """E[t]: rows of a table picked by integer ids: (V, d) and (...) -> (..., d)."""
+
+    def infer(self, ctx, args, attrs):
+        table, ids = args
+        if ids.is_scalar:
+            raise ctx.error("indexing needs a tensor of integer ids")
+        require_dtype(ctx, ids, ("int",), "ids", "gather")
+        table_shape = ctx.shape(table, 2, "table")
+        require_rank(ctx, table_shape, 2, "a table", "gather")
+        id_shape = ctx.shape(ids, 1, "ids")
+        family = join_family(ctx, table_shape.family, id_shape.family)
+        return Value(Shape(id_shape.dims + table_shape.dims[1:], family), table.dtype)
+
+    def latex(self, args, attrs):
+        return f"{args[0]}_{{{args[1]}}}"
+
+
+@dataclass(frozen=True)
+class SliceRows(Op):
+    """P[:n]: the first n rows of a table; n must not exceed its length."""
+
+    def infer(self, ctx, args, attrs):
+        table, n = args
+        shape = ctx.shape(table, 2, "table")
+        require_rank(ctx, shape, 1, "a table", "slice")
+        ctx.at_most(n.scalar, shape.dims[0], "rows taken vs table length")
+        return Value(Shape((n.scalar,) + shape.dims[1:], shape.family), table.dtype)
+
+    def latex(self, args, attrs):
+        return f"{args[0]}_{{1:{args[1]}}}"
+
+
+@dataclass(frozen=True)
+class SplitHeads(Op):
+    """split_heads(X, H): (..., H*d) -> a family of H tensors (..., d)."""
+
+    def infer(self, ctx, args, attrs):
+        x, heads = args
+        shape = ctx.shape(x, 1, "input")
+        require_rank(ctx, shape, 1, "an input", "split_heads")
+        if shape.family is not None:
+            raise ctx.error("split_heads needs a single tensor, got a family")
+        width = shape.dims[-1]
+        ctx.divides(heads.scalar, width, "split_heads: heads must divide the last axis")
+        return Value(Shape(shape.dims[:-1] + (width / heads.scalar,), heads.scalar), x.dtype)
+
+    def latex(self, args, attrs):
+        return f"\\mathrm{{SplitHeads}}_{{{args[1]}}}\\left({args[0]}\\right)"
+
+
+@dataclass(frozen=True)
+class ConcatHeads(Op):
+    """concat_heads(O_h): a family of H tensors (..., d) -> (..., H*d)."""
+
+    def infer(self, ctx, args, attrs):
+        (x,) = args
+        shape = ctx.shape(x, 1, "input")
+        if shape.family is None:
+            raise ctx.error("concat_heads needs a family of tensors (declared with [H])")
+        require_rank(ctx, shape, 1, "members", "concat_heads")
+        dims = shape.dims[:-1] + (shape.family * shape.dims[-1],)
+        return Value(Shape(dims), x.dtype)
+
+    def latex(self, args, attrs):
+        return f"\\mathrm{{Concat}}\\left({args[0]}\\right)"
+
+
+@dataclass(frozen=True)
+class Concat(Op):
+    """concat(A, B, axis=-1): join two tensors along an axis; the other axes must agree."""
+
+    def infer(self, ctx, args, attrs):
+        a, b = args
+        shape_a, shape_b = ctx.shape(a, 1, "operand"), ctx.shape(b, 1, "operand")
+        if shape_a.rank != shape_b.rank:
+            raise ctx.error(f"concat needs operands of one rank, got {shape_a.text()} and "
+                            f"{shape_b.text()}")
+        axis = axis_index(ctx, attrs["axis"], shape_a.rank, "concat")
+        dims = []
+        for i, (x, y) in enumerate(zip(shape_a.dims, shape_b.dims)):
+            dims.append(x + y if i == axis else ctx.equal(x, y, f"concat axis {i}"))
+        return Value(Shape(tuple(dims), join_family(ctx, shape_a.family, shape_b.family)),
+                     result_dtype([a, b]))
+
+    def latex(self, args, attrs):
+        return f"\\left[{args[0]} \\,\\|\\, {args[1]}\\right]"
+
+
+@dataclass(frozen=True)
+class CausalMask(Op):
+    """causal_mask(T_q, T_kv): M[i, j] = 1 where key j is not after query i, else 0."""
+
+    def infer(self, ctx, args, attrs):
+        t_q, t_kv = args
+        return Value(Shape((t_q.scalar, t_kv.scalar)), "bool")
+
+    def latex(self, args, attrs):
+        return f"M^{{\\mathrm{{causal}}}}_{{{args[0]} \\times {args[1]}}}"
+
+
+@dataclass(frozen=True)
+class PaddingMask(Op):
+    """padding_mask(m, T_q): key mask (B, T_kv) of 1 = token, 0 = padding -> (B, T_q, T_kv)."""
+
+    def infer(self, ctx, args, attrs):
+        keep, t_q = args
+        require_dtype(ctx, keep, ("bool",), "a key mask", "padding_mask")
+        shape = ctx.shape(keep, 2, "key mask")
+        if shape.rank != 2:
+            raise ctx.error(f"padding_mask needs a (batch, length) key mask, got {shape.text()}")
+        return Value(Shape((shape.dims[0], t_q.scalar, shape.dims[1]), shape.family), "bool")
+
+    def latex(self, args, attrs):
+        return f"M^{{\\mathrm{{pad}}}}\\left({args[0]}\\right)"
+
+
+@dataclass(frozen=True)
+class Sinusoidal(Op):
+    """sinusoidal_encoding(T, d): P[pos, 2i] = sin(pos / 10000^(2i/d)), P[pos, 2i+1] = cos(...)."""
+
+    def infer(self, ctx, args, attrs):
+        length, width = args
+        ctx.divides(sympy.Integer(2), width.scalar,
+                    "sinusoidal encoding pairs sin and cos columns, so its width must be even")
+        return Value(Shape((length.scalar, width.scalar)), "float")
+
+    def latex(self, args, attrs):
+        return f"\\mathrm{{PE}}_{{{args[0]} \\times {args[1]}}}"
+
+
+@dataclass(frozen=True)
+class RelativeBias(Op):
+    """relative_position_bias(R, T_q, T_kv): R[(j - i) + offset] for query i and key j.
+
+    R holds one learned value per relative offset; covering offsets from -(T_q - 1) to
+    T_kv - 1 needs T_q + T_kv - 1 entries.
+    """
+
+    def infer(self, ctx, args, attrs):
+        table, t_q, t_kv = args
+        shape = ctx.shape(table, 1, "table")
+        if shape.rank != 1:
+            raise ctx.error(f"relative_position_bias needs a vector of offsets, got "
+                            f"{shape.text()}")
+        ctx.at_most(t_q.scalar + t_kv.scalar - 1, shape.dims[0],
+                    "relative offsets needed vs table length")
+        return Value(Shape((t_q.scalar, t_kv.scalar), shape.family), "float")
+
+    def latex(self, args, attrs):
+        return f"{args[0]}_{{j - i}}"
+
+
+@dataclass(frozen=True)
+class Einsum(Op):
+    """einsum("ij,jk->ik", A, B): letters name axes; a repeated letter's dims must agree."""
+
+    def infer(self, ctx, args, attrs):
+        spec = attrs["spec"]
+        inputs, output = _parse_einsum(ctx, spec, len(args))
+        sizes: dict[str, sympy.Basic] = {}
+        for letters, value in zip(inputs, args):
+            if value.is_scalar:
+                raise ctx.error("einsum operands must be tensors")
+            shape = ctx.shape(value, len(letters), "operand")
+            if shape.family is not None:
+                raise ctx.error("einsum does not take families; concat_heads first")
+            if shape.rank != len(letters):
+                raise ctx.error(f"einsum {spec!r}: operand {letters!r} has rank {len(letters)} "
+                                f"in the pattern but rank {shape.rank} ({shape.text()})")
+            for letter, dim in zip(letters, shape.dims):
+                sizes[letter] = dim if letter not in sizes else \
+                    ctx.equal(sizes[letter], dim, f"einsum axis {letter!r}")
+        return Value(Shape(tuple(sizes[c] for c in output)), result_dtype(args))
+
+    def latex(self, args, attrs):
+        return f"\\mathrm{{einsum}}_{{\\texttt{{{attrs['spec']}}}}}\\left({', '.join(args)}\\right)"
+
+
+def _parse_einsum(ctx: Context, spec: str, count: int) -> tuple[list[str], str]:
+    if spec.count("->") != 1:
+        raise ctx.error(f"einsum pattern {spec!r} needs exactly one '->'")
+    left, output = (part.replace(" ", "") for part in spec.split("->"))
+    inputs = left.split(",")
+    letters = "".join(inputs) + output
+    if not all("a" <= c <= "z" or "A" <= c <= "Z" for c in letters):
+        raise ctx.error(f"einsum pattern {spec!r}: axes are single letters")
+    if len(inputs) != count:
+        raise ctx.error(f"einsum pattern {spec!r} names {len(inputs)} operands, got {count}")
+    unknown = set(output) - set("".join(inputs))
+    if unknown or len(set(output)) != len(output):
+        raise ctx.error(f"einsum pattern {spec!r}: output axes must be distinct input axes")
+    return inputs, output
+
+
+def _ops(*ops: Op) -> dict[str, Op]:
+    return {op.name: op for op in ops}
+
+
+OPS: dict[str, Op] = _ops(
+    MatMul("matmul", "matrix product with broadcast batch axes", ("tensor", "tensor"),
+           precedence=50),
+    Einsum("einsum", "tensor contraction by an index pattern", precedence=100),
+    Transpose("transpose", "swap the last two axes", ("tensor",), precedence=90),
+    Binary("add", "element-wise sum, broadcasting", symbol="+", latex_symbol="+",
+           precedence=40),
+    Binary("sub", "element-wise difference, broadcasting", symbol="-", latex_symbol="-",
+           precedence=40),
+    Binary("mul", "element-wise product, broadcasting", symbol="*", latex_symbol="\\odot",
+           precedence=50),
+    Binary("div", "element-wise quotient, broadcasting", symbol="/", latex_symbol="/",
+           precedence=100),
+    Scale("scale", "multiply or divide by a scalar expression over dims", precedence=50),
+    Negate("neg", "element-wise negation", ("tensor",), precedence=45),
+    Power("pow", "element-wise power by a scalar", ("tensor", "value"), precedence=70),
+    Maximum("maximum", "element-wise maximum, broadcasting", ("value", "value")),
+    Elementwise("log", "element-wise natural logarithm", latex_name="\\log"),
+    Elementwise("exp", "element-wise exponential", latex_name="\\exp"),
+    Elementwise("relu", "max(0, x)", latex_name="\\mathrm{ReLU}"),
+    Elementwise("gelu", "x * Phi(x), Phi the standard normal CDF", latex_name="\\mathrm{GELU}"),
+    Softmax("softmax", "exp(x) / sum(exp(x)) along an axis", ("tensor",), {"axis": -1}),
+    LayerNorm("layer_norm", "normalise the last axis, then scale and shift",
+              ("tensor", "tensor", "tensor")),
+    Gather("gather", "embedding lookup: rows of a table by integer ids", ("tensor", "tensor"),
+           precedence=90),
+    SliceRows("slice_rows", "the first n rows of a table", ("tensor", "dim"), precedence=90),
+    SplitHeads("split_heads", "reshape the last axis into H heads (reshape + transpose)",
+               ("tensor", "dim")),
+    ConcatHeads("concat_heads", "concatenate a family's members along the last axis",
+                ("tensor",)),
+    Concat("concat", "join two tensors along an axis", ("tensor", "tensor"), {"axis": -1}),
+    CausalMask("causal_mask", "lower-triangular 0/1 mask: no attending to later keys",
+               ("dim", "dim")),
+    PaddingMask("padding_mask", "0/1 key mask broadcast over queries", ("tensor", "dim")),
+    Sinusoidal("sinusoidal_encoding", "the fixed sine/cosine position table", ("dim", "dim")),
+    RelativeBias("relative_position_bias", "a learned bias per relative offset j - i",
+                 ("tensor", "dim", "dim")),
+)
+
+# How each op is written in a spec: function names, operators, and the op they mean.
+FUNCTIONS: dict[str, str] = {
+    "einsum": "einsum", "log": "log", "exp": "exp", "relu": "relu", "gelu": "gelu",
+    "softmax": "softmax", "layer_norm": "layer_norm", "max": "maximum",
+    "split_heads": "split_heads", "concat_heads": "concat_heads", "concat": "concat",
+    "causal_mask": "causal_mask", "padding_mask": "padding_mask",
+    "sinusoidal_encoding": "sinusoidal_encoding",
+    "relative_position_bias": "relative_position_bias", "transpose": "transpose",
+}
+OPERATORS: dict[str, str] = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul",
+                             "**": "pow"}
+# Scalar functions of dims, usable wherever a scalar may stand (x / sqrt(d_k)).
+SCALAR_FUNCTIONS = {"sqrt": sympy.sqrt}

@@ -1,0 +1,322 @@
+"""Proofs about dim expressions under a spec's constraints, and counterexamples when they fail.
+
+A ``Prover`` knows the constraints in force (``d_model % H == 0``, ``T <= max_len``), the derived
+dims (``d_k = d_model / H``) and any dims bound to values. It answers three kinds of claim for
+every size the constraints allow: ``a == b``, ``d divides n`` and ``a <= b``. Each answer is a
+``Verdict``: proved; disproved, with the smallest counterexample it found; or unknown, when
+neither a proof nor a counterexample was found (reported, never silently passed).
+
+Proof methods, cheapest first: sympy's canonical form (``H*(d_model/H)`` is ``d_model``), exact
+cancellation, divisibility witnesses (``d_model % H == 0`` lets ``d_model = H*q``), and for
+inequalities a linear program over the constraints (sympy's exact simplex). Counterexamples
+come from a bounded search over small sizes that satisfy every constraint.
+"""
+
+import itertools
+from dataclasses import dataclass
+from fractions import Fraction
+
+import sympy
+from sympy.solvers.simplex import lpmin
+
+SEARCH_MAX = 12          # largest size tried per dim in the counterexample search
+SEARCH_BUDGET = 20000    # candidate assignments tried per claim
+
+
+@dataclass(frozen=True)
+class Verdict:
+    proved: bool
+    counterexample: tuple[tuple[str, int], ...] | None = None   # (dim, value) pairs
+
+    @property
+    def disproved(self) -> bool:
+        return self.counterexample is not None
+
+    @property
+    def unknown(self) -> bool:
+        return not self.proved and self.counterexample is None
+
+
+PROVED = Verdict(True)
+UNKNOWN = Verdict(False)
+
+
+class NotInteger(Exception):
+    """An expression evaluated to a non-integer where a size was needed."""
+
+
+def evaluate(expr: sympy.Basic, values: dict) -> Fraction | float | bool:
+    """Evaluate a dim expression exactly, with Python numbers: no sympy subs, no eval."""
+    if isinstance(expr, sympy.Symbol):
+        return Fraction(values[expr])
+    if isinstance(expr, sympy.Integer):
+        return Fraction(int(expr))
+    if isinstance(expr, sympy.Rational):
+        return Fraction(int(expr.p), int(expr.q))
+    if isinstance(expr, sympy.Float):
+        return float(expr)
+    if isinstance(expr, sympy.Add):
+        return sum((evaluate(a, values) for a in expr.args), Fraction(0))
+    if isinstance(expr, sympy.Mul):
+        result = Fraction(1)
+        for a in expr.args:
+            result = result * evaluate(a, values)
+        return result
+    if isinstance(expr, sympy.Pow):
+        base, exponent = evaluate(expr.base, values), evaluate(expr.exp, values)
+        if isinstance(exponent, Fraction) and exponent.denominator == 1:
+            if base == 0 and exponent < 0:
+                raise ZeroDivisionError("0 to a negative power")
+            return base ** int(exponent)
+        return float(base) ** float(exponent)
+    if isinstance(expr, sympy.Mod):
+        a, b = evaluate(expr.args[0], values), evaluate(expr.args[1], values)
+        return a % b
+    if isinstance(expr, sympy.Eq):
+        return evaluate(expr.lhs, values) == evaluate(expr.rhs, values)
+    if isinstance(expr, sympy.Ne):
+        return evaluate(expr.lhs, values) != evaluate(expr.rhs, values)
+    if isinstance(expr, sympy.StrictLessThan):
+        return evaluate(expr.lhs, values) < evaluate(expr.rhs, values)
+    if isinstance(expr, sympy.LessThan):
+        return evaluate(expr.lhs, values) <= evaluate(expr.rhs, values)
+    if isinstance(expr, sympy.StrictGreaterThan):
+        return evaluate(expr.lhs, values) > evaluate(expr.rhs, values)
+    if isinstance(expr, sympy.GreaterThan):
+        return evaluate(expr.lhs, values) >= evaluate(expr.rhs, values)
+    if expr is sympy.true:
+        return True
+    if expr is sympy.false:
+        return False
+    raise TypeError(f"cannot evaluate {expr!r}")
+
+
+def is_whole(value) -> bool:
+    return isinstance(value, Fraction) and value.denominator == 1 and value > 0
+
+
+class Prover:
+    """Decides claims about dims under constraints, derived dims and bound values."""
+
+    def __init__(self, dims: list[sympy.Symbol], constraints: list[sympy.Basic],
+                 lets: dict[sympy.Symbol, sympy.Basic], values: dict[sympy.Symbol, int]):
+        self.dims = list(dims)
+        self.values = dict(values)
+        self.lets = dict(lets)
+        # derived dims in terms of base dims, then bound values put in
+        self.substitution = self._compose({**self.lets, **{s: sympy.Integer(v)
+                                                           for s, v in self.values.items()}})
+        self.constraints = list(constraints)
+        self.facts = [c.xreplace(self.substitution) for c in constraints]
+        self.witnesses = [(f.lhs.args[0], f.lhs.args[1]) for f in self.facts
+                          if isinstance(f, sympy.Eq) and isinstance(f.lhs, sympy.Mod)
+                          and f.rhs == 0]
+        self._cache: dict = {}
+        self._norms: dict = {}
+
+    @staticmethod
+    def _compose(mapping: dict) -> dict:
+        for _ in range(len(mapping) + 1):
+            updated = {s: e.xreplace(mapping) for s, e in mapping.items()}
+            if updated == mapping:
+                break
+            mapping = updated
+        return mapping
+
+    def norm(self, expr) -> sympy.Basic:
+        cached = self._norms.get(expr)
+        if cached is None:
+            cached = self._norms[expr] = sympy.sympify(expr).xreplace(self.substitution)
+        return cached
+
+    # -- the three claims
+    def equal(self, a, b) -> Verdict:
+        return self.equal_all([(a, b)])
+
+    def equal_all(self, pairs: list[tuple]) -> Verdict:
+        """Every pair equal, for all allowed sizes."""
+        key = ("eq", tuple(pairs))
+        verdict = self._cache.get(key)
+        if verdict is None:
+            normed = [(self.norm(a), self.norm(b)) for a, b in pairs]
+            verdict = self._cache[key] = self._equal_all(normed)
+        return verdict
+
+    def divides(self, divisor, n, *, derived_whole: bool = True) -> Verdict:
+        divisor, n = self.norm(divisor), self.norm(n)
+        key = ("div", divisor, n, derived_whole)
+        if key not in self._cache:
+            self._cache[key] = self._divides(divisor, n, derived_whole)
+        return self._cache[key]
+
+    def at_most(self, a, b) -> Verdict:
+        a, b = self.norm(a), self.norm(b)
+        key = ("le", a, b)
+        if key not in self._cache:
+            self._cache[key] = self._at_most(a, b)
+        return self._cache[key]
+
+    def integral(self, expr) -> Verdict:
+        """The expression is a whole number for every allowed size (a derived dim)."""
+        numerator, denominator = sympy.fraction(sympy.together(self.norm(expr)))
+        if denominator == 1:
+            return PROVED
+        # the search may not assume derived dims whole: that is the claim itself
+        return self.divides(denominator, numerator, derived_whole=False)
+
+    # -- methods
+    def _equal_all(self, pairs) -> Verdict:
+        pending = [(a, b) for a, b in pairs if a != b and sympy.cancel(a - b) != 0]
+        if not pending:
+            return PROVED
+        pending = [(a, b) for a, b in pending
+                   if not self._with_witnesses(lambda e: e == 0, a - b)]
+        if not pending:
+            return PROVED
+
+        def fails(values):
+            return any(evaluate(a, values) != evaluate(b, values) for a, b in pending)
+        return self._search(set().union(*(a.free_symbols | b.free_symbols for a, b in pending)),
+                            fails)
+
+    def _divides(self, divisor, n, derived_whole: bool) -> Verdict:
+        if self._with_witnesses(_integer_polynomial, n / divisor):
+            return PROVED
+
+        def fails(values):
+            quotient = evaluate(n, values) / evaluate(divisor, values)
+            return not (isinstance(quotient, Fraction) and quotient.denominator == 1)
+        return self._search(n.free_symbols | divisor.free_symbols, fails, derived_whole)
+
+    def _at_most(self, a, b) -> Verdict:
+        gap = sympy.expand(b - a)
+        if gap.is_number:
+            return PROVED if gap >= 0 else self._search(set(), lambda values: True)
+        if gap.is_nonnegative:
+            return PROVED
+        if self._linear_minimum_nonnegative(gap):
+            return PROVED
+        return self._search(gap.free_symbols, lambda values: evaluate(gap, values) < 0)
+
+    def _with_witnesses(self, test, expr) -> bool:
+        """Test the expression as is, then with each divisibility witness substituted."""
+        expr = sympy.cancel(expr)
+        if test(expr):
+            return True
+        for index, (n, d) in enumerate(self.witnesses):
+            if isinstance(n, sympy.Symbol):
+                quotient = sympy.Symbol(f"_q{index}", integer=True, positive=True)
+                if test(sympy.cancel(expr.xreplace({n: d * quotient}))):
+                    return True
+        return False
+
+    def _linear_minimum_nonnegative(self, gap) -> bool:
+        symbols = sorted(gap.free_symbols, key=str)
+        facts = [f for f in self.facts if isinstance(f, (sympy.LessThan, sympy.StrictLessThan,
+                                                         sympy.GreaterThan,
+                                                         sympy.StrictGreaterThan, sympy.Eq))
+                 and not f.has(sympy.Mod) and _linear(f.lhs - f.rhs)]
+        if not _linear(gap):
+            return False
+        involved = set(symbols)
+        for f in facts:
+            involved |= f.free_symbols
+        bounds = [s >= 1 for s in sorted(involved, key=str)]
+        try:
+            minimum, _ = lpmin(gap, facts + bounds)
+        except Exception:       # unbounded or infeasible: no proof this way
+            return False
+        return minimum >= 0
+
+    def _search(self, symbols: set, fails, derived_whole: bool = True) -> Verdict:
+        """The smallest sizes that satisfy every constraint and make the claim fail."""
+        symbols = set(symbols)
+        # bring in every dim that shares a constraint with the claim's dims, and the base dims
+        # behind derived ones, so that the counterexample is a valid size
+        changed = True
+        while changed:
+            changed = False
+            for fact in self.facts:
+                free = fact.free_symbols
+                if free & symbols and not free <= symbols:
+                    symbols |= free
+                    changed = True
+        order = [s for s in self.dims if s in symbols] + sorted(
+            (s for s in symbols if s not in self.dims), key=str)
+        derived = [(s, e) for s, e in self.substitution.items() if s not in self.values
+                   and e.free_symbols <= set(order)]
+        facts = [f for f in self.facts if f.free_symbols <= set(order)]
+        tried = 0
+        for total in range(len(order), len(order) * SEARCH_MAX + 1):
+            for combo in _compositions(total, len(order), SEARCH_MAX):
+                tried += 1
+                if tried > SEARCH_BUDGET:
+                    return UNKNOWN
+                values = dict(zip(order, combo))
+                try:
+                    if derived_whole and not all(is_whole(evaluate(e, values))
+                                                 for _, e in derived):
+                        continue
+                    if not all(evaluate(f, values) for f in facts):
+                        continue
+                    if fails(values):
+                        shown = {**values, **{s: evaluate(e, values) for s, e in derived}}
+                        return Verdict(False, tuple((str(s), _number(v)) for s, v in
+                                                    shown.items() if not str(s).startswith("_")))
+                except ZeroDivisionError:
+                    continue
+            if not order:
+                break
+        return UNKNOWN
+
+    def satisfied(self, values: dict) -> list[sympy.Basic]:
+        """The constraints (as written) that these values break."""
+        full = {**values}
+        return [c for c, f in zip(self.constraints, self.facts)
+                if f.free_symbols <= set(full) and not evaluate(f, full)]
+
+
+def _number(value):
+    value = Fraction(value)
+    return int(value) if value.denominator == 1 else value
+
+
+def _integer_polynomial(expr) -> bool:
+    if expr.is_Integer:
+        return True
+    symbols = sorted(expr.free_symbols, key=str)
+    if not symbols or not expr.is_polynomial(*symbols):
+        return False
+    poly = sympy.Poly(expr, *symbols)
+    return all(c.is_Integer for c in poly.coeffs())
+
+
+def _linear(expr) -> bool:
+    symbols = list(expr.free_symbols)
+    if not symbols:
+        return True
+    try:
+        return sympy.Poly(expr, *symbols).total_degree() <= 1
+    except sympy.PolynomialError:
+        return False
+
+
+def _compositions(total: int, parts: int, largest: int):
+    """Tuples of `parts` sizes in 1..largest summing to `total`, larger leading values first."""
+    if parts == 0:
+        if total == 0:
+            yield ()
+        return
+    for first in range(min(largest, total - (parts - 1)), 0, -1):
+        rest = total - first
+        if rest > (parts - 1) * largest:
+            break
+        for tail in _compositions(rest, parts - 1, largest):
+            yield (first,) + tail
+
+
+def all_combinations(choices: dict[str, tuple[str, ...]]):
+    """Every assignment of choice values, in declaration order."""
+    names = list(choices)
+    for combo in itertools.product(*(choices[n] for n in names)):
+        yield dict(zip(names, combo))
