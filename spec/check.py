@@ -47,6 +47,7 @@ class Result:
     tensors: list[TensorRow] = field(default_factory=list)    # for the first combination
     notes: list[Note] = field(default_factory=list)
     values: dict = field(default_factory=dict)                # dim values in force
+    lets: dict = field(default_factory=dict)                  # derived dims (first combination)
 
     @property
     def ok(self) -> bool:
@@ -236,12 +237,15 @@ class _Run:
 
     # -- the run
     def run(self) -> list[TensorRow]:
+        if self.check_constraints():
+            # sizes that break a constraint are outside the spec: nothing more to evaluate
+            return []
         for let in self.lets:
             verdict = self.prover.integral(let.expr)
             if not verdict.proved:
                 numerator, denominator = sympy.fraction(sympy.together(let.expr))
                 self.add(Finding(
-                    kind="not-integral" if not verdict.unknown else "unproved",
+                    kind="unproved" if verdict.unknown else "not-integral",
                     message=f"derived dim {let.dim} = {let.text} is not a whole number for "
                             "every size the constraints allow",
                     file=let.file, line=let.line, equation=f"let {let.dim} = {let.text}",
@@ -249,15 +253,16 @@ class _Run:
                     else None, dims=self.dim_values(let.expr.free_symbols),
                     hint=f"add the constraint `require {format_expr(numerator)} % "
                          f"{format_expr(denominator)} == 0`"))
-        self.check_constraints()
         scope = _Scope(self, "", {}, None)
         self.check_body(scope, select(self.spec.body, self.choices), [], self.spec.outputs,
                         "the model")
         return scope.rows
 
-    def check_constraints(self) -> None:
+    def check_constraints(self) -> int:
+        """With dim values given, report each constraint they break; returns how many."""
         if not self.value_map:
-            return
+            return 0
+        broken = 0
         symbols = self.spec.symbols()
         given = {symbols[n]: v for n, v in self.values.items()}
         full = dict(given)
@@ -274,6 +279,7 @@ class _Run:
                 holds = False
             if holds:
                 continue
+            broken += 1
             involved = sorted(relation.free_symbols, key=lambda s: list(symbols).index(str(s))
                               if str(s) in symbols else 0)
             self.add(Finding(
@@ -283,6 +289,7 @@ class _Run:
                 equation=f"require {constraint.text}",
                 dims={str(s): _plain(full[s]) for s in involved}, scope="variant",
                 hint=self.nearest_hint(involved, given)))
+        return broken
 
     def nearest_hint(self, involved: list, given: dict) -> str:
         """Valid values near the given ones, one dim at a time, others held fixed."""
@@ -709,6 +716,7 @@ def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *
         if index == 0:
             rows = top_rows
             notes = run.notes + _block_notes(spec, combo)
+            lets = run.let_map
         for finding in run.findings:
             key = finding.key()
             merged.setdefault(key, finding)
@@ -718,7 +726,7 @@ def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *
         for key, finding in merged.items():
             finding.choices = describe_combinations(seen_in[key], combos, spec)
     findings.sort(key=lambda f: (f.file or "", f.line or 0, f.kind, f.tensor))
-    return Result(spec, findings, combos, rows, notes, given)
+    return Result(spec, findings, combos, rows, notes, given, lets)
 
 
 def _block_notes(spec: Spec, combo: dict) -> list[Note]:

@@ -7,6 +7,7 @@ hint for the fix.
 """
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 
@@ -56,7 +57,8 @@ class Finding:
     def where(self) -> str:
         if self.file is None:
             return "<spec>"
-        return f"{self.file}:{self.line}" if self.line is not None else self.file
+        file = display_path(self.file)
+        return f"{file}:{self.line}" if self.line is not None else file
 
     def text(self) -> str:
         lines = [f"{self.where}: {self.kind}: {self.message}"]
@@ -84,6 +86,15 @@ class Finding:
                 data[name] = {k: (format_value(v) if isinstance(v, Fraction) else v)
                               for k, v in data[name].items()}
         return data
+
+
+def display_path(path: str, base: str | None = None) -> str:
+    """A path relative to ``base`` (default: the working directory) when it lies inside it."""
+    try:
+        relative = os.path.relpath(path, base or os.getcwd())
+    except ValueError:
+        return path
+    return path if relative.startswith("..") else relative
 
 
 def _pairs(values: dict) -> str:

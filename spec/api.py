@@ -1,0 +1,175 @@
+"""The Python API: find specs and variants, check them, list their shapes.
+
+    from spec import load, check
+    report = check(load("base"))
+    for finding in report.findings:
+        print(finding.text())
+"""
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spec.check import Result, TensorRow
+from spec.check import check as check_spec
+from spec.errors import UsageError
+from spec.findings import Finding
+from spec.language import parse_file
+from spec.model import Note, Spec
+from spec.prove import Prover
+from spec.shape import Shape
+from spec.variant import Variant, load_variant
+
+SPEC_DIR = Path(__file__).resolve().parent
+BUILTIN_SPEC = SPEC_DIR / "transformer.tspec"
+
+
+def builtin_specs() -> dict[str, Path]:
+    """Built-in specs by name: the Transformer and the five seed transcriptions."""
+    specs = {"transformer": BUILTIN_SPEC}
+    for path in sorted((SPEC_DIR / "seeds").glob("*.tspec")):
+        specs[path.stem] = path
+    return specs
+
+
+def builtin_variants() -> dict[str, Path]:
+    return {path.stem: path for path in sorted((SPEC_DIR / "variants").glob("*.toml"))}
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_cached(path: str, mtime_ns: int, size: int) -> Spec:
+    return parse_file(path)
+
+
+def read_spec(path: str | Path) -> Spec:
+    """Parse a spec file (cached while the file is unchanged)."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror}") from None
+    if not path.is_file():
+        raise UsageError(f"{path} is not a file")
+    return _parse_cached(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+def resolve_spec(name: str, base_dir: Path | None = None) -> Spec:
+    """A spec by built-in name, or by path (relative to base_dir when given)."""
+    builtin = builtin_specs()
+    if name in builtin:
+        return read_spec(builtin[name])
+    path = Path(name)
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    if not path.exists():
+        raise UsageError(f"no spec named {name!r}: not a file, and not a built-in spec "
+                         f"({', '.join(builtin)})")
+    return read_spec(path)
+
+
+def load(target: str | Path, settings: list[str] | None = None) -> Variant:
+    """A built-in name or a path: a spec (.tspec) or a variant (.toml), with --set applied."""
+    target = str(target)
+    variants = builtin_variants()
+    specs = builtin_specs()
+    path = Path(target)
+    if target in variants:
+        variant = load_variant(variants[target], resolve_spec)
+    elif target in specs:
+        variant = Variant(target, read_spec(specs[target]), file=str(specs[target]),
+                          is_spec=True)
+    elif path.exists():
+        if path.suffix == ".toml":
+            variant = load_variant(path, resolve_spec)
+        else:
+            spec = read_spec(path)
+            variant = Variant(spec.name, spec, file=str(path), is_spec=True)
+    else:
+        names = ", ".join(list(specs) + list(variants))
+        raise UsageError(f"no spec or variant named {target!r}: not a file, and not a "
+                         f"built-in ({names})")
+    return variant.with_settings(settings) if settings else variant
+
+
+@dataclass
+class Report:
+    """The findings for one spec or variant: the proof for all sizes, then the variant's."""
+    variant: Variant
+    proof: Result
+    concrete: Result | None
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    @property
+    def notes(self) -> list[Note]:
+        return self.proof.notes
+
+
+def check(target: Variant | Spec | str, settings: list[str] | None = None) -> Report:
+    """Check a spec (every choice combination) or a variant (its choices, then its values)."""
+    if isinstance(target, Spec):
+        target = Variant(target.name, target, file=target.file, is_spec=True)
+    elif not isinstance(target, Variant):
+        target = load(target)
+    if settings:
+        target = target.with_settings(settings)
+    spec = target.spec
+    if target.is_spec:
+        proof = check_spec(spec, all_choices=True)
+        return Report(target, proof, None, list(proof.findings))
+    proof = check_spec(spec, target.choices)
+    concrete = check_spec(spec, target.choices, target.dims) if target.dims else None
+    findings = list(proof.findings)
+    if concrete is not None:
+        seen = {(f.kind, f.file, f.line, f.tensor) for f in findings}
+        for finding in concrete.findings:
+            if (finding.kind, finding.file, finding.line, finding.tensor) not in seen:
+                finding.scope = "variant"
+                findings.append(finding)
+    return Report(target, proof, concrete, findings)
+
+
+@dataclass
+class ShapeRow:
+    name: str
+    role: str
+    symbolic: str
+    concrete: str
+    dtype: str
+    meaning: str
+    declared: bool
+
+
+def shapes(target: Variant | str, settings: list[str] | None = None) -> list[ShapeRow]:
+    """Every tensor of a variant with its symbolic and concrete shape."""
+    variant = target if isinstance(target, Variant) else load(target)
+    if settings:
+        variant = variant.with_settings(settings)
+    spec = variant.spec
+    result = check_spec(spec, variant.choices)
+    substitution = concrete_substitution(spec, result, variant.dims)
+    rows = []
+    for row in result.tensors:
+        rows.append(ShapeRow(row.name, row.role, _text(row.shape),
+                             _text(row.shape.subs(substitution) if row.shape else None),
+                             row.dtype, row.meaning, row.declared))
+    return rows
+
+
+def concrete_substitution(spec: Spec, result: Result, dims: dict[str, int]) -> dict:
+    """Dim symbol -> value (or expression of free dims), derived dims included."""
+    symbols = spec.symbols()
+    values = {symbols[n]: v for n, v in {**result.values, **dims}.items()}
+    prover = Prover(list(symbols.values()), [], result.lets, values)
+    return {s: prover.norm(s) for s in symbols.values()}
+
+
+def _text(shape: Shape | None) -> str:
+    return "?" if shape is None else shape.text()
+
+
+__all__ = ["Report", "ShapeRow", "TensorRow", "builtin_specs", "builtin_variants", "check",
+           "load", "read_spec", "resolve_spec", "shapes"]

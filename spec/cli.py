@@ -1,0 +1,167 @@
+"""The `tspec` command line.
+
+    tspec check [SPEC_OR_VARIANT ...] [--set NAME=VALUE ...] [--format text|json]
+    tspec shapes VARIANT [--set NAME=VALUE ...] [--format text|json]
+    tspec list
+
+Exit status: 0 when everything is proved, 1 when there are findings, 2 on bad usage or
+unreadable input (with a one-line error, never a traceback).
+"""
+
+import argparse
+import sys
+
+from spec import api
+from spec.errors import TspecError
+from spec.findings import KINDS, display_path, to_json
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):            # argparse's own usage errors: exit 2, no traceback
+        self.print_usage(sys.stderr)
+        print(f"tspec: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tspec", description="A symbolic, shape-checked Transformer spec.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    check = commands.add_parser("check", help="prove a spec's shapes; check variants")
+    check.add_argument("targets", nargs="*", metavar="SPEC_OR_VARIANT",
+                       help="built-in names (tspec list) or .tspec/.toml paths; "
+                            "default: the built-in transformer, every choice")
+    _settings(check)
+    check.add_argument("--format", choices=("text", "json"), default="text")
+
+    shapes = commands.add_parser("shapes", help="every tensor's symbolic and concrete shape")
+    shapes.add_argument("target", metavar="VARIANT")
+    _settings(shapes)
+    shapes.add_argument("--format", choices=("text", "json"), default="text")
+
+    commands.add_parser("list", help="the built-in specs and variants")
+    return parser
+
+
+def _settings(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        dest="settings", help="set a dim value or a choice (repeatable)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            return _check(args)
+        if args.command == "shapes":
+            return _shapes(args)
+        return _list()
+    except TspecError as error:
+        if error.file:
+            error.file = display_path(error.file)
+        print(f"tspec: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except RecursionError:
+        print("tspec: error: the spec nests too deeply to check", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _check(args) -> int:
+    targets = args.targets or ["transformer"]
+    reports = [api.check(api.load(target, args.settings)) for target in targets]
+    if args.format == "json":
+        print(to_json([_report_json(r) for r in reports]))
+    else:
+        for report in reports:
+            print(_report_text(report))
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_FINDINGS
+
+
+def _describe(report) -> str:
+    variant = report.variant
+    where = f" ({display_path(variant.file)})" if variant.file else ""
+    return f"{variant.name}{where}"
+
+
+def _report_text(report) -> str:
+    variant = report.variant
+    proof = report.proof
+    combos = len(proof.combinations)
+    lines = [f"== {_describe(report)}"]
+    if variant.description:
+        lines.append(f"   {variant.description}")
+    scope = f"{combos} choice combination{'s' if combos != 1 else ''}" if variant.is_spec \
+        else "choices " + ", ".join(f"{k}={v}" for k, v in proof.combinations[0].items())
+    if not proof.combinations[0]:
+        scope = "the spec as written"
+    if report.ok:
+        lines.append(f"   proved: every shape agrees for all sizes the constraints allow "
+                     f"({scope})")
+        if report.concrete is not None:
+            values = ", ".join(f"{k}={v}" for k, v in variant.dims.items())
+            lines.append(f"   variant: every constraint holds and every shape evaluates "
+                         f"({values})")
+    else:
+        lines.append(f"   {len(report.findings)} finding{'s' if len(report.findings) != 1 else ''}"
+                     f" ({scope})")
+        for finding in report.findings:
+            lines.append("")
+            lines.append(finding.text())
+    if report.notes:
+        lines.append("")
+        lines.append("   not judged by the checker:")
+        for note in report.notes:
+            lines.append(f"   - {note.text}" + (f" [{note.source}]" if note.source else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _report_json(report) -> dict:
+    variant = report.variant
+    return {
+        "target": variant.name,
+        "file": variant.file,
+        "description": variant.description,
+        "ok": report.ok,
+        "choice_combinations": len(report.proof.combinations),
+        "choices": report.proof.combinations[0] if not variant.is_spec else None,
+        "dims": variant.dims,
+        "findings": [f.as_dict() for f in report.findings],
+        "notes": [{"text": n.text, "source": n.source, "line": n.line} for n in report.notes],
+    }
+
+
+def _shapes(args) -> int:
+    rows = api.shapes(api.load(args.target, args.settings))
+    if args.format == "json":
+        print(to_json([row.__dict__ for row in rows]))
+        return EXIT_OK
+    headers = ("tensor", "role", "dtype", "symbolic shape", "concrete shape")
+    table = [(r.name, r.role, r.dtype, r.symbolic, r.concrete) for r in rows]
+    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    return EXIT_OK
+
+
+def _list() -> int:
+    print("specs:")
+    for name, path in api.builtin_specs().items():
+        spec = api.read_spec(path)
+        print(f"  {name:<12} {spec.title}")
+    print("variants:")
+    for name in api.builtin_variants():
+        variant = api.load(name)
+        print(f"  {name:<12} {variant.description}")
+    print("finding kinds:")
+    for kind, meaning in KINDS.items():
+        print(f"  {kind:<20} {meaning}")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Variants: a spec plus dim values and choices, read from TOML or given with --set.
+
+A variant file::
+
+    spec = "transformer"          # a built-in spec name, or a path relative to this file
+    description = "The base model of Vaswani et al. (2017), Table 3"
+
+    [dims]
+    d_model = 512
+    H = 8
+
+    [choices]
+    norm = "post"
+
+Everything is validated against the spec: unknown dims or choices, non-integer or
+non-positive values, a name set twice, each get an error naming the file and line.
+"""
+
+import difflib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spec.errors import UsageError, VariantError
+from spec.model import Spec
+
+MAX_VARIANT_BYTES = 1_000_000
+_INTEGER = re.compile(r"[0-9]+(?:_[0-9]+)*\Z")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+
+
+@dataclass
+class Variant:
+    """A spec with some dims bound to values and some choices made."""
+    name: str
+    spec: Spec
+    dims: dict[str, int] = field(default_factory=dict)
+    choices: dict[str, str] = field(default_factory=dict)
+    file: str | None = None
+    description: str = ""
+    is_spec: bool = False      # a bare spec: checked under every combination of choices
+
+    def with_settings(self, settings: list[str]) -> "Variant":
+        """A copy with ``NAME=VALUE`` settings applied (command-line --set)."""
+        dims, choices = dict(self.dims), dict(self.choices)
+        seen: set[str] = set()
+        for setting in settings:
+            name, value = parse_setting(setting)
+            if name in seen:
+                raise VariantError(f"--set {name} is given twice")
+            seen.add(name)
+            if name in self.spec.choices:
+                choices[name] = _choice_value(self.spec, name, value, f"--set {setting}")
+            elif name in self.spec.dims:
+                dims[name] = _integer_text(value, f"--set {setting}")
+            else:
+                raise VariantError(f"--set {name}: {_unknown(name, self.spec)}")
+        return Variant(self.name, self.spec, dims, choices, self.file, self.description,
+                       self.is_spec and not settings)
+
+
+def parse_setting(setting: str) -> tuple[str, str]:
+    if setting.count("=") != 1:
+        raise VariantError(f"--set {setting!r}: expected NAME=VALUE")
+    name, value = (part.strip() for part in setting.split("="))
+    if not _NAME.match(name):
+        raise VariantError(f"--set {setting!r}: {name!r} is not a dim or choice name")
+    if not value:
+        raise VariantError(f"--set {setting!r}: the value is empty")
+    return name, value
+
+
+def _integer_text(text: str, where: str) -> int:
+    if not _INTEGER.match(text):
+        raise VariantError(f"{where}: dim values are positive integers, got {text!r}")
+    value = int(text)
+    if value < 1:
+        raise VariantError(f"{where}: dim values are positive integers, got {value}")
+    return value
+
+
+def _choice_value(spec: Spec, name: str, value, where: str, file=None, line=None) -> str:
+    options = spec.choices[name].options
+    if not isinstance(value, str) or value not in options:
+        raise VariantError(f"{where}: choice {name} has no option {value!r}; options: "
+                           f"{', '.join(options)}", file=file, line=line)
+    return value
+
+
+def _unknown(name: str, spec: Spec) -> str:
+    known = list(spec.dims) + list(spec.choices)
+    close = difflib.get_close_matches(name, known, n=1)
+    suggestion = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown dim or choice {name!r} in spec {spec.name}{suggestion}"
+
+
+def _line_of(text: str, section: str | None, key: str) -> int | None:
+    """The line where a key is set, within a [section] (or at the top when None)."""
+    current = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        header = re.match(r"\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\s*(#.*)?$", line)
+        if header:
+            current = header.group(1).strip().strip("\"'")
+            continue
+        if current == section and re.match(rf"[\"']?{re.escape(key)}[\"']?\s*=", line):
+            return number
+    return None
+
+
+def load_variant(path: str | Path, resolve_spec) -> Variant:
+    """Read a variant TOML file; ``resolve_spec(name_or_path, base_dir)`` finds its spec."""
+    path = Path(path)
+    file = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise UsageError(f"cannot read {file}: {error.strerror}") from None
+    if len(raw) > MAX_VARIANT_BYTES:
+        raise VariantError(f"variant is {len(raw)} bytes; the limit is {MAX_VARIANT_BYTES}",
+                           file=file)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise VariantError(f"not UTF-8 text ({error.reason} at byte {error.start})",
+                           file=file) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise VariantError(f"malformed TOML: {error}", file=file) from None
+    allowed = {"spec", "description", "dims", "choices"}
+    for key in data:
+        if key not in allowed:
+            raise VariantError(f"unknown key {key!r} (allowed: {', '.join(sorted(allowed))})",
+                               file=file, line=_line_of(text, None, key))
+    spec_name = data.get("spec")
+    if not isinstance(spec_name, str) or not spec_name:
+        raise VariantError("a variant names its spec: spec = \"transformer\" or a path",
+                           file=file, line=_line_of(text, None, "spec"))
+    spec = resolve_spec(spec_name, path.parent)
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise VariantError("description must be a string", file=file,
+                           line=_line_of(text, None, "description"))
+    dims: dict[str, int] = {}
+    for section, table in (("dims", data.get("dims", {})), ("choices", data.get("choices", {}))):
+        if not isinstance(table, dict):
+            raise VariantError(f"{section} must be a table: [{section}]", file=file,
+                               line=_line_of(text, None, section))
+    for name, value in data.get("dims", {}).items():
+        line = _line_of(text, "dims", name)
+        if name not in spec.dims:
+            raise VariantError(f"[dims] {_unknown_dim(name, spec)}", file=file, line=line)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise VariantError(f"[dims] {name} = {value!r}: dim values are positive integers",
+                               file=file, line=line)
+        if value < 1:
+            raise VariantError(f"[dims] {name} = {value}: dim values are positive integers",
+                               file=file, line=line)
+        dims[name] = value
+    choices: dict[str, str] = {}
+    for name, value in data.get("choices", {}).items():
+        line = _line_of(text, "choices", name)
+        if name in dims:
+            raise VariantError(f"{name} is set in both [dims] and [choices]", file=file,
+                               line=line)
+        if name not in spec.choices:
+            known = ", ".join(spec.choices) or "none"
+            raise VariantError(f"[choices] unknown choice {name!r}; the spec's choices: {known}",
+                               file=file, line=line)
+        choices[name] = _choice_value(spec, name, value, f"[choices] {name}", file, line)
+    return Variant(path.stem, spec, dims, choices, file, description)
+
+
+def _unknown_dim(name: str, spec: Spec) -> str:
+    close = difflib.get_close_matches(name, list(spec.dims), n=1)
+    suggestion = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown dim {name!r} in spec {spec.name}{suggestion}"
