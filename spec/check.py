@@ -78,6 +78,7 @@ class _Scope:
         self.block = block
         self.values: dict[str, Value] = {}
         self.unstated: dict[str, Shape] = {}     # param -> shape with fresh unknowns
+        self.unstated_like: dict[str, Shape] = {}   # param -> the shape it broadcasts against
         self.unknowns: dict = {}                 # fresh unknown -> what it was bound to
         self.rows: list[TensorRow] = []
         self.equation = None                     # the record being checked, for findings
@@ -127,12 +128,14 @@ class _Scope:
                               [a, b], hint=f"add the constraint `require {format_expr(a)} <= "
                               f"{format_expr(b)}`")
 
-    def shape(self, value: Value, rank: int, role: str) -> Shape:
+    def shape(self, value: Value, rank: int, role: str, like: Shape | None = None) -> Shape:
         if value.shape is not None:
             return value.shape.subs(self.unknowns) if self.unknowns else value.shape
         name = value.tensor
         if name not in self.unstated:
             self.unstated[name] = Shape(tuple(self.checker.fresh() for _ in range(rank)))
+            if like is not None and like.rank > rank:
+                self.unstated_like[name] = like
         return self.unstated[name].subs(self.unknowns)
 
     def error(self, message: str) -> SpecError:
@@ -371,7 +374,7 @@ class _Run:
             if decl.role in ("input", "param"):
                 shape = None if decl.shape is None else decl.shape.subs(scope.binding)
                 scope.values[decl.name] = Value(shape, decl.dtype, tensor=decl.name)
-                if decl.role == "input" or decl.shape is not None:
+                if decl.shape is not None:
                     scope.rows.append(TensorRow(scope.qualified(decl.name), decl.role, shape,
                                                 decl.dtype, decl.meaning, True, "", decl.file,
                                                 decl.line))
@@ -384,18 +387,23 @@ class _Run:
         for name, shape in scope.unstated.items():
             decl = decls[name]
             resolved = shape.subs(scope.unknowns)
-            unknown = sorted((s for s in resolved.free_symbols if s in self.fresh.symbols),
+            unknown = sorted((s for s in resolved.free_symbols() if s in self.fresh.symbols),
                              key=str)
             rename = {s: sympy.Symbol(f"k{i + 1}") for i, s in enumerate(unknown)}
             shown = resolved.subs(rename)
             note = (f"; {', '.join(str(s) for s in rename.values())} "
                     f"{'is a width' if len(rename) == 1 else 'are widths'} the spec never names"
                     ) if rename else ""
-            scope.rows.append(TensorRow(scope.qualified(name), "param", shown, decl.dtype,
+            if name in scope.unstated_like:
+                like = scope.unstated_like[name].subs(scope.unknowns).subs(rename)
+                note += (f"; any shape that broadcasts to ({', '.join(format_expr(d) for d in like.dims)}) "
+                         "fits, and this is the smallest")
+            scope.rows.append(TensorRow(scope.qualified(name), decl.role, shown, decl.dtype,
                                         decl.meaning, False, "", decl.file, decl.line))
             self.add(Finding(
                 kind="unstated-shape",
-                message=f"parameter {name} has no stated shape; its uses require "
+                message=f"{'parameter' if decl.role == 'param' else 'input'} {name} has no "
+                        f"stated shape; its uses require "
                         f"({', '.join(format_expr(d) for d in shown.dims)}){note}",
                 file=decl.file, line=decl.line, tensor=scope.qualified(name),
                 expected=None, inferred=shown.text(),
@@ -403,23 +411,34 @@ class _Run:
 
     def check_equation(self, scope: _Scope, record: Equation, declared: TensorDecl | None):
         scope.equation = record
+        before = len(self.findings)
         value = self.infer(scope, record.expr)
-        self.compare(scope, record, declared, value)
+        # when the operands fit but the claim differs, the claim is what is wrong: later
+        # equations go on from the inferred shape, so one mistake is reported once
+        self.compare(scope, record, declared, value, trust_inferred=len(self.findings) == before)
 
-    def compare(self, scope: _Scope, record, declared: TensorDecl | None, value: Value) -> None:
-        """Prove the inferred value equal to the declared shape and dtype; keep the claim."""
+    def compare(self, scope: _Scope, record, declared: TensorDecl | None, value: Value,
+                trust_inferred: bool = False) -> None:
+        """Prove the inferred value equal to the declared shape and dtype.
+
+        Later equations see the declared shape (the claim), unless the claim is refuted and
+        ``trust_inferred`` says the equation itself was sound.
+        """
         name = record.output
         inferred = value.shape.subs(scope.unknowns) if value.shape is not None else None
         result = value
         if declared is not None and declared.shape is not None:
             claim = declared.shape.subs(scope.binding)
+            before = len(self.findings)
             self.compare_shapes(scope, record, claim, inferred)
+            refuted = len(self.findings) > before
             if declared.dtype != value.dtype:
                 scope.equation = record
                 scope.finding("dtype-mismatch", f"{name} is declared {declared.dtype} but its "
                               f"equation gives {value.dtype}", None, [],
                               hint=f"declare {name} as {value.dtype}, or change the equation")
-            result = Value(claim, declared.dtype, tensor=name)
+            result = Value(inferred if refuted and trust_inferred else claim, declared.dtype,
+                           tensor=name)
             shape = claim
         else:
             shape = inferred
@@ -440,6 +459,8 @@ class _Run:
                           else "shape-mismatch", message, verdict, exprs, hint, claim.text(),
                           inferred.text())
 
+        while claim.rank > inferred.rank and claim.dims[0] == 1:
+            claim = Shape(claim.dims[1:], claim.family)    # leading unit axes broadcast away
         if claim.rank != inferred.rank:
             report(f"{name} is declared with rank {claim.rank} but its equation gives rank "
                    f"{inferred.rank}", None, list(claim.dims) + list(inferred.dims))
@@ -452,8 +473,21 @@ class _Run:
         pairs = list(zip(claim.dims, inferred.dims))
         if claim.family is not None and inferred.family is not None:
             pairs.append((claim.family, inferred.family))
-        if scope.unknowns:
-            pairs = [(scope.resolve(a), scope.resolve(b)) for a, b in pairs]
+        fresh = self.fresh.symbols
+        if fresh:
+            # a claim pins down the unstated widths it meets (E[t] declared "B T d_model")
+            unified = []
+            for a, b in pairs:
+                a, b = scope.resolve(a), scope.resolve(b)
+                if b in fresh and a != b:
+                    scope.unknowns[b] = a
+                    b = a
+                elif a in fresh and a != b:
+                    scope.unknowns[a] = b
+                    a = b
+                unified.append((a, b))
+            pairs = unified
+            inferred = inferred.subs(scope.unknowns)
         verdict = self.prover.equal_all(pairs)
         if not verdict.proved:
             differing = [i for i, (a, b) in enumerate(pairs)

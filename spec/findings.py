@@ -66,8 +66,9 @@ class Finding:
             lines.append(f"    equation: {self.equation}")
         if self.tensor:
             lines.append(f"    tensor: {self.tensor}")
-        if self.expected is not None or self.inferred is not None:
+        if self.expected is not None:
             lines.append(f"    expected: {self.expected}")
+        if self.inferred is not None:
             lines.append(f"    inferred: {self.inferred}")
         if self.counterexample:
             lines.append("    counterexample: " + _pairs(self.counterexample))

@@ -362,12 +362,12 @@ class _Reader:
         parts = self.decl_parts(parser, parser.peek)
         self.end(parser)
         name, family, shape, unstated, dtype, meaning, line = parts
-        if shape is None and not unstated:
-            if role != "param":
-                raise self.error(f"{role} {name} needs a shape in double quotes", line)
-        if unstated and role != "param":
-            raise self.error(f"only parameters may leave their shape unstated ('?'); "
-                             f"{name} is an {role}", line)
+        if shape is None and not unstated and role != "param":
+            raise self.error(f"{role} {name} needs a shape in double quotes (or '?' when the "
+                             "source leaves it unstated)", line)
+        if unstated and role not in ("param", "input"):
+            raise self.error(f"only parameters and inputs may leave their shape unstated "
+                             f"('?'); {name} is an {role}", line)
         return ("decl", role, parts)
 
     def equation(self, parser: ex.Parser, token: ex.Token):

@@ -44,8 +44,11 @@ class Context(Protocol):
     def at_most(self, a: sympy.Basic, b: sympy.Basic, what: str) -> None:
         """State a <= b for all allowed sizes."""
 
-    def shape(self, value: Value, rank: int, role: str) -> Shape:
-        """The shape of value; for an unstated parameter, a fresh shape of this rank."""
+    def shape(self, value: Value, rank: int, role: str, like: Shape | None = None) -> Shape:
+        """The shape of value; for an unstated parameter, a fresh shape of this rank.
+
+        ``like`` is the shape an unstated operand must broadcast against, for the report.
+        """
 
     def error(self, message: str) -> SpecError:
         """An error at the equation being checked (raise it)."""
@@ -157,7 +160,8 @@ class Binary(Op):
             tensor = b if a.is_scalar else a
             return Value(ctx.shape(tensor, 1, "operand"), result_dtype([tensor]))
         # an unstated operand (a bias) is taken as a vector along the other's last axis
-        shape_a, shape_b = ctx.shape(a, 1, "operand"), ctx.shape(b, 1, "operand")
+        shape_a = ctx.shape(a, 1, "operand", like=b.shape)
+        shape_b = ctx.shape(b, 1, "operand", like=shape_a)
         dtype = "float" if self.name in ("div",) else result_dtype([a, b])
         return Value(broadcast(ctx, shape_a, shape_b, f"{self.name} operands"), dtype)
 
@@ -176,8 +180,9 @@ class Maximum(Op):
         if a.is_scalar or b.is_scalar:
             tensor = b if a.is_scalar else a
             return Value(ctx.shape(tensor, 1, "operand"), result_dtype([tensor]))
-        return Value(broadcast(ctx, ctx.shape(a, 1, "operand"), ctx.shape(b, 1, "operand"),
-                               "max operands"), result_dtype([a, b]))
+        shape_a = ctx.shape(a, 1, "operand", like=b.shape)
+        shape_b = ctx.shape(b, 1, "operand", like=shape_a)
+        return Value(broadcast(ctx, shape_a, shape_b, "max operands"), result_dtype([a, b]))
 
     def latex(self, args, attrs):
         return f"\\max\\left({args[0]},\\, {args[1]}\\right)"
