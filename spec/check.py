@@ -9,7 +9,7 @@ given dim values (a variant), the same run also evaluates every shape and constr
 """
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sympy
 
@@ -17,7 +17,7 @@ from spec.errors import SpecError
 from spec.findings import Finding
 from spec.model import (Block, BlockCall, Constraint, Equation, Let, Note, OpNode, ScalarExpr,
                         Spec, TensorDecl, TensorRef, When, select)
-from spec.ops import OPS, Value
+from spec.ops import OPS, Value, join_family
 from spec.prove import SEARCH_MAX, Prover, Verdict, evaluate
 from spec.shape import Shape, format_expr
 
@@ -79,7 +79,8 @@ class _Scope:
         self.values: dict[str, Value] = {}
         self.unstated: dict[str, Shape] = {}     # param -> shape with fresh unknowns
         self.unstated_like: dict[str, Shape] = {}   # param -> the shape it broadcasts against
-        self.unknowns: dict = {}                 # fresh unknown -> what it was bound to
+        self.unstated_family: dict = {}             # param -> family size, when declared
+        self.unknowns = checker.unknowns         # fresh unknown -> what it was bound to
         self.rows: list[TensorRow] = []
         self.equation = None                     # the record being checked, for findings
         self.node = None
@@ -128,15 +129,21 @@ class _Scope:
                               [a, b], hint=f"add the constraint `require {format_expr(a)} <= "
                               f"{format_expr(b)}`")
 
+    def resolve_shape(self, shape: Shape) -> Shape:
+        if not self.unknowns:
+            return shape
+        family = None if shape.family is None else self.resolve(shape.family)
+        return Shape(tuple(self.resolve(d) for d in shape.dims), family)
+
     def shape(self, value: Value, rank: int, role: str, like: Shape | None = None) -> Shape:
-        if value.shape is not None:
-            return value.shape.subs(self.unknowns) if self.unknowns else value.shape
         name = value.tensor
-        if name not in self.unstated:
-            self.unstated[name] = Shape(tuple(self.checker.fresh() for _ in range(rank)))
-            if like is not None and like.rank > rank:
-                self.unstated_like[name] = like
-        return self.unstated[name].subs(self.unknowns)
+        if value.shape is None and name not in self.unstated:
+            self.unstated[name] = Shape(tuple(self.checker.fresh() for _ in range(rank)),
+                                        self.unstated_family.get(name))
+        if name in self.unstated and like is not None and name not in self.unstated_like \
+                and like.rank > self.unstated[name].rank:
+            self.unstated_like[name] = like
+        return self.resolve_shape(self.unstated[name] if value.shape is None else value.shape)
 
     def error(self, message: str) -> SpecError:
         node = self.node or self.equation
@@ -193,6 +200,8 @@ class _Run:
         self.block_cache = block_cache
         self.want_rows = rows
         self.findings: list[Finding] = []
+        self.unknowns: dict = {}      # fresh unknown widths -> what they were pinned to
+        self.pending: list = []       # unstated shapes, reported once the run is done
         top = select(spec.body, choices)
         self.lets = [s for s in top if isinstance(s, Let)]
         self.constraints = [s for s in top if isinstance(s, Constraint)]
@@ -259,7 +268,15 @@ class _Run:
         scope = _Scope(self, "", {}, None)
         self.check_body(scope, select(self.spec.body, self.choices), [], self.spec.outputs,
                         "the model")
-        return scope.rows
+        rows = scope.rows
+        if self.pending:
+            reported = {}
+            for entry in self.pending:
+                if entry[0] not in reported:
+                    reported[entry[0]] = self.report_unstated(*entry)
+            rows = [replace(row, shape=scope.resolve_shape(row.shape)) if row.shape else row
+                    for row in rows] + list(reported.values())
+        return rows
 
     def check_constraints(self) -> int:
         """With dim values given, report each constraint they break; returns how many."""
@@ -374,6 +391,9 @@ class _Run:
             if decl.role in ("input", "param"):
                 shape = None if decl.shape is None else decl.shape.subs(scope.binding)
                 scope.values[decl.name] = Value(shape, decl.dtype, tensor=decl.name)
+                if decl.unstated_family is not None:
+                    scope.unstated_family[decl.name] = \
+                        sympy.sympify(decl.unstated_family).xreplace(scope.binding)
                 if decl.shape is not None:
                     scope.rows.append(TensorRow(scope.qualified(decl.name), decl.role, shape,
                                                 decl.dtype, decl.meaning, True, "", decl.file,
@@ -385,29 +405,41 @@ class _Run:
             else:
                 self.check_call(scope, record, declared)
         for name, shape in scope.unstated.items():
-            decl = decls[name]
-            resolved = shape.subs(scope.unknowns)
-            unknown = sorted((s for s in resolved.free_symbols() if s in self.fresh.symbols),
-                             key=str)
-            rename = {s: sympy.Symbol(f"k{i + 1}") for i, s in enumerate(unknown)}
-            shown = resolved.subs(rename)
-            note = (f"; {', '.join(str(s) for s in rename.values())} "
-                    f"{'is a width' if len(rename) == 1 else 'are widths'} the spec never names"
-                    ) if rename else ""
-            if name in scope.unstated_like:
-                like = scope.unstated_like[name].subs(scope.unknowns).subs(rename)
-                note += (f"; any shape that broadcasts to ({', '.join(format_expr(d) for d in like.dims)}) "
-                         "fits, and this is the smallest")
-            scope.rows.append(TensorRow(scope.qualified(name), decl.role, shown, decl.dtype,
-                                        decl.meaning, False, "", decl.file, decl.line))
-            self.add(Finding(
-                kind="unstated-shape",
-                message=f"{'parameter' if decl.role == 'param' else 'input'} {name} has no "
-                        f"stated shape; its uses require "
-                        f"({', '.join(format_expr(d) for d in shown.dims)}){note}",
-                file=decl.file, line=decl.line, tensor=scope.qualified(name),
-                expected=None, inferred=shown.text(),
-                hint=f"declare it: param {name} \"{shown.text()}\""))
+            # reported at the end of the run: a caller may still pin these widths down
+            self.pending.append((scope.qualified(name), decls[name], shape,
+                                 scope.unstated_like.get(name)))
+
+    def report_unstated(self, qualified: str, decl: TensorDecl, shape: Shape,
+                        like: Shape | None) -> TensorRow:
+        resolve = _Scope(self, "", {}, None).resolve_shape
+        resolved = resolve(shape)
+        like = None if like is None else resolve(like)
+        involved = resolved.free_symbols() | (like.free_symbols() if like else set())
+        unknown = sorted((s for s in involved if s in self.fresh.symbols),
+                         key=lambda s: int(str(s)[2:]))
+        rename = {s: sympy.Symbol(f"k{i + 1}") for i, s in enumerate(unknown)}
+        shown = resolved.subs(rename)
+        dims = f"({', '.join(format_expr(d) for d in shown.dims)})"
+        if shown.family is not None:
+            dims = f"{format_expr(shown.family)} members of shape {dims}"
+        note = (f"; {', '.join(str(s) for s in rename.values())} "
+                f"{'is a width' if len(rename) == 1 else 'are widths'} the spec never names"
+                ) if rename else ""
+        if like is not None:
+            like = like.subs(rename)
+            note += (f"; any shape that broadcasts to "
+                     f"({', '.join(format_expr(d) for d in like.dims)}) fits, and this is the "
+                     "smallest")
+        family = f"[{format_expr(shown.family)}]" if shown.family is not None else ""
+        shape_text = " ".join(format_expr(d) for d in shown.dims)
+        self.add(Finding(
+            kind="unstated-shape",
+            message=f"{'parameter' if decl.role == 'param' else 'input'} {decl.name} has no "
+                    f"stated shape; its uses require {dims}{note}",
+            file=decl.file, line=decl.line, tensor=qualified, inferred=shown.text(),
+            hint=f"declare it: {decl.role} {decl.name}{family} \"{shape_text}\""))
+        return TensorRow(qualified, decl.role, shown, decl.dtype, decl.meaning, False, "",
+                         decl.file, decl.line)
 
     def check_equation(self, scope: _Scope, record: Equation, declared: TensorDecl | None):
         scope.equation = record
@@ -425,7 +457,7 @@ class _Run:
         ``trust_inferred`` says the equation itself was sound.
         """
         name = record.output
-        inferred = value.shape.subs(scope.unknowns) if value.shape is not None else None
+        inferred = scope.resolve_shape(value.shape) if value.shape is not None else None
         result = value
         if declared is not None and declared.shape is not None:
             claim = declared.shape.subs(scope.binding)
@@ -487,7 +519,7 @@ class _Run:
                     a = b
                 unified.append((a, b))
             pairs = unified
-            inferred = inferred.subs(scope.unknowns)
+            inferred = scope.resolve_shape(inferred)
         verdict = self.prover.equal_all(pairs)
         if not verdict.proved:
             differing = [i for i, (a, b) in enumerate(pairs)
@@ -526,13 +558,22 @@ class _Run:
                             f"{len(call.args)}", file=call.file, line=call.line)
         locals_ = {d.symbol for d in block.local_dims.values()}
         binding: dict = {}
-        for decl, arg in zip(block.inputs, call.args):
+        actuals = []
+        for arg in call.args:
             value = scope.values[arg]
             if value.shape is None:
                 raise SpecError(f"{arg} has no stated shape and cannot be passed to block "
                                 f"{block.name}", file=call.file, line=call.line)
-            self.bind(scope, call, block, decl, arg, scope.shape(value, 1, "argument"),
-                      value.dtype, binding, locals_)
+            actuals.append(scope.shape(value, 1, "argument"))
+        # a block that takes single tensors, called with families, applies to each member
+        mapped = None
+        if all(d.shape.family is None for d in block.inputs) and \
+                any(a.family is not None for a in actuals):
+            mapped = join_family(scope, *(a.family for a in actuals))
+            actuals = [Shape(a.dims) for a in actuals]
+        for decl, arg, actual in zip(block.inputs, call.args, actuals):
+            self.bind(scope, call, block, decl, arg, actual, scope.values[arg].dtype, binding,
+                      locals_)
         unbound = [d.name for d in block.local_dims.values() if d.symbol not in binding]
         if unbound:
             raise SpecError(f"block {block.name}: local dim{'s' if len(unbound) > 1 else ''} "
@@ -541,6 +582,8 @@ class _Run:
         path = f"{scope.prefix}{call.instance}{'[i]' if call.repeat is not None else ''}."
         output, rows = self.check_block(block, binding, path)
         scope.rows.extend(rows)
+        if mapped is not None and output.shape is not None:
+            output = Value(Shape(output.shape.dims, mapped), output.dtype, tensor=output.tensor)
         if call.repeat is not None:
             first = block.inputs[0].shape.subs(binding)
             if output.shape is not None and output.shape.rank == first.rank:
@@ -612,14 +655,21 @@ class _Run:
         cached = self.block_cache.get(key)
         if cached is None:
             inner = _Scope(self, "", binding, block)
-            start = len(self.findings)
+            start, pending_start = len(self.findings), len(self.pending)
+            known = set(self.unknowns)
             self.check_body(inner, select(block.body, self.choices), block.inputs,
                             [block.output], f"block {block.name}")
             value = inner.values[block.output]
-            cached = (value, self.findings[start:], inner.rows)
+            pinned = {k: v for k, v in self.unknowns.items() if k not in known}
+            cached = (value, self.findings[start:], inner.rows, self.pending[pending_start:],
+                      pinned)
             del self.findings[start:]
+            del self.pending[pending_start:]
             self.block_cache[key] = cached
-        value, findings, rows = cached
+        value, findings, rows, pending, pinned = cached
+        self.unknowns.update(pinned)
+        self.pending.extend((path + name, decl, shape, like)
+                            for name, decl, shape, like in pending)
         for finding in findings:
             copy = Finding(**{**finding.__dict__})
             copy.tensor = path + finding.tensor if finding.tensor else finding.tensor

@@ -440,12 +440,15 @@ class _Builder:
 
     def tensor_decl(self, role: str, parts: tuple, symbols: dict) -> TensorDecl:
         name, family, shape, unstated, dtype, meaning, line = parts
-        parsed = None
+        parsed, unstated_family = None, None
         if shape is not None:
             parsed = parse_shape(shape, symbols, file=self.file, line=line, family=family)
+        elif family is not None and unstated:
+            unstated_family = ex.to_sympy(family, symbols, file=self.file, what="family size")
         elif family is not None:
             raise self.error(f"{name}: a family size needs a member shape", line)
-        return TensorDecl(name, role, parsed, dtype or "float", meaning, self.file, line)
+        return TensorDecl(name, role, parsed, dtype or "float", meaning, self.file, line,
+                          unstated_family)
 
     def scope(self, raw: list, symbols: dict, blocks: set, inputs: list[TensorDecl], where: str,
               outputs: list[str]) -> list:

@@ -122,15 +122,16 @@ class Note:
 class TensorDecl:
     name: str
     role: str
-    shape: Shape | None              # None: left unstated (parameters only)
+    shape: Shape | None              # None: left unstated ('?', parameters and inputs)
     dtype: str = "float"
     meaning: str = ""
     file: str | None = None
     line: int | None = None
+    unstated_family: sympy.Basic | None = None   # the family size of an unstated shape
 
     @property
     def family(self) -> sympy.Basic | None:
-        return None if self.shape is None else self.shape.family
+        return self.unstated_family if self.shape is None else self.shape.family
 
 
 @dataclass

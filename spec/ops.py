@@ -139,7 +139,8 @@ class Elementwise(Op):
 
     def infer(self, ctx, args, attrs):
         (x,) = args
-        return Value(ctx.shape(x, 1, "input"), "float")
+        # an unstated input keeps its name, so a later broadcast can say what it must fit
+        return Value(ctx.shape(x, 1, "input"), "float", tensor=x.tensor)
 
     def latex(self, args, attrs):
         return f"{self.latex_name}\\left({args[0]}\\right)"
