@@ -43,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
     shapes.add_argument("--format", choices=("text", "json"), default="text")
 
     commands.add_parser("list", help="the built-in specs and variants")
+
+    audit = commands.add_parser("audit", help="check the seed transcriptions and write "
+                                              "docs/seed-audit.md")
+    audit.add_argument("--check", action="store_true",
+                       help="exit 1 with a diff when the committed report is stale")
     return parser
 
 
@@ -58,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
             return _check(args)
         if args.command == "shapes":
             return _shapes(args)
+        if args.command == "audit":
+            return _audit(args)
         return _list()
     except TspecError as error:
         if error.file:
@@ -145,6 +152,22 @@ def _shapes(args) -> int:
     print("  ".join("-" * w for w in widths))
     for row in table:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    return EXIT_OK
+
+
+def _audit(args) -> int:
+    from spec import audit
+    if args.check:
+        diff = audit.stale()
+        if diff:
+            print(diff, end="")
+            print(f"tspec: {display_path(str(audit.AUDIT_PATH))} is stale; run `tspec audit`",
+                  file=sys.stderr)
+            return EXIT_FINDINGS
+        print(f"{display_path(str(audit.AUDIT_PATH))} is current")
+        return EXIT_OK
+    audit.write()
+    print(f"wrote {display_path(str(audit.AUDIT_PATH))}")
     return EXIT_OK
 
 
