@@ -192,12 +192,13 @@ class _Run:
     """Checks one spec under one combination of choices (and optional dim values)."""
 
     def __init__(self, spec: Spec, choices: dict, values: dict[str, int], provers: dict,
-                 block_cache: dict, rows: bool = True):
+                 block_cache: dict, rows: bool = True, record_cache: dict | None = None):
         self.spec = spec
         self.choices = choices
         self.values = values
         self.fresh = _Fresh()
         self.block_cache = block_cache
+        self.record_cache = {} if record_cache is None else record_cache
         self.want_rows = rows
         self.findings: list[Finding] = []
         self.unknowns: dict = {}      # fresh unknown widths -> what they were pinned to
@@ -398,12 +399,33 @@ class _Run:
                     scope.rows.append(TensorRow(scope.qualified(decl.name), decl.role, shape,
                                                 decl.dtype, decl.meaning, True, "", decl.file,
                                                 decl.line))
+        binding_key = tuple(sorted((str(k), v) for k, v in scope.binding.items()))
         for record in order:
             declared = decls.get(record.output)
+            # the same record with the same inputs under the same constraints gives the same
+            # answer: remembered across choice combinations (not while widths are unknown)
+            key = None
+            if not self.fresh.symbols:
+                blocks = _choices_used(self.spec, record.block) \
+                    if isinstance(record, BlockCall) else ()
+                key = (id(record), tuple(scope.values[n] for n in record.inputs),
+                       id(declared), self.prover_key, scope.prefix, binding_key,
+                       tuple((c, self.choices[c]) for c in blocks), self.want_rows)
+                hit = self.record_cache.get(key)
+                if hit is not None:
+                    value, findings, rows = hit
+                    scope.values[record.output] = value
+                    self.findings.extend(findings)
+                    scope.rows.extend(rows)
+                    continue
+            start, rows_start = len(self.findings), len(scope.rows)
             if isinstance(record, Equation):
                 self.check_equation(scope, record, declared)
             else:
                 self.check_call(scope, record, declared)
+            if key is not None and not self.fresh.symbols:
+                self.record_cache[key] = (scope.values[record.output], self.findings[start:],
+                                          scope.rows[rows_start:])
         for name, shape in scope.unstated.items():
             # reported at the end of the run: a caller may still pin these widths down
             self.pending.append((scope.qualified(name), decls[name], shape,
@@ -790,12 +812,14 @@ def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *
     combos = combinations(spec, choices) if all_choices else [spec.choice_values(choices)]
     provers: dict = {}
     block_cache: dict = {}
+    record_cache: dict = {}
     merged: dict = {}
     seen_in: dict = {}
     rows: list[TensorRow] = []
     notes: list[Note] = []
     for index, combo in enumerate(combos):
-        run = _Run(spec, combo, given, provers, block_cache, rows=index == 0)
+        run = _Run(spec, combo, given, provers, block_cache, rows=index == 0,
+                   record_cache=record_cache)
         top_rows = run.run()
         if index == 0:
             rows = top_rows

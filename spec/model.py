@@ -4,6 +4,7 @@ Everything here is plain data with the file and line it came from. ``spec.langua
 these records from text; the checker, the code generator and the docs read them.
 """
 
+import functools
 from dataclasses import dataclass, field
 
 import sympy
@@ -144,7 +145,7 @@ class Equation:
     file: str | None = None
     line: int | None = None
 
-    @property
+    @functools.cached_property
     def inputs(self) -> list[str]:
         return tensor_names(self.expr)
 
@@ -166,7 +167,7 @@ class BlockCall:
     file: str | None = None
     line: int | None = None
 
-    @property
+    @functools.cached_property
     def inputs(self) -> list[str]:
         return list(dict.fromkeys(self.args))
 
