@@ -149,6 +149,11 @@ class Equation:
     def inputs(self) -> list[str]:
         return tensor_names(self.expr)
 
+    @functools.cached_property
+    def latex(self) -> str:
+        from spec.latex import equation_latex   # the printer reads the op catalogue
+        return equation_latex(self.output, self.expr)
+
     @property
     def ops(self) -> list[str]:
         return op_names(self.expr)

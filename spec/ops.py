@@ -309,7 +309,7 @@ class Gather(Op):
         return Value(Shape(id_shape.dims + table_shape.dims[1:], family), table.dtype)
 
     def latex(self, args, attrs):
-        return f"{args[0]}_{{{args[1]}}}"
+        return f"{{{args[0]}}}_{{{args[1]}}}"
 
 
 @dataclass(frozen=True)
@@ -324,7 +324,7 @@ class SliceRows(Op):
         return Value(Shape((n.scalar,) + shape.dims[1:], shape.family), table.dtype)
 
     def latex(self, args, attrs):
-        return f"{args[0]}_{{1:{args[1]}}}"
+        return f"{{{args[0]}}}_{{1:{args[1]}}}"
 
 
 @dataclass(frozen=True)
@@ -444,7 +444,7 @@ class RelativeBias(Op):
         return Value(Shape((t_q.scalar, t_kv.scalar), shape.family), "float")
 
     def latex(self, args, attrs):
-        return f"{args[0]}_{{j - i}}"
+        return f"{{{args[0]}}}_{{j - i}}"
 
 
 @dataclass(frozen=True)

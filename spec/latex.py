@@ -1,0 +1,52 @@
+"""LaTeX for names and equations; each op's own form comes from its catalogue entry."""
+
+import re
+
+import sympy
+
+from spec.model import OpNode, ScalarExpr, TensorRef
+from spec.ops import OPS
+
+_NEVER_WRAPPED = {"div", "scale"}      # \frac needs no parentheses around its parts
+_GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "eta", "theta", "kappa", "lambda",
+          "mu", "nu", "xi", "pi", "rho", "sigma", "tau", "phi", "chi", "psi", "omega"}
+
+
+def name_latex(name: str) -> str:
+    """``W_Q`` -> ``W_{Q}``, ``d_model`` -> ``d_{\\mathrm{model}}``, ``logits`` -> ``\\mathrm{logits}``."""
+    base, *rest = name.split("_")
+    base_tex = f"\\{base}" if base in _GREEK else base if len(base) == 1 \
+        else f"\\mathrm{{{base}}}"
+    if not rest:
+        return base_tex
+    parts = [p if len(p) <= 1 or re.fullmatch(r"\d+", p) else f"\\mathrm{{{p}}}" for p in rest
+             if p]
+    return f"{base_tex}_{{{','.join(parts)}}}"
+
+
+def term_latex(term) -> str:
+    if isinstance(term, TensorRef):
+        return name_latex(term.name)
+    if isinstance(term, ScalarExpr):
+        names = {s: sympy.Symbol(name_latex(str(s))) for s in term.expr.free_symbols}
+        return sympy.latex(term.expr, symbol_names={s: str(v) for s, v in names.items()})
+    assert isinstance(term, OpNode)
+    op = OPS[term.op]
+    parts = []
+    for index, arg in enumerate(term.args):
+        text = term_latex(arg)
+        # function-like ops (precedence 100) bracket their arguments themselves
+        if isinstance(arg, OpNode) and term.op not in _NEVER_WRAPPED and op.precedence < 100:
+            inner = OPS[arg.op].precedence
+            if inner < op.precedence or (inner == op.precedence and index > 0
+                                         and term.op in ("sub", "matmul", "mul")):
+                text = f"\\left({text}\\right)"
+        elif isinstance(arg, ScalarExpr) and term.op == "scale" and not term.attr.get("divide") \
+                and isinstance(arg.expr, sympy.Add):
+            text = f"\\left({text}\\right)"
+        parts.append(text)
+    return op.latex(parts, term.attr)
+
+
+def equation_latex(output: str, term) -> str:
+    return f"{name_latex(output)} = {term_latex(term)}"
