@@ -203,6 +203,7 @@ class _Run:
         self.findings: list[Finding] = []
         self.unknowns: dict = {}      # fresh unknown widths -> what they were pinned to
         self.pending: list = []       # unstated shapes, reported once the run is done
+        self.active: list[str] = []   # blocks being checked, innermost last (for cycles)
         top = select(spec.body, choices)
         self.lets = [s for s in top if isinstance(s, Let)]
         self.constraints = [s for s in top if isinstance(s, Constraint)]
@@ -676,6 +677,11 @@ class _Run:
                self.prover_key, tuple((c, self.choices[c]) for c in relevant))
         cached = self.block_cache.get(key)
         if cached is None:
+            if block.name in self.active:
+                cycle = self.active[self.active.index(block.name):] + [block.name]
+                raise SpecError(f"block {block.name} calls itself: {' -> '.join(cycle)}",
+                                file=block.file, line=block.line)
+            self.active.append(block.name)
             inner = _Scope(self, "", binding, block)
             start, pending_start = len(self.findings), len(self.pending)
             known = set(self.unknowns)
@@ -688,6 +694,7 @@ class _Run:
             del self.findings[start:]
             del self.pending[pending_start:]
             self.block_cache[key] = cached
+            self.active.pop()
         value, findings, rows, pending, pinned = cached
         self.unknowns.update(pinned)
         self.pending.extend((path + name, decl, shape, like)
