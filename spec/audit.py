@@ -9,7 +9,7 @@ from pathlib import Path
 
 from spec import api
 from spec.files import write_atomic
-from spec.findings import Finding, format_value
+from spec.findings import Finding
 
 REPO = api.SPEC_DIR.parent
 AUDIT_PATH = REPO / "docs" / "seed-audit.md"
@@ -33,25 +33,16 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+_LABELS = {"expected": "expected (the seed's claim)", "inferred": "inferred (from the ops)",
+           "hint": "fix"}
+
+
 def _finding(finding: Finding) -> list[str]:
     where = f"{_path(finding.file)}:{finding.line}"
     lines = [f"- **{finding.kind}** at `{where}`: {finding.message}"]
-    if finding.equation:
-        lines.append(f"  - equation: `{finding.equation}`")
-    if finding.tensor:
-        lines.append(f"  - tensor: `{finding.tensor}`")
-    if finding.expected is not None:
-        lines.append(f"  - expected (the seed's claim): `{finding.expected}`")
-    if finding.inferred is not None:
-        lines.append(f"  - inferred (from the ops): `{finding.inferred}`")
-    if finding.counterexample:
-        pairs = ", ".join(f"{k}={format_value(v)}" for k, v in finding.counterexample.items())
-        lines.append(f"  - counterexample: `{pairs}`")
-    if finding.dims:
-        pairs = ", ".join(f"{k}={format_value(v)}" for k, v in finding.dims.items())
-        lines.append(f"  - dims: `{pairs}`")
-    if finding.hint:
-        lines.append(f"  - fix: {finding.hint}")
+    for label, text in finding.details():
+        shown = text if label == "hint" else f"`{text}`"
+        lines.append(f"  - {_LABELS.get(label, label)}: {shown}")
     return lines
 
 

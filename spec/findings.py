@@ -60,24 +60,17 @@ class Finding:
         file = display_path(self.file)
         return f"{file}:{self.line}" if self.line is not None else file
 
+    def details(self) -> list[tuple[str, str]]:
+        """The finding's facts as (label, text) pairs, in the order they are shown."""
+        facts = [("equation", self.equation), ("tensor", self.tensor),
+                 ("expected", self.expected), ("inferred", self.inferred),
+                 ("counterexample", _pairs(self.counterexample or {})),
+                 ("dims", _pairs(self.dims)), ("choices", self.choices), ("hint", self.hint)]
+        return [(label, text) for label, text in facts if text]
+
     def text(self) -> str:
         lines = [f"{self.where}: {self.kind}: {self.message}"]
-        if self.equation:
-            lines.append(f"    equation: {self.equation}")
-        if self.tensor:
-            lines.append(f"    tensor: {self.tensor}")
-        if self.expected is not None:
-            lines.append(f"    expected: {self.expected}")
-        if self.inferred is not None:
-            lines.append(f"    inferred: {self.inferred}")
-        if self.counterexample:
-            lines.append("    counterexample: " + _pairs(self.counterexample))
-        if self.dims:
-            lines.append("    dims: " + _pairs(self.dims))
-        if self.choices:
-            lines.append(f"    choices: {self.choices}")
-        if self.hint:
-            lines.append(f"    hint: {self.hint}")
+        lines += [f"    {label}: {text}" for label, text in self.details()]
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
