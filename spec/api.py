@@ -117,11 +117,10 @@ def check(target: Variant | Spec | str, settings: list[str] | None = None) -> Re
     if settings:
         target = target.with_settings(settings)
     spec = target.spec
-    if target.is_spec:
-        proof = check_spec(spec, all_choices=True)
-        return Report(target, proof, None, list(proof.findings))
-    proof = check_spec(spec, target.choices)
-    concrete = check_spec(spec, target.choices, target.dims) if target.dims else None
+    every = target.is_spec
+    proof = check_spec(spec, target.choices, all_choices=every)
+    concrete = check_spec(spec, target.choices, target.dims, all_choices=every) \
+        if target.dims else None
     findings = list(proof.findings)
     if concrete is not None:
         seen = {(f.kind, f.file, f.line, f.tensor) for f in findings}

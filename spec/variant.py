@@ -39,7 +39,7 @@ class Variant:
     choices: dict[str, str] = field(default_factory=dict)
     file: str | None = None
     description: str = ""
-    is_spec: bool = False      # a bare spec: checked under every combination of choices
+    is_spec: bool = False      # a bare spec: every combination of the choices not set
 
     def with_settings(self, settings: list[str]) -> "Variant":
         """A copy with ``NAME=VALUE`` settings applied (command-line --set)."""
@@ -57,7 +57,7 @@ class Variant:
             else:
                 raise VariantError(f"--set {name}: {_unknown(name, self.spec)}")
         return Variant(self.name, self.spec, dims, choices, self.file, self.description,
-                       self.is_spec and not settings)
+                       self.is_spec)
 
 
 def parse_setting(setting: str) -> tuple[str, str]:
