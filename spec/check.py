@@ -564,10 +564,6 @@ class _Run:
         assert isinstance(term, OpNode)
         args = [self.infer(scope, a) for a in term.args]
         scope.node = term
-        if term.op == "scale":
-            tensor, factor = args
-            del factor
-            return Value(scope.shape(tensor, 1, "operand"), "float")
         return OPS[term.op].infer(scope, args, term.attr)
 
     # -- block calls

@@ -253,8 +253,13 @@ class Transpose(Op):
 class Scale(Op):
     """X * c or X / c for a scalar expression c over dims (1/sqrt(d_k))."""
 
+    params: tuple[str, ...] = ("tensor", "value")
+
     def infer(self, ctx, args, attrs):
-        raise AssertionError("scale is built by lowering, not inferred directly")
+        tensor, factor = args
+        if tensor.is_scalar or not factor.is_scalar:
+            raise ctx.error("scale multiplies or divides a tensor by a dim expression")
+        return Value(ctx.shape(tensor, 1, "operand"), "float")
 
     def latex(self, args, attrs):
         return f"\\frac{{{args[0]}}}{{{args[1]}}}" if attrs.get("divide") else \
