@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, replace
 import sympy
 
 from spec.errors import SpecError
-from spec.findings import Finding
+from spec.findings import Finding, format_value
 from spec.model import (Block, BlockCall, Constraint, Equation, Let, Note, OpNode, ScalarExpr,
                         Spec, TensorDecl, TensorRef, When, select)
 from spec.ops import OPS, Value, join_family
-from spec.prove import SEARCH_MAX, Prover, Verdict, evaluate
+from spec.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
 from spec.shape import Shape, format_expr
 
 NEAREST_WINDOW = 4096     # how far to look for valid values near a violating one
@@ -281,16 +281,28 @@ class _Run:
         return rows
 
     def check_constraints(self) -> int:
-        """With dim values given, report each constraint they break; returns how many."""
+        """With dim values given, report each constraint they break, then each derived dim
+        they leave undefined or fractional; returns how many problems."""
         if not self.value_map:
             return 0
         broken = 0
         symbols = self.spec.symbols()
         given = {symbols[n]: v for n, v in self.values.items()}
         full = dict(given)
-        for symbol, expr in self.prover.substitution.items():
-            if symbol not in full and not expr.free_symbols - set(given):
-                full[symbol] = evaluate(expr, given)
+        undefined = []
+        for let in self.lets:
+            symbol = symbols[let.dim]
+            expr = self.let_map[symbol]
+            if expr.free_symbols - set(given):
+                continue
+            try:
+                value = evaluate(expr, given)
+            except ZeroDivisionError:
+                undefined.append((let, "undefined (a division by zero)"))
+                continue
+            full[symbol] = value
+            if not is_whole(value):
+                undefined.append((let, f"{format_value(value)}, not a positive whole number"))
         for constraint in self.constraints:
             relation = constraint.relation
             if not relation.free_symbols <= set(full):
@@ -311,7 +323,18 @@ class _Run:
                 equation=f"require {constraint.text}",
                 dims={str(s): _plain(full[s]) for s in involved}, scope="variant",
                 hint=self.nearest_hint(involved, given)))
-        return broken
+        if broken:
+            return broken
+        for let, problem in undefined:
+            involved = sorted(self.let_map[symbols[let.dim]].free_symbols, key=str)
+            self.add(Finding(
+                kind="not-integral",
+                message=f"derived dim {let.dim} = {let.text} is {problem} for "
+                        + ", ".join(f"{s}={given[s]}" for s in involved),
+                file=let.file, line=let.line, equation=f"let {let.dim} = {let.text}",
+                dims={str(s): given[s] for s in involved}, scope="variant",
+                hint=self.nearest_hint(involved, given)))
+        return len(undefined)
 
     def nearest_hint(self, involved: list, given: dict) -> str:
         """Valid values near the given ones, one dim at a time, others held fixed."""
@@ -333,8 +356,11 @@ class _Run:
         full = dict(given)
         for symbol, expr in self.let_map.items():
             if not expr.free_symbols - set(given):
-                value = evaluate(expr, given)
-                if value.denominator != 1:
+                try:
+                    value = evaluate(expr, given)
+                except ZeroDivisionError:
+                    return False
+                if not is_whole(value):
                     return False
                 full[symbol] = value
         for constraint in self.constraints:
@@ -358,6 +384,11 @@ class _Run:
             if isinstance(s, TensorDecl):
                 previous = decls.get(s.name)
                 if previous is not None:
+                    if previous.role in ("input", "param") and \
+                            s.role in ("intermediate", "output"):
+                        raise SpecError(f"{previous.role} {s.name} (line {previous.line}) "
+                                        "cannot also be computed by an equation", file=s.file,
+                                        line=s.line)
                     if previous.role in ("input", "param") or (previous.shape is not None
                                                                and s.shape is not None):
                         raise SpecError(f"tensor {s.name} is declared twice in {where} "
@@ -393,6 +424,8 @@ class _Run:
             if decl.role in ("input", "param"):
                 shape = None if decl.shape is None else decl.shape.subs(scope.binding)
                 scope.values[decl.name] = Value(shape, decl.dtype, tensor=decl.name)
+                if shape is not None:
+                    self.check_sizes(scope, decl, shape)
                 if decl.unstated_family is not None:
                     scope.unstated_family[decl.name] = \
                         sympy.sympify(decl.unstated_family).xreplace(scope.binding)
@@ -463,6 +496,40 @@ class _Run:
             hint=f"declare it: {decl.role} {decl.name}{family} \"{shape_text}\""))
         return TensorRow(qualified, decl.role, shown, decl.dtype, decl.meaning, False, "",
                          decl.file, decl.line)
+
+    def check_sizes(self, scope: _Scope, decl: TensorDecl, shape: Shape) -> None:
+        """Every size in a declared shape is a positive whole number for all allowed sizes."""
+        key = ("sizes", id(decl), shape, self.prover_key, scope.prefix)
+        known = self.record_cache.get(key)
+        if known is not None:
+            self.findings.extend(known)
+            return
+        start = len(self.findings)
+        self._check_sizes(scope, decl, shape)
+        self.record_cache[key] = self.findings[start:]
+
+    def _check_sizes(self, scope: _Scope, decl: TensorDecl, shape: Shape) -> None:
+        sizes = shape.dims + ((shape.family,) if shape.family is not None else ())
+        for size in sizes:
+            if isinstance(size, sympy.Symbol) or (size.is_Integer and size >= 1):
+                continue
+            whole = self.prover.integral(size)
+            positive = self.prover.at_most(1, size) if whole.proved else Verdict(True)
+            for kind, verdict, what, hint in (
+                    ("not-integral", whole, "a whole number",
+                     "add a divisibility constraint (`require ... % ... == 0`)"),
+                    ("out-of-range", positive, "at least 1",
+                     f"add the constraint `require {format_expr(size)} >= 1`")):
+                if verdict.proved:
+                    continue
+                self.add(Finding(
+                    kind="unproved" if verdict.unknown else kind,
+                    message=f"size {format_expr(size)} in the declared shape of {decl.name} "
+                            f"is not {what} for every allowed size",
+                    file=decl.file, line=decl.line, tensor=scope.qualified(decl.name),
+                    expected=shape.text(),
+                    counterexample=dict(verdict.counterexample) if verdict.counterexample
+                    else None, dims=self.dim_values(size.free_symbols), hint=hint))
 
     def check_equation(self, scope: _Scope, record: Equation, declared: TensorDecl | None):
         scope.equation = record
@@ -831,11 +898,12 @@ def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *
         for finding in run.findings:
             key = finding.key()
             merged.setdefault(key, finding)
-            seen_in.setdefault(key, []).append(combo)
+            seen_in.setdefault(key, {})[index] = combo
     findings = list(merged.values())
     if len(combos) > 1:
         for key, finding in merged.items():
-            finding.choices = describe_combinations(seen_in[key], combos, spec)
+            finding.choices = describe_combinations(list(seen_in[key].values()), combos,
+                                                    spec)
     findings.sort(key=lambda f: (f.file or "", f.line or 0, f.kind, f.tensor))
     return Result(spec, findings, combos, rows, notes, given, lets)
 

@@ -9,6 +9,7 @@ unreadable input (with a one-line error, never a traceback).
 """
 
 import argparse
+import os
 import sys
 
 from spec import api
@@ -74,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     except RecursionError:
         print("tspec: error: the spec nests too deeply to check", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # the reader went away (tspec check | head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FINDINGS
 
 
 def _check(args) -> int:
@@ -141,7 +146,16 @@ def _report_json(report) -> dict:
 
 
 def _shapes(args) -> int:
-    rows = api.shapes(api.load(args.target, args.settings))
+    variant = api.load(args.target, args.settings)
+    report = api.check(variant)
+    broken = [f for f in report.findings if f.kind in ("constraint-violated", "not-integral")
+              and f.scope == "variant"]
+    if broken:
+        # sizes outside the spec have no shapes to show
+        for finding in broken:
+            print(finding.text(), file=sys.stderr)
+        return EXIT_FINDINGS
+    rows = api.shapes(variant)
     if args.format == "json":
         print(to_json([row.__dict__ for row in rows]))
         return EXIT_OK
@@ -152,6 +166,10 @@ def _shapes(args) -> int:
     print("  ".join("-" * w for w in widths))
     for row in table:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    if not report.ok:
+        print(f"tspec: {len(report.findings)} finding(s) in {variant.name}: run `tspec check`",
+              file=sys.stderr)
+        return EXIT_FINDINGS
     return EXIT_OK
 
 

@@ -20,13 +20,16 @@ _TOKEN = re.compile(r"""
     (?P<space>[ \t]+)
   | (?P<comment>\#[^\n]*)
   | (?P<newline>\r?\n)
-  | (?P<number>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)
+  | (?P<number>[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<string>"[^"\n]*")
   | (?P<op>\*\*|==|!=|<=|>=|->|[-+*/@%()\[\],.:=<>|?])
 """, re.VERBOSE)
 
 _OPEN = {"(": ")", "[": "]"}
+MAX_NUMBER_DIGITS = 40       # longer literals are refused, never handed to int()
+MAX_DEPTH = 100              # nesting of brackets and operators in one expression
+MAX_RESULT_DIGITS = 1000     # a constant dim expression may not grow past this
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,9 @@ def tokenize(text: str, file: str | None = None) -> list[Token]:
             raise SpecSyntaxError(f"unexpected character {char!r}{hint}", file=file, line=line,
                                   column=column)
         kind, value = match.lastgroup, match.group()
+        if kind == "number" and len(value) > MAX_NUMBER_DIGITS:
+            raise SpecSyntaxError(f"number with {len(value)} characters; the limit is "
+                                  f"{MAX_NUMBER_DIGITS}", file=file, line=line, column=column)
         if kind == "space" and "\t" in value and pos == line_start:
             raise SpecSyntaxError("tab in indentation; indent with spaces", file=file,
                                   line=line, column=column)
@@ -160,6 +166,7 @@ class Parser:
         self.tokens = tokens
         self.pos = 0
         self.file = file
+        self.depth = 0
 
     # -- token helpers
     @property
@@ -202,6 +209,15 @@ class Parser:
 
     # -- expressions
     def expression(self, min_power: int = 0) -> Node:
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise self.error(f"expression nests more than {MAX_DEPTH} levels deep")
+            return self._expression(min_power)
+        finally:
+            self.depth -= 1
+
+    def _expression(self, min_power: int) -> Node:
         left = self._prefix()
         while True:
             token = self.peek
@@ -287,8 +303,11 @@ def parse_expression(text: str, file: str | None = None) -> Node:
     """Parse one whole expression from text (used for shape tokens and command-line values)."""
     parser = Parser(tokenize(text, file), file)
     node = parser.expression()
-    if not parser.at_line_end():
-        raise parser.error(f"unexpected {parser.peek.text!r} after the expression")
+    # one logical line: a newline token, then the end (a line break inside brackets is fine)
+    if parser.peek.kind != "newline" or parser.tokens[parser.pos + 1].kind != "end":
+        following = parser.peek if parser.peek.kind != "newline" else \
+            parser.tokens[parser.pos + 1]
+        raise parser.error(f"unexpected {following.text!r} after the expression", following)
     return node
 
 
@@ -364,10 +383,16 @@ def to_sympy(node: Node, symbols: dict[str, sympy.Symbol], *, file: str | None =
                     raise fail(n, f"{what}: division by zero")
                 return left / right
             if n.op == "%":
+                if right == 0:
+                    raise fail(n, f"{what}: modulo by zero")
                 return sympy.Mod(left, right)
             if n.op == "**":
                 if not (isinstance(right, sympy.Integer) and 0 <= right <= 64):
                     raise fail(n, f"{what}: exponents must be integers from 0 to 64")
+                if isinstance(left, sympy.Rational) and left != 0 and int(right) * (
+                        len(str(abs(left.p))) + len(str(left.q))) > MAX_RESULT_DIGITS:
+                    raise fail(n, f"{what}: {to_text(n)} has more than {MAX_RESULT_DIGITS} "
+                                  "digits")
                 return left ** right
             raise fail(n, f"{what}: operator {n.op!r} is not allowed here")
         if isinstance(n, Compare) and relational and n is node:

@@ -40,6 +40,7 @@ from spec.ops import FUNCTIONS, OPERATORS, OPS, SCALAR_FUNCTIONS
 from spec.shape import DTYPES, Dim, dim_symbol, parse_shape
 
 MAX_SPEC_BYTES = 1_000_000
+MAX_NESTING = 32          # levels of block / when bodies
 
 
 @dataclass
@@ -71,6 +72,9 @@ def _logical_lines(tokens: list[ex.Token], file: str | None) -> list[_Line]:
     for line in flat:
         while line.indent <= stack[-1].indent:
             stack.pop()
+        if len(stack) > MAX_NESTING:
+            raise SpecSyntaxError(f"bodies nest more than {MAX_NESTING} levels deep",
+                                  file=file, line=line.number)
         parent = stack[-1]
         if (parent is root and line.indent > 0) or (parent is not root
                                                     and not _opens_body(parent)):
@@ -163,6 +167,10 @@ class _Reader:
         if name in self.dims or name in table:
             previous = self.dims.get(name) or table[name]
             raise self.error(f"dim {name} is declared twice (first at line {previous.line})",
+                             token.line)
+        if name in self.choices:
+            raise self.error(f"dim {name} has the name of a choice (line "
+                             f"{self.choices[name].line}); --set could not tell them apart",
                              token.line)
         table[name] = Dim(name, meaning, dim_symbol(name), value, self.file, token.line)
 
@@ -267,6 +275,10 @@ class _Reader:
         self.end(parser)
         if name in self.choices:
             raise self.error(f"choice {name} is declared twice", token.line)
+        if name in self.dims:
+            raise self.error(f"choice {name} has the name of a dim (line "
+                             f"{self.dims[name].line}); --set could not tell them apart",
+                             token.line)
         if len(set(options)) != len(options):
             raise self.error(f"choice {name} lists an option twice", token.line)
         for option in options:
@@ -414,29 +426,20 @@ class _Builder:
             blocks[name] = Block(name, local, input_decls, output, records, self.file,
                                  line.number)
         records = self.scope(body, symbols, block_names, [], "the model", outputs=r.outputs)
-        self.check_choices(records, blocks)
         name = r.name or (Path(self.file).stem if self.file else "spec")
         digest = hashlib.sha256(r.text.encode()).hexdigest()[:16]
         return Spec(name, r.title, self.file, dict(r.dims), dict(r.choices), blocks, records,
                     list(r.outputs), digest)
 
-    def check_choices(self, records: list, blocks: dict[str, Block]) -> None:
-        def walk(statements):
-            for s in statements:
-                if isinstance(s, When):
-                    choice = self.r.choices.get(s.choice)
-                    if choice is None:
-                        raise self.error(f"'when' names unknown choice {s.choice!r}"
-                                         f"{_suggest(s.choice, self.r.choices)}", s.line)
-                    for option in s.options:
-                        if option not in choice.options:
-                            raise self.error(f"choice {s.choice} has no option {option!r}; "
-                                             f"options: {', '.join(choice.options)}", s.line)
-                    walk(s.body)
-                    walk(s.otherwise)
-        walk(records)
-        for block in blocks.values():
-            walk(block.body)
+    def check_when(self, when: When) -> None:
+        choice = self.r.choices.get(when.choice)
+        if choice is None:
+            raise self.error(f"'when' names unknown choice {when.choice!r}"
+                             f"{_suggest(when.choice, self.r.choices)}", when.line)
+        for option in sorted(when.options):
+            if option not in choice.options:
+                raise self.error(f"choice {when.choice} has no option {option!r}; "
+                                 f"options: {', '.join(choice.options)}", when.line)
 
     def tensor_decl(self, role: str, parts: tuple, symbols: dict) -> TensorDecl:
         name, family, shape, unstated, dtype, meaning, line = parts
@@ -479,9 +482,10 @@ class _Builder:
                 if isinstance(s, Note):
                     out.append(s)
                 elif isinstance(s, When):
-                    choice = self.r.choices.get(s.choice)
-                    if s.negate and choice is not None:
-                        s.options, s.negate = frozenset(choice.options) - s.options, False
+                    self.check_when(s)
+                    if s.negate:
+                        options = self.r.choices[s.choice].options
+                        s.options, s.negate = frozenset(options) - s.options, False
                     s.body = convert(s.body)
                     s.otherwise = convert(s.otherwise)
                     out.append(s)
@@ -646,6 +650,8 @@ class _Lowering:
             return ScalarExpr(value, node.line, node.column)
         if node.op == "%":
             raise self.error("'%' is not defined on tensors", node)
+        if node.op == "/" and scalar_right and right.expr == 0:
+            raise self.error("division by zero", node)
         if node.op in ("*", "/") and (scalar_left or scalar_right) and not \
                 (node.op == "/" and scalar_left):
             tensor, scalar = (right, left) if scalar_left else (left, right)

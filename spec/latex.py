@@ -7,7 +7,6 @@ import sympy
 from spec.model import OpNode, ScalarExpr, TensorRef
 from spec.ops import OPS
 
-_NEVER_WRAPPED = {"div", "scale"}      # \frac needs no parentheses around its parts
 _GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "eta", "theta", "kappa", "lambda",
           "mu", "nu", "xi", "pi", "rho", "sigma", "tau", "phi", "chi", "psi", "omega"}
 
@@ -33,10 +32,12 @@ def term_latex(term) -> str:
     assert isinstance(term, OpNode)
     op = OPS[term.op]
     parts = []
+    # \frac needs no parentheses around its parts; function-like ops (precedence 100)
+    # bracket their arguments themselves
     for index, arg in enumerate(term.args):
         text = term_latex(arg)
-        # function-like ops (precedence 100) bracket their arguments themselves
-        if isinstance(arg, OpNode) and term.op not in _NEVER_WRAPPED and op.precedence < 100:
+        fraction = term.op == "div" or (term.op == "scale" and term.attr.get("divide"))
+        if isinstance(arg, OpNode) and not fraction and op.precedence < 100:
             inner = OPS[arg.op].precedence
             if inner < op.precedence or (inner == op.precedence and index > 0
                                          and term.op in ("sub", "matmul", "mul")):

@@ -8,7 +8,7 @@ neither a proof nor a counterexample was found (reported, never silently passed)
 
 Proof methods, cheapest first: sympy's canonical form (``H*(d_model/H)`` is ``d_model``), exact
 cancellation, divisibility witnesses (``d_model % H == 0`` lets ``d_model = H*q``), and for
-inequalities a linear program over the constraints (sympy's exact simplex). Counterexamples
+inequalities a linear program over the constraints (sympy's exact simplex, every dim >= 1). Counterexamples
 come from a bounded search over small sizes that satisfy every constraint.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import sympy
-from sympy.solvers.simplex import lpmin
+from sympy.solvers.simplex import linprog
 
 SEARCH_MAX = 12          # largest size tried per dim in the counterexample search
 SEARCH_BUDGET = 20000    # candidate assignments tried per claim
@@ -84,6 +84,8 @@ def evaluate(expr: sympy.Basic, values: dict) -> Fraction | float | bool:
         return evaluate(expr.lhs, values) > evaluate(expr.rhs, values)
     if isinstance(expr, sympy.GreaterThan):
         return evaluate(expr.lhs, values) >= evaluate(expr.rhs, values)
+    if expr in (sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+        raise ZeroDivisionError("a size divided by zero")
     if expr is sympy.true:
         return True
     if expr is sympy.false:
@@ -107,12 +109,31 @@ class Prover:
         self.substitution = self._compose({**self.lets, **{s: sympy.Integer(v)
                                                            for s, v in self.values.items()}})
         self.constraints = list(constraints)
-        self.facts = [c.xreplace(self.substitution) for c in constraints]
+        self.facts = self._facts()
+        # an equality constraint (d_v == d_k) is used as a substitution
+        for fact in list(self.facts):
+            if isinstance(fact, sympy.Eq) and not fact.has(sympy.Mod):
+                for side, other in ((fact.lhs, fact.rhs), (fact.rhs, fact.lhs)):
+                    if isinstance(side, sympy.Symbol) and side not in other.free_symbols \
+                            and side not in self.substitution:
+                        self.substitution = self._compose({**self.substitution, side: other})
+                        self.facts = self._facts()
+                        break
         self.witnesses = [(f.lhs.args[0], f.lhs.args[1]) for f in self.facts
                           if isinstance(f, sympy.Eq) and isinstance(f.lhs, sympy.Mod)
                           and f.rhs == 0]
         self._cache: dict = {}
         self._norms: dict = {}
+
+    def _facts(self) -> list:
+        facts = []
+        for constraint in self.constraints:
+            try:
+                fact = constraint.xreplace(self.substitution)
+            except ZeroDivisionError:      # values that make a modulus zero break the fact
+                fact = sympy.false
+            facts.append(sympy.false if fact.has(sympy.zoo, sympy.nan) else fact)
+        return facts
 
     @staticmethod
     def _compose(mapping: dict) -> dict:
@@ -192,7 +213,7 @@ class Prover:
         gap = sympy.expand(b - a)
         if gap.is_number:
             return PROVED if gap >= 0 else self._search(set(), lambda values: True)
-        if gap.is_nonnegative:
+        if gap.is_nonnegative or self._with_witnesses(_monotone_nonnegative, gap):
             return PROVED
         if self._linear_minimum_nonnegative(gap):
             return PROVED
@@ -211,22 +232,47 @@ class Prover:
         return False
 
     def _linear_minimum_nonnegative(self, gap) -> bool:
-        symbols = sorted(gap.free_symbols, key=str)
-        facts = [f for f in self.facts if isinstance(f, (sympy.LessThan, sympy.StrictLessThan,
-                                                         sympy.GreaterThan,
-                                                         sympy.StrictGreaterThan, sympy.Eq))
-                 and not f.has(sympy.Mod) and _linear(f.lhs - f.rhs)]
+        """min(gap) >= 0 over the reals, subject to the linear constraints and every dim >= 1."""
         if not _linear(gap):
             return False
-        involved = set(symbols)
-        for f in facts:
-            involved |= f.free_symbols
-        bounds = [s >= 1 for s in sorted(involved, key=str)]
+        facts = []
+        for fact in self.facts:
+            if isinstance(fact, (sympy.StrictLessThan, sympy.StrictGreaterThan)):
+                # sizes are integers: a < b is a <= b - 1
+                small, large = (fact.lhs, fact.rhs) if isinstance(fact, sympy.StrictLessThan) \
+                    else (fact.rhs, fact.lhs)
+                fact = sympy.LessThan(small, large - 1, evaluate=False)
+            if isinstance(fact, (sympy.LessThan, sympy.GreaterThan, sympy.Eq)) and \
+                    not fact.has(sympy.Mod) and _linear(fact.lhs - fact.rhs):
+                facts.append(fact)
+        order = sorted(set(gap.free_symbols).union(*(f.free_symbols for f in facts)), key=str)
+
+        def row(expr):
+            zero = dict.fromkeys(order, 0)
+            return [expr.coeff(s) for s in order], expr.xreplace(zero)
+
+        upper, upper_bounds, equal, equal_bounds = [], [], [], []
+        for fact in facts:
+            if isinstance(fact, sympy.Eq):
+                coefficients, constant = row(sympy.expand(fact.lhs - fact.rhs))
+                equal.append(coefficients)
+                equal_bounds.append(-constant)
+            else:       # a <= b, or b >= a: a - b <= 0
+                small, large = (fact.lhs, fact.rhs) if isinstance(fact, sympy.LessThan) \
+                    else (fact.rhs, fact.lhs)
+                coefficients, constant = row(sympy.expand(small - large))
+                upper.append(coefficients)
+                upper_bounds.append(-constant)
+        objective, offset = row(gap)
         try:
-            minimum, _ = lpmin(gap, facts + bounds)
+            minimum, _ = linprog(
+                sympy.Matrix([objective]), sympy.Matrix(upper) if upper else None,
+                sympy.Matrix(upper_bounds) if upper else None,
+                sympy.Matrix(equal) if equal else None,
+                sympy.Matrix(equal_bounds) if equal else None, bounds=(1, None))
         except Exception:       # unbounded or infeasible: no proof this way
             return False
-        return minimum >= 0
+        return minimum + offset >= 0
 
     def _search(self, symbols: set, fails, derived_whole: bool = True) -> Verdict:
         """The smallest sizes that satisfy every constraint and make the claim fail."""
@@ -289,6 +335,22 @@ def _integer_polynomial(expr) -> bool:
         return False
     poly = sympy.Poly(expr, *symbols)
     return all(c.is_Integer for c in poly.coeffs())
+
+
+def _monotone_nonnegative(expr) -> bool:
+    """A polynomial whose non-constant terms all have non-negative coefficients grows with
+    every dim, so over dims >= 1 its least value is at all ones."""
+    symbols = sorted(expr.free_symbols, key=str)
+    if not symbols:
+        return bool(expr.is_number and expr >= 0)
+    if not expr.is_polynomial(*symbols):
+        return False
+    poly = sympy.Poly(expr, *symbols)
+    for monomial, coefficient in poly.terms():
+        if any(monomial) and not coefficient >= 0:
+            return False
+    return poly.eval(dict.fromkeys(symbols, 1)) >= 0 if len(symbols) > 1 else \
+        poly.eval(1) >= 0
 
 
 def _linear(expr) -> bool:

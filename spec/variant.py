@@ -26,6 +26,7 @@ from spec.errors import UsageError, VariantError
 from spec.model import Spec
 
 MAX_VARIANT_BYTES = 1_000_000
+MAX_DIGITS = 40
 _INTEGER = re.compile(r"[0-9]+(?:_[0-9]+)*\Z")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
@@ -74,6 +75,8 @@ def parse_setting(setting: str) -> tuple[str, str]:
 def _integer_text(text: str, where: str) -> int:
     if not _INTEGER.match(text):
         raise VariantError(f"{where}: dim values are positive integers, got {text!r}")
+    if len(text) > MAX_DIGITS:
+        raise VariantError(f"{where}: a value of {len(text)} digits; the limit is {MAX_DIGITS}")
     value = int(text)
     if value < 1:
         raise VariantError(f"{where}: dim values are positive integers, got {value}")
@@ -129,6 +132,8 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise VariantError(f"malformed TOML: {error}", file=file) from None
+    except ValueError as error:     # e.g. an integer past Python's digit limit
+        raise VariantError(f"malformed TOML: {error}", file=file) from None
     allowed = {"spec", "description", "dims", "choices"}
     for key in data:
         if key not in allowed:
@@ -157,6 +162,9 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
                                file=file, line=line)
         if value < 1:
             raise VariantError(f"[dims] {name} = {value}: dim values are positive integers",
+                               file=file, line=line)
+        if value >= 10 ** MAX_DIGITS:
+            raise VariantError(f"[dims] {name}: a value of more than {MAX_DIGITS} digits",
                                file=file, line=line)
         dims[name] = value
     choices: dict[str, str] = {}

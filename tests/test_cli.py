@@ -1,0 +1,248 @@
+"""The `tspec` command line, run in-process through spec.cli.main (and once as a process)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spec import api, cli
+from spec.findings import KINDS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def columns(line):
+    """The cells of one row of the shapes table (cells are separated by two spaces or more)."""
+    return re.split(r" {2,}", line.strip())
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_check_with_no_arguments_proves_the_builtin_spec(capsys):
+    code, out, err = run(capsys, "check")
+    assert code == 0
+    assert err == ""
+    assert "proved" in out
+    assert ("   proved: every shape agrees for all sizes the constraints allow "
+            "(288 choice combinations)") in out.splitlines()
+    assert out.startswith("== transformer (")
+
+
+def test_check_base_and_big(capsys):
+    code, out, err = run(capsys, "check", "base", "big")
+    assert code == 0 and err == ""
+    assert out.count("   proved: every shape agrees") == 2
+    assert ("   variant: every constraint holds and every shape evaluates "
+            "(d_model=512, H=8, d_ff=2048, N=6)") in out.splitlines()
+    assert ("   variant: every constraint holds and every shape evaluates "
+            "(d_model=1024, H=16, d_ff=4096, N=6)") in out.splitlines()
+
+
+def test_check_base_with_ten_heads_has_a_finding(capsys):
+    code, out, err = run(capsys, "check", "base", "--set", "H=10")
+    assert code == 1
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[2].startswith("   1 finding (choices arch=encoder_decoder, norm=post, ")
+    assert any(line.endswith(": constraint-violated: d_model=512 is not divisible by H=10")
+               for line in lines)
+    assert "    hint: valid H near 10: 8, 16; valid d_model near 512: 510, 520" in lines
+    assert "    dims: d_model=512, H=10" in lines
+
+
+def test_unknown_target_is_a_usage_error(capsys):
+    code, out, err = run(capsys, "check", "nope")
+    assert code == 2
+    assert out == ""
+    assert err.startswith("tspec: error: no spec or variant named 'nope': not a file, and "
+                          "not a built-in (transformer, ")
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_check_json(capsys):
+    code, out, err = run(capsys, "check", "--format", "json", "base")
+    assert code == 0 and err == ""
+    data = json.loads(out)
+    assert isinstance(data, list) and len(data) == 1
+    report = data[0]
+    assert report["ok"] is True
+    assert report["target"] == "base"
+    assert report["findings"] == []
+    assert report["dims"] == {"d_model": 512, "H": 8, "d_ff": 2048, "N": 6}
+    assert report["choice_combinations"] == 1
+    assert report["choices"]["head_dims"] == "split"
+
+
+def test_check_json_with_findings_is_valid_json(capsys, tmp_path):
+    path = tmp_path / "m.tspec"
+    path.write_text('dim d "width"\ndim H "heads"\ndim d_k "head width"\nlet d_k = d / H\n')
+    code, out, err = run(capsys, "check", "--format", "json", str(path))
+    assert code == 1 and err == ""
+    [report] = json.loads(out)
+    assert report["ok"] is False
+    assert report["choices"] is None
+    [finding] = report["findings"]
+    assert finding["kind"] == "not-integral"
+    assert finding["counterexample"] == {"d": 1, "H": 2, "d_k": "1/2"}
+    assert finding["line"] == 4
+
+
+def test_shapes_base(capsys):
+    code, out, err = run(capsys, "shapes", "base")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].split() == ["tensor", "role", "dtype", "symbolic", "shape", "concrete",
+                                "shape"]
+    assert set(lines[1]) == {"-", " "}
+    rows = {columns(line)[0]: columns(line) for line in lines[2:]}
+    assert rows["encoder.layers[i].self_attention.Q_h"] == [
+        "encoder.layers[i].self_attention.Q_h", "intermediate", "float", "[H] B T d_k",
+        "[8] B T 64"]
+    assert rows["encoder.layers[i].self_attention.W_Q"] == [
+        "encoder.layers[i].self_attention.W_Q", "param", "float", "d_model H*d_k", "512 512"]
+    assert rows["logits"] == ["logits", "output", "float", "B T_dec V", "B T_dec V"]
+
+
+def test_shapes_json(capsys):
+    code, out, err = run(capsys, "shapes", "--format", "json", "base")
+    assert code == 0 and err == ""
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert rows["logits"]["symbolic"] == "B T_dec V"
+    assert rows["logits"]["concrete"] == "B T_dec V"
+    assert rows["logits"]["role"] == "output"
+
+
+def test_shapes_with_set(capsys):
+    code, out, err = run(capsys, "shapes", "base", "--set", "H=16")
+    assert code == 0
+    rows = {columns(line)[0]: columns(line) for line in out.splitlines()[2:]}
+    assert rows["encoder.layers[i].self_attention.Q_h"][3:] == ["[H] B T d_k", "[16] B T 32"]
+
+
+def test_list(capsys):
+    code, out, err = run(capsys, "list")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    names = [line.split()[0] for line in lines if line.startswith("  ")]
+    for name in ("transformer", "base", "big", "seed_004"):
+        assert name in names
+    assert lines[0] == "specs:"
+    assert "variants:" in lines and "finding kinds:" in lines
+    for kind in KINDS:
+        assert kind in names
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("H", "tspec: error: --set 'H': expected NAME=VALUE\n"),
+    ("H=x", "tspec: error: --set H=x: dim values are positive integers, got 'x'\n"),
+    ("Hx=3", "tspec: error: --set Hx: unknown dim or choice 'Hx' in spec transformer; did you "
+             "mean 'H'?\n"),
+])
+def test_bad_set_is_a_usage_error(capsys, setting, message):
+    code, out, err = run(capsys, "check", "base", "--set", setting)
+    assert code == 2
+    assert out == ""
+    assert err == message
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "tspec: error: the following arguments are required: COMMAND"),
+    (["frobnicate"], "tspec: error: argument COMMAND: invalid choice: 'frobnicate'"),
+    (["check", "--format", "xml"], "tspec: error: argument --format: invalid choice: 'xml'"),
+    (["shapes"], "tspec: error: the following arguments are required: VARIANT"),
+    (["check", "--bogus"], "tspec: error: unrecognized arguments: --bogus"),
+])
+def test_argparse_usage_errors_exit_2(capsys, argv, message):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("usage: tspec")
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_spec_error_path_is_shown_relative_to_the_working_directory(capsys, tmp_path,
+                                                                     monkeypatch):
+    (tmp_path / "bad.tspec").write_text('dim B "batch"\ndim B "again"\n')
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "check", str(tmp_path / "bad.tspec"))
+    assert code == 2
+    assert err == "tspec: error: bad.tspec:2: dim B is declared twice (first at line 1)\n"
+
+
+def test_deep_nesting_is_a_usage_error_not_a_crash(capsys, tmp_path):
+    path = tmp_path / "deep.tspec"
+    path.write_text('dim B "batch"\nrequire B <= ' + "(" * 1000 + "B" + ")" * 1000 + "\n")
+    code, out, err = run(capsys, "check", str(path))
+    assert code == 2
+    assert err == f"tspec: error: {path}:2:113: expression nests more than 100 levels deep\n"
+    assert "Traceback" not in err
+
+
+def test_huge_set_value_exits_2(capsys):
+    code, out, err = run(capsys, "check", "base", "--set", "H=" + "9" * 5000)
+    assert code == 2
+    assert err.startswith("tspec: error: --set H=")
+
+
+def test_modulo_by_zero_exits_2(capsys, tmp_path):
+    path = tmp_path / "mod.tspec"
+    path.write_text('dim d "width"\nrequire d % 0 == 0\n')
+    code, out, err = run(capsys, "check", str(path))
+    assert code == 2
+    assert err == f"tspec: error: {path}:2:11: constraint: modulo by zero\n"
+
+
+def test_malformed_spec_file_as_a_process(tmp_path):
+    path = tmp_path / "broken.tspec"
+    path.write_text('dim B "batch"\ninput X "B" = relu(\n')
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-m", "spec.cli", "check", str(path)],
+                            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    assert result.stderr == ("tspec: error: broken.tspec:2:19: bracket opened here is never "
+                             "closed (expected ')')\n")
+
+
+def test_builtin_names_resolve_to_files():
+    assert api.builtin_specs()["transformer"] == api.BUILTIN_SPEC
+    assert set(api.builtin_variants()) >= {"base", "big"}
+
+
+def test_shapes_of_a_variant_that_breaks_a_constraint_exits_1_without_a_table(capsys):
+    code, out, err = run(capsys, "shapes", "base", "--set", "H=10")
+    assert code == 1
+    assert out == ""
+    assert err.splitlines()[0] == ("spec/transformer.tspec:31: constraint-violated: "
+                                   "d_model=512 is not divisible by H=10")
+
+
+def test_a_spec_with_some_choices_set_is_proved_under_every_other_combination(capsys):
+    code, out, err = run(capsys, "check", "transformer", "--set", "norm=pre")
+    assert code == 0
+    assert "(144 choice combinations)" in out
+
+
+def test_a_reader_that_goes_away_gets_no_traceback():
+    process = subprocess.Popen([sys.executable, "-m", "spec.cli", "check", "seed_004"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    first = process.stdout.readline()
+    process.stdout.close()
+    err = process.stderr.read().decode()
+    process.wait(timeout=60)
+    assert first.startswith(b"== seed_004")
+    assert "Traceback" not in err
+    assert process.returncode == 1

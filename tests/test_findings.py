@@ -1,0 +1,362 @@
+"""One finding per kind, each pinned field by field; the checker collects them all."""
+
+from fractions import Fraction
+
+import pytest
+
+import spec
+from spec import api
+from spec.check import check
+from spec.findings import KINDS, Finding
+
+HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
+
+
+def findings_of(text, choices=None, values=None, all_choices=False):
+    parsed = spec.parse(text, file="t.tspec")
+    return check(parsed, choices, values, all_choices=all_choices).findings
+
+
+def only(text, **kwargs) -> Finding:
+    found = findings_of(text, **kwargs)
+    assert len(found) == 1, [f.text() for f in found]
+    return found[0]
+
+
+def fields(finding: Finding) -> dict:
+    return {name: getattr(finding, name) for name in
+            ("kind", "message", "file", "line", "equation", "tensor", "expected", "inferred",
+             "counterexample", "dims", "hint", "scope")}
+
+
+def expect(finding: Finding, **wanted):
+    """Every field pinned: the ones given, and the defaults of a proof finding for the rest."""
+    defaults = {"file": "t.tspec", "equation": "", "tensor": "", "expected": None,
+                "inferred": None, "counterexample": None, "dims": {}, "hint": "",
+                "scope": "all sizes"}
+    assert fields(finding) == {**defaults, **wanted}
+
+
+def test_shape_mismatch():
+    finding = only(HEADER + 'input X "B T d"\nparam W "d d"\nY "B d d" = X @ W\n')
+    expect(finding, kind="shape-mismatch",
+           message="Y is declared B d d but its equation gives B T d (axis 1)",
+           line=6, equation="Y = X @ W", tensor="Y", expected="B d d", inferred="B T d",
+           counterexample={"T": 2, "d": 1},
+           hint='declare Y as "B T d", or fix the equation')
+
+
+def test_shape_mismatch_of_rank():
+    finding = only(HEADER + 'input X "B T d"\nY "B T" = relu(X)\n')
+    expect(finding, kind="shape-mismatch",
+           message="Y is declared with rank 2 but its equation gives rank 3",
+           line=5, equation="Y = relu(X)", tensor="Y", expected="B T", inferred="B T d",
+           hint='declare Y as "B T d", or fix the equation')
+
+
+def test_dtype_mismatch():
+    finding = only(HEADER + 'input m "B T" bool\nY "B T" int = log(m)\n')
+    expect(finding, kind="dtype-mismatch", message="Y is declared int but its equation gives "
+           "float", line=5, equation="Y = log(m)", tensor="Y",
+           hint="declare Y as float, or change the equation")
+
+
+def test_operand_mismatch():
+    finding = only(HEADER + 'dim e "other"\ninput X "B T d"\nparam W "e d"\n'
+                   'Y "B T d" = X @ W\n')
+    expect(finding, kind="operand-mismatch",
+           message="matmul inner dimensions (B T d @ e d): d vs e", line=7,
+           equation="Y = X @ W", tensor="Y", counterexample={"d": 2, "e": 1},
+           hint="the last axis of the left operand must equal the second-to-last of the "
+                "right: check the declared shapes of both, or transpose one")
+
+
+def test_operand_mismatch_inside_a_repeated_block_names_the_qualified_tensor():
+    finding = only(HEADER + 'dim e "other"\ndim N "layers"\n'
+                   'block layer(X "B T d") -> Y:\n'
+                   '    param W "e d"\n'
+                   '    Y "B T d" = X @ W\n'
+                   'input Z "B T d"\n'
+                   'O "B T d" = repeat(N, layer, Z) as layers\n')
+    expect(finding, kind="operand-mismatch",
+           message="matmul inner dimensions (B T d @ e d): d vs e", line=8,
+           equation="Y = X @ W", tensor="layers[i].Y", counterexample={"d": 2, "e": 1},
+           hint="the last axis of the left operand must equal the second-to-last of the "
+                "right: check the declared shapes of both, or transpose one")
+
+
+def test_argument_mismatch():
+    finding = only(HEADER + 'dim e "other"\n'
+                   'block f(X "B T d") -> Y:\n'
+                   '    Y "B T d" = relu(X)\n'
+                   'input Z "B T e"\n'
+                   'O "B T d" = f(Z)\n')
+    expect(finding, kind="argument-mismatch", message="Z (B T e) passed as f's input X "
+           "(B T d)", line=8, equation="O = f(Z)", tensor="O", expected="B T d",
+           inferred="B T e", counterexample={"d": 2, "e": 1},
+           hint="pass a tensor of shape B T d")
+
+
+def test_repeat_mismatch():
+    finding = only(HEADER + 'dim e "other"\ndim N "layers"\n'
+                   'block f(X "B T d") -> Y:\n'
+                   '    param W "d e"\n'
+                   '    Y "B T e" = X @ W\n'
+                   'input Z "B T d"\n'
+                   'O "B T e" = repeat(N, f, Z)\n')
+    expect(finding, kind="repeat-mismatch",
+           message="repeat(N, f) feeds each copy's output Y (B T e) to the next copy's input "
+                   "X (B T d)", line=10, equation="O = repeat(N, f, Z)", tensor="O",
+           counterexample={"d": 2, "e": 1},
+           hint="a repeated block must return the shape of its first input")
+
+
+def test_repeat_mismatch_of_rank():
+    finding = only(HEADER + 'dim N "layers"\n'
+                   'block f(X "B T d") -> Y:\n'
+                   '    Y "B T" = einsum("btd->bt", X)\n'
+                   'input Z "B T d"\n'
+                   'O "B T" = repeat(N, f, Z)\n')
+    expect(finding, kind="repeat-mismatch", message="repeat(N, f) returns rank 2 but takes "
+           "rank 3", line=8, equation="O = repeat(N, f, Z)", tensor="O",
+           hint="a repeated block must return the shape of its first input")
+
+
+def test_not_divisible():
+    finding = only(HEADER + 'dim H "heads"\ninput X "B T d"\n'
+                   'Y_h[H] "B T d/H" = split_heads(X, H)\n')
+    expect(finding, kind="not-divisible",
+           message="split_heads: heads must divide the last axis: H must divide d", line=6,
+           equation="Y_h = split_heads(X, H)", tensor="Y_h", counterexample={"d": 1, "H": 2},
+           hint="add the constraint `require d % H == 0`")
+
+
+def test_not_divisible_sinusoidal_width():
+    finding = only(HEADER + 'P "T d" = sinusoidal_encoding(T, d)\n')
+    expect(finding, kind="not-divisible",
+           message="sinusoidal encoding pairs sin and cos columns, so its width must be even: "
+                   "2 must divide d", line=4, equation="P = sinusoidal_encoding(T, d)",
+           tensor="P", counterexample={"d": 1}, hint="add the constraint `require d % 2 == 0`")
+
+
+def test_not_integral():
+    finding = only('dim d "width"\ndim H "heads"\ndim d_k "head width"\nlet d_k = d / H\n')
+    expect(finding, kind="not-integral",
+           message="derived dim d_k = d / H is not a whole number for every size the "
+                   "constraints allow", line=4, equation="let d_k = d / H",
+           counterexample={"d": 1, "H": 2, "d_k": Fraction(1, 2)},
+           hint="add the constraint `require d % H == 0`")
+    assert finding.as_dict()["counterexample"] == {"d": 1, "H": 2, "d_k": "1/2"}
+
+
+def test_out_of_range():
+    finding = only(HEADER + 'dim L "table length"\nparam P "L d"\nY "T d" = P[:T]\n')
+    expect(finding, kind="out-of-range", message="rows taken vs table length: T must not "
+           "exceed L", line=6, equation="Y = P[:T]", tensor="Y",
+           counterexample={"T": 2, "L": 1}, hint="add the constraint `require T <= L`")
+
+
+def test_out_of_range_is_proved_away_by_a_constraint():
+    assert findings_of(HEADER + 'dim L "table length"\nrequire T <= L\nparam P "L d"\n'
+                       'Y "T d" = P[:T]\nparam R "2*L-1"\n'
+                       'S "T T" = relative_position_bias(R, T, T)\n') == []
+
+
+def test_unproved():
+    # T <= T**2 holds for every positive T, but it is neither linear nor in canonical form:
+    # no proof, and (rightly) no counterexample
+    finding = only('dim T "length"\ndim d "width"\nparam P "T*T d"\nY "T d" = P[:T]\n')
+    expect(finding, kind="unproved",
+           message="rows taken vs table length: T must not exceed T**2 (not proved, and no "
+                   "counterexample with every dim up to 12)", line=4, equation="Y = P[:T]",
+           tensor="Y", hint="add the constraint `require T <= T**2`")
+
+
+def test_unstated_shape():
+    finding = only(HEADER + 'dim e "other"\ninput X "B T d"\nparam W ?\nY "B T e" = X @ W\n')
+    expect(finding, kind="unstated-shape",
+           message="parameter W has no stated shape; its uses require (d, e)", line=6,
+           tensor="W", inferred="d e", hint='declare it: param W "d e"')
+
+
+def test_unstated_shape_of_a_bias_reports_the_smallest_broadcastable_shape():
+    finding = only(HEADER + 'input X "B T d"\nparam b ?\nY "B T d" = X + b\n')
+    expect(finding, kind="unstated-shape",
+           message="parameter b has no stated shape; its uses require (d); any shape that "
+                   "broadcasts to (B, T, d) fits, and this is the smallest", line=5,
+           tensor="b", inferred="d", hint='declare it: param b "d"')
+
+
+def test_unstated_shape_with_a_width_the_spec_never_names():
+    finding = only(HEADER + 'param E ?\ninput t "B T" int\nX "B T d" = E[t]\n')
+    expect(finding, kind="unstated-shape",
+           message="parameter E has no stated shape; its uses require (k1, d); k1 is a width "
+                   "the spec never names", line=4, tensor="E", inferred="k1 d",
+           hint='declare it: param E "k1 d"')
+
+
+def test_constraint_violated():
+    finding = only('dim d "width"\ndim H "heads"\nrequire d % H == 0\n',
+                   values={"d": 10, "H": 4})
+    expect(finding, kind="constraint-violated", message="d=10 is not divisible by H=4",
+           line=3, equation="require d % H == 0", dims={"d": 10, "H": 4},
+           hint="valid H near 4: 2, 5; valid d near 10: 8, 12", scope="variant")
+
+
+def test_constraint_violated_inequality():
+    finding = only('dim T "length"\ndim L "table"\nrequire T <= L\n', values={"T": 10, "L": 4})
+    expect(finding, kind="constraint-violated", message="T <= L does not hold for L=4, T=10",
+           line=3, equation="require T <= L", dims={"T": 10, "L": 4},
+           hint="valid L near 4: 10; valid T near 10: 4", scope="variant")
+
+
+def test_every_kind_has_a_test():
+    # one test per kind, named after it: test_shape_mismatch, test_not_integral, ...
+    missing = [kind for kind in KINDS if f"test_{kind.replace('-', '_')}" not in globals()]
+    assert missing == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Collection, merging across choices, display
+
+def test_all_findings_are_collected():
+    found = findings_of(HEADER + 'dim e "other"\ndim L "table"\n'
+                        'input X "B T d"\nparam W "e d"\nparam P "L d"\n'
+                        'Y "B T d" = X @ W\n'          # operand-mismatch
+                        'Z "B d d" = relu(X)\n'        # shape-mismatch
+                        'Q "T d" = P[:T]\n')           # out-of-range
+    assert [(f.kind, f.line, f.tensor) for f in found] == [
+        ("operand-mismatch", 9, "Y"), ("shape-mismatch", 10, "Z"), ("out-of-range", 11, "Q")]
+
+
+def test_a_refuted_claim_is_reported_once_not_again_downstream():
+    # Y's claim is wrong but its equation is sound: later equations go on from what Y is
+    found = findings_of(HEADER + 'input X "B T d"\nY "B d d" = relu(X)\n'
+                        'Z "B T d" = relu(Y)\n')
+    assert [(f.kind, f.tensor) for f in found] == [("shape-mismatch", "Y")]
+
+
+def test_findings_under_some_choices_say_which():
+    finding = only(HEADER + 'dim e "other"\n'
+                   'choice act = relu | gelu\nchoice pos = a | b\n'
+                   'input X "B T d"\n'
+                   'when act == gelu:\n'
+                   '    Y "B T e" = gelu(X)\n'
+                   'else:\n'
+                   '    Y "B T d" = relu(X)\n', all_choices=True)
+    assert (finding.kind, finding.line, finding.choices) == ("shape-mismatch", 9, "act=gelu")
+
+
+def test_finding_text():
+    finding = only(HEADER + 'input X "B T d"\nparam W "d d"\nY "B d d" = X @ W\n')
+    assert finding.text() == (
+        "t.tspec:6: shape-mismatch: Y is declared B d d but its equation gives B T d (axis 1)\n"
+        "    equation: Y = X @ W\n"
+        "    tensor: Y\n"
+        "    expected: B d d\n"
+        "    inferred: B T d\n"
+        "    counterexample: T=2, d=1\n"
+        '    hint: declare Y as "B T d", or fix the equation')
+
+
+# ---------------------------------------------------------------------------------------------
+# The base variant with a bad head count
+
+def test_base_with_ten_heads():
+    report = api.check(api.load("base", ["H=10"]))
+    assert not report.ok
+    assert len(report.findings) == 1
+    finding = report.findings[0]
+    assert finding.kind == "constraint-violated"
+    assert finding.message == "d_model=512 is not divisible by H=10"
+    assert "valid H near 10: 8, 16" in finding.hint
+    assert finding.hint == "valid H near 10: 8, 16; valid d_model near 512: 510, 520"
+    assert finding.dims == {"d_model": 512, "H": 10}
+    assert finding.equation == "require d_model % H == 0"
+    assert finding.scope == "variant"
+    assert finding.file == api.BUILTIN_SPEC.as_posix()
+    lines = api.BUILTIN_SPEC.read_text().splitlines()
+    assert lines[finding.line - 1].strip() == "require d_model % H == 0"
+    # the symbolic proof itself is clean: only the values are wrong
+    assert report.proof.findings == []
+
+
+@pytest.mark.parametrize("name", ["base", "big"])
+def test_builtin_variants_have_no_findings(name):
+    assert api.check(name).findings == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Claims that hold for every allowed size must not be reported
+
+@pytest.mark.parametrize("constraint", [
+    pytest.param("require T <= L", id="non-strict"),
+    pytest.param("require L >= T", id="non-strict-reversed"),
+    pytest.param("require T == L", id="equality"),
+])
+def test_table_length_proved_from_a_constraint(constraint):
+    assert findings_of(HEADER + f'dim L "table"\n{constraint}\nparam P "L d"\n'
+                       'Y "T d" = P[:T]\n') == []
+
+
+def test_strict_constraint_proves_the_table_length():
+    assert findings_of(HEADER + 'dim L "table"\nrequire T < L\nparam P "L d"\n'
+                       'Y "T d" = P[:T]\n') == []
+
+
+def test_scaled_constraint_proves_the_table_length():
+    assert findings_of(HEADER + 'dim L "table"\nrequire 2*T <= L\nparam P "L d"\n'
+                       'Y "T d" = P[:T]\n') == []
+
+
+def test_equality_constraint_proves_a_declared_shape():
+    assert findings_of('dim B "batch"\ndim d_k "key width"\ndim d_v "value width"\n'
+                       'require d_v == d_k\ninput X "B d_k"\nY "B d_v" = relu(X)\n') == []
+
+
+@pytest.mark.parametrize("options, expected", [
+    pytest.param("x | y", "c=x", id="two-options"),
+    pytest.param("x | y | z", "c=x", id="three-options"),
+])
+def test_choices_of_a_finding_in_a_block_called_twice(options, expected):
+    found = findings_of(HEADER + f'dim e "other"\nchoice c = {options}\n'
+                        'block f(X "B d") -> Y:\n'
+                        '    param W "e d"\n'
+                        '    Y "B d" = X @ W\n'
+                        'input Z "B d"\n'
+                        'when c == x:\n'
+                        '    O1 "B d" = f(Z) as one\n'
+                        '    O2 "B d" = f(Z) as two\n', all_choices=True)
+    assert [(f.kind, f.choices) for f in found] == [("operand-mismatch", expected)]
+
+
+def test_a_mistake_in_a_block_called_twice_is_reported_once():
+    found = findings_of(HEADER + 'dim e "other"\n'
+                        'block f(X "B d") -> Y:\n'
+                        '    param W "e d"\n'
+                        '    Y "B d" = X @ W\n'
+                        'input Z "B d"\n'
+                        'O1 "B d" = f(Z) as one\n'
+                        'O2 "B d" = f(Z) as two\n')
+    assert [(f.kind, f.line, f.tensor) for f in found] == [("operand-mismatch", 7, "one.Y")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Variant values that make a dim expression divide by zero
+
+def test_values_that_zero_a_derived_dims_divisor():
+    finding = only('dim d "width"\ndim H "heads"\ndim d_k "head width"\n'
+                   'let d_k = d / (H - 1)\nrequire H >= 2\n', values={"d": 4, "H": 1})
+    assert (finding.kind, finding.message) == ("constraint-violated",
+                                               "H >= 2 does not hold for H=1")
+
+
+def test_values_that_zero_a_modulus():
+    finding = only('dim d "width"\ndim H "heads"\nrequire d % (H - 1) == 0\n',
+                   values={"d": 4, "H": 1})
+    assert (finding.kind, finding.line) == ("constraint-violated", 3)
+
+
+def test_a_declared_shape_that_is_negative_under_the_values():
+    assert findings_of('dim B "batch"\ndim T "length"\ninput X "B T-5"\n'
+                       'Y "B T-5" = relu(X)\n', values={"T": 2}) != []

@@ -1,0 +1,52 @@
+"""Equations carry their LaTeX, built from the op catalogue's forms."""
+
+import pytest
+
+import spec
+from spec.latex import name_latex
+from spec.model import Equation, When
+
+
+def equations(parsed):
+    found = {}
+
+    def walk(statements):
+        for s in statements:
+            if isinstance(s, Equation):
+                found.setdefault(s.output, s)
+            elif isinstance(s, When):
+                walk(s.body)
+                walk(s.otherwise)
+    for block in parsed.blocks.values():
+        walk(block.body)
+    walk(parsed.body)
+    return found
+
+
+@pytest.mark.parametrize("name, latex", [
+    ("W_Q", "W_{Q}"), ("d_model", "d_{\\mathrm{model}}"), ("logits", "\\mathrm{logits}"),
+    ("gamma", "\\gamma"), ("Z_0", "Z_{0}"), ("R_enc_h", "R_{\\mathrm{enc},h}"),
+])
+def test_names(name, latex):
+    assert name_latex(name) == latex
+
+
+@pytest.mark.parametrize("output, latex", [
+    ("S_h", "S_{h} = \\frac{Q_{h} K_{h}^\\top}{\\sqrt{d_{k}}} + L_{h}"),
+    ("A_h", "A_{h} = \\mathrm{softmax}\\left(S_{h}\\right)"),
+    ("Z", "Z = \\mathrm{LayerNorm}\\left(X + Y;\\, \\gamma, \\beta\\right)"),
+    ("U", "U = \\mathrm{ReLU}\\left(X W_{1} + b_{1}\\right)"),
+    ("P", "P = \\mathrm{PE}_{T \\times d_{\\mathrm{model}}}"),
+    ("M_self", "M_{\\mathrm{self}} = M^{\\mathrm{pad}}\\left(m_{\\mathrm{tgt}}\\right) \\odot "
+               "M^{\\mathrm{causal}}_{T_{\\mathrm{dec}} \\times T_{\\mathrm{dec}}}"),
+    ("P_enc_h", "P_{\\mathrm{enc},h} = {R_{\\mathrm{enc},h}}_{j - i}"),
+])
+def test_builtin_equations(output, latex):
+    assert equations(spec.load("transformer").spec)[output].latex == latex
+
+
+def test_parentheses_only_where_needed():
+    parsed = spec.parse('dim B "b"\ndim d "d"\ninput X "B d"\ninput Y "B d"\n'
+                        'Z "B d" = (X - (Y - X)) * 2 + -X\noutput Z\n', file="t.tspec")
+    assert equations(parsed)["Z"].text == "(X - (Y - X)) * 2 + -X"
+    assert equations(parsed)["Z"].latex == "Z = 2 \\left(X - \\left(Y - X\\right)\\right) + -X"

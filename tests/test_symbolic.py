@@ -1,0 +1,198 @@
+"""Symbolic identities and claims: spec.prove.Prover, spec.prove.evaluate, spec.shape."""
+
+from fractions import Fraction
+
+import pytest
+import sympy
+
+from spec.prove import PROVED, Prover, Verdict, evaluate
+from spec.shape import Shape, dim_symbol, format_expr
+
+d_model, H, T, T_dec, max_len, d_k, d_v, B = (
+    dim_symbol(n) for n in ("d_model", "H", "T", "T_dec", "max_len", "d_k", "d_v", "B"))
+DIMS = [B, T, T_dec, d_model, H, d_k, d_v, max_len]
+
+
+def prover(*constraints, lets=None, values=None):
+    return Prover(DIMS, list(constraints), dict(lets or {}), dict(values or {}))
+
+
+def divisible(n, d):
+    return sympy.Eq(sympy.Mod(n, d), 0, evaluate=False)
+
+
+def test_dim_symbol_is_a_positive_integer():
+    assert H.is_integer and H.is_positive
+    assert dim_symbol("H") == H            # same name, same assumptions: the same symbol
+    assert dim_symbol("H") != sympy.Symbol("H")
+
+
+def test_heads_times_head_width_is_the_model_width():
+    assert sympy.simplify(H * (d_model / H) - d_model) == 0
+    assert prover().equal(H * (d_model / H), d_model) == PROVED
+
+
+def test_derived_dim_through_let_is_proved_equal():
+    p = prover(divisible(d_model, H), lets={d_k: d_model / H})
+    assert p.equal(H * d_k, d_model) == PROVED
+    assert p.integral(d_k) == PROVED
+
+
+def test_divisibility_constraint_proves_the_quotient_whole():
+    p = prover(divisible(d_model, H))
+    assert p.integral(d_model / H) == PROVED
+    assert p.divides(H, d_model) == PROVED
+    # the witness d_model = H*q also proves multiples
+    assert p.divides(H, 3 * d_model) == PROVED
+
+
+def test_without_the_constraint_the_smallest_counterexample_is_returned():
+    verdict = prover().integral(d_model / H)
+    assert verdict == Verdict(False, (("d_model", 1), ("H", 2)))
+    assert verdict.disproved and not verdict.proved and not verdict.unknown
+    assert prover().divides(H, d_model).counterexample == (("d_model", 1), ("H", 2))
+
+
+def test_linear_program_proves_a_bound_from_a_constraint():
+    p = prover(sympy.LessThan(T, max_len, evaluate=False))
+    assert p.at_most(2 * T - 1, 2 * max_len - 1) == PROVED
+    assert p.at_most(T + T - 1, 2 * max_len - 1) == PROVED
+    assert p.at_most(T, max_len) == PROVED
+    # the converse does not follow: T=1, max_len=2 refutes it
+    assert p.at_most(max_len, T).counterexample == (("T", 1), ("max_len", 2))
+
+
+def test_bound_without_constraint_is_refuted():
+    verdict = prover().at_most(2 * T - 1, 2 * max_len - 1)
+    assert verdict.counterexample == (("T", 2), ("max_len", 1))
+
+
+def test_numeric_bounds():
+    p = prover()
+    assert p.at_most(2, 3) == PROVED
+    assert p.at_most(T, T + 1) == PROVED
+    refuted = p.at_most(T + 1, T)
+    assert refuted.disproved and refuted.counterexample == ()
+
+
+def test_encoder_and_decoder_lengths_are_not_equal():
+    verdict = prover().equal(T, T_dec)
+    assert verdict == Verdict(False, (("T", 2), ("T_dec", 1)))
+
+
+def test_equal_all_needs_every_pair():
+    p = prover()
+    assert p.equal_all([(B, B), (T, T)]) == PROVED
+    assert p.equal_all([(B, B), (T, T_dec)]).counterexample == (("T", 2), ("T_dec", 1))
+
+
+def test_nonlinear_identity_is_refuted_with_a_counterexample():
+    assert prover().equal(T * T, T).counterexample == (("T", 2),)
+
+
+def test_equality_constraint_proves_the_equality():
+    p = prover(sympy.Eq(d_v, d_k, evaluate=False))
+    assert p.equal(d_v, d_k) == PROVED
+
+
+def test_equality_constraint_never_yields_a_counterexample():
+    # whatever the verdict, no size allowed by d_v == d_k can refute d_v == d_k
+    verdict = prover(sympy.Eq(d_v, d_k, evaluate=False)).equal(d_v, d_k)
+    assert not verdict.disproved
+    # and without the constraint the claim is refuted
+    assert prover().equal(d_v, d_k).counterexample == (("d_k", 2), ("d_v", 1))
+
+
+def test_parity_constraint_proves_two_divides_the_width():
+    p = prover(divisible(d_model, 2))
+    assert p.divides(2, d_model) == PROVED
+    assert p.integral(d_model / 2) == PROVED
+    assert prover().divides(2, d_model).counterexample == (("d_model", 1),)
+
+
+def test_bound_values_are_substituted():
+    p = prover(divisible(d_model, H), lets={d_k: d_model / H}, values={d_model: 512, H: 8})
+    assert p.norm(d_k) == 64
+    assert p.equal(d_k, 64) == PROVED
+    assert p.equal(d_k, 65) == Verdict(False, (("d_k", 64),))
+
+
+def test_satisfied_lists_the_broken_constraints():
+    constraint = divisible(d_model, H)
+    p = prover(constraint, sympy.LessThan(T, max_len, evaluate=False))
+    assert p.satisfied({d_model: 512, H: 10}) == [constraint]
+    assert p.satisfied({d_model: 512, H: 8}) == []
+
+
+def test_the_counterexample_search_respects_constraints():
+    # with d_model even, the smallest odd-quotient counterexample to 4 | d_model is 2
+    p = prover(divisible(d_model, 2))
+    assert p.divides(4, d_model).counterexample == (("d_model", 2),)
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluate: exact arithmetic with Fractions
+
+def test_evaluate_is_exact():
+    value = evaluate(d_model / H, {d_model: 7, H: 2})
+    assert value == Fraction(7, 2) and isinstance(value, Fraction)
+    third = evaluate(sympy.Rational(1, 3) * H + 1, {H: 3})
+    assert third == 2 and isinstance(third, Fraction)
+    assert evaluate(H ** -1, {H: 4}) == Fraction(1, 4)
+    assert evaluate(sympy.Mod(d_model, H), {d_model: 512, H: 10}) == 2
+    assert evaluate(10 ** 30 / H, {H: 3}) == Fraction(10 ** 30, 3)    # no float rounding
+
+
+def test_evaluate_relations():
+    assert evaluate(divisible(d_model, H), {d_model: 512, H: 8}) is True
+    assert evaluate(divisible(d_model, H), {d_model: 512, H: 10}) is False
+    assert evaluate(sympy.LessThan(T, max_len, evaluate=False), {T: 5, max_len: 5}) is True
+    assert evaluate(sympy.StrictLessThan(T, max_len, evaluate=False),
+                    {T: 5, max_len: 5}) is False
+    assert evaluate(sympy.Ne(T, T_dec, evaluate=False), {T: 1, T_dec: 2}) is True
+
+
+def test_evaluate_square_root_falls_back_to_float():
+    assert evaluate(sympy.sqrt(d_k), {d_k: 64}) == 8.0
+    assert evaluate(sympy.sqrt(d_k), {d_k: 2}) == pytest.approx(2 ** 0.5)
+
+
+def test_evaluate_zero_to_a_negative_power():
+    with pytest.raises(ZeroDivisionError):
+        evaluate((T - 1) ** -1, {T: 1})
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes
+
+def test_shape_text_and_substitution():
+    shape = Shape((B, T, H * d_k), H)
+    assert shape.text() == "[H] B T H*d_k"
+    assert shape.rank == 3
+    assert shape.free_symbols() == {B, T, H, d_k}
+    assert shape.subs({H: sympy.Integer(8), d_k: sympy.Integer(64)}).text() == "[8] B T 512"
+    assert Shape(()).text() == "scalar"
+    assert format_expr(d_model / H) == "d_model/H"
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear bounds that need the dims' positivity or a strict constraint
+
+def test_bound_that_needs_positive_dims_is_proved():
+    L = dim_symbol("L")
+    p = Prover([T, L], [sympy.LessThan(2 * T, L, evaluate=False)], {}, {})
+    assert p.at_most(T, L) == PROVED
+
+
+def test_strict_constraint_proves_the_bound():
+    L = dim_symbol("L")
+    p = Prover([T, L], [sympy.StrictLessThan(T, L, evaluate=False)], {}, {})
+    assert p.at_most(T, L) == PROVED
+
+
+def test_bounds_from_constraints_are_never_refuted_wrongly():
+    # whatever the proof methods manage, no allowed size refutes what the constraints imply
+    L = dim_symbol("L")
+    for constraint in (sympy.LessThan(2 * T, L, evaluate=False),
+                       sympy.StrictLessThan(T, L, evaluate=False)):
+        assert not Prover([T, L], [constraint], {}, {}).at_most(T, L).disproved

@@ -1,0 +1,226 @@
+"""The built-in Transformer spec: proved under every choice; its shapes as the seeds name them."""
+
+import re
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import spec
+from spec import api
+from spec.variant import Variant
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    return spec.load("transformer")
+
+
+@pytest.fixture(scope="module")
+def base_rows():
+    return {row.name: row for row in api.shapes("base")}
+
+
+def test_builtin_spec_proves_under_all_288_choice_combinations(transformer):
+    report = spec.api.check(transformer)
+    assert report.findings == []
+    assert report.ok
+    assert len(report.proof.combinations) == 288
+    # every option of every choice appears
+    for name, choice in transformer.spec.choices.items():
+        assert {combo[name] for combo in report.proof.combinations} == set(choice.options)
+
+
+@pytest.mark.parametrize("name, dims", [
+    ("base", {"d_model": 512, "H": 8, "d_ff": 2048, "N": 6}),
+    ("big", {"d_model": 1024, "H": 16, "d_ff": 4096, "N": 6}),
+])
+def test_builtin_variants_are_ok(name, dims):
+    variant = api.load(name)
+    assert variant.dims == dims
+    assert variant.spec.name == "transformer"
+    report = api.check(variant)
+    assert report.ok and report.findings == []
+    assert report.concrete is not None and report.concrete.findings == []
+
+
+SEED_TENSORS = {
+    # name as `tspec shapes base` prints it: (role, symbolic, concrete)
+    "X": ("intermediate", "B T d_model", "B T 512"),
+    "P": ("intermediate", "T d_model", "T 512"),
+    "Z_0": ("intermediate", "B T d_model", "B T 512"),
+    "encoder.layers[i].self_attention.Q_h": ("intermediate", "[H] B T d_k", "[8] B T 64"),
+    "encoder.layers[i].self_attention.K_h": ("intermediate", "[H] B T d_k", "[8] B T 64"),
+    "encoder.layers[i].self_attention.V_h": ("intermediate", "[H] B T d_v", "[8] B T 64"),
+    "encoder.layers[i].self_attention.attention.S_h": ("intermediate", "[H] B T T",
+                                                       "[8] B T T"),
+    "encoder.layers[i].self_attention.attention.A_h": ("intermediate", "[H] B T T",
+                                                       "[8] B T T"),
+    "encoder.layers[i].self_attention.attention.O_h": ("output", "[H] B T d_v", "[8] B T 64"),
+    "encoder.layers[i].self_attention.O": ("intermediate", "B T H*d_v", "B T 512"),
+    "encoder.layers[i].self_attention.O_proj": ("output", "B T d_model", "B T 512"),
+    "encoder.layers[i].Z_1": ("intermediate", "B T d_model", "B T 512"),
+    "encoder.layers[i].F": ("intermediate", "B T d_model", "B T 512"),
+    "encoder.layers[i].Z_out": ("output", "B T d_model", "B T 512"),
+    "logits": ("output", "B T_dec V", "B T_dec V"),
+    "probs": ("output", "B T_dec V", "B T_dec V"),
+}
+
+
+@pytest.mark.parametrize("name", list(SEED_TENSORS))
+def test_every_intermediate_the_seeds_name_exists(base_rows, name):
+    row = base_rows[name]
+    assert (row.role, row.symbolic, row.concrete) == SEED_TENSORS[name]
+    assert row.dtype == "float" and row.declared
+
+
+def test_concrete_parameter_shapes_for_base(base_rows):
+    assert (base_rows["encoder.layers[i].self_attention.W_Q"].symbolic,
+            base_rows["encoder.layers[i].self_attention.W_Q"].concrete) == ("d_model H*d_k",
+                                                                             "512 512")
+    assert base_rows["encoder.layers[i].self_attention.W_O"].concrete == "512 512"
+    assert base_rows["encoder.layers[i].feed_forward.W_1"].concrete == "512 2048"
+    assert base_rows["decoder.layers[i].cross_attention.K_h"].concrete == "[8] B T 64"
+    assert base_rows["decoder.layers[i].cross_attention.attention.S_h"].concrete == \
+        "[8] B T_dec T"
+    assert base_rows["E"].concrete == "V 512"
+    assert base_rows["W_out"].concrete == "512 V"
+
+
+def test_every_model_width_is_a_number_in_base(base_rows):
+    bound = re.compile(r"\b(d_model|H|d_k|d_v|d_ff|N)\b")
+    left = {name: row.concrete for name, row in base_rows.items() if bound.search(row.concrete)}
+    assert left == {}
+
+
+def test_row_names_are_unique():
+    names = [row.name for row in api.shapes("base")]
+    assert len(names) == len(set(names))
+
+
+def test_decoder_only_has_no_encoder_and_no_cross_attention():
+    rows = api.shapes(api.load("base", ["arch=decoder_only"]))
+    names = [row.name for row in rows]
+    assert not [n for n in names if "cross_attention" in n]
+    assert not [n for n in names if n.startswith("encoder.")]
+    assert "X" not in names and "Z_enc" not in names
+    by_name = {row.name: row for row in rows}
+    assert by_name["decoder.layers[i].self_attention.Q_h"].concrete == "[8] B T_dec 64"
+    assert by_name["logits"].concrete == "B T_dec V"
+
+
+def test_encoder_only_predicts_over_the_source():
+    rows = {row.name: row for row in api.shapes(api.load("base", ["arch=encoder_only"]))}
+    assert rows["logits"].symbolic == "B T V"
+    assert not [n for n in rows if n.startswith("decoder.")]
+
+
+def test_free_head_dims_keep_d_k_symbolic():
+    rows = {row.name: row for row in api.shapes(api.load("base", ["head_dims=free"]))}
+    q_h = rows["encoder.layers[i].self_attention.Q_h"]
+    assert (q_h.symbolic, q_h.concrete) == ("[H] B T d_k", "[8] B T d_k")
+    assert rows["encoder.layers[i].self_attention.W_Q"].concrete == "512 8*d_k"
+
+
+# ---------------------------------------------------------------------------------------------
+# Random variants
+
+CHOICES = spec.load("transformer").spec.choices
+
+
+def choice_values():
+    return st.fixed_dictionaries({name: st.sampled_from(choice.options)
+                                  for name, choice in CHOICES.items()})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(H=st.sampled_from([1, 2, 4, 6, 8, 12, 16, 32]), k=st.integers(1, 64),
+       d_ff=st.integers(1, 8192), N=st.integers(1, 24), choices=choice_values())
+def test_random_valid_variants_check_clean(H, k, d_ff, N, choices):
+    transformer = spec.load("transformer").spec
+    variant = Variant("random", transformer, {"d_model": H * k * 2, "H": H, "d_ff": d_ff,
+                                              "N": N}, choices)
+    report = api.check(variant)
+    assert report.ok, [f.text() for f in report.findings]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(H=st.sampled_from([3, 4, 5, 6, 7, 8, 12, 16]), half=st.integers(1, 600),
+       choices=choice_values())
+def test_random_divisibility_breaking_variants_have_one_finding(H, half, choices):
+    d_model = 2 * half              # even, so only d_model % H == 0 can break
+    assume(d_model % H != 0)
+    transformer = spec.load("transformer").spec
+    variant = Variant("random", transformer, {"d_model": d_model, "H": H},
+                      {**choices, "head_dims": "split"})
+    report = api.check(variant)
+    assert [(f.kind, f.message, f.scope) for f in report.findings] == [
+        ("constraint-violated", f"d_model={d_model} is not divisible by H={H}", "variant")]
+    assert report.findings[0].hint.startswith(f"valid H near {H}: ")
+
+
+# ---------------------------------------------------------------------------------------------
+# Seed 004, transcribed with its mistakes
+
+def test_seed_004_reports_the_seeds_shape_mistakes():
+    report = api.check("seed_004")
+    mismatches = sorted(f.tensor for f in report.findings if f.kind == "shape-mismatch")
+    assert mismatches == ["decoder[i].K_ch", "decoder[i].O_h", "decoder[i].Q_ch",
+                          "decoder[i].S_ch", "decoder[i].V_ch"]
+    o_h = next(f for f in report.findings if f.tensor == "decoder[i].O_h")
+    assert o_h.message == ("O_h is declared [H] B T d_v but its equation gives [H] B T_dec d_v "
+                           "(axis 1)")
+    assert o_h.counterexample == {"T": 2, "T_dec": 1}
+    kinds = {f.kind for f in report.findings}
+    assert kinds == {"shape-mismatch", "unstated-shape"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Mistakes seeded into the built-in spec are caught
+
+def check_mutated(old, new):
+    text = api.BUILTIN_SPEC.read_text()
+    assert text.count(old) == 1, old
+    mutated = text.replace(old, new)
+    report = spec.check(spec.Variant("m", spec.parse(mutated, file="m.tspec"), is_spec=True))
+    return report.findings, mutated.splitlines()
+
+
+def line_of(lines, text):
+    [number] = [i for i, line in enumerate(lines, 1) if line.strip().startswith(text)]
+    return number
+
+
+def test_scores_without_the_transpose_are_caught():
+    findings, lines = check_mutated("Q_h @ K_h.T / sqrt(d_k)", "Q_h @ K_h / sqrt(d_k)")
+    scores = line_of(lines, 'S_h[H] "B T_q T_kv"')
+    assert {f.line for f in findings} == {scores}
+    assert {f.kind for f in findings} == {"operand-mismatch", "shape-mismatch"}
+    inner = next(f for f in findings
+                 if f.tensor == "encoder.layers[i].self_attention.attention.S_h"
+                 and f.message.startswith("matmul"))
+    assert inner.message == ("matmul inner dimensions ([H] B T d_k @ [H] B T d_k): d_k vs T")
+    assert inner.counterexample["T"] != inner.counterexample["d_k"]
+
+
+def test_removing_the_divisibility_constraint_is_caught():
+    findings, lines = check_mutated("    require d_model % H == 0\n", "")
+    not_integral = [f for f in findings if f.kind == "not-integral"]
+    assert [(f.line, f.message, f.choices) for f in not_integral] == [
+        (line_of(lines, "let d_k"), "derived dim d_k = d_model / H is not a whole number for "
+         "every size the constraints allow", "head_dims=split"),
+        (line_of(lines, "let d_v"), "derived dim d_v = d_model / H is not a whole number for "
+         "every size the constraints allow", "head_dims=split")]
+    example = not_integral[0].counterexample
+    assert example["d_model"] % example["H"] != 0
+    assert not_integral[0].hint == "add the constraint `require d_model % H == 0`"
+
+
+def test_removing_the_position_table_bound_is_caught():
+    findings, lines = check_mutated("    require T <= max_len\n", "")
+    assert sorted((f.kind, f.tensor, f.message, f.choices) for f in findings) == [
+        ("out-of-range", "P", "rows taken vs table length: T must not exceed max_len",
+         "arch=encoder_decoder|encoder_only, positional=learned"),
+        ("out-of-range", "P_enc_h", "relative offsets needed vs table length: 2*T-1 must not "
+         "exceed 2*max_len-1", "arch=encoder_decoder|encoder_only, positional=relative"),
+    ]
