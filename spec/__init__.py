@@ -5,8 +5,16 @@
     print(report.ok, [f.text() for f in report.findings])
 """
 
-from spec.api import (Report, ShapeRow, builtin_specs, builtin_variants, check, load, read_spec,
-                      shapes)
+from spec.api import (
+                      Report,
+                      ShapeRow,
+                      builtin_specs,
+                      builtin_variants,
+                      check,
+                      load,
+                      read_spec,
+                      shapes,
+)
 from spec.errors import SpecError, SpecSyntaxError, TspecError, UsageError, VariantError
 from spec.findings import Finding
 from spec.language import parse, parse_file

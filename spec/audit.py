@@ -61,8 +61,8 @@ def render() -> str:
         "included, and every shape it leaves unstated is marked `?` or left out. `tspec check`",
         "then proves each claim for all sizes, or refutes it with the smallest counterexample.",
         "",
-        "| seed | shape mistakes | missing constraints | unproved | unstated shapes "
-        "| not judged |",
+        ("| seed | shape mistakes | missing constraints | unproved | unstated shapes "
+        "| not judged |"),
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, report in reports.items():
@@ -90,8 +90,8 @@ def render() -> str:
         out.append(f"### Shapes the seed leaves unstated ({len(unstated)})")
         out.append("")
         if unstated:
-            out += ["The checker infers the shape each must have from the equations that use "
-                    "it.", "", "| tensor | line | must be |", "| --- | ---: | --- |"]
+            out += [("The checker infers the shape each must have from the equations that use "
+                    "it."), "", "| tensor | line | must be |", "| --- | ---: | --- |"]
             for f in unstated:
                 requirement = f.message.split("its uses require ", 1)[1]
                 out.append(f"| `{f.tensor}` | {f.line} | {_cell(requirement)} |")

@@ -15,8 +15,21 @@ import sympy
 
 from spec.errors import SpecError
 from spec.findings import Finding, format_value
-from spec.model import (Block, BlockCall, Constraint, Equation, Let, Note, OpNode, ScalarExpr,
-                        Spec, TensorDecl, TensorRef, When, select)
+from spec.model import (
+    Block,
+    BlockCall,
+    Constraint,
+    Equation,
+    Let,
+    Note,
+    OpNode,
+    ScalarExpr,
+    Spec,
+    TensorDecl,
+    TensorRef,
+    When,
+    select,
+)
 from spec.ops import OPS, Value, join_family
 from spec.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
 from spec.shape import Shape, format_expr
@@ -763,7 +776,7 @@ class _Run:
         self.pending.extend((path + name, decl, shape, like)
                             for name, decl, shape, like in pending)
         for finding in findings:
-            copy = Finding(**{**finding.__dict__})
+            copy = Finding(**finding.__dict__)
             copy.tensor = path + finding.tensor if finding.tensor else finding.tensor
             self.findings.append(copy)
         if not self.want_rows:

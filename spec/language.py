@@ -33,8 +33,21 @@ import sympy
 
 from spec import expr as ex
 from spec.errors import SpecError, SpecSyntaxError
-from spec.model import (Block, BlockCall, Choice, Constraint, Equation, Let, Note, OpNode,
-                        ScalarExpr, Spec, TensorDecl, TensorRef, When)
+from spec.model import (
+    Block,
+    BlockCall,
+    Choice,
+    Constraint,
+    Equation,
+    Let,
+    Note,
+    OpNode,
+    ScalarExpr,
+    Spec,
+    TensorDecl,
+    TensorRef,
+    When,
+)
 from spec.names import check_name
 from spec.ops import FUNCTIONS, OPERATORS, OPS, SCALAR_FUNCTIONS
 from spec.shape import DTYPES, Dim, dim_symbol, parse_shape
@@ -373,7 +386,7 @@ class _Reader:
     def declaration(self, parser, token, role, scope):
         parts = self.decl_parts(parser, parser.peek)
         self.end(parser)
-        name, family, shape, unstated, dtype, meaning, line = parts
+        name, _family, shape, unstated, _dtype, _meaning, line = parts
         if shape is None and not unstated and role != "param":
             raise self.error(f"{role} {name} needs a shape in double quotes (or '?' when the "
                              "source leaves it unstated)", line)

@@ -151,7 +151,7 @@ class Equation:
 
     @functools.cached_property
     def latex(self) -> str:
-        from spec.latex import equation_latex   # the printer reads the op catalogue
+        from spec.latex import equation_latex  # the printer reads the op catalogue
         return equation_latex(self.output, self.expr)
 
     @property
@@ -232,7 +232,7 @@ class Spec:
                                 line=choice.line)
             values[name] = value
         if given:
-            name = sorted(given)[0]
+            name = min(given)
             raise SpecError(f"unknown choice {name!r}; this spec's choices: "
                             f"{', '.join(self.choices) or 'none'}", file=self.file)
         return values

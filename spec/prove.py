@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import sympy
-from sympy.solvers.simplex import linprog
+from sympy.solvers.simplex import InfeasibleLPError, UnboundedLPError, linprog
 
 SEARCH_MAX = 12          # largest size tried per dim in the counterexample search
 SEARCH_BUDGET = 20000    # candidate assignments tried per claim
@@ -270,7 +270,7 @@ class Prover:
                 sympy.Matrix(upper_bounds) if upper else None,
                 sympy.Matrix(equal) if equal else None,
                 sympy.Matrix(equal_bounds) if equal else None, bounds=(1, None))
-        except Exception:       # unbounded or infeasible: no proof this way
+        except (UnboundedLPError, InfeasibleLPError):     # no proof this way
             return False
         return minimum + offset >= 0
 

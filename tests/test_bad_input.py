@@ -111,15 +111,15 @@ def test_block_local_dim_shadowing_a_model_dim():
     ('dim np "c"\n', "t.tspec:1: dim name 'np' is reserved by the spec language"),
     ('dim spec "c"\n', "t.tspec:1: dim name 'spec' is reserved by the spec language"),
     (HEADER + 'param __x "d"\n',
-     "t.tspec:4: tensor name '__x' is not a plain identifier (ASCII letter first, then "
-     "letters, digits, underscores)"),
+     ("t.tspec:4: tensor name '__x' is not a plain identifier (ASCII letter first, then "
+     "letters, digits, underscores)")),
     (HEADER + 'param _x "d"\n',
-     "t.tspec:4: tensor name '_x' is not a plain identifier (ASCII letter first, then "
-     "letters, digits, underscores)"),
+     ("t.tspec:4: tensor name '_x' is not a plain identifier (ASCII letter first, then "
+     "letters, digits, underscores)")),
     (HEADER + 'input lambda "d"\n', "t.tspec:4: tensor name 'lambda' is a Python keyword"),
     (HEADER + 'Y = relu(B) as __init__\n',
-     "t.tspec:4: instance name '__init__' is not a plain identifier (ASCII letter first, then "
-     "letters, digits, underscores)"),
+     ("t.tspec:4: instance name '__init__' is not a plain identifier (ASCII letter first, then "
+     "letters, digits, underscores)")),
     ('dim ' + 'a' * 70 + ' "c"\n',
      "t.tspec:1: dim name 'aaaaaaaaaaaaaaaaaaaa'... is 70 characters long; the limit is 64"),
     ('choice act = class | gelu\n', "t.tspec:1: option name 'class' is a Python keyword"),
@@ -234,14 +234,14 @@ def test_op_applied_to_the_wrong_rank_or_axis(body, expected):
 @pytest.mark.parametrize("body, expected", [
     ('Y "B T d" = relu(X, X)\n', "t.tspec:5:13: relu() takes 1 argument, got 2"),
     ('Y "B T d" = layer_norm(X)\n', "t.tspec:5:13: layer_norm() takes 3 arguments, got 1"),
-    ('Y "B T d" = softmax(X, dim=1)\n', "t.tspec:5:28: softmax() has no option 'dim'; "
-     "options: axis"),
+    ('Y "B T d" = softmax(X, dim=1)\n', ("t.tspec:5:28: softmax() has no option 'dim'; "
+     "options: axis")),
     ('Y "B T d" = relu(X) / sqrt(d, d)\n', "t.tspec:5:23: sqrt() takes one argument"),
-    ('Y "B T d" = split_heads(X, X)\n', "t.tspec:5:28: split_heads(): 'X' must be a dim "
-     "expression"),
+    ('Y "B T d" = split_heads(X, X)\n', ("t.tspec:5:28: split_heads(): 'X' must be a dim "
+     "expression")),
     ('Y "B T d" = relu(d)\n', "t.tspec:5:18: relu(): 'd' must be a tensor"),
-    ('Y "B T d" = softmax(X, axis=d)\n', "t.tspec:5:29: softmax(axis=...) takes an integer "
-     "literal"),
+    ('Y "B T d" = softmax(X, axis=d)\n', ("t.tspec:5:29: softmax(axis=...) takes an integer "
+     "literal")),
 ])
 def test_wrong_arity_or_argument_kind(body, expected):
     with raises(SpecError, expected):
@@ -384,8 +384,8 @@ def test_bad_dim_values_in_toml(tmp_path, value, shown):
     ('spec = "transformer"\n[choices]\nnorm = 1\n', 3,
      "[choices] norm: choice norm has no option 1; options: post, pre"),
     ('spec = "transformer"\n[choices]\nnrom = "pre"\n', 3,
-     "[choices] unknown choice 'nrom'; the spec's choices: arch, norm, activation, "
-     "positional, output_embedding, head_dims, attention_bias"),
+     ("[choices] unknown choice 'nrom'; the spec's choices: arch, norm, activation, "
+     "positional, output_embedding, head_dims, attention_bias")),
     ('spec = "transformer"\n[dims]\nH = 8\n[choices]\nH = "x"\n', 5,
      "H is set in both [dims] and [choices]"),
 ])

@@ -37,8 +37,8 @@ def test_names(name, latex):
     ("Z", "Z = \\mathrm{LayerNorm}\\left(X + Y;\\, \\gamma, \\beta\\right)"),
     ("U", "U = \\mathrm{ReLU}\\left(X W_{1} + b_{1}\\right)"),
     ("P", "P = \\mathrm{PE}_{T \\times d_{\\mathrm{model}}}"),
-    ("M_self", "M_{\\mathrm{self}} = M^{\\mathrm{pad}}\\left(m_{\\mathrm{tgt}}\\right) \\odot "
-               "M^{\\mathrm{causal}}_{T_{\\mathrm{dec}} \\times T_{\\mathrm{dec}}}"),
+    ("M_self", ("M_{\\mathrm{self}} = M^{\\mathrm{pad}}\\left(m_{\\mathrm{tgt}}\\right) \\odot "
+               "M^{\\mathrm{causal}}_{T_{\\mathrm{dec}} \\times T_{\\mathrm{dec}}}")),
     ("P_enc_h", "P_{\\mathrm{enc},h} = {R_{\\mathrm{enc},h}}_{j - i}"),
 ])
 def test_builtin_equations(output, latex):

@@ -4,8 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from spec import check, load
-from spec import audit
+from spec import audit, check, load
 
 MISTAKES = {
     "seed_000": [],

@@ -207,20 +207,20 @@ def test_removing_the_divisibility_constraint_is_caught():
     findings, lines = check_mutated("    require d_model % H == 0\n", "")
     not_integral = [f for f in findings if f.kind == "not-integral"]
     assert [(f.line, f.message, f.choices) for f in not_integral] == [
-        (line_of(lines, "let d_k"), "derived dim d_k = d_model / H is not a whole number for "
-         "every size the constraints allow", "head_dims=split"),
-        (line_of(lines, "let d_v"), "derived dim d_v = d_model / H is not a whole number for "
-         "every size the constraints allow", "head_dims=split")]
+        (line_of(lines, "let d_k"), ("derived dim d_k = d_model / H is not a whole number for "
+         "every size the constraints allow"), "head_dims=split"),
+        (line_of(lines, "let d_v"), ("derived dim d_v = d_model / H is not a whole number for "
+         "every size the constraints allow"), "head_dims=split")]
     example = not_integral[0].counterexample
     assert example["d_model"] % example["H"] != 0
     assert not_integral[0].hint == "add the constraint `require d_model % H == 0`"
 
 
 def test_removing_the_position_table_bound_is_caught():
-    findings, lines = check_mutated("    require T <= max_len\n", "")
+    findings, _lines = check_mutated("    require T <= max_len\n", "")
     assert sorted((f.kind, f.tensor, f.message, f.choices) for f in findings) == [
         ("out-of-range", "P", "rows taken vs table length: T must not exceed max_len",
          "arch=encoder_decoder|encoder_only, positional=learned"),
-        ("out-of-range", "P_enc_h", "relative offsets needed vs table length: 2*T-1 must not "
-         "exceed 2*max_len-1", "arch=encoder_decoder|encoder_only, positional=relative"),
+        ("out-of-range", "P_enc_h", ("relative offsets needed vs table length: 2*T-1 must not "
+         "exceed 2*max_len-1"), "arch=encoder_decoder|encoder_only, positional=relative"),
     ]
