@@ -23,11 +23,11 @@ MISTAKES = {
         ("not-divisible", 47, "P", {"d_model": 1}),
     ],
     "seed_004": [
-        ("shape-mismatch", 87, "decoder[i].O_h", {"T": 2, "T_dec": 1}),
-        ("shape-mismatch", 102, "decoder[i].Q_ch", {"T": 1}),
-        ("shape-mismatch", 103, "decoder[i].K_ch", {"T": 1, "T_dec": 1}),
-        ("shape-mismatch", 104, "decoder[i].V_ch", {"T": 1, "T_dec": 1}),
-        ("shape-mismatch", 105, "decoder[i].S_ch", {"T": 2, "T_dec": 1}),
+        ("shape-mismatch", 88, "decoder[i].O_h", {"T": 2, "T_dec": 1}),
+        ("shape-mismatch", 103, "decoder[i].Q_ch", {"T": 1}),
+        ("shape-mismatch", 104, "decoder[i].K_ch", {"T": 1, "T_dec": 1}),
+        ("shape-mismatch", 105, "decoder[i].V_ch", {"T": 1, "T_dec": 1}),
+        ("shape-mismatch", 106, "decoder[i].S_ch", {"T": 2, "T_dec": 1}),
     ],
 }
 UNSTATED = {"seed_000": 11, "seed_001": 4, "seed_002": 17, "seed_003": 0, "seed_004": 23}
@@ -50,7 +50,7 @@ def test_every_mistake_is_found_and_nothing_else(reports, name):
 
 
 def test_seed_004_decoder_weighted_sum_is_over_T_dec(reports):
-    (finding,) = [f for f in reports["seed_004"].findings if f.line == 87]
+    (finding,) = [f for f in reports["seed_004"].findings if f.line == 88]
     assert finding.message == ("O_h is declared [H] B T d_v but its equation gives "
                                "[H] B T_dec d_v (axis 1)")
     assert finding.equation == "O_h = A_h @ V_h"
@@ -60,7 +60,7 @@ def test_seed_004_decoder_weighted_sum_is_over_T_dec(reports):
 
 
 def test_seed_004_cross_attention_scores_are_T_dec_by_T(reports):
-    (finding,) = [f for f in reports["seed_004"].findings if f.line == 105]
+    (finding,) = [f for f in reports["seed_004"].findings if f.line == 106]
     assert finding.message == ("S_ch is declared [H] B T_dec T_dec but its equation gives "
                                "[H] B T_dec T (axis 2)")
     assert finding.counterexample == {"T": 2, "T_dec": 1}
@@ -75,9 +75,9 @@ def test_seed_003_projects_the_wrong_input(reports):
 
 def test_seed_004_unstated_projection_shapes_are_inferred(reports):
     by_line = {f.line: f for f in reports["seed_004"].findings if f.kind == "unstated-shape"}
-    assert by_line[33].message == ("parameter W_Q has no stated shape; its uses require "
+    assert by_line[34].message == ("parameter W_Q has no stated shape; its uses require "
                                    "(d_model, d_model)")
-    assert by_line[25].message == ("parameter E has no stated shape; its uses require "
+    assert by_line[26].message == ("parameter E has no stated shape; its uses require "
                                    "(k1, d_model); k1 is a width the spec never names")
 
 
