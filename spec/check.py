@@ -108,7 +108,7 @@ class _Scope:
             expr = updated
         return expr
 
-    def equal(self, a, b, what):
+    def equal(self, a, b, what, broadcast=False):
         a, b = self.resolve(a), self.resolve(b)
         fresh = self.checker.fresh.symbols
         if a in fresh and a != b:
@@ -117,7 +117,7 @@ class _Scope:
         if b in fresh and a != b:
             self.unknowns[b] = a
             return a
-        verdict = self.checker.prover.equal(a, b)
+        verdict = self.checker.prover.equal(a, b, broadcast=broadcast)
         if not verdict.proved:
             self.report_claim("operand-mismatch", verdict, f"{what}: {format_expr(a)} vs "
                               f"{format_expr(b)}", [a, b],
@@ -232,6 +232,7 @@ class _Run:
                                 "cannot also be given a value", file=let.file, line=let.line)
             seen_lets[let.dim] = let
         self.let_map = {symbols[let.dim]: let.expr for let in self.lets}
+        _check_let_cycles(self.lets, self.let_map, symbols)
         self.value_map = {symbols[name]: value for name, value in values.items()}
         key = (tuple(sorted((str(k), v) for k, v in self.let_map.items())),
                tuple(c.relation for c in self.constraints),
@@ -259,15 +260,16 @@ class _Run:
                     out[str(symbol)] = int(value) if value.is_Integer else str(value)
         return out
 
-    def values_complete(self, exprs) -> bool:
-        return all(not self.prover.norm(e).free_symbols for e in exprs)
-
     # -- the run
     def run(self) -> list[TensorRow]:
         if self.check_constraints():
             # sizes that break a constraint are outside the spec: nothing more to evaluate
             return []
+        if self.constraints and not self.unsatisfiable():
+            return []
         for let in self.lets:
+            if not self.prover.norm(let.expr).free_symbols:
+                continue      # a value: check_constraints has judged it
             verdict = self.prover.integral(let.expr)
             if not verdict.proved:
                 numerator, denominator = sympy.fraction(sympy.together(let.expr))
@@ -280,6 +282,17 @@ class _Run:
                     else None, dims=self.dim_values(let.expr.free_symbols),
                     hint=f"add the constraint `require {format_expr(numerator)} % "
                          f"{format_expr(denominator)} == 0`"))
+                continue
+            verdict = self.prover.at_most(1, let.expr, derived_whole=False)
+            if not verdict.proved:
+                self.add(Finding(
+                    kind="unproved" if verdict.unknown else "out-of-range",
+                    message=f"derived dim {let.dim} = {let.text} is not at least 1 for every "
+                            "size the constraints allow",
+                    file=let.file, line=let.line, equation=f"let {let.dim} = {let.text}",
+                    counterexample=dict(verdict.counterexample) if verdict.counterexample
+                    else None, dims=self.dim_values(let.expr.free_symbols),
+                    hint=f"add the constraint `require {let.text} >= 1`"))
         scope = _Scope(self, "", {}, None)
         self.check_body(scope, select(self.spec.body, self.choices), [], self.spec.outputs,
                         "the model")
@@ -292,6 +305,25 @@ class _Run:
             rows = [replace(row, shape=scope.resolve_shape(row.shape)) if row.shape else row
                     for row in rows] + list(reported.values())
         return rows
+
+    def unsatisfiable(self) -> bool:
+        """Report constraints that no sizes meet (every claim would hold vacuously)."""
+        answer = self.prover.satisfiable()
+        if answer == "yes":
+            return True
+        first = self.constraints[0]
+        listed = "; ".join(f"`require {c.text}` (line {c.line})" for c in self.constraints)
+        if answer == "no":
+            message = f"no sizes satisfy every constraint: {listed}"
+        else:
+            message = (f"no sizes found that satisfy every constraint ({listed}), and none "
+                       "proved to exist")
+        self.add(Finding(kind="unsatisfiable" if answer == "no" else "unproved",
+                         message=message, file=first.file, line=first.line,
+                         equation=f"require {first.text}",
+                         hint="remove or relax a constraint: a spec no size satisfies proves "
+                              "nothing"))
+        return False
 
     def check_constraints(self) -> int:
         """With dim values given, report each constraint they break, then each derived dim
@@ -782,6 +814,31 @@ class _Run:
         if not self.want_rows:
             return value, []
         return value, [TensorRow(**{**row.__dict__, "name": path + row.name}) for row in rows]
+
+
+def _check_let_cycles(lets: list[Let], let_map: dict, symbols: dict) -> None:
+    """Derived dims defined through each other (let m = n + 1; let n = m + 1) are an error."""
+    by_symbol = {symbols[let.dim]: let for let in lets}
+    state: dict = {}
+
+    def visit(symbol, trail):
+        if state.get(symbol) == "done":
+            return
+        if state.get(symbol) == "active":
+            cycle = trail[trail.index(symbol):] + [symbol]
+            let = by_symbol[symbol]
+            raise SpecError("derived dims defined through each other: "
+                            + " -> ".join(str(s) for s in cycle) + " (lines "
+                            + ", ".join(str(by_symbol[s].line) for s in cycle[:-1]) + ")",
+                            file=let.file, line=let.line)
+        state[symbol] = "active"
+        for used in sorted(let_map[symbol].free_symbols, key=str):
+            if used in let_map:
+                visit(used, trail + [symbol])
+        state[symbol] = "done"
+
+    for symbol in let_map:
+        visit(symbol, [])
 
 
 def _choices_used(spec: Spec, block_name: str) -> tuple[str, ...]:

@@ -24,11 +24,14 @@ KINDS = {
     "unproved": "a claim neither proved nor refuted by a counterexample",
     "unstated-shape": "a parameter's shape is not stated; the shape it must have is reported",
     "constraint-violated": "a variant's dim values break a constraint",
+    "unsatisfiable": "no sizes meet every constraint, so every claim would hold vacuously",
 }
 
 
 def format_value(value) -> str:
     if isinstance(value, Fraction):
+        if value.denominator == 1:
+            return str(value.numerator)
         return f"{value.numerator}/{value.denominator}"
     return str(value)
 

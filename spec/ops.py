@@ -35,8 +35,10 @@ class Value:
 class Context(Protocol):
     """What shape rules may ask of the checker."""
 
-    def equal(self, a: sympy.Basic, b: sympy.Basic, what: str) -> sympy.Basic:
-        """State a == b for all allowed sizes; returns the common value."""
+    def equal(self, a: sympy.Basic, b: sympy.Basic, what: str,
+              broadcast: bool = False) -> sympy.Basic:
+        """State a == b for all allowed sizes; returns the common value. With ``broadcast``,
+        a counterexample must have both sides other than 1."""
 
     def divides(self, divisor: sympy.Basic, n: sympy.Basic, what: str) -> None:
         """State that divisor divides n for all allowed sizes."""
@@ -78,7 +80,7 @@ def broadcast(ctx: Context, a: Shape, b: Shape, what: str) -> Shape:
         elif y is None or y == 1:
             out.append(x)
         else:
-            out.append(ctx.equal(x, y, f"{what}, axis {-i}"))
+            out.append(ctx.equal(x, y, f"{what}, axis {-i}", broadcast=True))
     return Shape(tuple(reversed(out)), join_family(ctx, a.family, b.family))
 
 

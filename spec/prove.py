@@ -12,7 +12,7 @@ inequalities a linear program over the constraints (sympy's exact simplex, every
 come from a bounded search over small sizes that satisfy every constraint.
 """
 
-import itertools
+import random
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -151,16 +151,18 @@ class Prover:
         return cached
 
     # -- the three claims
-    def equal(self, a, b) -> Verdict:
-        return self.equal_all([(a, b)])
+    def equal(self, a, b, *, broadcast: bool = False) -> Verdict:
+        """a == b for all allowed sizes. With ``broadcast``, sizes where either side is 1 are
+        no counterexample (NumPy broadcasting accepts them)."""
+        return self.equal_all([(a, b)], broadcast=broadcast)
 
-    def equal_all(self, pairs: list[tuple]) -> Verdict:
+    def equal_all(self, pairs: list[tuple], *, broadcast: bool = False) -> Verdict:
         """Every pair equal, for all allowed sizes."""
-        key = ("eq", tuple(pairs))
+        key = ("eq", tuple(pairs), broadcast)
         verdict = self._cache.get(key)
         if verdict is None:
             normed = [(self.norm(a), self.norm(b)) for a, b in pairs]
-            verdict = self._cache[key] = self._equal_all(normed)
+            verdict = self._cache[key] = self._equal_all(normed, broadcast)
         return verdict
 
     def divides(self, divisor, n, *, derived_whole: bool = True) -> Verdict:
@@ -170,11 +172,11 @@ class Prover:
             self._cache[key] = self._divides(divisor, n, derived_whole)
         return self._cache[key]
 
-    def at_most(self, a, b) -> Verdict:
+    def at_most(self, a, b, *, derived_whole: bool = True) -> Verdict:
         a, b = self.norm(a), self.norm(b)
-        key = ("le", a, b)
+        key = ("le", a, b, derived_whole)
         if key not in self._cache:
-            self._cache[key] = self._at_most(a, b)
+            self._cache[key] = self._at_most(a, b, derived_whole)
         return self._cache[key]
 
     def integral(self, expr) -> Verdict:
@@ -186,7 +188,7 @@ class Prover:
         return self.divides(denominator, numerator, derived_whole=False)
 
     # -- methods
-    def _equal_all(self, pairs) -> Verdict:
+    def _equal_all(self, pairs, broadcast: bool) -> Verdict:
         pending = [(a, b) for a, b in pairs if a != b and sympy.cancel(a - b) != 0]
         if not pending:
             return PROVED
@@ -196,7 +198,11 @@ class Prover:
             return PROVED
 
         def fails(values):
-            return any(evaluate(a, values) != evaluate(b, values) for a, b in pending)
+            for a, b in pending:
+                x, y = evaluate(a, values), evaluate(b, values)
+                if x != y and not (broadcast and 1 in (x, y)):
+                    return True
+            return False
         return self._search(set().union(*(a.free_symbols | b.free_symbols for a, b in pending)),
                             fails)
 
@@ -209,7 +215,7 @@ class Prover:
             return not (isinstance(quotient, Fraction) and quotient.denominator == 1)
         return self._search(n.free_symbols | divisor.free_symbols, fails, derived_whole)
 
-    def _at_most(self, a, b) -> Verdict:
+    def _at_most(self, a, b, derived_whole: bool) -> Verdict:
         gap = sympy.expand(b - a)
         if gap.is_number:
             return PROVED if gap >= 0 else self._search(set(), lambda values: True)
@@ -217,7 +223,8 @@ class Prover:
             return PROVED
         if self._linear_minimum_nonnegative(gap):
             return PROVED
-        return self._search(gap.free_symbols, lambda values: evaluate(gap, values) < 0)
+        return self._search(gap.free_symbols, lambda values: evaluate(gap, values) < 0,
+                            derived_whole)
 
     def _with_witnesses(self, test, expr) -> bool:
         """Test the expression as is, then with each divisibility witness substituted."""
@@ -231,8 +238,11 @@ class Prover:
                     return True
         return False
 
-    def _linear_minimum_nonnegative(self, gap) -> bool:
-        """min(gap) >= 0 over the reals, subject to the linear constraints and every dim >= 1."""
+    def _linear_minimum_nonnegative(self, gap, feasibility: bool = False) -> bool:
+        """min(gap) >= 0 over the reals, subject to the linear constraints and every dim >= 1.
+
+        With ``feasibility``, an infeasible program raises InfeasibleLPError instead of
+        answering False."""
         if not _linear(gap):
             return False
         facts = []
@@ -270,7 +280,11 @@ class Prover:
                 sympy.Matrix(upper_bounds) if upper else None,
                 sympy.Matrix(equal) if equal else None,
                 sympy.Matrix(equal_bounds) if equal else None, bounds=(1, None))
-        except (UnboundedLPError, InfeasibleLPError):     # no proof this way
+        except UnboundedLPError:     # no proof this way
+            return False
+        except InfeasibleLPError:
+            if feasibility:
+                raise
             return False
         return minimum + offset >= 0
 
@@ -314,6 +328,47 @@ class Prover:
             if not order:
                 break
         return UNKNOWN
+
+    def satisfiable(self) -> str:
+        """Whether some sizes meet every constraint: 'yes', 'no' (proved) or 'unknown'.
+
+        Unsatisfiable constraints would make every claim hold vacuously. Tries small sizes,
+        then seeded log-uniform samples up to 2**16; 'no' needs the linear constraints to be
+        infeasible over the reals (sympy's exact simplex).
+        """
+        if "satisfiable" in self._cache:
+            return self._cache["satisfiable"]
+        answer = "yes"
+        if any(f is sympy.false for f in self.facts):
+            answer = "no"
+        elif self.facts and not self._search(set().union(*(f.free_symbols for f in self.facts)),
+                                             lambda values: True).disproved \
+                and not self._sampled_witness():
+            answer = "no" if self._linear_infeasible() else "unknown"
+        self._cache["satisfiable"] = answer
+        return answer
+
+    def _sampled_witness(self) -> bool:
+        symbols = sorted(set().union(*(f.free_symbols for f in self.facts)), key=str)
+        derived = [e for s, e in self.substitution.items() if s not in self.values
+                   and e.free_symbols <= set(symbols)]
+        rng = random.Random(0)
+        for _ in range(SEARCH_BUDGET):
+            values = {s: int(2 ** rng.uniform(0, 16)) for s in symbols}
+            try:
+                if all(is_whole(evaluate(e, values)) for e in derived) and \
+                        all(evaluate(f, values) for f in self.facts):
+                    return True
+            except ZeroDivisionError:
+                continue
+        return False
+
+    def _linear_infeasible(self) -> bool:
+        """The linear constraints have no real solution with every dim >= 1."""
+        try:
+            return not self._linear_minimum_nonnegative(sympy.Integer(0), feasibility=True)
+        except InfeasibleLPError:
+            return True
 
     def satisfied(self, values: dict) -> list[sympy.Basic]:
         """The constraints (as written) that these values break."""
@@ -375,10 +430,3 @@ def _compositions(total: int, parts: int, largest: int):
             break
         for tail in _compositions(rest, parts - 1, largest):
             yield (first,) + tail
-
-
-def all_combinations(choices: dict[str, tuple[str, ...]]):
-    """Every assignment of choice values, in declaration order."""
-    names = list(choices)
-    for combo in itertools.product(*(choices[n] for n in names)):
-        yield dict(zip(names, combo))

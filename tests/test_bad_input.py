@@ -147,6 +147,12 @@ def test_cyclic_equations_name_the_cycle():
         check_text(HEADER + 'input X "B T d"\nA "B T d" = relu(C)\nC "B T d" = A + X\n')
 
 
+def test_derived_dims_defined_through_each_other_name_the_cycle():
+    with raises(SpecError, "t.tspec:3: derived dims defined through each other: m -> n -> m "
+                "(lines 3, 4)"):
+        check_text('dim n "n"\ndim m "m"\nlet m = n + 1\nlet n = m + 1\n')
+
+
 def test_self_referencing_equation_is_a_cycle():
     with raises(SpecError, "t.tspec:4: cyclic equations in the model: A -> A (lines 4)"):
         check_text(HEADER + 'A "B T d" = relu(A)\n')

@@ -210,6 +210,58 @@ def test_constraint_violated_inequality():
            hint="valid L near 4: 10; valid T near 10: 4", scope="variant")
 
 
+def test_unsatisfiable():
+    finding = only(HEADER + 'require T < d\nrequire d < T\ninput X "B T d"\n'
+                   'Y "B T d" = relu(X)\n')
+    expect(finding, kind="unsatisfiable",
+           message="no sizes satisfy every constraint: `require T < d` (line 4); "
+                   "`require d < T` (line 5)", line=4, equation="require T < d",
+           hint="remove or relax a constraint: a spec no size satisfies proves nothing")
+
+
+def test_constraints_neither_met_nor_refuted_are_unproved():
+    finding = only('dim n "size"\nrequire n * n == 2\n')
+    expect(finding, kind="unproved",
+           message="no sizes found that satisfy every constraint (`require n * n == 2` "
+                   "(line 2)), and none proved to exist", line=2, equation="require n * n == 2",
+           hint="remove or relax a constraint: a spec no size satisfies proves nothing")
+
+
+def test_constraints_met_only_by_large_sizes_are_satisfiable():
+    assert findings_of(HEADER + 'require T >= 100\nrequire d % T == 0\ninput X "B T d"\n'
+                       'Y "B T d" = relu(X)\n') == []
+
+
+def test_derived_dim_that_can_be_zero_is_out_of_range():
+    finding = only('dim n "size"\ndim m "size"\ndim k "difference"\nlet k = n - m\n')
+    expect(finding, kind="out-of-range",
+           message="derived dim k = n - m is not at least 1 for every size the constraints "
+                   "allow", line=4, equation="let k = n - m",
+           counterexample={"n": 1, "m": 1, "k": 0}, hint="add the constraint `require n - m >= 1`")
+
+
+def test_derived_dim_proved_positive_by_a_constraint():
+    assert findings_of('dim n "size"\ndim m "size"\ndim k "difference"\nlet k = n - m\n'
+                       'require m < n\n') == []
+
+
+def test_negative_derived_dim_under_values_is_shown_as_a_whole_number():
+    found = findings_of('dim n "size"\ndim m "size"\ndim k "difference"\nlet k = n - m\n'
+                        'require m < n\n', values={"n": 2, "m": 6})
+    assert [f.message for f in found] == ["m < n does not hold for m=6, n=2"]
+    found = findings_of('dim n "size"\ndim m "size"\ndim k "difference"\nlet k = n - m\n',
+                        values={"n": 2, "m": 6})
+    assert [f.message for f in found] == [
+        "derived dim k = n - m is -4, not a positive whole number for m=6, n=2"]
+
+
+def test_broadcast_counterexample_has_both_sizes_above_one():
+    # B=2, H=1 broadcasts fine, so it is no counterexample
+    finding = only('dim B "batch"\ndim H "heads"\ninput x "B"\ninput z "H"\ny "B" = x + z\n')
+    assert finding.kind == "operand-mismatch"
+    assert finding.counterexample == {"B": 3, "H": 2}
+
+
 def test_every_kind_has_a_test():
     # one test per kind, named after it: test_shape_mismatch, test_not_integral, ...
     missing = [kind for kind in KINDS if f"test_{kind.replace('-', '_')}" not in globals()]
