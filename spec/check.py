@@ -35,6 +35,7 @@ from spec.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
 from spec.shape import Shape, format_expr
 
 NEAREST_WINDOW = 4096     # how far to look for valid values near a violating one
+MAX_COMBINATIONS = 4096   # choice combinations proved in one check
 
 
 @dataclass
@@ -929,6 +930,13 @@ def combinations(spec: Spec, fixed: dict | None = None) -> list[dict]:
     spec.choice_values(fixed)     # validates names and options
     options = [(name, (fixed[name],) if name in fixed else choice.options)
                for name, choice in spec.choices.items()]
+    count = 1
+    for _, values in options:
+        count *= len(values)
+    if count > MAX_COMBINATIONS:
+        raise SpecError(f"{count} combinations of choices are more than the {MAX_COMBINATIONS} "
+                        "checked at once; fix some choices (--set NAME=OPTION)",
+                        file=spec.file)
     return [dict(zip([n for n, _ in options], combo))
             for combo in itertools.product(*(o for _, o in options))]
 
