@@ -217,10 +217,24 @@ def test_removing_the_divisibility_constraint_is_caught():
 
 
 def test_removing_the_position_table_bound_is_caught():
-    findings, _lines = check_mutated("    require T <= max_len\n", "")
+    findings, _lines = check_mutated("        require T <= max_len\n", "        note \"bound removed\"\n")
     assert sorted((f.kind, f.tensor, f.message, f.choices) for f in findings) == [
         ("out-of-range", "P", "rows taken vs table length: T must not exceed max_len",
          "arch=encoder_decoder|encoder_only, positional=learned"),
         ("out-of-range", "P_enc_h", ("relative offsets needed vs table length: 2*T-1 must not "
          "exceed 2*max_len-1"), "arch=encoder_decoder|encoder_only, positional=relative"),
     ]
+
+
+def test_a_position_table_bounds_only_the_lengths_the_model_has():
+    # decoder-only: the source length T is unused, so T > max_len is no violation
+    settings = ["arch=decoder_only", "positional=learned", "T=4096", "max_len=1024"]
+    assert spec.check("base", settings).findings == []
+    report = spec.check("base", ["arch=decoder_only", "positional=learned", "T_dec=2048",
+                                 "max_len=1024"])
+    assert [f.message for f in report.findings] == [
+        "T_dec <= max_len does not hold for T_dec=2048, max_len=1024"]
+    report = spec.check("base", ["arch=encoder_only", "positional=learned", "T=2048",
+                                 "max_len=1024", "T_dec=4096"])
+    assert [f.message for f in report.findings] == [
+        "T <= max_len does not hold for T=2048, max_len=1024"]
