@@ -396,6 +396,9 @@ class _Run:
             near = [str(v) for v in (below, above) if v is not None]
             if near:
                 parts.append(f"valid {symbol} near {value}: {', '.join(near)}")
+            else:
+                parts.append(f"no valid {symbol} within {NEAREST_WINDOW - 1} of {value} with "
+                             "the other dims held")
         return "; ".join(parts)
 
     def valid(self, given: dict) -> bool:
@@ -539,7 +542,9 @@ class _Run:
             message=f"{'parameter' if decl.role == 'param' else 'input'} {decl.name} has no "
                     f"stated shape; its uses require {dims}{note}",
             file=decl.file, line=decl.line, tensor=qualified, inferred=shown.text(),
-            hint=f"declare it: {decl.role} {decl.name}{family} \"{shape_text}\""))
+            hint=f"declare it: {decl.role} {decl.name}{family} \"{shape_text}\""
+                 + (f", after declaring {' and '.join(f'dim {s}' for s in rename.values())}"
+                    if rename else "")))
         return TensorRow(qualified, decl.role, shown, decl.dtype, decl.meaning, False, "",
                          decl.file, decl.line)
 
@@ -565,7 +570,8 @@ class _Run:
                     ("not-integral", whole, "a whole number",
                      "add a divisibility constraint (`require ... % ... == 0`)"),
                     ("out-of-range", positive, "at least 1",
-                     f"add the constraint `require {format_expr(size)} >= 1`")):
+                     f"add the constraint `require {format_expr(size)} >= 1`"
+                     if size.free_symbols else "fix the declared shape: a size is at least 1")):
                 if verdict.proved:
                     continue
                 self.add(Finding(
@@ -622,7 +628,8 @@ class _Run:
         name = record.output
 
         def report(message, verdict, exprs):
-            hint = f"declare {name} as \"{_declaration(inferred)}\", or fix the equation"
+            family = "" if inferred.family is None else f"[{format_expr(inferred.family)}]"
+            hint = f"declare {name}{family} as \"{_declaration(inferred)}\", or fix the equation"
             scope.finding("unproved" if verdict is not None and verdict.unknown
                           else "shape-mismatch", message, verdict, exprs, hint, claim.text(),
                           inferred.text())
@@ -879,10 +886,16 @@ def _violation_message(relation, values: dict) -> str:
     if isinstance(relation, sympy.Eq) and isinstance(relation.lhs, sympy.Mod) and \
             relation.rhs == 0:
         n, d = relation.lhs.args
-        return (f"{format_expr(n)}={_plain(evaluate(n, values))} is not divisible by "
-                f"{format_expr(d)}={_plain(evaluate(d, values))}")
+        return f"{_valued(n, values)} is not divisible by {_valued(d, values)}"
     shown = ", ".join(f"{s}={_plain(values[s])}" for s in sorted(relation.free_symbols, key=str))
     return f"{_relation_text(relation)} does not hold for {shown}"
+
+
+def _valued(expr, values: dict) -> str:
+    """`H=10` for a dim or expression, `2` for a number."""
+    if expr.is_number:
+        return format_expr(expr)
+    return f"{format_expr(expr)}={_plain(evaluate(expr, values))}"
 
 
 def _relation_text(relation) -> str:

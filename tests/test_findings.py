@@ -192,7 +192,7 @@ def test_unstated_shape_with_a_width_the_spec_never_names():
     expect(finding, kind="unstated-shape",
            message="parameter E has no stated shape; its uses require (k1, d); k1 is a width "
                    "the spec never names", line=4, tensor="E", inferred="k1 d",
-           hint='declare it: param E "k1 d"')
+           hint='declare it: param E "k1 d", after declaring dim k1')
 
 
 def test_constraint_violated():
@@ -208,6 +208,31 @@ def test_constraint_violated_inequality():
     expect(finding, kind="constraint-violated", message="T <= L does not hold for L=4, T=10",
            line=3, equation="require T <= L", dims={"T": 10, "L": 4},
            hint="valid L near 4: 10; valid T near 10: 4", scope="variant")
+
+
+def test_constraint_violated_by_a_number_shows_the_number_alone():
+    finding = only('dim d "width"\nrequire d % 2 == 0\n', values={"d": 7})
+    expect(finding, kind="constraint-violated", message="d=7 is not divisible by 2",
+           line=2, equation="require d % 2 == 0", dims={"d": 7},
+           hint="valid d near 7: 6, 8", scope="variant")
+
+
+def test_constraint_violated_with_no_valid_value_nearby_says_so():
+    finding = only('dim T "length"\ndim L "table"\nrequire T + 100 <= L\n',
+                   values={"T": 10, "L": 4})
+    assert finding.hint == ("valid L near 4: 110; no valid T within 4095 of 10 with the "
+                            "other dims held")
+
+
+def test_shape_mismatch_hint_declares_a_family():
+    finding = only(HEADER + 'dim H "heads"\ninput X[H] "B T d"\nY[H] "B d" = relu(X)\n')
+    assert finding.hint == 'declare Y[H] as "B T d", or fix the equation'
+
+
+def test_declared_size_that_is_a_non_positive_number():
+    finding = only(HEADER + 'input X "B d-d+1-1"\n')
+    assert (finding.kind, finding.hint) == (
+        "out-of-range", "fix the declared shape: a size is at least 1")
 
 
 def test_unsatisfiable():

@@ -56,7 +56,7 @@ def test_seed_004_decoder_weighted_sum_is_over_T_dec(reports):
     assert finding.equation == "O_h = A_h @ V_h"
     assert (finding.expected, finding.inferred) == ("[H] B T d_v", "[H] B T_dec d_v")
     assert finding.dims == {"H": 8, "d_v": 64}     # bound by the seed itself
-    assert finding.hint == 'declare O_h as "B T_dec d_v", or fix the equation'
+    assert finding.hint == 'declare O_h[H] as "B T_dec d_v", or fix the equation'
 
 
 def test_seed_004_cross_attention_scores_are_T_dec_by_T(reports):
