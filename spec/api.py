@@ -53,6 +53,13 @@ def read_spec(path: str | Path) -> Spec:
     return _parse_cached(str(path), stat.st_mtime_ns, stat.st_size)
 
 
+def checkout() -> Path | None:
+    """The project checkout tspec runs from (an editable install), or None when installed
+    as a package: generated files have a default home only in a checkout."""
+    root = SPEC_DIR.parent
+    return root if (root / "pyproject.toml").is_file() and (root / "tests").is_dir() else None
+
+
 def resolve_spec(name: str, base_dir: Path | None = None) -> Spec:
     """A spec by built-in name, or by path (relative to base_dir when given)."""
     builtin = builtin_specs()

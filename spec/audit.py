@@ -8,11 +8,12 @@ import difflib
 from pathlib import Path
 
 from spec import api
+from spec.errors import UsageError
 from spec.files import write_atomic
 from spec.findings import Finding
 
 REPO = api.SPEC_DIR.parent
-AUDIT_PATH = REPO / "docs" / "seed-audit.md"
+AUDIT_NAME = Path("docs") / "seed-audit.md"
 SEED_TEXTS = "../shared/seeds"
 
 MISTAKES = ("shape-mismatch", "operand-mismatch", "argument-mismatch", "repeat-mismatch",
@@ -106,11 +107,20 @@ def render() -> str:
     return "\n".join(out) + "\n"
 
 
-def write(path: Path = AUDIT_PATH) -> None:
+def default_path() -> Path:
+    """docs/seed-audit.md in the checkout; outside one there is no default."""
+    root = api.checkout()
+    if root is None:
+        raise UsageError("tspec is not running from a project checkout, so the report has no "
+                         "default place: give --out PATH")
+    return root / AUDIT_NAME
+
+
+def write(path: Path) -> None:
     write_atomic(path, render())
 
 
-def stale(path: Path = AUDIT_PATH) -> str | None:
+def stale(path: Path) -> str | None:
     """None when the committed report is current; else a unified diff."""
     fresh = render()
     try:

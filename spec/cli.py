@@ -3,20 +3,24 @@
     tspec check [SPEC_OR_VARIANT ...] [--set NAME=VALUE ...] [--format text|json]
     tspec shapes VARIANT [--set NAME=VALUE ...] [--format text|json]
     tspec list
+    tspec audit [--check] [--out PATH]
 
-Exit status: 0 when everything is proved, 1 when there are findings, 2 on bad usage or
-unreadable input (with a one-line error, never a traceback).
+Exit status: 0 when everything is proved, 1 when there are findings (or, for `audit --check`,
+a stale report), 2 on bad usage or unreadable input (with a one-line error, never a
+traceback), 141 when the reader of the output went away (`tspec check | head`).
 """
 
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from spec import api
 from spec.errors import TspecError
 from spec.findings import KINDS, display_path, to_json
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+EXIT_BROKEN_PIPE = 141     # 128 + SIGPIPE, as a shell reports `yes | head`
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
                                               "docs/seed-audit.md")
     audit.add_argument("--check", action="store_true",
                        help="exit 1 with a diff when the committed report is stale")
+    audit.add_argument("--out", metavar="PATH", type=Path,
+                       help="where the report goes (default: docs/seed-audit.md in the "
+                            "checkout)")
     return parser
 
 
@@ -78,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # the reader went away (tspec check | head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_FINDINGS
+        return EXIT_BROKEN_PIPE
 
 
 def _check(args) -> int:
@@ -175,17 +182,18 @@ def _shapes(args) -> int:
 
 def _audit(args) -> int:
     from spec import audit
+    path = args.out or audit.default_path()
     if args.check:
-        diff = audit.stale()
+        diff = audit.stale(path)
         if diff:
             print(diff, end="")
-            print(f"tspec: {display_path(str(audit.AUDIT_PATH))} is stale; run `tspec audit`",
+            print(f"tspec: {display_path(str(path))} is stale; run `tspec audit`",
                   file=sys.stderr)
             return EXIT_FINDINGS
-        print(f"{display_path(str(audit.AUDIT_PATH))} is current")
+        print(f"{display_path(str(path))} is current")
         return EXIT_OK
-    audit.write()
-    print(f"wrote {display_path(str(audit.AUDIT_PATH))}")
+    audit.write(path)
+    print(f"wrote {display_path(str(path))}")
     return EXIT_OK
 
 

@@ -247,3 +247,34 @@ def test_a_reader_that_goes_away_gets_no_traceback():
     assert first.startswith(b"== seed_004")
     assert "Traceback" not in err
     assert process.returncode == 1
+
+
+def test_audit_writes_where_told_and_check_finds_it_stale(capsys, tmp_path):
+    target = tmp_path / "audit.md"
+    code, out, err = run(capsys, "audit", "--out", str(target))
+    assert (code, err) == (0, "")
+    assert out == f"wrote {target}\n"
+    assert target.read_text(encoding="utf-8").startswith("# Seed audit")
+    assert run(capsys, "audit", "--check", "--out", str(target))[:2] == (0, f"{target} is current\n")
+    target.write_text("old\n", encoding="utf-8")
+    code, out, err = run(capsys, "audit", "--check", "--out", str(target))
+    assert code == 1
+    assert out.startswith(f"--- {target}\n+++ generated\n")
+    assert err == f"tspec: {target} is stale; run `tspec audit`\n"
+
+
+def test_audit_outside_a_checkout_needs_out(capsys, monkeypatch):
+    monkeypatch.setattr(api, "checkout", lambda: None)
+    code, out, err = run(capsys, "audit")
+    assert (code, out) == (2, "")
+    assert err == ("tspec: error: tspec is not running from a project checkout, so the report "
+                   "has no default place: give --out PATH\n")
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly_with_141():
+    process = subprocess.Popen([sys.executable, "-m", "spec.cli", "list"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()          # the reader is gone before anything is written
+    err = process.stderr.read()
+    assert process.wait() == 141
+    assert err == b""

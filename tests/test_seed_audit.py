@@ -94,5 +94,5 @@ def test_seed_002_unstated_family_and_broadcast_shapes(reports):
 
 
 def test_the_committed_audit_report_is_current():
-    diff = audit.stale()
+    diff = audit.stale(audit.default_path())
     assert diff is None, f"docs/seed-audit.md is stale; run `tspec audit`:\n{diff}"
