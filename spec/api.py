@@ -77,6 +77,8 @@ def resolve_spec(name: str, base_dir: Path | None = None) -> Spec:
 def load(target: str | Path, settings: list[str] | None = None) -> Variant:
     """A built-in name or a path: a spec (.tspec) or a variant (.toml), with --set applied."""
     target = str(target)
+    if not target.strip():
+        raise UsageError("an empty name is no spec or variant")
     variants = builtin_variants()
     specs = builtin_specs()
     path = Path(target)

@@ -25,6 +25,7 @@ Nothing here evaluates text: expressions go through ``spec.expr``'s parser and w
 
 import difflib
 import hashlib
+import unicodedata
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -738,9 +739,18 @@ def parse(text: str, file: str | None = None) -> Spec:
     if len(text.encode()) > MAX_SPEC_BYTES:
         raise SpecError(f"spec is {len(text.encode())} bytes; the limit is {MAX_SPEC_BYTES}",
                         file=file)
+    text = text.removeprefix("\ufeff")       # a byte-order mark some editors write
+    for number, line in enumerate(text.split("\n"), 1):
+        for column, char in enumerate(line, 1):
+            if unicodedata.category(char) in ("Cc", "Cf") and char not in "\t\r":
+                raise SpecSyntaxError(f"control character U+{ord(char):04X} in the spec; specs "
+                                      "are plain text", file=file, line=number, column=column)
     reader = _Reader(text, file)
     body, _ = reader.read()
-    return _Builder(reader).build(body)
+    built = _Builder(reader).build(body)
+    if not (built.dims or built.choices or built.blocks or built.body):
+        raise SpecError("the spec is empty: it has no statements", file=file)
+    return built
 
 
 def parse_file(path: str | Path) -> Spec:

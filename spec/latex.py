@@ -36,13 +36,13 @@ def term_latex(term) -> str:
     # bracket their arguments themselves
     for index, arg in enumerate(term.args):
         text = term_latex(arg)
-        fraction = term.op == "div" or (term.op == "scale" and term.attr.get("divide"))
+        fraction = op.fraction(term.attr)
         if isinstance(arg, OpNode) and not fraction and op.precedence < 100:
             inner = OPS[arg.op].precedence
             if inner < op.precedence or (inner == op.precedence and index > 0
-                                         and term.op in ("sub", "matmul", "mul")):
+                                         and op.group_right):
                 text = f"\\left({text}\\right)"
-        elif isinstance(arg, ScalarExpr) and term.op == "scale" and not term.attr.get("divide") \
+        elif isinstance(arg, ScalarExpr) and not fraction and op.precedence < 100 \
                 and isinstance(arg.expr, sympy.Add):
             text = f"\\left({text}\\right)"
         parts.append(text)

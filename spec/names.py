@@ -8,11 +8,15 @@ from spec.errors import SpecError
 
 MAX_NAME_LENGTH = 64
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
-# Words the spec language and generated code reserve for themselves.
+# Words the spec language reserves, and the module-level names generated code uses (its
+# imports and helpers), which a tensor, dim or block named the same would shadow.
 RESERVED = frozenset({
     "spec", "source", "note", "dim", "let", "require", "choice", "when", "else", "input",
     "param", "tensor", "output", "block", "as", "in", "repeat", "float", "int", "bool",
-    "params", "np", "xp", "math",
+    "params", "np", "xp", "cp", "numpy", "cupy", "scipy", "special", "math", "os", "sys",
+    "torch", "typing", "jaxtyping", "jaxtyped", "typechecker", "beartype", "Float", "Int",
+    "Bool", "Shaped", "Array", "Params", "dataclass", "dataclasses", "annotations", "self",
+    "cls",
 })
 
 
@@ -37,7 +41,7 @@ def check_name(name: str, what: str, *, file: str | None = None, line: int | Non
     if value_only:
         return name
     if name in RESERVED:
-        raise SpecError(f"{what} name {name!r} is reserved by the spec language",
+        raise SpecError(f"{what} name {name!r} is reserved by the spec language and its generated code",
                         file=file, line=line)
     if hasattr(builtins, name):
         raise SpecError(f"{what} name {name!r} shadows a Python builtin", file=file, line=line)

@@ -106,10 +106,6 @@ def axis_index(ctx: Context, axis: int, rank: int, op: str) -> int:
     return axis % rank
 
 
-def latex_dim(expr: sympy.Basic) -> str:
-    return sympy.latex(expr)
-
-
 # ---------------------------------------------------------------------------------------------
 # The catalogue
 
@@ -125,6 +121,11 @@ class Op:
     params: tuple[str, ...] = ()
     attrs: dict = field(default_factory=dict)
     precedence: int = 100      # for LaTeX parentheses: 100 atoms/functions, 50 products, 40 sums
+    group_right: bool = False  # a right operand of equal precedence is bracketed: a - (b - c)
+
+    def fraction(self, attrs: dict) -> bool:
+        """Whether the LaTeX form is a \\frac, whose parts need no brackets."""
+        return False
 
     def infer(self, ctx: Context, args: list[Value], attrs: dict) -> Value:
         raise NotImplementedError
@@ -168,8 +169,11 @@ class Binary(Op):
         dtype = "float" if self.name in ("div",) else result_dtype([a, b])
         return Value(broadcast(ctx, shape_a, shape_b, f"{self.name} operands"), dtype)
 
+    def fraction(self, attrs):
+        return self.name == "div"
+
     def latex(self, args, attrs):
-        if self.name == "div":
+        if self.fraction(attrs):
             return f"\\frac{{{args[0]}}}{{{args[1]}}}"
         return f"{args[0]} {self.latex_symbol} {args[1]}"
 
@@ -263,8 +267,11 @@ class Scale(Op):
             raise ctx.error("scale multiplies or divides a tensor by a dim expression")
         return Value(ctx.shape(tensor, 1, "operand"), "float")
 
+    def fraction(self, attrs):
+        return bool(attrs.get("divide"))
+
     def latex(self, args, attrs):
-        return f"\\frac{{{args[0]}}}{{{args[1]}}}" if attrs.get("divide") else \
+        return f"\\frac{{{args[0]}}}{{{args[1]}}}" if self.fraction(attrs) else \
             f"{args[1]} {args[0]}"
 
 
@@ -502,15 +509,15 @@ def _ops(*ops: Op) -> dict[str, Op]:
 
 OPS: dict[str, Op] = _ops(
     MatMul("matmul", "matrix product with broadcast batch axes", ("tensor", "tensor"),
-           precedence=50),
+           precedence=50, group_right=True),
     Einsum("einsum", "tensor contraction by an index pattern", precedence=100),
     Transpose("transpose", "swap the last two axes", ("tensor",), precedence=90),
     Binary("add", "element-wise sum, broadcasting", symbol="+", latex_symbol="+",
            precedence=40),
     Binary("sub", "element-wise difference, broadcasting", symbol="-", latex_symbol="-",
-           precedence=40),
+           precedence=40, group_right=True),
     Binary("mul", "element-wise product, broadcasting", symbol="*", latex_symbol="\\odot",
-           precedence=50),
+           precedence=50, group_right=True),
     Binary("div", "element-wise quotient, broadcasting", symbol="/", latex_symbol="/",
            precedence=100),
     Scale("scale", "multiply or divide by a scalar expression over dims", precedence=50),

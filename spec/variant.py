@@ -19,6 +19,7 @@ non-positive values, a name set twice, each get an error naming the file and lin
 import difflib
 import re
 import tomllib
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
         raise VariantError(f"variant is {len(raw)} bytes; the limit is {MAX_VARIANT_BYTES}",
                            file=file)
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise VariantError(f"not UTF-8 text ({error.reason} at byte {error.start})",
                            file=file) from None
@@ -143,11 +144,20 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
     if not isinstance(spec_name, str) or not spec_name:
         raise VariantError("a variant names its spec: spec = \"transformer\" or a path",
                            file=file, line=_line_of(text, None, "spec"))
+    if spec_name.endswith(".toml"):
+        raise VariantError(f"spec = {spec_name!r} names a variant; a variant's spec is a "
+                           ".tspec file or a built-in spec name", file=file,
+                           line=_line_of(text, None, "spec"))
     spec = resolve_spec(spec_name, path.parent)
     description = data.get("description", "")
     if not isinstance(description, str):
         raise VariantError("description must be a string", file=file,
                            line=_line_of(text, None, "description"))
+    control = next((c for c in description if unicodedata.category(c) in ("Cc", "Cf")
+                    ), None)
+    if control is not None:
+        raise VariantError(f"description holds the control character U+{ord(control):04X}",
+                           file=file, line=_line_of(text, None, "description"))
     dims: dict[str, int] = {}
     for section, table in (("dims", data.get("dims", {})), ("choices", data.get("choices", {}))):
         if not isinstance(table, dict):

@@ -108,8 +108,16 @@ def test_block_local_dim_shadowing_a_model_dim():
     ('dim match "c"\n', "t.tspec:1: dim name 'match' is a Python keyword"),
     ('dim print "c"\n', "t.tspec:1: dim name 'print' shadows a Python builtin"),
     ('dim len "c"\n', "t.tspec:1: dim name 'len' shadows a Python builtin"),
-    ('dim np "c"\n', "t.tspec:1: dim name 'np' is reserved by the spec language"),
-    ('dim spec "c"\n', "t.tspec:1: dim name 'spec' is reserved by the spec language"),
+    ('dim np "c"\n',
+     "t.tspec:1: dim name 'np' is reserved by the spec language and its generated code"),
+    ('dim spec "c"\n',
+     "t.tspec:1: dim name 'spec' is reserved by the spec language and its generated code"),
+    (HEADER + 'param self "d"\n',
+     "t.tspec:4: tensor name 'self' is reserved by the spec language and its generated code"),
+    (HEADER + 'input torch "d"\n',
+     "t.tspec:4: tensor name 'torch' is reserved by the spec language and its generated code"),
+    ('dim os "c"\n',
+     "t.tspec:1: dim name 'os' is reserved by the spec language and its generated code"),
     (HEADER + 'param __x "d"\n',
      ("t.tspec:4: tensor name '__x' is not a plain identifier (ASCII letter first, then "
      "letters, digits, underscores)")),
@@ -126,7 +134,8 @@ def test_block_local_dim_shadowing_a_model_dim():
     ('choice exec = a | b\n', "t.tspec:1: choice name 'exec' shadows a Python builtin"),
     ('dim B "b"\nblock relu(X "B") -> Y:\n    Y "B" = X\n',
      "t.tspec:2: block name relu is the name of an op"),
-    ('spec float "title"\n', "t.tspec:1: spec name 'float' is reserved by the spec language"),
+    ('spec float "title"\n',
+     "t.tspec:1: spec name 'float' is reserved by the spec language and its generated code"),
 ])
 def test_names_must_be_safe_identifiers(text, expected):
     with raises(SpecError, expected):
@@ -583,3 +592,51 @@ def test_too_many_choice_combinations_is_refused():
                 "checked at once; fix some choices (--set NAME=OPTION)"):
         check_text(text, all_choices=True)
     assert check_text(text, {"c0": "a"}, all_choices=True).ok
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", "t.tspec: the spec is empty: it has no statements"),
+    ("# only a comment\n\n", "t.tspec: the spec is empty: it has no statements"),
+    ('spec x "title"\n', "t.tspec: the spec is empty: it has no statements"),
+])
+def test_an_empty_spec_is_an_error(text, expected):
+    with raises(SpecError, expected):
+        parse(text)
+
+
+@pytest.mark.parametrize("char", ["\x1b", "\x00", "\u202e", "\u200b"])
+def test_control_and_format_characters_are_refused(char):
+    code = f"U+{ord(char):04X}"
+    with raises(SpecSyntaxError, f"t.tspec:2:9: control character {code} in the spec; specs "
+                "are plain text"):
+        parse(f'dim B "b"\ndim T "l{char}"\n')
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path):
+    path = tmp_path / "bom.tspec"
+    path.write_bytes(b'\xef\xbb\xbfdim B "batch"\ninput X "B"\n')
+    assert list(spec.parse_file(path).dims) == ["B"]
+    variant = tmp_path / "bom.toml"
+    variant.write_bytes(b'\xef\xbb\xbfspec = "transformer"\n[dims]\nH = 4\n')
+    assert api.load(str(variant)).dims == {"H": 4}
+
+
+def test_a_variant_whose_spec_is_a_variant(tmp_path):
+    path = tmp_path / "v.toml"
+    path.write_text('spec = "base.toml"\n', encoding="utf-8")
+    with raises(VariantError, f"{path}:1: spec = 'base.toml' names a variant; a variant's "
+                "spec is a .tspec file or a built-in spec name"):
+        api.load(str(path))
+
+
+def test_a_description_with_a_control_character(tmp_path):
+    path = tmp_path / "v.toml"
+    path.write_text('spec = "transformer"\ndescription = "a\\u001b[31m"\n', encoding="utf-8")
+    with raises(VariantError, f"{path}:2: description holds the control character U+001B"):
+        api.load(str(path))
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_target_name(name):
+    with raises(UsageError, "an empty name is no spec or variant"):
+        api.load(name)
