@@ -18,6 +18,7 @@ from pathlib import Path
 from spec import api
 from spec.errors import TspecError
 from spec.findings import KINDS, display_path, to_json
+from spec.model import Let, select
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 141     # 128 + SIGPIPE, as a shell reports `yes | head`
@@ -166,6 +167,9 @@ def _shapes(args) -> int:
     if args.format == "json":
         print(to_json([row.__dict__ for row in rows]))
         return EXIT_OK
+    for line in _variant_header(variant):
+        print(line)
+    print()
     headers = ("tensor", "role", "dtype", "symbolic shape", "concrete shape")
     table = [(r.name, r.role, r.dtype, r.symbolic, r.concrete) for r in rows]
     widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
@@ -178,6 +182,29 @@ def _shapes(args) -> int:
               file=sys.stderr)
         return EXIT_FINDINGS
     return EXIT_OK
+
+
+def _variant_header(variant) -> list[str]:
+    """What a shapes table is of: the variant, every choice (defaults marked), the dims."""
+    spec = variant.spec
+    where = f" ({display_path(variant.file)})" if variant.file else ""
+    lines = [f"== {variant.name}{where}: spec {spec.name}"]
+    chosen = spec.choice_values(variant.choices)
+    if chosen:
+        lines.append("   choices: " + ", ".join(
+            f"{name}={value}{'' if name in variant.choices else ' (default)'}"
+            for name, value in chosen.items()))
+    lets = {s.dim: s.text for s in select(spec.body, chosen) if isinstance(s, Let)}
+    given = [f"{name}={value}" for name, value in variant.dims.items()]
+    bound = [f"{name}={dim.value}" for name, dim in spec.dims.items()
+             if dim.value is not None and name not in variant.dims]
+    free = [name for name, dim in spec.dims.items()
+            if dim.value is None and name not in variant.dims and name not in lets]
+    lines.append("   dims: " + "; ".join(part for part in (
+        ", ".join(given + bound),
+        ", ".join(f"{name} = {text}" for name, text in lets.items()),
+        f"symbolic: {', '.join(free)}" if free else "") if part))
+    return lines
 
 
 def _audit(args) -> int:

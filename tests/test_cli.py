@@ -100,6 +100,14 @@ def test_shapes_base(capsys):
     code, out, err = run(capsys, "shapes", "base")
     assert code == 0 and err == ""
     lines = out.splitlines()
+    assert lines[:4] == [
+        "== base (spec/variants/base.toml): spec transformer",
+        "   choices: arch=encoder_decoder, norm=post, activation=relu, positional=sinusoidal, "
+        "output_embedding=separate (default), head_dims=split, attention_bias=none (default)",
+        "   dims: d_model=512, H=8, d_ff=2048, N=6; d_k = d_model / H, d_v = d_model / H; "
+        "symbolic: B, T, T_dec, V, max_len",
+        ""]
+    lines = lines[4:]
     assert lines[0].split() == ["tensor", "role", "dtype", "symbolic", "shape", "concrete",
                                 "shape"]
     assert set(lines[1]) == {"-", " "}
@@ -124,8 +132,20 @@ def test_shapes_json(capsys):
 def test_shapes_with_set(capsys):
     code, out, _err = run(capsys, "shapes", "base", "--set", "H=16")
     assert code == 0
-    rows = {columns(line)[0]: columns(line) for line in out.splitlines()[2:]}
+    assert out.splitlines()[2] == ("   dims: d_model=512, H=16, d_ff=2048, N=6; "
+                                   "d_k = d_model / H, d_v = d_model / H; "
+                                   "symbolic: B, T, T_dec, V, max_len")
+    rows = {columns(line)[0]: columns(line) for line in out.splitlines()[6:]}
     assert rows["encoder.layers[i].self_attention.Q_h"][3:] == ["[H] B T d_k", "[16] B T 32"]
+
+
+def test_shapes_of_a_bare_spec_says_its_choices_are_defaults(capsys):
+    code, out, _err = run(capsys, "shapes", "transformer", "--set", "arch=decoder_only")
+    assert code == 0
+    assert out.splitlines()[1] == (
+        "   choices: arch=decoder_only, norm=post (default), activation=relu (default), "
+        "positional=sinusoidal (default), output_embedding=separate (default), "
+        "head_dims=split (default), attention_bias=none (default)")
 
 
 def test_list(capsys):
@@ -246,7 +266,8 @@ def test_a_reader_that_goes_away_gets_no_traceback():
     process.wait(timeout=60)
     assert first.startswith(b"== seed_004")
     assert "Traceback" not in err
-    assert process.returncode == 1
+    # 1 (findings) when all the output fit in the pipe before the reader left, 141 when not
+    assert process.returncode in (1, 141)
 
 
 def test_audit_writes_where_told_and_check_finds_it_stale(capsys, tmp_path):
