@@ -102,10 +102,10 @@ def test_shapes_base(capsys):
     lines = out.splitlines()
     assert lines[:4] == [
         "== base (spec/variants/base.toml): spec transformer",
-        "   choices: arch=encoder_decoder, norm=post, activation=relu, positional=sinusoidal, "
-        "output_embedding=separate (default), head_dims=split, attention_bias=none (default)",
-        "   dims: d_model=512, H=8, d_ff=2048, N=6; d_k = d_model / H, d_v = d_model / H; "
-        "symbolic: B, T, T_dec, V, max_len",
+        ("   choices: arch=encoder_decoder, norm=post, activation=relu, positional=sinusoidal, "
+         "output_embedding=separate (default), head_dims=split, attention_bias=none (default)"),
+        ("   dims: d_model=512, H=8, d_ff=2048, N=6; d_k = d_model / H, d_v = d_model / H; "
+         "symbolic: B, T, T_dec, V, max_len"),
         ""]
     lines = lines[4:]
     assert lines[0].split() == ["tensor", "role", "dtype", "symbolic", "shape", "concrete",
