@@ -299,3 +299,17 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_with_141():
     err = process.stderr.read()
     assert process.wait() == 141
     assert err == b""
+
+
+def test_write_atomic_leaves_the_old_file_whole_when_writing_fails(tmp_path, monkeypatch):
+    from spec import files
+    target = tmp_path / "out.md"
+    target.write_text("old\n", encoding="utf-8")
+
+    def broken_replace(source, destination):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(files.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="No space left on device"):
+        files.write_atomic(target, "new\n")
+    assert target.read_text(encoding="utf-8") == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.md"]   # no temporary left
