@@ -271,29 +271,25 @@ class _Run:
         for let in self.lets:
             if not self.prover.norm(let.expr).free_symbols:
                 continue      # a value: check_constraints has judged it
-            verdict = self.prover.integral(let.expr)
-            if not verdict.proved:
-                numerator, denominator = sympy.fraction(sympy.together(let.expr))
+            numerator, denominator = sympy.fraction(sympy.together(let.expr))
+            for kind, verdict, what, hint in (
+                    ("not-integral", self.prover.integral(let.expr), "a whole number",
+                     (f"add the constraint `require {format_expr(numerator)} % "
+                      f"{format_expr(denominator)} == 0`")),
+                    ("out-of-range", None, "at least 1",
+                     f"add the constraint `require {let.text} >= 1`")):
+                if verdict is None:
+                    verdict = self.prover.at_most(1, let.expr, derived_whole=False)
+                if verdict.proved:
+                    continue
                 self.add(Finding(
-                    kind="unproved" if verdict.unknown else "not-integral",
-                    message=f"derived dim {let.dim} = {let.text} is not a whole number for "
-                            "every size the constraints allow",
-                    file=let.file, line=let.line, equation=f"let {let.dim} = {let.text}",
-                    counterexample=dict(verdict.counterexample) if verdict.counterexample
-                    else None, dims=self.dim_values(let.expr.free_symbols),
-                    hint=f"add the constraint `require {format_expr(numerator)} % "
-                         f"{format_expr(denominator)} == 0`"))
-                continue
-            verdict = self.prover.at_most(1, let.expr, derived_whole=False)
-            if not verdict.proved:
-                self.add(Finding(
-                    kind="unproved" if verdict.unknown else "out-of-range",
-                    message=f"derived dim {let.dim} = {let.text} is not at least 1 for every "
+                    kind="unproved" if verdict.unknown else kind,
+                    message=f"derived dim {let.dim} = {let.text} is not {what} for every "
                             "size the constraints allow",
                     file=let.file, line=let.line, equation=f"let {let.dim} = {let.text}",
                     counterexample=dict(verdict.counterexample) if verdict.counterexample
-                    else None, dims=self.dim_values(let.expr.free_symbols),
-                    hint=f"add the constraint `require {let.text} >= 1`"))
+                    else None, dims=self.dim_values(let.expr.free_symbols), hint=hint))
+                break        # positivity means little for a size that is not whole
         scope = _Scope(self, "", {}, None)
         self.check_body(scope, select(self.spec.body, self.choices), [], self.spec.outputs,
                         "the model")
