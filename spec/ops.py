@@ -56,6 +56,76 @@ class Context(Protocol):
         """An error at the equation being checked (raise it)."""
 
 
+@dataclass(frozen=True)
+class Operand:
+    """An argument as code generation sees it: its code, its value (shape, dtype) and the
+    precedence of its outermost Python operator (100 for atoms and calls)."""
+    code: str
+    value: Value
+    precedence: int = 100
+
+
+class CodeContext(Protocol):
+    """What an op's code rule may ask of the code generator."""
+
+    xp: str                                   # the array module's alias in generated code
+
+    def helper(self, name: str) -> str:
+        """Use a helper function of the generated module (rendered from its template)."""
+
+    def dim(self, expr: sympy.Basic) -> str:
+        """Code for an integer dim expression (``T_dec``, ``d_model // H``)."""
+
+    def scalar(self, expr: sympy.Basic) -> str:
+        """Code for a scalar expression over dims, a Python number (``math.sqrt(d_k)``)."""
+
+    def dtype(self) -> str:
+        """Code for the float dtype of the computation (taken from a float tensor in scope)."""
+
+    def runtime(self, name: str) -> str:
+        """A run-time setting the function takes as a keyword argument (``eps``)."""
+
+
+# Python operator precedences, for parentheses in generated code
+ATOM, POWER, UNARY, PRODUCT, SUM = 100, 90, 80, 70, 60
+
+
+def wrap(operand: Operand, precedence: int, right: bool = False) -> str:
+    """The operand's code, parenthesised where the surrounding operator binds tighter."""
+    if operand.precedence < precedence or (right and operand.precedence == precedence):
+        return f"({operand.code})"
+    return operand.code
+
+
+def align(a: Operand, b: Operand) -> tuple[Operand, Operand]:
+    """Line up a family (its members on a leading axis) with an operand of higher rank.
+
+    Broadcasting aligns the last axes, so a family of rank-r members meeting a tensor of rank
+    r + k needs k unit axes after its family axis: ``P_h[:, None]``.
+    """
+    if a.value.is_scalar or b.value.is_scalar:
+        return a, b
+    shape_a, shape_b = a.value.shape, b.value.shape
+    if shape_a.family is not None and shape_b.rank > shape_a.rank:
+        a = _unit_axes(a, shape_b.rank - shape_a.rank)
+    elif shape_b.family is not None and shape_a.rank > shape_b.rank:
+        b = _unit_axes(b, shape_a.rank - shape_b.rank)
+    return a, b
+
+
+def scalar_operand(ctx: CodeContext, expr: sympy.Basic) -> str:
+    """A scalar expression as an operand of ``*`` or ``/``: parenthesised unless atomic."""
+    code = ctx.scalar(expr)
+    atomic = (expr.is_Atom and not (expr.is_Rational and not expr.is_Integer)) or (
+        isinstance(expr, sympy.Pow) and expr.exp == sympy.Rational(1, 2))
+    return code if atomic else f"({code})"
+
+
+def _unit_axes(operand: Operand, count: int) -> Operand:
+    index = ", ".join([":"] + ["None"] * count)
+    return Operand(f"{wrap(operand, ATOM)}[{index}]", operand.value, ATOM)
+
+
 # ---------------------------------------------------------------------------------------------
 # Shared rules
 
@@ -133,6 +203,10 @@ class Op:
     def latex(self, args: list[str], attrs: dict) -> str:
         raise NotImplementedError
 
+    def code(self, ctx: CodeContext, args: list[Operand], attrs: dict) -> tuple[str, int]:
+        """Python code for the op applied to its operands, and that code's precedence."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True)
 class Elementwise(Op):
@@ -147,6 +221,17 @@ class Elementwise(Op):
 
     def latex(self, args, attrs):
         return f"{self.latex_name}\\left({args[0]}\\right)"
+
+    def code(self, ctx, args, attrs):
+        (x,) = args
+        if self.name == "log" and x.value.dtype == "bool":
+            # log of a 0/1 mask: 0 where kept, -inf where masked, in the float dtype
+            return f"{ctx.helper('log_mask')}({x.code}, {ctx.dtype()})", ATOM
+        if self.name == "relu":
+            return f"{ctx.xp}.maximum({x.code}, 0)", ATOM
+        if self.name in ("gelu", "gelu_tanh"):
+            return f"{ctx.helper(self.name)}({x.code})", ATOM
+        return f"{ctx.xp}.{self.name}({x.code})", ATOM
 
 
 @dataclass(frozen=True)
@@ -177,6 +262,14 @@ class Binary(Op):
             return f"\\frac{{{args[0]}}}{{{args[1]}}}"
         return f"{args[0]} {self.latex_symbol} {args[1]}"
 
+    def code(self, ctx, args, attrs):
+        a, b = align(*args)
+        precedence = SUM if self.name in ("add", "sub") else PRODUCT
+        left = scalar_operand(ctx, a.value.scalar) if a.value.is_scalar else wrap(a, precedence)
+        right = scalar_operand(ctx, b.value.scalar) if b.value.is_scalar else \
+            wrap(b, precedence, True)
+        return f"{left} {self.symbol} {right}", precedence
+
 
 @dataclass(frozen=True)
 class Maximum(Op):
@@ -194,6 +287,13 @@ class Maximum(Op):
     def latex(self, args, attrs):
         return f"\\max\\left({args[0]},\\, {args[1]}\\right)"
 
+    def code(self, ctx, args, attrs):
+        a, b = align(*args)
+        if a.value.is_scalar:          # max(0, x) reads best as maximum(x, 0)
+            a, b = b, a
+        second = ctx.scalar(b.value.scalar) if b.value.is_scalar else b.code
+        return f"{ctx.xp}.maximum({a.code}, {second})", ATOM
+
 
 @dataclass(frozen=True)
 class Negate(Op):
@@ -203,6 +303,9 @@ class Negate(Op):
 
     def latex(self, args, attrs):
         return f"-{args[0]}"
+
+    def code(self, ctx, args, attrs):
+        return f"-{wrap(args[0], UNARY)}", UNARY
 
 
 @dataclass(frozen=True)
@@ -215,6 +318,14 @@ class Power(Op):
 
     def latex(self, args, attrs):
         return f"{args[0]}^{{{args[1]}}}"
+
+    def code(self, ctx, args, attrs):
+        x, exponent = args
+        power = exponent.value.scalar
+        if power.is_Integer and 2 <= int(power) <= 4:
+            # repeated products: x ** 3 is far slower than x * x * x on arrays
+            return " * ".join([wrap(x, PRODUCT)] * int(power)), PRODUCT
+        return f"{wrap(x, POWER, True)} ** ({ctx.scalar(power)})", POWER
 
 
 @dataclass(frozen=True)
@@ -239,6 +350,10 @@ class MatMul(Op):
     def latex(self, args, attrs):
         return f"{args[0]} {args[1]}"
 
+    def code(self, ctx, args, attrs):
+        a, b = align(*args)
+        return f"{wrap(a, PRODUCT)} @ {wrap(b, PRODUCT, True)}", PRODUCT
+
 
 @dataclass(frozen=True)
 class Transpose(Op):
@@ -253,6 +368,9 @@ class Transpose(Op):
 
     def latex(self, args, attrs):
         return f"{args[0]}^\\top"
+
+    def code(self, ctx, args, attrs):
+        return f"{wrap(args[0], ATOM)}.swapaxes(-1, -2)", ATOM
 
 
 @dataclass(frozen=True)
@@ -274,6 +392,12 @@ class Scale(Op):
         return f"\\frac{{{args[0]}}}{{{args[1]}}}" if self.fraction(attrs) else \
             f"{args[1]} {args[0]}"
 
+    def code(self, ctx, args, attrs):
+        tensor, factor = args
+        scalar = scalar_operand(ctx, factor.value.scalar)
+        symbol = "/" if self.fraction(attrs) else "*"
+        return f"{wrap(tensor, PRODUCT)} {symbol} {scalar}", PRODUCT
+
 
 @dataclass(frozen=True)
 class Softmax(Op):
@@ -285,6 +409,10 @@ class Softmax(Op):
 
     def latex(self, args, attrs):
         return f"\\mathrm{{softmax}}\\left({args[0]}\\right)"
+
+    def code(self, ctx, args, attrs):
+        axis = "" if attrs["axis"] == -1 else f", axis={attrs['axis']}"
+        return f"{ctx.helper('softmax')}({args[0].code}{axis})", ATOM
 
 
 @dataclass(frozen=True)
@@ -306,6 +434,11 @@ class LayerNorm(Op):
     def latex(self, args, attrs):
         return f"\\mathrm{{LayerNorm}}\\left({args[0]};\\, {args[1]}, {args[2]}\\right)"
 
+    def code(self, ctx, args, attrs):
+        x, gamma, beta = args
+        return (f"{ctx.helper('layer_norm')}({x.code}, {gamma.code}, {beta.code}, "
+                f"{ctx.runtime('eps')})"), ATOM
+
 
 @dataclass(frozen=True)
 class Gather(Op):
@@ -325,6 +458,10 @@ class Gather(Op):
     def latex(self, args, attrs):
         return f"{{{args[0]}}}_{{{args[1]}}}"
 
+    def code(self, ctx, args, attrs):
+        table, ids = args
+        return f"{ctx.helper('embed')}({table.code}, {ids.code})", ATOM
+
 
 @dataclass(frozen=True)
 class SliceRows(Op):
@@ -339,6 +476,12 @@ class SliceRows(Op):
 
     def latex(self, args, attrs):
         return f"{{{args[0]}}}_{{1:{args[1]}}}"
+
+    def code(self, ctx, args, attrs):
+        table, n = args
+        rows = f":{ctx.dim(n.value.scalar)}"
+        index = f":, {rows}" if table.value.shape.family is not None else rows
+        return f"{wrap(table, ATOM)}[{index}]", ATOM
 
 
 @dataclass(frozen=True)
@@ -358,6 +501,10 @@ class SplitHeads(Op):
     def latex(self, args, attrs):
         return f"\\mathrm{{SplitHeads}}_{{{args[1]}}}\\left({args[0]}\\right)"
 
+    def code(self, ctx, args, attrs):
+        x, heads = args
+        return f"{ctx.helper('split_heads')}({x.code}, {ctx.dim(heads.value.scalar)})", ATOM
+
 
 @dataclass(frozen=True)
 class ConcatHeads(Op):
@@ -374,6 +521,9 @@ class ConcatHeads(Op):
 
     def latex(self, args, attrs):
         return f"\\mathrm{{Concat}}\\left({args[0]}\\right)"
+
+    def code(self, ctx, args, attrs):
+        return f"{ctx.helper('concat_heads')}({args[0].code})", ATOM
 
 
 @dataclass(frozen=True)
@@ -396,6 +546,13 @@ class Concat(Op):
     def latex(self, args, attrs):
         return f"\\left[{args[0]} \\,\\|\\, {args[1]}\\right]"
 
+    def code(self, ctx, args, attrs):
+        a, b = align(*args)
+        axis = attrs["axis"]
+        if axis >= 0 and (a.value.shape.family is not None or b.value.shape.family is not None):
+            axis += 1           # past the family axis
+        return f"{ctx.xp}.concatenate([{a.code}, {b.code}], axis={axis})", ATOM
+
 
 @dataclass(frozen=True)
 class CausalMask(Op):
@@ -407,6 +564,10 @@ class CausalMask(Op):
 
     def latex(self, args, attrs):
         return f"M^{{\\mathrm{{causal}}}}_{{{args[0]} \\times {args[1]}}}"
+
+    def code(self, ctx, args, attrs):
+        t_q, t_kv = (ctx.dim(a.value.scalar) for a in args)
+        return f"{ctx.helper('causal_mask')}({t_q}, {t_kv})", ATOM
 
 
 @dataclass(frozen=True)
@@ -424,6 +585,10 @@ class PaddingMask(Op):
     def latex(self, args, attrs):
         return f"M^{{\\mathrm{{pad}}}}\\left({args[0]}\\right)"
 
+    def code(self, ctx, args, attrs):
+        keep, t_q = args
+        return f"{ctx.helper('padding_mask')}({keep.code}, {ctx.dim(t_q.value.scalar)})", ATOM
+
 
 @dataclass(frozen=True)
 class Sinusoidal(Op):
@@ -438,13 +603,18 @@ class Sinusoidal(Op):
     def latex(self, args, attrs):
         return f"\\mathrm{{PE}}_{{{args[0]} \\times {args[1]}}}"
 
+    def code(self, ctx, args, attrs):
+        length, width = (ctx.dim(a.value.scalar) for a in args)
+        return f"{ctx.helper('positional_encoding')}({length}, {width}, {ctx.dtype()})", ATOM
+
 
 @dataclass(frozen=True)
 class RelativeBias(Op):
-    """relative_position_bias(R, T_q, T_kv): R[(j - i) + offset] for query i and key j.
+    """relative_position_bias(R, T_q, T_kv): R[(j - i) + c] for query i and key j.
 
-    R holds one learned value per relative offset; covering offsets from -(T_q - 1) to
-    T_kv - 1 needs T_q + T_kv - 1 entries.
+    R holds one learned value per relative offset, centred: entry c = (len(R) - 1) / 2 is
+    offset 0, so the same entry means the same offset at every length. Offsets run from
+    -(T_q - 1) to T_kv - 1, so 2*T_q - 1 and 2*T_kv - 1 must not exceed len(R).
     """
 
     def infer(self, ctx, args, attrs):
@@ -453,12 +623,17 @@ class RelativeBias(Op):
         if shape.rank != 1:
             raise ctx.error(f"relative_position_bias needs a vector of offsets, got "
                             f"{shape.text()}")
-        ctx.at_most(t_q.scalar + t_kv.scalar - 1, shape.dims[0],
-                    "relative offsets needed vs table length")
+        for length in dict.fromkeys((t_q.scalar, t_kv.scalar)):
+            ctx.at_most(2 * length - 1, shape.dims[0], "relative offsets needed vs table length")
         return Value(Shape((t_q.scalar, t_kv.scalar), shape.family), "float")
 
     def latex(self, args, attrs):
         return f"{{{args[0]}}}_{{j - i}}"
+
+    def code(self, ctx, args, attrs):
+        table, t_q, t_kv = args
+        return (f"{ctx.helper('relative_position_bias')}({table.code}, "
+                f"{ctx.dim(t_q.value.scalar)}, {ctx.dim(t_kv.value.scalar)})"), ATOM
 
 
 @dataclass(frozen=True)
@@ -485,6 +660,10 @@ class Einsum(Op):
 
     def latex(self, args, attrs):
         return f"\\mathrm{{einsum}}_{{\\texttt{{{attrs['spec']}}}}}\\left({', '.join(args)}\\right)"
+
+    def code(self, ctx, args, attrs):
+        operands = ", ".join(a.code for a in args)
+        return f"{ctx.xp}.einsum({attrs['spec']!r}, {operands})", ATOM
 
 
 def _parse_einsum(ctx: Context, spec: str, count: int) -> tuple[list[str], str]:
@@ -528,6 +707,8 @@ OPS: dict[str, Op] = _ops(
     Elementwise("exp", "element-wise exponential", latex_name="\\exp"),
     Elementwise("relu", "max(0, x)", latex_name="\\mathrm{ReLU}"),
     Elementwise("gelu", "x * Phi(x), Phi the standard normal CDF", latex_name="\\mathrm{GELU}"),
+    Elementwise("gelu_tanh", "GELU by its tanh approximation (GPT-2)",
+                latex_name="\\mathrm{GELU}_{\\tanh}"),
     Softmax("softmax", "exp(x) / sum(exp(x)) along an axis", ("tensor",), {"axis": -1}),
     LayerNorm("layer_norm", "normalise the last axis, then scale and shift",
               ("tensor", "tensor", "tensor")),
@@ -550,6 +731,7 @@ OPS: dict[str, Op] = _ops(
 # How each op is written in a spec: function names, operators, and the op they mean.
 FUNCTIONS: dict[str, str] = {
     "einsum": "einsum", "log": "log", "exp": "exp", "relu": "relu", "gelu": "gelu",
+    "gelu_tanh": "gelu_tanh",
     "softmax": "softmax", "layer_norm": "layer_norm", "max": "maximum",
     "split_heads": "split_heads", "concat_heads": "concat_heads", "concat": "concat",
     "causal_mask": "causal_mask", "padding_mask": "padding_mask",

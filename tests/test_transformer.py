@@ -21,11 +21,11 @@ def base_rows():
     return {row.name: row for row in api.shapes("base")}
 
 
-def test_builtin_spec_proves_under_all_288_choice_combinations(transformer):
+def test_builtin_spec_proves_under_all_432_choice_combinations(transformer):
     report = spec.api.check(transformer)
     assert report.findings == []
     assert report.ok
-    assert len(report.proof.combinations) == 288
+    assert len(report.proof.combinations) == 432
     # every option of every choice appears
     for name, choice in transformer.spec.choices.items():
         assert {combo[name] for combo in report.proof.combinations} == set(choice.options)
