@@ -464,7 +464,7 @@ class _Run:
             if name not in producers and name not in decls:
                 raise SpecError(f"output {name} is not defined in {where} under "
                                 f"{_describe(self.choices)}", file=self.spec.file)
-        order = _topological(producers, where)
+        order = topological(producers, where)
         for decl in decls.values():
             if decl.role in ("input", "param"):
                 shape = None if decl.shape is None else decl.shape.subs(scope.binding)
@@ -908,7 +908,7 @@ def _describe(choices: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in choices.items()) or "the spec as written"
 
 
-def _topological(producers: dict, where: str) -> list:
+def topological(producers: dict, where: str) -> list:
     """Equations in data-flow order; a cycle is an error naming it."""
     order, state = [], {}
 

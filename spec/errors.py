@@ -40,3 +40,7 @@ class VariantError(TspecError):
 
 class UsageError(TspecError):
     """The command line or API was called wrongly: unknown spec name, unreadable path."""
+
+
+class CodegenError(TspecError):
+    """A spec that cannot become code: not proved, or a construct code generation lacks."""

@@ -750,6 +750,7 @@ def parse(text: str, file: str | None = None) -> Spec:
     built = _Builder(reader).build(body)
     if not (built.dims or built.choices or built.blocks or built.body):
         raise SpecError("the spec is empty: it has no statements", file=file)
+    built.text_hash = hashlib.sha256(text.encode()).hexdigest()
     return built
 
 

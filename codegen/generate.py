@@ -1,0 +1,70 @@
+"""What `tspec generate` writes: the built-in Transformer's three architectures per backend.
+
+Each file is rendered from the spec under one choice of architecture (the seeds' defaults for
+every other choice): byte-identical on every run, headed by the spec's name and content hash.
+"""
+
+import difflib
+from pathlib import Path
+
+from codegen.backends import backend as backend_named
+from codegen.lower import lower
+from codegen.render import render
+from spec import api
+from spec.errors import UsageError
+from spec.files import write_atomic
+from spec.model import Spec
+
+# generated/<backend>/<name>.py: the choices each file is generated under
+BUILTIN_MODELS: dict[str, dict[str, str]] = {
+    "encoder_decoder": {"arch": "encoder_decoder"},
+    "encoder_only": {"arch": "encoder_only"},
+    "decoder_only": {"arch": "decoder_only"},
+}
+
+
+def source(spec: Spec, choices: dict[str, str], backend: str = "numpy") -> str:
+    """The generated module's text for a spec under some choices."""
+    return render(lower(spec, choices, backend_named(backend)))
+
+
+def files(backend: str = "numpy") -> dict[str, str]:
+    """Every generated file for a backend: relative path -> text."""
+    spec = api.read_spec(api.BUILTIN_SPEC)
+    out = {f"{backend}/__init__.py": f'"""Generated forward code for {backend}: one module per '
+                                     'architecture of the built-in Transformer."""\n'}
+    for name, choices in BUILTIN_MODELS.items():
+        out[f"{backend}/{name}.py"] = source(spec, choices, backend)
+    return out
+
+
+def default_dir() -> Path:
+    root = api.checkout()
+    if root is None:
+        raise UsageError("tspec is not running from a project checkout, so generated code has "
+                         "no default place: give --out DIR")
+    return root / "generated"
+
+
+def write(out: Path, backend: str = "numpy") -> list[Path]:
+    written = []
+    for relative, text in files(backend).items():
+        path = out / relative
+        write_atomic(path, text)
+        written.append(path)
+    return written
+
+
+def stale(out: Path, backend: str = "numpy") -> str:
+    """A unified diff of every file that differs from what generation gives; '' when none."""
+    diffs = []
+    for relative, text in files(backend).items():
+        path = out / relative
+        try:
+            current = path.read_text(encoding="utf-8")
+        except OSError:
+            current = ""
+        if current != text:
+            diffs.append("".join(difflib.unified_diff(
+                current.splitlines(True), text.splitlines(True), str(path), "generated")))
+    return "".join(diffs)

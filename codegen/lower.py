@@ -1,0 +1,468 @@
+"""Lowering: a proved spec, under one choice of options, to the IR the templates render.
+
+Each block becomes a function and the model becomes the entry function. An equation becomes
+one assignment whose code comes from the op catalogue (``Op.code``); a block call becomes a
+call, and ``repeat(N, block, ...)`` a loop over the stack's parameters. Dims a function needs
+(``d_k`` for the scale, ``T_dec`` for the causal mask) are read from the shapes of its arrays
+where one carries them, computed from derived dims otherwise, and taken as keyword arguments
+only when no array reveals them (``H``: a fused ``W_Q`` of width ``H*d_k`` cannot tell ``H``
+from ``d_k``).
+
+Layout: a family of H tensors (``[H] B T d_k``) is one array with the family axis first,
+``(H, B, T, d_k)``; a single tensor passed where a family is expected gains a unit family axis
+and is shared by every member.
+"""
+
+from dataclasses import dataclass
+
+import sympy
+from sympy.printing.pycode import PythonCodePrinter
+
+from codegen import ir
+from codegen.backends import Backend
+from spec.check import check, topological
+from spec.errors import CodegenError
+from spec.findings import display_path
+from spec.latex import name_latex
+from spec.model import Block, BlockCall, Equation, Let, ScalarExpr, Spec, TensorDecl, TensorRef
+from spec.model import select
+from spec.ops import ATOM, OPS, Operand, Value, wrap
+from spec.shape import Shape, format_expr
+
+LINE_LENGTH = 96      # 100 less the function body's indent
+RUNTIME = {   # settings a function may take: annotation, default, meaning
+    "eps": ("float", "1e-5", "LayerNorm's epsilon, added to the variance"),
+}
+DTYPE_CLASS = {"float": "Float", "int": "Int", "bool": "Bool"}
+
+
+def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
+    """The IR of ``spec`` under ``choices`` (the rest at their defaults) for ``backend``."""
+    chosen = spec.choice_values(choices)
+    result = check(spec, chosen)
+    if result.findings:
+        raise CodegenError(f"spec {spec.name} is not proved under {_describe(chosen)}: "
+                           f"{len(result.findings)} finding(s); run `tspec check`",
+                           file=spec.file)
+    return _Lowerer(spec, chosen, backend).module()
+
+
+class _Lowerer:
+    def __init__(self, spec: Spec, choices: dict, backend: Backend):
+        self.spec = spec
+        self.choices = choices
+        self.backend = backend
+        symbols = spec.symbols()
+        self.lets = {symbols[s.dim]: s.expr for s in select(spec.body, choices)
+                     if isinstance(s, Let)}
+        self.functions: dict[str, tuple[ir.Function, "_Signature"]] = {}
+        self.helpers: list[str] = []
+        self.params_classes: list[ir.ParamsClass] = []
+        self.active: list[str] = []
+
+    def module(self) -> ir.Module:
+        entry, _ = self.lower_body(self.spec.name, None)
+        helper_order = [h for h in HELPER_ORDER if h in self.helpers]
+        functions = [f for f, _ in self.functions.values()]
+        return ir.Module(
+            spec_name=self.spec.name, title=self.spec.title,
+            spec_file=display_path(self.spec.file) if self.spec.file else "<spec>",
+            spec_hash=self.spec.text_hash, choices=tuple(self.choices.items()),
+            backend=self.backend, helpers=[ir.Helper(h) for h in helper_order],
+            params_classes=self.params_classes, functions=functions, entry=entry.name)
+
+    def function(self, block: Block) -> tuple[ir.Function, "_Signature"]:
+        if block.name not in self.functions:
+            self.lower_body(block.name, block)
+        return self.functions[block.name]
+
+    def lower_body(self, name: str, block: Block | None):
+        if name in self.active:
+            raise CodegenError(f"block {name} calls itself")
+        self.active.append(name)
+        builder = _Body(self, name, block)
+        function, signature = builder.build()
+        self.active.pop()
+        self.functions[name] = (function, signature)
+        return function, signature
+
+    def use_helper(self, name: str) -> None:
+        for dependency in HELPER_NEEDS.get(name, ()):
+            self.use_helper(dependency)
+        if name not in self.helpers:
+            self.helpers.append(name)
+
+
+# helpers in the order the module defines them, and the helpers each one calls
+HELPER_ORDER = ("subtrace", "embed", "positional_encoding", "log_mask", "causal_mask",
+                "padding_mask", "relative_position_bias", "split_heads", "concat_heads",
+                "softmax", "layer_norm", "gelu", "gelu_tanh")
+HELPER_NEEDS: dict[str, tuple[str, ...]] = {}
+
+
+@dataclass
+class _Signature:
+    """What a caller must pass: keyword dims and run-time settings."""
+    dims: tuple[sympy.Symbol, ...]
+    runtime: tuple[str, ...]
+    params_class: str | None
+    output: TensorDecl
+
+
+class _Printer(PythonCodePrinter):
+    """Dim expressions as Python: names stay names, sqrt is math.sqrt."""
+
+    def _print_Symbol(self, expr):
+        return expr.name
+
+
+class _Shapes:
+    """The shape rules' context with nothing left to prove (the spec is proved)."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def equal(self, a, b, what, broadcast=False):
+        return a
+
+    def divides(self, divisor, n, what):
+        return None
+
+    def at_most(self, a, b, what):
+        return None
+
+    def shape(self, value, rank, role, like=None):
+        if value.shape is None:
+            raise CodegenError(f"{self.where}: {value.tensor} has no stated shape")
+        return value.shape
+
+    def error(self, message):
+        return CodegenError(f"{self.where}: {message}")
+
+
+class _Body:
+    """Builds one function: the model's body or one block's."""
+
+    def __init__(self, lowerer: _Lowerer, name: str, block: Block | None):
+        self.lowerer = lowerer
+        self.spec = lowerer.spec
+        self.name = name
+        self.block = block
+        self.xp = lowerer.backend.alias
+        self.values: dict[str, Operand] = {}
+        self.decls: dict[str, TensorDecl] = {}
+        self.sources: dict[sympy.Symbol, str] = {}
+        self.needed: list[sympy.Symbol] = []
+        self.runtimes: list[str] = []
+        self.float_source: str | None = None
+        self.steps: list[ir.Step] = []
+        self.traced: list[str] = []
+        self.fields: list[ir.Field] = []
+        self.equations: list[ir.EquationDoc] = []
+        self.sources_text: list[str] = []
+
+    # -- the CodeContext protocol of spec.ops
+    def helper(self, name: str) -> str:
+        self.lowerer.use_helper(name)
+        return name
+
+    def dim(self, expr) -> str:
+        expr = sympy.sympify(expr)
+        self.need(expr)
+        numerator, denominator = sympy.fraction(sympy.together(expr))
+        if denominator == 1:
+            return _Printer().doprint(expr)
+        return f"{_atom(numerator)} // {_atom(denominator)}"
+
+    def scalar(self, expr) -> str:
+        expr = sympy.sympify(expr)
+        self.need(expr)
+        return _Printer().doprint(expr)
+
+    def dtype(self) -> str:
+        if self.float_source is None:
+            raise CodegenError(f"{self.name}: no float array in scope to take the dtype from")
+        return f"{self.float_source}.dtype"
+
+    def runtime(self, name: str) -> str:
+        if name not in self.runtimes:
+            self.runtimes.append(name)
+        return name
+
+    def need(self, expr) -> None:
+        for symbol in sorted(sympy.sympify(expr).free_symbols, key=str):
+            if symbol not in self.needed:
+                self.needed.append(symbol)
+
+    # -- building
+    def build(self) -> tuple[ir.Function, _Signature]:
+        spec, block = self.spec, self.block
+        statements = select(block.body if block else spec.body, self.lowerer.choices)
+        inputs = list(block.inputs) if block else []
+        for s in statements:
+            if isinstance(s, TensorDecl):
+                if s.name in self.decls and s.shape is None:
+                    continue
+                self.decls[s.name] = s
+                if s.role == "input" and not block:
+                    inputs.append(s)
+        for decl in inputs:
+            self.decls[decl.name] = decl
+        arguments = []
+        for decl in inputs:
+            shape = self.require_shape(decl)
+            self.values[decl.name] = Operand(decl.name, Value(shape, decl.dtype, tensor=decl.name))
+            arguments.append(ir.Argument(decl.name, self.annotation(decl, shape, arguments),
+                                         shape.text()))
+            self.add_sources(decl.name, shape, family_source=False)
+            if decl.dtype == "float" and self.float_source is None:
+                self.float_source = decl.name
+        for decl in self.decls.values():
+            if decl.role == "param":
+                shape = self.require_shape(decl)
+                code = f'params["{decl.name}"]'
+                self.values[decl.name] = Operand(code, Value(shape, decl.dtype,
+                                                             tensor=decl.name))
+                self.fields.append(ir.Field(decl.name, self.annotation(decl, shape,
+                                                                       checked=False),
+                                            decl.meaning))
+                self.add_sources(code, shape, family_source=True)
+                if decl.dtype == "float" and self.float_source is None:
+                    self.float_source = code
+        producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
+        for record in topological(producers, self.name):
+            if record.source and record.source not in self.sources_text:
+                self.sources_text.append(record.source)
+            if isinstance(record, Equation):
+                self.equation(record)
+            else:
+                self.call(record)
+        outputs = [block.output] if block else list(spec.outputs)
+        return self.finish(arguments, outputs)
+
+    def require_shape(self, decl: TensorDecl) -> Shape:
+        if decl.shape is None:
+            raise CodegenError(f"{decl.role} {decl.name} has no stated shape; code needs one",
+                               file=decl.file, line=decl.line)
+        return decl.shape
+
+    def add_sources(self, code: str, shape: Shape, family_source: bool) -> None:
+        """Dims an array reveals: each plain-symbol axis, read from its shape."""
+        for index, dim in enumerate(shape.dims):
+            if isinstance(dim, sympy.Symbol) and dim not in self.sources:
+                self.sources[dim] = f"{code}.shape[{index - shape.rank}]"
+        if family_source and isinstance(shape.family, sympy.Symbol) and \
+                shape.family not in self.sources:
+            self.sources[shape.family] = f"{code}.shape[0]"
+
+    def annotation(self, decl: TensorDecl, shape: Shape, earlier=(), checked=True) -> str:
+        """jaxtyping's annotation: dims by name, the family axis first (#: may be shared)."""
+        bound = set()
+        for argument in earlier:
+            bound |= {sympy.Symbol(token.lstrip("#"))
+                      for token in argument.annotation.split('"')[1].split()
+                      if token.lstrip("#").isidentifier()}
+        axes = []
+        if shape.family is not None:
+            prefix = "#" if decl.role == "input" and self.block is not None else ""
+            axes.append(prefix + format_expr(shape.family).replace(" ", ""))
+        for dim in shape.dims:
+            text = format_expr(dim).replace(" ", "")
+            if checked and not isinstance(dim, sympy.Symbol) and not dim.is_Integer and \
+                    not {sympy.Symbol(str(s)) for s in dim.free_symbols} <= bound:
+                text = "_"           # jaxtyping could not evaluate it yet: not checked
+            if isinstance(dim, sympy.Symbol):
+                bound.add(sympy.Symbol(str(dim)))
+            axes.append(text)
+        kind = DTYPE_CLASS[decl.dtype]
+        # one axis gets a leading space: a bare name in a string reads as a forward reference
+        # to linters (jaxtyping's own advice)
+        text = " ".join(axes) if len(axes) > 1 else " " + "".join(axes)
+        return f'{kind}[{self.lowerer.backend.array_type}, "{text}"]'
+
+    def operand(self, term) -> Operand:
+        if isinstance(term, TensorRef):
+            return self.values[term.name]
+        if isinstance(term, ScalarExpr):
+            return Operand("", Value(Shape(()), "float", scalar=term.expr))
+        args = [self.operand(a) for a in term.args]
+        op = OPS[term.op]
+        value = op.infer(_Shapes(self.name), [a.value for a in args], term.attr)
+        code, precedence = op.code(self, args, term.attr)
+        return Operand(code, value, precedence)
+
+    def equation(self, record: Equation) -> None:
+        result = self.operand(record.expr)
+        declared = self.decls.get(record.output)
+        shape = declared.shape if declared is not None and declared.shape is not None \
+            else result.value.shape
+        dtype = declared.dtype if declared is not None else result.value.dtype
+        self.assign(record.output, result.code, shape, dtype)
+        self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}", record.latex,
+                                             _where(record)))
+
+    def assign(self, name: str, code: str, shape: Shape, dtype: str,
+               lines: tuple[str, ...] | None = None) -> None:
+        self.values[name] = Operand(name, Value(shape, dtype, tensor=name))
+        self.steps.append(ir.Step(lines or _commented(f"{name} = {code}", shape.text())))
+        self.traced.append(name)
+        if dtype == "float" and self.float_source is None:
+            self.float_source = name
+
+    def call(self, record: BlockCall) -> None:
+        block = self.spec.blocks[record.block]
+        function, signature = self.lowerer.function(block)
+        args, binding = [], {}
+        locals_ = {d.symbol for d in block.local_dims.values()}
+        for decl, name in zip(block.inputs, record.args):
+            operand = self.values[name]
+            shape = operand.value.shape
+            if decl.shape.family is None and shape.family is not None:
+                raise CodegenError(f"{name} is a family passed to {block.name}, which takes one "
+                                   "tensor: code generation does not map blocks over families",
+                                   file=record.file, line=record.line)
+            code = operand.code
+            if decl.shape.family is not None and shape.family is None:
+                code = f"{wrap(operand, ATOM)}[None]"      # one tensor, shared by every member
+            for dim, actual in zip(decl.shape.dims, shape.dims):
+                if dim in locals_:
+                    binding[dim] = actual
+            args.append(code)
+        keywords = [f"{d}={self.dim(d)}" for d in signature.dims]
+        keywords += [f"{r}={self.runtime(r)}" for r in signature.runtime]
+        out_decl = self.decls.get(record.output)
+        shape = out_decl.shape if out_decl is not None and out_decl.shape is not None \
+            else signature.output.shape.subs(binding)
+        dtype = signature.output.dtype
+        instance = record.instance
+        has_params = signature.params_class is not None
+        self.helper("subtrace")
+        if record.repeat is None:
+            params = [f'params["{instance}"]'] if has_params else []
+            trace = f'trace=subtrace(trace, "{instance}")'
+            parts = args + params + keywords + [trace]
+            self.assign(record.output, "", shape, dtype,
+                        _call(f"{record.output} = {block.name}", parts, shape.text()))
+        else:
+            first, rest = args[0], args[1:]
+            trace = f'trace=subtrace(trace, "{instance}", i)'
+            parts = [record.output] + rest + (["layer"] if has_params else []) + keywords + \
+                [trace]
+            comment = shape.text()
+            loop = f'for i, layer in enumerate(params["{instance}"]):' if has_params else \
+                f"for i in range({self.dim(record.repeat)}):"
+            lines = _commented(f"{record.output} = {first}", comment) + (loop,) + tuple(
+                "    " + line for line in _call(f"{record.output} = {block.name}", parts,
+                                                comment, LINE_LENGTH - 4))
+            self.values[record.output] = Operand(record.output, Value(shape, dtype,
+                                                                      tensor=record.output))
+            self.steps.append(ir.Step(lines))
+            self.traced.append(record.output)
+        if has_params:
+            kind = f"list[{signature.params_class}]" if record.repeat is not None \
+                else signature.params_class
+            count = f"{format_expr(record.repeat)} copies of " if record.repeat is not None \
+                else ""
+            self.fields.append(ir.Field(instance, kind, f"{count}{block.name}"))
+        arguments = ", ".join(name_latex(a) for a in record.args)
+        function_name = record.block.replace("_", "\\_")
+        self.equations.append(ir.EquationDoc(
+            f"{record.output} = {record.text}",
+            f"{name_latex(record.output)} = \\operatorname{{{function_name}}}\\left("
+            f"{arguments}\\right)", _where(record)))
+
+    def finish(self, arguments, outputs) -> tuple[ir.Function, _Signature]:
+        # dims the body uses: from array shapes, from derived dims, else keyword arguments
+        prologue, keywords, done = [], [], set()
+
+        def resolve(symbol):
+            if symbol in done:
+                return
+            done.add(symbol)
+            if symbol in self.sources:
+                prologue.append(_commented(f"{symbol} = {self.sources[symbol]}", "")[0])
+            elif symbol in self.lowerer.lets:
+                expr = self.lowerer.lets[symbol]
+                for inner in sorted(expr.free_symbols, key=str):
+                    resolve(inner)
+                prologue.append(f"{symbol} = {self.dim(expr)}")
+            else:
+                keywords.append(symbol)
+
+        index = 0
+        while index < len(self.needed):      # resolving may need more dims
+            resolve(self.needed[index])
+            index += 1
+        dims = self.spec.dims
+        keyword_records = [ir.Keyword(str(s), "int", None, dims[str(s)].meaning
+                                      if str(s) in dims else "") for s in keywords]
+        keyword_records += [ir.Keyword(r, RUNTIME[r][0], RUNTIME[r][1], RUNTIME[r][2])
+                            for r in self.runtimes]
+        output_decls = [self.decls.get(o) or TensorDecl(o, "output", self.values[o].value.shape,
+                                                        self.values[o].value.dtype)
+                        for o in outputs]
+        annotations = [self.annotation(d, self.values[d.name].value.shape, arguments)
+                       for d in output_decls]
+        returns = annotations[0] if len(annotations) == 1 else \
+            f"tuple[{', '.join(annotations)}]"
+        params_class = None
+        if self.fields:
+            params_class = "".join(part.capitalize() for part in self.name.split("_")) + "Params"
+            self.lowerer.params_classes.append(ir.ParamsClass(
+                params_class, f"Parameters of {self.name}, keyed by the spec's names.",
+                tuple(self.fields)))
+        block = self.block
+        record = block or self.spec
+        summary = self.spec.title if block is None else _summary(block)
+        function = ir.Function(
+            name=self.name, summary=summary, source="; ".join(self.sources_text),
+            where=_where(record), equations=tuple(self.equations),
+            arguments=tuple(arguments), params_class=params_class,
+            keywords=tuple(keyword_records), returns=returns, prologue=tuple(prologue),
+            steps=tuple(self.steps), traced=tuple(self.traced),
+            result=", ".join(outputs))
+        signature = _Signature(tuple(keywords), tuple(self.runtimes), params_class,
+                               output_decls[0])
+        return function, signature
+
+
+def _summary(block: Block) -> str:
+    return block.name.replace("_", " ").capitalize() + "."
+
+
+def _where(record) -> str:
+    if record.file is None:
+        return "<spec>"
+    line = f":{record.line}" if getattr(record, "line", None) else ""
+    return f"{display_path(record.file)}{line}"
+
+
+def _atom(expr) -> str:
+    code = _Printer().doprint(expr)
+    return code if expr.is_Atom else f"({code})"
+
+
+def _commented(statement: str, comment: str, width: int = LINE_LENGTH) -> tuple[str, ...]:
+    """A statement with its shape comment at the end, or above it when the line is long."""
+    if not comment:
+        return (statement,)
+    line = f"{statement}  # {comment}"
+    if len(line) <= width:
+        return (line,)
+    return (f"# {comment}", statement)
+
+
+def _call(head: str, parts: list[str], comment: str,
+          width: int = LINE_LENGTH) -> tuple[str, ...]:
+    """``head(parts)`` with its shape comment; arguments on their own line when long."""
+    line = f"{head}({', '.join(parts)})  # {comment}"
+    if len(line) <= width:
+        return (line,)
+    inner = "    " + ", ".join(parts)
+    if len(inner) <= width:
+        return (f"{head}(", inner, f")  # {comment}")
+    return (f"{head}(",) + tuple(f"    {part}," for part in parts) + (f")  # {comment}",)
+
+
+def _describe(choices: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in choices.items()) or "the spec as written"

@@ -1,0 +1,98 @@
+"""Rendering: the IR through jinja2 templates to Python source text.
+
+The Environment is built once (StrictUndefined, trim_blocks, lstrip_blocks,
+keep_trailing_newline). Everything a template places is prepared here as strings and lists of
+lines; the templates only loop and place them. The same templates serve every backend: the
+array module's name comes from the backend table.
+"""
+
+import functools
+import re
+import textwrap
+
+import jinja2
+
+from codegen import ir
+
+LINE_LENGTH = 100
+TEMPLATES = "codegen"
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader(TEMPLATES, "templates"),
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True, autoescape=False)
+
+
+def render(module: ir.Module) -> str:
+    """The module's source: rendered once to learn which names it uses, then with imports."""
+    context = {
+        "module": module, "backend": module.backend, "xp": module.backend.alias,
+        "array": module.backend.array_type,
+        "choice_lines": _wrap(", ".join(f"{k}={v}" for k, v in module.choices), 96),
+        "functions": [_function_view(f) for f in module.functions],
+        "helpers": module.helpers,
+    }
+    template = environment().get_template("module.py.j2")
+    draft = template.render(**context, imports=[])
+    return template.render(**context, imports=_imports(draft, module))
+
+
+def _imports(text: str, module: ir.Module) -> list[str]:
+    backend = module.backend
+    body = text.split('"""', 2)[2]          # past the module docstring
+    standard = ["import math"] if "math." in body else []
+    standard += ["import os"]
+    if "(TypedDict)" in body:
+        standard.append("from typing import TypedDict")
+    kinds = [k for k in ("Bool", "Float", "Int") if re.search(rf"\b{k}\[", body)]
+    third = [f"import {backend.module} as {backend.alias}",
+             f"from jaxtyping import {', '.join(kinds + ['jaxtyped'])}"]
+    if re.search(r"\berf\(", body):
+        third.append(backend.erf_import)
+    return standard + [""] + third
+
+
+def _function_view(function: ir.Function) -> dict:
+    signature = [f"{a.name}: {a.annotation}," for a in function.arguments]
+    if function.params_class:
+        signature.append(f"params: {function.params_class},")
+    signature.append("*,")
+    for keyword in function.keywords:
+        default = f" = {keyword.default}" if keyword.default is not None else ""
+        signature.append(f"{keyword.name}: {keyword.annotation}{default},")
+    signature.append("trace: dict | None = None,")
+
+    doc = []
+    if function.source:
+        doc += _wrap(f"From {function.source} ({function.where}).", 96)
+    else:
+        doc += [f"From {function.where}."]
+    if function.equations:
+        doc += ["", "Equations (plain, then LaTeX), one per line of code:"]
+        for equation in function.equations:
+            doc += ["    " + equation.plain, "        " + equation.latex]
+    doc += ["", "Keyword arguments:"]
+    for keyword in function.keywords:
+        doc += _wrap(f"{keyword.name}: {keyword.meaning}", 92, "    ", "        ")
+    doc += ["    trace: a dict that receives every named intermediate of this call"]
+    raw = any("\\" in line for line in doc)
+
+    body = list(function.prologue)
+    for step in function.steps:
+        body += list(step.lines)
+    if function.traced:
+        body.append("if trace is not None:")
+        items = ", ".join(f"{name}={name}" for name in function.traced)
+        body += _wrap(f"trace.update({items})", LINE_LENGTH - 8, "    ", "        ")
+    body.append(f"return {function.result}")
+    return {"name": function.name, "signature": signature, "returns": function.returns,
+            "docstring_open": 'r"""' if raw else '"""', "summary": function.summary,
+            "doc_lines": doc, "body": body}
+
+
+def _wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest,
+                         break_long_words=False, break_on_hyphens=False) or [first]
