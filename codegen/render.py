@@ -33,6 +33,7 @@ def render(module: ir.Module) -> str:
         "array": module.backend.array_type,
         "choice_lines": _wrap(", ".join(f"{k}={v}" for k, v in module.choices), 96),
         "functions": [_function_view(f) for f in module.functions],
+        "params_classes": [_params_view(p) for p in module.params_classes],
         "helpers": module.helpers,
     }
     template = environment().get_template("module.py.j2")
@@ -53,6 +54,18 @@ def _imports(text: str, module: ir.Module) -> list[str]:
     if re.search(r"\berf\(", body):
         third.append(backend.erf_import)
     return standard + [""] + third
+
+
+def _params_view(params: ir.ParamsClass) -> dict:
+    lines = []
+    for field in params.fields:
+        line = f"{field.name}: {field.annotation}  # {field.meaning}"
+        if len(line) + 4 <= LINE_LENGTH:
+            lines.append(line)
+        else:
+            lines += _wrap(field.meaning, LINE_LENGTH - 6, "# ", "# ")
+            lines.append(f"{field.name}: {field.annotation}")
+    return {"name": params.name, "doc": params.doc, "lines": lines}
 
 
 def _function_view(function: ir.Function) -> dict:

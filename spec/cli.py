@@ -4,6 +4,8 @@
     tspec shapes VARIANT [--set NAME=VALUE ...] [--format text|json]
     tspec list
     tspec audit [--check] [--out PATH]
+    tspec generate [--backend numpy] [--out DIR] [--check]
+    tspec run VARIANT [--set NAME=VALUE ...] [--backend numpy] [--seed N] [--typecheck]
 
 Exit status: 0 when everything is proved, 1 when there are findings (or, for `audit --check`,
 a stale report), 2 on bad usage or unreadable input (with a one-line error, never a
@@ -50,6 +52,23 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("list", help="the built-in specs and variants")
 
+    generate = commands.add_parser("generate", help="write the generated forward code")
+    generate.add_argument("--backend", default="numpy", help="array backend (numpy, cupy)")
+    generate.add_argument("--out", metavar="DIR", type=Path,
+                          help="where the code goes (default: generated/ in the checkout)")
+    generate.add_argument("--check", action="store_true",
+                          help="exit 1 with a diff when the files on disk are stale")
+
+    run = commands.add_parser("run", help="run a variant's generated forward pass on random "
+                                          "weights and tokens")
+    run.add_argument("target", metavar="VARIANT")
+    _settings(run)
+    run.add_argument("--backend", default="numpy", help="array backend (numpy, cupy)")
+    run.add_argument("--seed", type=int, default=0, help="seed for weights and tokens")
+    run.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    run.add_argument("--typecheck", action="store_true",
+                     help="check every array's shape at run time (jaxtyping)")
+
     audit = commands.add_parser("audit", help="check the seed transcriptions and write "
                                               "docs/seed-audit.md")
     audit.add_argument("--check", action="store_true",
@@ -74,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
             return _shapes(args)
         if args.command == "audit":
             return _audit(args)
+        if args.command == "generate":
+            return _generate(args)
+        if args.command == "run":
+            return _run(args)
         return _list()
     except TspecError as error:
         if error.file:
@@ -221,6 +244,51 @@ def _audit(args) -> int:
         return EXIT_OK
     audit.write(path)
     print(f"wrote {display_path(str(path))}")
+    return EXIT_OK
+
+
+def _generate(args) -> int:
+    from codegen import generate
+    from codegen.backends import backend
+    backend(args.backend)
+    out = args.out or generate.default_dir()
+    if args.check:
+        diff = generate.stale(out, args.backend)
+        if diff:
+            print(diff, end="")
+            print(f"tspec: generated code in {display_path(str(out))} is stale; run "
+                  "`tspec generate`", file=sys.stderr)
+            return EXIT_FINDINGS
+        print(f"{display_path(str(out / args.backend))} is current")
+        return EXIT_OK
+    for path in generate.write(out, args.backend):
+        print(f"wrote {display_path(str(path))}")
+    return EXIT_OK
+
+
+def _run(args) -> int:
+    from codegen.run import run
+    variant = api.load(args.target, args.settings)
+    report = api.check(variant)
+    if not report.ok:
+        for finding in report.findings:
+            print(finding.text(), file=sys.stderr)
+        print(f"tspec: {len(report.findings)} finding(s) in {variant.name}: nothing to run",
+              file=sys.stderr)
+        return EXIT_FINDINGS
+    result = run(variant, args.backend, args.seed, args.dtype, args.typecheck)
+    for line in _variant_header(variant):
+        print(line)
+    print(f"   sizes: {', '.join(f'{k}={v}' for k, v in result.sizes.items())}")
+    print(f"   {result.parameters:,} parameters ({args.dtype}), seed {args.seed}, "
+          f"backend {args.backend}")
+    print()
+    width = max(len(name) for name, _ in result.shapes)
+    for name, shape in result.shapes:
+        if name.count(".") <= 1 or name.rsplit(".", 1)[-1] in ("Z_out", "Y_out"):
+            print(f"{name:<{width}}  {' x '.join(map(str, shape))}")
+    print()
+    print(f"forward pass: {result.seconds * 1000:.1f} ms")
     return EXIT_OK
 
 
