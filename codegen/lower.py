@@ -24,8 +24,17 @@ from spec.check import check, topological
 from spec.errors import CodegenError
 from spec.findings import display_path
 from spec.latex import name_latex
-from spec.model import Block, BlockCall, Equation, Let, ScalarExpr, Spec, TensorDecl, TensorRef
-from spec.model import select
+from spec.model import (
+    Block,
+    BlockCall,
+    Equation,
+    Let,
+    ScalarExpr,
+    Spec,
+    TensorDecl,
+    TensorRef,
+    select,
+)
 from spec.ops import ATOM, OPS, Operand, Value, wrap
 from spec.shape import Shape, format_expr
 
@@ -55,7 +64,7 @@ class _Lowerer:
         symbols = spec.symbols()
         self.lets = {symbols[s.dim]: s.expr for s in select(spec.body, choices)
                      if isinstance(s, Let)}
-        self.functions: dict[str, tuple[ir.Function, "_Signature"]] = {}
+        self.functions: dict[str, tuple[ir.Function, _Signature]] = {}
         self.helpers: list[str] = []
         self.params_classes: list[ir.ParamsClass] = []
         self.active: list[str] = []
@@ -311,7 +320,7 @@ class _Body:
 
     def call(self, record: BlockCall) -> None:
         block = self.spec.blocks[record.block]
-        function, signature = self.lowerer.function(block)
+        _, signature = self.lowerer.function(block)
         args, binding = [], {}
         locals_ = {d.symbol for d in block.local_dims.values()}
         for decl, name in zip(block.inputs, record.args):

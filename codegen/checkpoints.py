@@ -1,0 +1,186 @@
+"""Explicit name maps from other implementations' state dicts to the spec's parameter names.
+
+Each map takes a state dict (name -> array-like, e.g. ``model.state_dict()``; tensors are
+converted with ``numpy()``) and returns flat spec names (``encoder.layers.0.self_attention.W_Q``)
+ready for ``weights.validate``. Weights are transposed where the source stores ``y = x W^T``
+(``nn.Linear``); GPT-2's ``Conv1D`` already stores ``y = x W``. A name the map expects but the
+state dict lacks is an error naming it; so is a state-dict entry the map has no place for.
+"""
+
+import re
+
+import numpy as np
+
+from codegen.weights import WeightsError
+
+
+def _array(value) -> np.ndarray:
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+class _Source:
+    """A state dict read entry by entry; what was never read is reported as unexpected."""
+
+    def __init__(self, state: dict, what: str, ignore: tuple[str, ...] = ()):
+        self.state = {k: v for k, v in state.items() if not any(re.fullmatch(p, k)
+                                                                for p in ignore)}
+        self.what = what
+        self.used: set[str] = set()
+
+    def __call__(self, name: str) -> np.ndarray:
+        if name not in self.state:
+            raise WeightsError(f"{self.what}: state dict has no entry {name!r}")
+        self.used.add(name)
+        return _array(self.state[name])
+
+    def has(self, name: str) -> bool:
+        return name in self.state
+
+    def finish(self, flat: dict) -> dict:
+        unused = [k for k in self.state if k not in self.used]
+        if unused:
+            raise WeightsError(f"{self.what}: no place in the spec for {', '.join(unused[:5])}"
+                               + (f" and {len(unused) - 5} more" if len(unused) > 5 else ""))
+        return flat
+
+
+def _linear_attention(read, prefix: str, out: str, flat: dict, width: int) -> None:
+    """nn.MultiheadAttention: in_proj stacks Q, K, V rows; y = x W^T + b."""
+    at = f"{prefix}." if prefix else ""
+    weight, bias = read(f"{at}in_proj_weight"), read(f"{at}in_proj_bias")
+    for index, part in enumerate("QKV"):
+        rows = slice(index * width, (index + 1) * width)
+        flat[f"{out}.W_{part}"] = weight[rows].T.copy()
+        flat[f"{out}.b_{part}"] = bias[rows].copy()
+    flat[f"{out}.W_O"] = read(f"{at}out_proj.weight").T.copy()
+    flat[f"{out}.b_O"] = read(f"{at}out_proj.bias")
+
+
+def _layer_norm(read, prefix: str, out: str, flat: dict) -> None:
+    flat[f"{out}.gamma"] = read(f"{prefix}.weight")
+    flat[f"{out}.beta"] = read(f"{prefix}.bias")
+
+
+def _linear(read, prefix: str, weight: str, bias: str, flat: dict) -> None:
+    flat[weight] = read(f"{prefix}.weight").T.copy()
+    flat[bias] = read(f"{prefix}.bias")
+
+
+def from_torch_multi_head_attention(state: dict) -> dict[str, np.ndarray]:
+    """``torch.nn.MultiheadAttention`` (with biases) to the spec's multi_head_attention
+    parameters (W_Q, W_K, W_V, W_O and their biases)."""
+    read = _Source(state, "nn.MultiheadAttention")
+    flat: dict[str, np.ndarray] = {}
+    _linear_attention(read, "", "", flat, read("in_proj_weight").shape[1])
+    return read.finish({name.lstrip("."): value for name, value in flat.items()})
+
+
+def from_torch_transformer(state: dict, *, norm: str, embedding=None,
+                           output=None) -> dict[str, np.ndarray]:
+    """``torch.nn.Transformer`` (batch_first or not: the weights are the same) to the spec.
+
+    The spec's encoder-decoder with ``attention_bias=all``; ``norm`` is "post" (the spec has no
+    final LayerNorm, so the model's ``encoder.norm`` and ``decoder.norm`` must be None) or
+    "pre" (``norm_first=True``; the final norms map to ``final_norm``). nn.Transformer has no
+    embedding or output projection: give them as ``embedding`` (V, d_model) and ``output``
+    (d_model, V), or leave them out to get the stacks' parameters alone.
+    """
+    read = _Source(state, "nn.Transformer")
+    flat: dict[str, np.ndarray] = {}
+    if embedding is not None:
+        flat["E"] = _array(embedding)
+    if output is not None:
+        flat["W_out"] = _array(output)
+    width = read("encoder.layers.0.self_attn.in_proj_weight").shape[1]
+    for stack in ("encoder", "decoder"):
+        index = 0
+        while read.has(f"{stack}.layers.{index}.self_attn.in_proj_weight"):
+            source, target = f"{stack}.layers.{index}", f"{stack}.layers.{index}"
+            _linear_attention(read, f"{source}.self_attn", f"{target}.self_attention", flat,
+                              width)
+            norms = 2
+            if stack == "decoder":
+                _linear_attention(read, f"{source}.multihead_attn", f"{target}.cross_attention",
+                                  flat, width)
+                norms = 3
+            _linear(read, f"{source}.linear1", f"{target}.feed_forward.W_1",
+                    f"{target}.feed_forward.b_1", flat)
+            _linear(read, f"{source}.linear2", f"{target}.feed_forward.W_2",
+                    f"{target}.feed_forward.b_2", flat)
+            for number in range(1, norms + 1):
+                _layer_norm(read, f"{source}.norm{number}", f"{target}.norm_{number}", flat)
+            index += 1
+        if read.has(f"{stack}.norm.weight"):
+            if norm == "post":
+                raise WeightsError(f"nn.Transformer: {stack}.norm is set, but the post-LN spec "
+                                   "(the seeds) has no final LayerNorm; set the model's "
+                                   f"{stack}.norm = None")
+            _layer_norm(read, f"{stack}.norm", f"{stack}.final_norm", flat)
+    return read.finish(flat)
+
+
+def from_gpt2(state: dict) -> dict[str, np.ndarray]:
+    """Hugging Face ``GPT2LMHeadModel`` (or ``GPT2Model``) to the spec.
+
+    The spec's decoder-only model with norm=pre, activation=gelu_tanh, positional=learned,
+    output_embedding=tied, attention_bias=all. GPT-2's Conv1D stores y = x W + b, so no
+    transposes; c_attn stacks Q, K, V side by side in its columns.
+    """
+    prefix = "transformer." if any(k.startswith("transformer.") for k in state) else ""
+    ignore = (r"lm_head\.weight",                      # tied to wte
+              r".*\.attn\.(masked_)?bias")             # causal-mask buffers of old versions
+    read = _Source(state, "GPT-2", ignore)
+    flat = {"E": read(f"{prefix}wte.weight"), "P_table": read(f"{prefix}wpe.weight")}
+    width = flat["E"].shape[1]
+    index = 0
+    while read.has(f"{prefix}h.{index}.ln_1.weight"):
+        source, target = f"{prefix}h.{index}", f"decoder.layers.{index}"
+        _layer_norm(read, f"{source}.ln_1", f"{target}.norm_1", flat)
+        weight, bias = read(f"{source}.attn.c_attn.weight"), read(f"{source}.attn.c_attn.bias")
+        for part_index, part in enumerate("QKV"):
+            columns = slice(part_index * width, (part_index + 1) * width)
+            flat[f"{target}.self_attention.W_{part}"] = weight[:, columns].copy()
+            flat[f"{target}.self_attention.b_{part}"] = bias[columns].copy()
+        flat[f"{target}.self_attention.W_O"] = read(f"{source}.attn.c_proj.weight")
+        flat[f"{target}.self_attention.b_O"] = read(f"{source}.attn.c_proj.bias")
+        _layer_norm(read, f"{source}.ln_2", f"{target}.norm_2", flat)
+        flat[f"{target}.feed_forward.W_1"] = read(f"{source}.mlp.c_fc.weight")
+        flat[f"{target}.feed_forward.b_1"] = read(f"{source}.mlp.c_fc.bias")
+        flat[f"{target}.feed_forward.W_2"] = read(f"{source}.mlp.c_proj.weight")
+        flat[f"{target}.feed_forward.b_2"] = read(f"{source}.mlp.c_proj.bias")
+        index += 1
+    _layer_norm(read, f"{prefix}ln_f", "decoder.final_norm", flat)
+    return read.finish(flat)
+
+
+def from_bert_encoder(state: dict) -> dict[str, np.ndarray]:
+    """Hugging Face ``BertModel``'s encoder stack to the spec's ``encoder`` parameters.
+
+    The spec's encoder with norm=post, activation=gelu, attention_bias=all. BERT's embeddings
+    (token-type embeddings and a LayerNorm the spec does not have) and pooler are left out:
+    feed BERT's embedding output to the generated ``encoder`` function.
+    """
+    prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
+    ignore = (rf"{re.escape(prefix)}embeddings\..*", rf"{re.escape(prefix)}pooler\..*",
+              r"cls\..*")
+    read = _Source(state, "BERT", ignore)
+    flat: dict[str, np.ndarray] = {}
+    index = 0
+    while read.has(f"{prefix}encoder.layer.{index}.attention.self.query.weight"):
+        source, target = f"{prefix}encoder.layer.{index}", f"encoder.layers.{index}"
+        for part, name in zip("QKV", ("query", "key", "value")):
+            _linear(read, f"{source}.attention.self.{name}",
+                    f"{target}.self_attention.W_{part}", f"{target}.self_attention.b_{part}",
+                    flat)
+        _linear(read, f"{source}.attention.output.dense", f"{target}.self_attention.W_O",
+                f"{target}.self_attention.b_O", flat)
+        _layer_norm(read, f"{source}.attention.output.LayerNorm", f"{target}.norm_1", flat)
+        _linear(read, f"{source}.intermediate.dense", f"{target}.feed_forward.W_1",
+                f"{target}.feed_forward.b_1", flat)
+        _linear(read, f"{source}.output.dense", f"{target}.feed_forward.W_2",
+                f"{target}.feed_forward.b_2", flat)
+        _layer_norm(read, f"{source}.output.LayerNorm", f"{target}.norm_2", flat)
+        index += 1
+    return read.finish(flat)

@@ -1,0 +1,49 @@
+"""Tensor-by-tensor comparison against a reference, with a table of differences on failure."""
+
+import numpy as np
+
+# max |ours - reference| <= TOLERANCE * max(1, max |reference|), per tensor
+TOLERANCES = {
+    "float64": 1e-10,      # float64 code against a float64 reference
+    "float32": 5e-5,       # float32 code against a float64 reference
+}
+
+
+def differences(ours: dict, reference: dict) -> list[tuple[str, float, float]]:
+    rows = []
+    for name, expected in reference.items():
+        expected = np.asarray(expected, dtype=np.float64)
+        actual = np.asarray(ours[name], dtype=np.float64)
+        assert actual.shape == expected.shape, f"{name}: {actual.shape} vs {expected.shape}"
+        absolute = float(np.max(np.abs(actual - expected))) if expected.size else 0.0
+        scale = max(1.0, float(np.max(np.abs(expected))) if expected.size else 1.0)
+        rows.append((name, absolute, absolute / scale))
+    return rows
+
+
+def assert_close(ours: dict, reference: dict, dtype: str) -> list[tuple[str, float, float]]:
+    """Every tensor of ``reference`` matches ``ours`` within the dtype's named tolerance."""
+    assert reference, "nothing to compare"
+    tolerance = TOLERANCES[dtype]
+    rows = differences(ours, reference)
+    bad = [row for row in rows if not row[2] <= tolerance]
+    if bad:
+        width = max(len(name) for name, _, _ in rows)
+        table = "\n".join(f"{name:<{width}}  max abs {a:.3e}  max rel {r:.3e}"
+                          f"{'  <-- over ' + format(tolerance, '.0e') if r > tolerance else ''}"
+                          for name, a, r in rows)
+        raise AssertionError(f"{len(bad)} of {len(rows)} tensors differ beyond {tolerance:.0e} "
+                             f"({dtype}):\n{table}")
+    return rows
+
+
+def flat(trace: dict, prefix: str = "") -> dict:
+    """A nested trace as dotted names: encoder.layers.0.self_attention.Q_h."""
+    out = {}
+    for key, value in trace.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flat(value, name + "."))
+        else:
+            out[name] = value
+    return out

@@ -1,0 +1,220 @@
+"""The generated NumPy code against independent implementations, tensor by tensor.
+
+PyTorch's nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer and
+nn.Transformer (post-LN and norm_first, ReLU and GELU, causal and key-padding masks), and Hugging
+Face GPT-2 and BERT built offline from small configs with random weights. The same weights go
+to both sides through the explicit name maps of codegen.checkpoints; every named intermediate
+the reference exposes (through forward hooks or its own outputs) is compared, float64 against
+float64 within 1e-10 and float32 against float64 within the named float32 tolerance.
+"""
+
+import functools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from compare import assert_close, flat
+
+from codegen import checkpoints, weights
+from codegen.generate import source
+from codegen.runtime import load_source
+from spec import api
+
+torch.backends.mha.set_fastpath_enabled(False)     # the reference path, not the fused kernels
+d_model, H, d_ff, N, V = 16, 4, 24, 2, 13
+
+
+@functools.cache
+def generated(**choices):
+    """The generated module for these choices, with run-time shape checks on."""
+    spec = api.read_spec(api.BUILTIN_SPEC)
+    return load_source(source(spec, choices), typecheck=True)
+
+
+def numpy(tensor):
+    return tensor.detach().numpy()
+
+
+def masks(B, T_q, T_kv, causal, rng):
+    """Key-padding keep mask (every row keeps its first key) and the torch equivalents."""
+    keep = np.ones((B, T_kv), dtype=bool)
+    keep[-1, T_kv - max(1, T_kv // 3):] = False
+    keep[:, 0] = True
+    padding = torch.tensor(~keep)
+    causal_mask = torch.tensor(~np.tri(T_q, T_kv, dtype=bool)) if causal else None
+    return keep, padding, causal_mask
+
+
+def cast(params, dtype):
+    return weights.nest({k: v.astype(dtype) for k, v in weights.flatten(params).items()})
+
+
+def hooks(names: dict, store: dict):
+    """Record the output of each named submodule (first element of a tuple output)."""
+    handles = []
+    for name, submodule in names.items():
+        def hook(_module, _inputs, output, name=name):
+            store[name] = numpy(output[0] if isinstance(output, tuple) else output)
+        handles.append(submodule.register_forward_hook(hook))
+    return handles
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_multi_head_attention_matches_torch(causal, dtype):
+    torch.manual_seed(1)
+    rng = np.random.default_rng(1)
+    B, T_q, T_kv = 3, 5, 5 if causal else 7
+    reference = torch.nn.MultiheadAttention(d_model, H, batch_first=True).double().eval()
+    params = weights.nest(checkpoints.from_torch_multi_head_attention(reference.state_dict()))
+    X_q, X_kv = rng.standard_normal((B, T_q, d_model)), rng.standard_normal((B, T_kv, d_model))
+    keep, padding, causal_mask = masks(B, T_q, T_kv, causal, rng)
+    module = generated(attention_bias="all")
+    keep_q = module.padding_mask(keep, T_q) & (np.tri(T_q, T_kv, dtype=bool) if causal else True)
+    trace = {}
+    ours = module.multi_head_attention(
+        X_q.astype(dtype), X_kv.astype(dtype), module.log_mask(keep_q, np.dtype(dtype))[None],
+        cast(params, dtype), H=H, trace=trace)
+    out, attention = reference(torch.tensor(X_q), torch.tensor(X_kv), torch.tensor(X_kv),
+                               key_padding_mask=padding, attn_mask=causal_mask,
+                               need_weights=True, average_attn_weights=False)
+    weight, bias = reference.in_proj_weight, reference.in_proj_bias
+    projections = {f"{p}_proj": numpy(torch.nn.functional.linear(
+        torch.tensor(x), weight[i * d_model:(i + 1) * d_model], bias[i * d_model:(i + 1) * d_model]))
+        for i, (p, x) in enumerate((("Q", X_q), ("K", X_kv), ("V", X_kv)))}
+    assert ours.dtype == np.dtype(dtype)
+    assert_close({**flat(trace), "O_proj": ours},
+                 {**projections, "attention.A_h": numpy(attention).transpose(1, 0, 2, 3),
+                  "O_proj": numpy(out)}, dtype)
+
+
+def _layer_names(layer, kind: str, norm: str) -> dict:
+    names = {"self_attention.O_proj": layer.self_attn, "feed_forward.F": layer.linear2}
+    if kind == "decoder":
+        names["cross_attention.O_proj"] = layer.multihead_attn
+    count = 3 if kind == "decoder" else 2
+    for number in range(1, count + 1):
+        names[f"norm_{number}.{'Z' if norm == 'post' else 'X_norm'}"] = \
+            getattr(layer, f"norm{number}")
+    return names
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_transformer_matches_torch_layer_by_layer(norm, activation, dtype):
+    """nn.Transformer (so nn.TransformerEncoderLayer and nn.TransformerDecoderLayer) with
+    source key padding, target causal and memory padding masks, every sublayer compared."""
+    torch.manual_seed(2)
+    rng = np.random.default_rng(2)
+    B, T, T_dec = 3, 6, 5
+    reference = torch.nn.Transformer(d_model, H, N, N, d_ff, dropout=0.0, activation=activation,
+                                     batch_first=True, norm_first=norm == "pre").double().eval()
+    if norm == "post":
+        reference.encoder.norm = None          # the seeds' post-LN has no final LayerNorm
+        reference.decoder.norm = None
+    E, W_out = rng.standard_normal((V, d_model)), rng.standard_normal((d_model, V))
+    params = weights.validate(
+        checkpoints.from_torch_transformer(reference.state_dict(), norm=norm, embedding=E,
+                                           output=W_out),
+        weights.expected_shapes(api.read_spec(api.BUILTIN_SPEC),
+                                {"attention_bias": "all", "norm": norm},
+                                {"d_model": d_model, "H": H, "d_ff": d_ff, "N": N, "V": V}),
+        "nn.Transformer")
+    module = generated(attention_bias="all", norm=norm, activation=activation)
+    t, u = rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T_dec))
+    keep_src, padding, _ = masks(B, T, T, False, rng)
+    keep_tgt = np.ones((B, T_dec), dtype=bool)
+    trace = {}
+    logits, probs = module.transformer(t, keep_src, u, keep_tgt, cast(params, dtype), H=H,
+                                       trace=trace)
+    ours = flat(trace)
+    store = {}
+    handles = []
+    for kind, stack in (("encoder", reference.encoder), ("decoder", reference.decoder)):
+        for index, layer in enumerate(stack.layers):
+            prefix = f"{kind}.layers.{index}."
+            names = {prefix + k: v for k, v in _layer_names(layer, kind, norm).items()}
+            names[prefix + ("Z_out" if kind == "encoder" else "Y_out")] = layer
+            handles += hooks(names, store)
+    Z_0, Y_0 = torch.tensor(ours["Z_0"].astype(np.float64)), \
+        torch.tensor(ours["Y_0"].astype(np.float64))
+    causal = reference.generate_square_subsequent_mask(T_dec, dtype=torch.float64)
+    Y_dec = reference(Z_0, Y_0, tgt_mask=causal, src_key_padding_mask=padding,
+                      memory_key_padding_mask=padding, tgt_is_causal=True)
+    for handle in handles:
+        handle.remove()
+    Z_enc = reference.encoder(Z_0, src_key_padding_mask=padding)
+    logits_reference = Y_dec @ torch.tensor(W_out)
+    expected = {**store, "Z_enc": numpy(Z_enc), "Y_dec": numpy(Y_dec),
+                "logits": numpy(logits_reference),
+                "probs": numpy(torch.softmax(logits_reference, dim=-1))}
+    rows = assert_close({**ours, "logits": logits, "probs": probs}, expected, dtype)
+    assert len(rows) == 4 + N * (5 + 7)      # every layer's sublayers, the stacks, the head
+    assert logits.dtype == probs.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_gpt2_matches_hugging_face(dtype):
+    """Decoder-only, pre-LN, tanh GELU, learned positions, tied output embedding."""
+    torch.manual_seed(3)
+    config = transformers.GPT2Config(vocab_size=V, n_positions=16, n_embd=d_model, n_layer=N,
+                                     n_head=H, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                     bos_token_id=0, eos_token_id=0)
+    reference = transformers.GPT2LMHeadModel(config).double().eval()
+    choices = {"arch": "decoder_only", "norm": "pre", "activation": "gelu_tanh",
+               "positional": "learned", "output_embedding": "tied", "attention_bias": "all"}
+    params = weights.validate(
+        checkpoints.from_gpt2(reference.state_dict()),
+        weights.expected_shapes(api.read_spec(api.BUILTIN_SPEC), choices,
+                                {"d_model": d_model, "H": H, "d_ff": 4 * d_model, "N": N,
+                                 "V": V, "max_len": 16}), "GPT-2")
+    module = generated(**choices)
+    u = np.random.default_rng(3).integers(0, V, (2, 9))
+    trace = {}
+    logits, probs = module.transformer(u, np.ones(u.shape, dtype=bool), cast(params, dtype),
+                                       H=H, trace=trace)
+    output = reference(torch.tensor(u), output_hidden_states=True)
+    hidden = [numpy(h) for h in output.hidden_states]
+    expected = {"Y_0": hidden[0], "Y_dec": hidden[-1], "logits": numpy(output.logits),
+                "probs": numpy(torch.softmax(output.logits, dim=-1))}
+    expected |= {f"decoder.layers.{i}.Z_out": hidden[i + 1] for i in range(N - 1)}
+    assert_close({**flat(trace), "logits": logits, "probs": probs}, expected, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_bert_encoder_matches_hugging_face(dtype):
+    """BERT's encoder stack (post-LN, exact GELU, eps 1e-12) with a padding mask, layer by
+    layer, fed BERT's own embedding output (its token-type embeddings and embedding LayerNorm
+    are not in the spec)."""
+    torch.manual_seed(4)
+    config = transformers.BertConfig(vocab_size=V, hidden_size=d_model, num_hidden_layers=N,
+                                     num_attention_heads=H, intermediate_size=d_ff,
+                                     max_position_embeddings=16, hidden_dropout_prob=0.0,
+                                     attention_probs_dropout_prob=0.0)
+    reference = transformers.BertModel(config).double().eval()
+    module = generated(arch="encoder_only", activation="gelu", attention_bias="all")
+    params = weights.nest(checkpoints.from_bert_encoder(reference.state_dict()))["encoder"]
+    ids = np.random.default_rng(4).integers(0, V, (2, 8))
+    keep = np.ones(ids.shape, dtype=bool)
+    keep[1, 6:] = False
+    output = reference(torch.tensor(ids), attention_mask=torch.tensor(keep.astype(np.int64)),
+                       output_hidden_states=True)
+    hidden = [numpy(h) for h in output.hidden_states]
+    L = module.log_mask(module.padding_mask(keep, ids.shape[1]), np.dtype(dtype))[None]
+    trace = {}
+    Z_enc = module.encoder(hidden[0].astype(dtype), L, cast(params, dtype), H=H, eps=1e-12,
+                           trace=trace)
+    expected = {f"layers.{i}.Z_out": hidden[i + 1] for i in range(N)} | {"Z_enc": hidden[-1]}
+    assert_close({**flat(trace), "Z_enc": Z_enc}, expected, dtype)
+
+
+def test_a_tensor_off_by_a_little_fails_with_a_table():
+    with pytest.raises(AssertionError, match=r"1 of 2 tensors differ beyond 1e-10 \(float64\)"
+                                             r":\na  max abs 0.000e\+00"):
+        assert_close({"a": np.zeros(3), "b": np.full(3, 1e-9)},
+                     {"a": np.zeros(3), "b": np.zeros(3)}, "float64")
