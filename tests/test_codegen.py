@@ -1,0 +1,334 @@
+"""Code generation: determinism, the generated text's contract, numerics and bad input."""
+
+import functools
+import inspect
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from codegen import generate, weights
+from codegen.backends import backend
+from codegen.generate import source
+from codegen.lower import lower
+from codegen.runtime import load_module, load_source
+from spec import api, cli
+from spec.errors import CodegenError, UsageError
+from spec.language import parse
+
+SPEC = api.read_spec(api.BUILTIN_SPEC)
+GENERATED = api.checkout() / "generated"
+
+
+@functools.cache
+def generated(typecheck=False, **choices):
+    return load_source(source(SPEC, choices), typecheck=typecheck)
+
+
+def small_params(choices, dtype=np.float32, seed=0, **dims):
+    sizes = {"d_model": 8, "H": 2, "d_ff": 12, "N": 2, "V": 11, "max_len": 8, **dims}
+    return weights.random_params(weights.expected_shapes(SPEC, choices, sizes), seed, dtype)
+
+
+def encoder_decoder_inputs(B=2, T=5, T_dec=4, V=11, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.integers(0, V, (B, T)), np.ones((B, T), dtype=bool),
+            rng.integers(0, V, (B, T_dec)), np.ones((B, T_dec), dtype=bool))
+
+
+# ---------------------------------------------------------------------------------------------
+# The files
+
+def test_generated_files_are_current():
+    diff = generate.stale(GENERATED)
+    assert diff == "", f"generated/ is stale; run `tspec generate`:\n{diff}"
+
+
+def test_regeneration_is_byte_identical_and_names_the_spec_and_its_hash():
+    first, second = generate.files(), generate.files()
+    assert first == second
+    assert sorted(first) == ["numpy/__init__.py", "numpy/decoder_only.py",
+                             "numpy/encoder_decoder.py", "numpy/encoder_only.py"]
+    text = first["numpy/encoder_decoder.py"]
+    assert f"spec/transformer.tspec (sha256 {SPEC.text_hash[:16]})" in text
+    assert "2026" not in text and "0.1.0" not in text        # no dates, no versions
+
+
+def test_the_generated_module_reads_like_the_spec():
+    text = (GENERATED / "numpy" / "encoder_decoder.py").read_text(encoding="utf-8")
+    for name in ("embed", "positional_encoding", "split_heads", "scaled_dot_product_attention",
+                 "multi_head_attention", "add_and_layer_norm", "feed_forward", "encoder_layer",
+                 "decoder_layer", "encoder", "decoder", "transformer"):
+        assert f"\ndef {name}(" in text, name
+    assert '    S_h = Q_h @ K_h.swapaxes(-1, -2) / math.sqrt(d_k) + L_h  # [H] B T_q T_kv\n' \
+        in text
+    assert "        S_h = Q_h @ K_h.T / sqrt(d_k) + L_h\n" in text          # plain equation
+    assert "            S_{h} = \\frac{Q_{h} K_{h}^\\top}{\\sqrt{d_{k}}} + L_{h}\n" in text
+    assert '    Q_proj = X_q @ params["W_Q"]  # B T_q H*d_k\n' in text
+    assert 'W_Q: Float[np.ndarray, "d_model H*d_k"]' in text
+    assert "scipy" not in text               # exact GELU is not used by these choices
+
+
+def test_every_step_of_every_function_carries_its_shape():
+    for arch in generate.BUILTIN_MODELS:
+        module = lower(SPEC, {"arch": arch}, backend("numpy"))
+        for function in module.functions:
+            for step in function.steps:
+                assert any("  # " in line or line.startswith("# ") for line in step.lines), \
+                    (function.name, step.lines)
+
+
+def test_the_cupy_backend_renders_from_the_same_templates():
+    text = source(SPEC, {"activation": "gelu"}, "cupy")
+    assert "import cupy as cp\n" in text and "from cupyx.scipy.special import erf\n" in text
+    assert "np." not in text and "numpy" not in text.split('"""', 2)[2]
+    assert 'Float[cp.ndarray, "B T_q d_model"]' in text
+
+
+def test_generate_check_on_a_stale_directory_exits_1_with_a_diff(tmp_path, capsys):
+    assert cli.main(["generate", "--out", str(tmp_path)]) == 0
+    assert cli.main(["generate", "--check", "--out", str(tmp_path)]) == 0
+    path = tmp_path / "numpy" / "encoder_only.py"
+    path.write_text(path.read_text(encoding="utf-8").replace("softmax", "softmin", 1),
+                    encoding="utf-8")
+    capsys.readouterr()
+    assert cli.main(["generate", "--check", "--out", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert f"--- {path}\n+++ generated\n" in out and "-" in out
+    assert err == (f"tspec: generated code in {tmp_path} is stale; run `tspec generate`\n")
+
+
+def test_unknown_backend_is_a_usage_error(capsys):
+    assert cli.main(["generate", "--backend", "jax"]) == 2
+    assert capsys.readouterr().err == "tspec: error: unknown backend 'jax'; backends: numpy, cupy\n"
+
+
+def test_lowering_refuses_a_spec_that_is_not_proved():
+    wrong = parse('dim B "b"\ndim d "d"\ndim e "e"\ninput X "B d"\nparam W "e d"\n'
+                  'Y "B d" = X @ W\noutput Y\n', file="w.tspec")
+    with pytest.raises(CodegenError, match=r"^w.tspec: spec w is not proved under the spec as "
+                                           r"written: 1 finding\(s\); run `tspec check`$"):
+        lower(wrong, {}, backend("numpy"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Numerics and dtypes
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "encoder_only", "decoder_only"])
+def test_committed_modules_run_and_keep_float32(arch):
+    module = load_module(GENERATED / "numpy" / f"{arch}.py")
+    choices = {"arch": arch}
+    params = small_params(choices)
+    t, m, u, m_dec = encoder_decoder_inputs()
+    inputs = {"encoder_decoder": (t, m, u, m_dec), "encoder_only": (t, m),
+              "decoder_only": (u, m_dec)}[arch]
+    trace = {}
+    logits, probs = module.transformer(*inputs, params, H=2, trace=trace)
+    floats = {k: v for k, v in weights.flatten(trace).items() if v.dtype != bool}
+    assert {str(v.dtype) for v in floats.values()} == {"float32"}, \
+        {k: v.dtype for k, v in floats.items() if v.dtype != np.float32}
+    np.testing.assert_allclose(probs.sum(axis=-1), 1.0, rtol=1e-6)
+    assert logits.dtype == np.float32
+
+
+def test_a_fully_masked_row_gives_zero_weights_not_nan():
+    module = generated(arch="encoder_only")
+    t, keep, _, _ = encoder_decoder_inputs()
+    keep[1] = False                      # every key of the second sequence is padding
+    trace = {}
+    logits, _probs = module.transformer(t, keep, small_params({"arch": "encoder_only"}), H=2,
+                                       trace=trace)
+    weights_row = trace["encoder"]["layers"][0]["Z_out"]
+    assert np.isfinite(logits).all() and np.isfinite(weights_row).all()
+    A_h = trace["encoder"]["layers"][0]["self_attention"]["attention"]["A_h"]
+    assert (A_h[:, 1] == 0).all() and np.allclose(A_h[:, 0].sum(-1), 1)
+
+
+def test_positional_encoding_is_the_seeds_formula():
+    module = generated()
+    P = module.positional_encoding(7, 6, np.float64)
+    for pos in range(7):
+        for i in range(3):
+            assert P[pos, 2 * i] == pytest.approx(math.sin(pos / 10000 ** (2 * i / 6)), abs=1e-15)
+            assert P[pos, 2 * i + 1] == pytest.approx(math.cos(pos / 10000 ** (2 * i / 6)),
+                                                      abs=1e-15)
+    assert module.positional_encoding(3, 4, np.float32).dtype == np.float32
+
+
+def test_exact_and_tanh_gelu_against_the_normal_cdf():
+    exact = generated(activation="gelu").gelu
+    approximate = generated(activation="gelu_tanh").gelu_tanh
+    x = np.linspace(-6, 6, 101)
+    cdf = np.array([0.5 * (1 + math.erf(v / math.sqrt(2))) for v in x])
+    np.testing.assert_allclose(exact(x), x * cdf, atol=1e-15)
+    np.testing.assert_allclose(approximate(x), x * cdf, atol=1e-3)     # an approximation
+    assert exact(x.astype(np.float32)).dtype == approximate(x.astype(np.float32)).dtype \
+        == np.float32
+
+
+def test_relative_position_bias_indexes_the_centred_table():
+    module = generated(positional="relative")
+    R = np.arange(2 * 4 - 1, dtype=np.float64)[None]          # offsets -3..3 at 0..6
+    P = module.relative_position_bias(R, 3, 4)
+    assert P.tolist() == [[[3, 4, 5, 6], [2, 3, 4, 5], [1, 2, 3, 4]]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input at run time
+
+def test_token_ids_out_of_range_are_named():
+    module = generated(arch="encoder_only")
+    t, keep, _, _ = encoder_decoder_inputs()
+    t[1, 3] = 11
+    with pytest.raises(ValueError, match=r"^token id 11 at index \(1, 3\) is out of range: ids "
+                                         r"index the 11 rows of E \(0\.\.10\)$"):
+        module.transformer(t, keep, small_params({"arch": "encoder_only"}), H=2)
+
+
+def test_token_ids_of_a_float_dtype_are_refused():
+    module = generated(arch="encoder_only")
+    t, keep, _, _ = encoder_decoder_inputs()
+    with pytest.raises(TypeError, match=r"^token ids must be integers, got dtype float64$"):
+        module.transformer(t.astype(float), keep, small_params({"arch": "encoder_only"}), H=2)
+
+
+def test_a_mask_that_is_not_boolean_is_refused():
+    module = generated(arch="encoder_only")
+    t, keep, _, _ = encoder_decoder_inputs()
+    with pytest.raises(TypeError, match=r"^a key mask must be boolean \(True = token\), got "
+                                         r"dtype int64$"):
+        module.transformer(t, keep.astype(np.int64), small_params({"arch": "encoder_only"}),
+                           H=2)
+
+
+def test_wrong_shapes_fail_under_typecheck_with_jaxtyping_naming_the_axes():
+    module = generated(True, arch="encoder_only")
+    t, keep, _, _ = encoder_decoder_inputs()
+    with pytest.raises(Exception, match=r"T=5") as error:
+        module.transformer(t, keep[:, :4], small_params({"arch": "encoder_only"}), H=2)
+    assert type(error.value).__name__ in ("TypeCheckError", "BeartypeCallHintParamViolation") \
+        or "jaxtyping" in type(error.value).__module__ or "beartype" in \
+        type(error.value).__module__
+
+
+def test_without_typecheck_the_functions_are_not_wrapped():
+    plain = generated(arch="encoder_only")
+    checked = generated(True, arch="encoder_only")
+    assert not hasattr(plain.transformer, "__wrapped__")
+    assert hasattr(checked.transformer, "__wrapped__")
+
+
+# ---------------------------------------------------------------------------------------------
+# Weights
+
+@pytest.mark.parametrize("suffix", [".npz", ".safetensors"])
+def test_weights_round_trip_through_files(tmp_path, suffix):
+    choices = {"arch": "encoder_only"}
+    shapes = weights.expected_shapes(SPEC, choices, {"d_model": 8, "H": 2, "d_ff": 12, "N": 2,
+                                                     "V": 11})
+    params = weights.random_params(shapes, 3)
+    path = tmp_path / f"w{suffix}"
+    weights.save(path, params)
+    loaded = weights.load(path, shapes)
+    assert weights.flatten(loaded).keys() == weights.flatten(params).keys()
+    for name, value in weights.flatten(params).items():
+        np.testing.assert_array_equal(weights.flatten(loaded)[name], value)
+
+
+def test_a_weight_of_the_wrong_shape_is_named(tmp_path):
+    shapes = {"E": (11, 8), "encoder.layers.0.self_attention.W_Q": (8, 8)}
+    path = tmp_path / "w.npz"
+    np.savez(path, **{"E": np.zeros((11, 8), np.float32),
+                      "encoder.layers.0.self_attention.W_Q": np.zeros((8, 4), np.float32)})
+    with pytest.raises(weights.WeightsError, match=(
+            rf"^{path}: parameter encoder.layers.0.self_attention.W_Q has shape \(8, 4\); "
+            r"the spec expects \(8, 8\)$")):
+        weights.load(path, shapes)
+
+
+def test_missing_unexpected_and_mixed_weights_are_named():
+    shapes = {"E": (2, 2), "W_out": (2, 2)}
+    with pytest.raises(weights.WeightsError, match=r"^x: parameters do not match the spec: "
+                                                   r"missing W_out; unexpected W_in$"):
+        weights.validate({"E": np.zeros((2, 2)), "W_in": np.zeros((2, 2))}, shapes, "x")
+    with pytest.raises(weights.WeightsError, match=r"^x: parameters mix dtypes \(float32, "
+                                                   r"float64\); NumPy would silently compute "
+                                                   r"in the widest$"):
+        weights.validate({"E": np.zeros((2, 2)), "W_out": np.zeros((2, 2), np.float32)},
+                         shapes, "x")
+
+
+def test_weights_file_of_another_kind_is_refused(tmp_path):
+    with pytest.raises(UsageError, match=r"w.pt: weights are .safetensors or .npz files$"):
+        weights.load(tmp_path / "w.pt", {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Random variants (hypothesis): the generated code computes exactly the shapes the checker
+# proved, and a distribution over the vocabulary
+
+@st.composite
+def variants(draw):
+    choices = {name: draw(st.sampled_from(choice.options))
+               for name, choice in SPEC.choices.items()}
+    H = draw(st.integers(1, 3))
+    d_model = H * 2 * draw(st.integers(1, 3))
+    T, T_dec = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    dims = {"B": draw(st.integers(1, 3)), "T": T, "T_dec": T_dec, "d_model": d_model, "H": H,
+            "d_ff": draw(st.integers(1, 9)), "V": draw(st.integers(2, 9)),
+            "N": draw(st.integers(1, 2)), "max_len": max(T, T_dec) + draw(st.integers(0, 2))}
+    if choices["head_dims"] == "free":
+        dims |= {"d_k": draw(st.integers(1, 4)), "d_v": draw(st.integers(1, 4))}
+    return choices, dims
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(variants())
+def test_random_variants_compute_the_proved_shapes(variant):
+    choices, dims = variant
+    variant_object = api.load("transformer", [f"{k}={v}" for k, v in {**choices, **dims}.items()])
+    assert api.check(variant_object).ok
+    module = generated(**choices)
+    params = weights.random_params(weights.expected_shapes(SPEC, choices, dims), 1, np.float64)
+    rng = np.random.default_rng(2)
+    inputs = []
+    for row in api.shapes(variant_object):
+        if row.role == "input" and "." not in row.name:
+            shape = tuple(int(x) for x in row.concrete.split())
+            inputs.append(rng.integers(0, dims["V"], shape) if "int" in row.dtype
+                          else np.ones(shape, dtype=bool))
+    trace = {}
+    keywords = {name: dims[name] for name, parameter in
+                inspect.signature(module.transformer).parameters.items()
+                if parameter.kind is parameter.KEYWORD_ONLY and name in dims}
+    _logits, probs = module.transformer(*inputs, params, **keywords, trace=trace)
+    computed = {k.replace(".", "/"): v.shape for k, v in weights.flatten(trace).items()}
+    proved = {}
+    for row in api.shapes(variant_object):
+        name = row.name.replace("[i]", "/0").replace(".", "/")
+        # a family's size leads, as its array's first axis: "[2] 1 3 3" is (2, 1, 3, 3)
+        text = row.concrete.replace("[", "").replace("]", "")
+        proved[name] = tuple(int(x) for x in text.split())
+    compared = [name for name in computed if name in proved]
+    assert len(compared) > 10
+    for name in compared:
+        assert computed[name] == proved[name], name
+    np.testing.assert_allclose(probs.sum(-1), 1.0)
+
+
+def test_tspec_run_prints_shapes_and_time():
+    result = subprocess.run([sys.executable, "-m", "spec.cli", "run", "base", "--set", "N=1",
+                             "--set", "T=8", "--set", "T_dec=8", "--set", "V=50"],
+                            capture_output=True, text=True, cwd=api.checkout(), timeout=300,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "== base (spec/variants/base.toml): spec transformer"
+    assert "   sizes: B=2, T=8, T_dec=8, V=50, max_len=512, d_model=512, H=8, d_ff=2048, N=1" \
+        in lines
+    assert any(line.split() == ["logits", "2", "x", "8", "x", "50"] for line in lines)
+    assert lines[-1].startswith("forward pass: ") and lines[-1].endswith(" ms")
