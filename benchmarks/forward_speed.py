@@ -1,0 +1,169 @@
+"""The generated NumPy forward pass against PyTorch eager on the CPU, side by side.
+
+    python benchmarks/forward_speed.py [--threads N] [--repeat 5]
+
+Three shapes, float32, the same weights on both sides and the same thread count (OpenBLAS for
+NumPy, torch.set_num_threads for PyTorch): the base encoder layer (B=8, T=128), the base
+encoder-decoder stacks (B=4, T=T_dec=128, N=6, with source padding and causal target masks),
+and a GPT-2-small-shaped causal stack (B=1, T=1024, d_model=768, 12 heads, 12 layers, pre-LN,
+tanh GELU). PyTorch runs nn.TransformerEncoderLayer / nn.Transformer / nn.TransformerEncoder
+under inference_mode, its default eager path. Prints the median times, their ratio, the
+achieved GFLOP/s (matrix products only) and NumPy's own sgemm rate measured in the same run.
+"""
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[variable] = str(args.threads)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+    import numpy as np
+    import torch
+
+    from codegen import checkpoints, weights
+    from codegen.generate import source
+    from codegen.runtime import load_source
+    from spec import api
+
+    torch.set_num_threads(args.threads)
+    spec = api.read_spec(api.BUILTIN_SPEC)
+
+    def median_time(function, repeat=args.repeat):
+        function()                                   # warm-up
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            function()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    def sgemm_rate(m, k, n):
+        a = np.random.default_rng(0).standard_normal((m, k)).astype(np.float32)
+        b = np.random.default_rng(1).standard_normal((k, n)).astype(np.float32)
+        return 2 * m * k * n / median_time(lambda: a @ b) / 1e9
+
+    def layer_flops(B, T_q, T_kv, d, d_ff):
+        attention = 2 * B * T_q * d * d * 2 + 2 * B * T_kv * d * d * 2 + 4 * B * T_q * T_kv * d
+        feed_forward = 4 * B * T_q * d * d_ff
+        return attention + feed_forward
+
+    def nested(flat):
+        return weights.nest({k: v.astype(np.float32) for k, v in flat.items()})
+
+    rows = []
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, threads {args.threads}, "
+          f"numpy {np.__version__}, torch {torch.__version__}, CPython "
+          f"{platform.python_version()}")
+
+    # 1. the base encoder layer
+    torch.manual_seed(0)
+    B, T, d, H, d_ff = 8, 128, 512, 8, 2048
+    layer = torch.nn.TransformerEncoderLayer(d, H, d_ff, dropout=0.0, batch_first=True).eval()
+    module = load_source(source(spec, {"arch": "encoder_only", "attention_bias": "all"}))
+    state = {f"encoder.layers.0.{k}": v for k, v in layer.state_dict().items()}
+    params = nested(checkpoints.from_torch_transformer(state, norm="post"))
+    ours_params = params["encoder"]["layers"][0]
+    x = np.random.default_rng(0).standard_normal((B, T, d)).astype(np.float32)
+    L = np.zeros((1, B, T, T), dtype=np.float32)
+    x_torch = torch.tensor(x)
+    with torch.inference_mode():
+        theirs = median_time(lambda: layer(x_torch))
+        difference = np.abs(layer(x_torch).numpy() - module.encoder_layer(x, L, ours_params,
+                                                                          H=H)).max()
+    ours = median_time(lambda: module.encoder_layer(x, L, ours_params, H=H))
+    rows.append(("base encoder layer (B=8, T=128)", ours, theirs,
+                 layer_flops(B, T, T, d, d_ff), sgemm_rate(B * T, d, d_ff), difference))
+
+    # 2. the base encoder-decoder stacks
+    torch.manual_seed(1)
+    B, T, N = 4, 128, 6
+    model = torch.nn.Transformer(d, H, N, N, d_ff, dropout=0.0, batch_first=True).eval()
+    model.encoder.norm = None
+    model.decoder.norm = None
+    module = load_source(source(spec, {"arch": "encoder_decoder", "attention_bias": "all"}))
+    params = nested(checkpoints.from_torch_transformer(model.state_dict(), norm="post"))
+    rng = np.random.default_rng(1)
+    src, tgt = (rng.standard_normal((B, T, d)).astype(np.float32) for _ in range(2))
+    keep = np.ones((B, T), dtype=bool)
+    keep[-1, T // 2:] = False
+    L_enc = module.log_mask(module.padding_mask(keep, T), np.float32)[None]
+    L_self = module.log_mask(np.tri(T, T, dtype=bool)[None].repeat(B, 0), np.float32)[None]
+    L_cross = L_enc
+
+    def ours_stacks():
+        memory = module.encoder(src, L_enc, params["encoder"], H=H)
+        return module.decoder(tgt, L_self, memory, L_cross, params["decoder"], H=H)
+
+    padding = torch.tensor(~keep)
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(T)
+    src_torch, tgt_torch = torch.tensor(src), torch.tensor(tgt)
+
+    def theirs_stacks():
+        return model(src_torch, tgt_torch, tgt_mask=causal, src_key_padding_mask=padding,
+                     memory_key_padding_mask=padding, tgt_is_causal=True)
+
+    with torch.inference_mode():
+        theirs = median_time(theirs_stacks)
+        reference = theirs_stacks().numpy()
+    ours_output = ours_stacks()
+    difference = np.abs(reference - ours_output).max()
+    ours = median_time(ours_stacks)
+    flops = N * layer_flops(B, T, T, d, d_ff) + N * (layer_flops(B, T, T, d, d_ff)
+                                                     + 8 * B * T * d * d + 4 * B * T * T * d)
+    rows.append(("base encoder-decoder (B=4, T=T_dec=128)", ours, theirs, flops,
+                 sgemm_rate(B * T, d, d_ff), difference))
+
+    # 3. a GPT-2-small-shaped causal stack
+    torch.manual_seed(2)
+    B, T, d, H, d_ff, N = 1, 1024, 768, 12, 3072, 12
+    layer = torch.nn.TransformerEncoderLayer(
+        d, H, d_ff, dropout=0.0, batch_first=True, norm_first=True,
+        activation=lambda v: torch.nn.functional.gelu(v, approximate="tanh"))
+    stack = torch.nn.TransformerEncoder(layer, N, norm=torch.nn.LayerNorm(d),
+                                        enable_nested_tensor=False).eval()
+    module = load_source(source(spec, {"arch": "decoder_only", "norm": "pre",
+                                       "activation": "gelu_tanh", "attention_bias": "all"}))
+    state = {k.replace("layers.", "encoder.layers.").replace("norm.", "encoder.norm."): v
+             for k, v in stack.state_dict().items()}
+    flat = checkpoints.from_torch_transformer(state, norm="pre")
+    params = nested({k.replace("encoder.", "decoder.", 1): v for k, v in flat.items()})
+    y = np.random.default_rng(2).standard_normal((B, T, d)).astype(np.float32)
+    L_causal = module.log_mask(np.tri(T, T, dtype=bool)[None], np.float32)[None]
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(T)
+    y_torch = torch.tensor(y)
+    with torch.inference_mode():
+        theirs = median_time(lambda: stack(y_torch, mask=causal, is_causal=True),
+                             max(1, args.repeat // 2))
+        reference = stack(y_torch, mask=causal, is_causal=True).numpy()
+    ours_output = module.encoder(y, L_causal, params["decoder"], H=H)
+    difference = np.abs(reference - ours_output).max()
+    ours = median_time(lambda: module.encoder(y, L_causal, params["decoder"], H=H),
+                       max(1, args.repeat // 2))
+    rows.append(("GPT-2-small causal stack (B=1, T=1024)", ours, theirs,
+                 N * layer_flops(B, T, T, d, d_ff), sgemm_rate(B * T, d, d_ff), difference))
+
+    print()
+    print(f"{'shape':<42} {'numpy':>9} {'torch':>9} {'ratio':>6} {'GFLOP/s':>8} "
+          f"{'sgemm':>7} {'of sgemm':>8} {'max diff':>9}")
+    for name, ours, theirs, flops, sgemm, difference in rows:
+        rate = flops / ours / 1e9
+        print(f"{name:<42} {ours * 1000:7.1f}ms {theirs * 1000:7.1f}ms {ours / theirs:6.2f} "
+              f"{rate:8.1f} {sgemm:7.1f} {rate / sgemm:8.0%} {difference:9.1e}")
+    print("\nratio: generated NumPy time / PyTorch eager time (below 1 is faster); GFLOP/s "
+          "counts matrix products only.")
+
+
+if __name__ == "__main__":
+    main()
