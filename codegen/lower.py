@@ -103,7 +103,7 @@ class _Lowerer:
 
 
 # helpers in the order the module defines them, and the helpers each one calls
-HELPER_ORDER = ("subtrace", "embed", "positional_encoding", "log_mask", "causal_mask",
+HELPER_ORDER = ("subtrace", "project", "embed", "positional_encoding", "log_mask", "causal_mask",
                 "padding_mask", "relative_position_bias", "split_heads", "concat_heads",
                 "softmax", "layer_norm", "gelu", "gelu_tanh")
 HELPER_NEEDS: dict[str, tuple[str, ...]] = {}

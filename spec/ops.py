@@ -352,6 +352,10 @@ class MatMul(Op):
 
     def code(self, ctx, args, attrs):
         a, b = align(*args)
+        left, right = a.value.shape, b.value.shape
+        if right.rank == 2 and right.family is None and left.family is None and left.rank > 2:
+            # a batch of vectors times one weight matrix: one product over all leading axes
+            return f"{ctx.helper('project')}({a.code}, {b.code})", ATOM
         return f"{wrap(a, PRODUCT)} @ {wrap(b, PRODUCT, True)}", PRODUCT
 
 

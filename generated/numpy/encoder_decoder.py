@@ -43,6 +43,20 @@ def subtrace(trace: dict | None, *path: str | int) -> dict | None:
 
 
 @typechecked
+def project(
+    X: Float[np.ndarray, "*batch k"],
+    W: Float[np.ndarray, "k n"],
+) -> Float[np.ndarray, "*batch n"]:
+    """X @ W for one weight matrix W, as a single matrix product over all of X's leading axes.
+
+    The same numbers as X @ W; written so because @ on a stack of matrices runs one small
+    product per leading index, which is markedly slower.
+    """
+    rows = X.reshape(-1, X.shape[-1])  # (*batch) k
+    return (rows @ W).reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
+
+
+@typechecked
 def embed(
     E: Float[np.ndarray, "V d_model"],
     t: Int[np.ndarray, " *batch"],
@@ -282,9 +296,9 @@ def multi_head_attention(
         H: number of attention heads
         trace: a dict that receives every named intermediate of this call
     """
-    Q_proj = X_q @ params["W_Q"]  # B T_q H*d_k
-    K_proj = X_kv @ params["W_K"]  # B T_kv H*d_k
-    V_proj = X_kv @ params["W_V"]  # B T_kv H*d_v
+    Q_proj = project(X_q, params["W_Q"])  # B T_q H*d_k
+    K_proj = project(X_kv, params["W_K"])  # B T_kv H*d_k
+    V_proj = project(X_kv, params["W_V"])  # B T_kv H*d_v
     Q_h = split_heads(Q_proj, H)  # [H] B T_q d_k
     K_h = split_heads(K_proj, H)  # [H] B T_kv d_k
     V_h = split_heads(V_proj, H)  # [H] B T_kv d_v
@@ -292,7 +306,7 @@ def multi_head_attention(
         Q_h, K_h, V_h, L_h, trace=subtrace(trace, "attention")
     )  # [H] B T_q d_v
     O = concat_heads(O_h)  # B T_q H*d_v
-    O_proj = O @ params["W_O"]  # B T_q d_model
+    O_proj = project(O, params["W_O"])  # B T_q d_model
     if trace is not None:
         trace.update(Q_proj=Q_proj, K_proj=K_proj, V_proj=V_proj, Q_h=Q_h, K_h=K_h, V_h=V_h,
             O_h=O_h, O=O, O_proj=O_proj)
@@ -347,8 +361,8 @@ def feed_forward(
     Keyword arguments:
         trace: a dict that receives every named intermediate of this call
     """
-    U = np.maximum(X @ params["W_1"] + params["b_1"], 0)  # B T_x d_ff
-    F = U @ params["W_2"] + params["b_2"]  # B T_x d_model
+    U = np.maximum(project(X, params["W_1"]) + params["b_1"], 0)  # B T_x d_ff
+    F = project(U, params["W_2"]) + params["b_2"]  # B T_x d_model
     if trace is not None:
         trace.update(U=U, F=F)
     return F
@@ -627,7 +641,7 @@ def transformer(
         eps=eps,
         trace=subtrace(trace, "decoder"),
     )  # B T_dec d_model
-    logits = Y_dec @ params["W_out"]  # B T_dec V
+    logits = project(Y_dec, params["W_out"])  # B T_dec V
     probs = softmax(logits)  # B T_dec V
     if trace is not None:
         trace.update(M_src=M_src, X=X, P=P, Z_0=Z_0, L_enc=L_enc, Z_enc=Z_enc, M_self=M_self,
