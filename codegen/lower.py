@@ -29,6 +29,7 @@ from spec.model import (
     BlockCall,
     Equation,
     Let,
+    OpNode,
     ScalarExpr,
     Spec,
     TensorDecl,
@@ -294,6 +295,7 @@ class _Body:
             return self.values[term.name]
         if isinstance(term, ScalarExpr):
             return Operand("", Value(Shape(()), "float", scalar=term.expr))
+        term = _scale_the_left_factor(term)
         args = [self.operand(a) for a in term.args]
         op = OPS[term.op]
         value = op.infer(_Shapes(self.name), [a.value for a in args], term.attr)
@@ -433,6 +435,18 @@ class _Body:
         signature = _Signature(tuple(keywords), tuple(self.runtimes), params_class,
                                output_decls[0])
         return function, signature
+
+
+def _scale_the_left_factor(term: OpNode) -> OpNode:
+    """(A @ B) / c as (A / c) @ B: the same value, and in attention it scales the T x d_k
+    queries instead of the T x T scores."""
+    if term.op == "scale" and isinstance(term.args[0], OpNode) and term.args[0].op == "matmul":
+        product = term.args[0]
+        left = OpNode("scale", (product.args[0], term.args[1]), term.attrs, term.line,
+                      term.column)
+        return OpNode("matmul", (left, product.args[1]), product.attrs, product.line,
+                      product.column)
+    return term
 
 
 def _summary(block: Block) -> str:

@@ -147,8 +147,11 @@ def layer_norm(
 ) -> Float[np.ndarray, "*batch d"]:
     """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance)."""
     centred = x - x.mean(axis=-1, keepdims=True)  # *batch d
-    variance = (centred * centred).mean(axis=-1, keepdims=True)  # *batch 1
-    return centred / np.sqrt(variance + eps) * gamma + beta  # *batch d
+    variance = np.square(centred).mean(axis=-1, keepdims=True)  # *batch 1
+    centred *= 1.0 / np.sqrt(variance + eps)  # *batch d, normalised in place
+    centred *= gamma
+    centred += beta
+    return centred
 
 
 class MultiHeadAttentionParams(TypedDict):
@@ -225,7 +228,7 @@ def scaled_dot_product_attention(
         trace: a dict that receives every named intermediate of this call
     """
     d_k = Q_h.shape[-1]
-    S_h = Q_h @ K_h.swapaxes(-1, -2) / math.sqrt(d_k) + L_h  # [H] B T_q T_kv
+    S_h = Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2) + L_h  # [H] B T_q T_kv
     A_h = softmax(S_h)  # [H] B T_q T_kv
     O_h = A_h @ V_h  # [H] B T_q d_v
     if trace is not None:
