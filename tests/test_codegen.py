@@ -64,7 +64,7 @@ def test_the_generated_module_reads_like_the_spec():
                  "multi_head_attention", "add_and_layer_norm", "feed_forward", "encoder_layer",
                  "decoder_layer", "encoder", "decoder", "transformer"):
         assert f"\ndef {name}(" in text, name
-    assert '    S_h = Q_h @ K_h.swapaxes(-1, -2) / math.sqrt(d_k) + L_h  # [H] B T_q T_kv\n' \
+    assert '    S_h = Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2) + L_h  # [H] B T_q T_kv\n' \
         in text
     assert "        S_h = Q_h @ K_h.T / sqrt(d_k) + L_h\n" in text          # plain equation
     assert "            S_{h} = \\frac{Q_{h} K_{h}^\\top}{\\sqrt{d_{k}}} + L_{h}\n" in text
