@@ -14,15 +14,16 @@ and is shared by every member.
 """
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import sympy
 from sympy.printing.pycode import PythonCodePrinter
 
 from codegen import ir
 from codegen.backends import Backend
+from spec.api import SPEC_DIR
 from spec.check import check, topological
 from spec.errors import CodegenError
-from spec.findings import display_path
 from spec.latex import name_latex
 from spec.model import (
     Block,
@@ -76,7 +77,7 @@ class _Lowerer:
         functions = [f for f, _ in self.functions.values()]
         return ir.Module(
             spec_name=self.spec.name, title=self.spec.title,
-            spec_file=display_path(self.spec.file) if self.spec.file else "<spec>",
+            spec_file=_shown(self.spec.file) if self.spec.file else "<spec>",
             spec_hash=self.spec.text_hash, choices=tuple(self.choices.items()),
             backend=self.backend, helpers=[ir.Helper(h) for h in helper_order],
             params_classes=self.params_classes, functions=functions, entry=entry.name)
@@ -170,6 +171,7 @@ class _Body:
         self.fields: list[ir.Field] = []
         self.equations: list[ir.EquationDoc] = []
         self.sources_text: list[str] = []
+        self.record = None                  # the equation being lowered, for errors
 
     # -- the CodeContext protocol of spec.ops
     def helper(self, name: str) -> str:
@@ -198,6 +200,11 @@ class _Body:
         if name not in self.runtimes:
             self.runtimes.append(name)
         return name
+
+    def error(self, message: str) -> CodegenError:
+        record = self.record
+        return CodegenError(f"{self.name}: {message}", file=getattr(record, "file", None),
+                            line=getattr(record, "line", None))
 
     def need(self, expr) -> None:
         for symbol in sorted(sympy.sympify(expr).free_symbols, key=str):
@@ -243,6 +250,7 @@ class _Body:
         for record in topological(producers, self.name):
             if record.source and record.source not in self.sources_text:
                 self.sources_text.append(record.source)
+            self.record = record
             if isinstance(record, Equation):
                 self.equation(record)
             else:
@@ -377,9 +385,11 @@ class _Body:
             self.fields.append(ir.Field(instance, kind, f"{count}{block.name}"))
         arguments = ", ".join(name_latex(a) for a in record.args)
         function_name = record.block.replace("_", "\\_")
+        repeat = "" if record.repeat is None else \
+            f"\\operatorname{{repeat}}_{{{sympy.latex(record.repeat)}}}\\,"
         self.equations.append(ir.EquationDoc(
             f"{record.output} = {record.text}",
-            f"{name_latex(record.output)} = \\operatorname{{{function_name}}}\\left("
+            f"{name_latex(record.output)} = {repeat}\\operatorname{{{function_name}}}\\left("
             f"{arguments}\\right)", _where(record)))
 
     def finish(self, arguments, outputs) -> tuple[ir.Function, _Signature]:
@@ -457,7 +467,17 @@ def _where(record) -> str:
     if record.file is None:
         return "<spec>"
     line = f":{record.line}" if getattr(record, "line", None) else ""
-    return f"{display_path(record.file)}{line}"
+    return f"{_shown(record.file)}{line}"
+
+
+def _shown(file: str) -> str:
+    """A spec file as generated code names it: relative to tspec's own tree for the built-in
+    specs (the same text from any working directory), else as given."""
+    path = Path(file)
+    try:
+        return path.resolve().relative_to(SPEC_DIR.parent.resolve()).as_posix()
+    except ValueError:
+        return file
 
 
 def _atom(expr) -> str:

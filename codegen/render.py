@@ -43,7 +43,8 @@ def render(module: ir.Module) -> str:
 
 def _imports(text: str, module: ir.Module) -> list[str]:
     backend = module.backend
-    body = text.split('"""', 2)[2]          # past the module docstring
+    # the code alone: docstrings (a parameter's description may say "math.") left out
+    body = re.sub(r'r?"""[\s\S]*?"""', "", text)
     standard = ["import math"] if "math." in body else []
     standard += ["import os"]
     if "(TypedDict)" in body:

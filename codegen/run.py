@@ -1,7 +1,7 @@
 """`tspec run`: a variant's generated forward pass on random (seeded) weights and tokens."""
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -28,12 +28,30 @@ class RunResult:
     parameters: int
 
 
+def with_run_defaults(variant: Variant) -> Variant:
+    """The variant with RUN_DEFAULTS for the dims it leaves free, so that it can be checked
+    (T <= max_len and the rest) and then run at those sizes."""
+    free = {k: v for k, v in RUN_DEFAULTS.items()
+            if k in variant.spec.dims and k not in variant.dims
+            and variant.spec.dims[k].value is None}
+    return replace(variant, dims={**free, **variant.dims})
+
+
 def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "float32",
         typecheck: bool = False) -> RunResult:
+    """Run a variant that ``with_run_defaults`` completed and the checker passed."""
     spec = variant.spec
+    if seed < 0:
+        raise UsageError(f"--seed must be a non-negative integer, got {seed}")
     choices = spec.choice_values(variant.choices)
-    sizes = {**{k: v for k, v in RUN_DEFAULTS.items() if k in spec.dims}, **variant.dims}
-    lowered = lower(spec, choices, backend_named(backend))
+    sizes = dict(variant.dims)
+    chosen = backend_named(backend)
+    try:
+        __import__(chosen.module)
+    except ImportError:
+        raise UsageError(f"backend {backend} needs the {chosen.module} package, which is not "
+                         "installed") from None
+    lowered = lower(spec, choices, chosen)
     module = load_source(render(lowered), typecheck=typecheck)
     entry_ir = next(f for f in lowered.functions if f.name == lowered.entry)
     shapes = weights.expected_shapes(spec, choices, sizes)

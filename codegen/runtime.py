@@ -1,11 +1,14 @@
 """Importing generated code: from generated/ or from freshly rendered text."""
 
+import hashlib
 import importlib.util
 import os
 import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
+
+from spec.files import write_atomic
 
 _counter = 0
 
@@ -35,8 +38,11 @@ def load_module(path: str | Path, *, typecheck: bool = False) -> ModuleType:
 
 
 def load_source(text: str, *, typecheck: bool = False) -> ModuleType:
-    """Import generated source text (written to a temporary file, so tracebacks show lines)."""
-    directory = Path(tempfile.mkdtemp(prefix="tspec-"))
-    path = directory / "model.py"
-    path.write_text(text, encoding="utf-8")
+    """Import generated source text. It is written once per content to a cache folder, so
+    tracebacks show its lines and repeated loads add no files."""
+    directory = Path(tempfile.gettempdir()) / f"tspec-generated-{os.getuid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    path = directory / f"model_{hashlib.sha256(text.encode()).hexdigest()[:20]}.py"
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        write_atomic(path, text)
     return load_module(path, typecheck=typecheck)

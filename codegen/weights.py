@@ -7,6 +7,7 @@ with its concrete shape for a variant; loaders check each array against it and n
 parameter, the expected and the actual shape on a mismatch.
 """
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -140,16 +141,17 @@ def load(path: str | Path, shapes: dict[str, tuple]) -> dict:
     """Parameters from a .safetensors or .npz file of flat dotted names."""
     path = Path(path)
     if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
         from safetensors.numpy import load_file
         try:
             flat = load_file(str(path))
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, SafetensorError) as error:
             raise UsageError(f"cannot read {path}: {error}") from None
     elif path.suffix == ".npz":
         try:
             with np.load(path, allow_pickle=False) as archive:
                 flat = {name: archive[name] for name in archive.files}
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
             raise UsageError(f"cannot read {path}: {error}") from None
     else:
         raise UsageError(f"{path}: weights are .safetensors or .npz files")

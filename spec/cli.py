@@ -267,8 +267,8 @@ def _generate(args) -> int:
 
 
 def _run(args) -> int:
-    from codegen.run import run
-    variant = api.load(args.target, args.settings)
+    from codegen.run import run, with_run_defaults
+    variant = with_run_defaults(api.load(args.target, args.settings))
     report = api.check(variant)
     if not report.ok:
         for finding in report.findings:
@@ -279,7 +279,6 @@ def _run(args) -> int:
     result = run(variant, args.backend, args.seed, args.dtype, args.typecheck)
     for line in _variant_header(variant):
         print(line)
-    print(f"   sizes: {', '.join(f'{k}={v}' for k, v in result.sizes.items())}")
     print(f"   {result.parameters:,} parameters ({args.dtype}), seed {args.seed}, "
           f"backend {args.backend}")
     print()

@@ -16,7 +16,9 @@ RESERVED = frozenset({
     "params", "np", "xp", "cp", "numpy", "cupy", "scipy", "special", "math", "os", "sys",
     "torch", "typing", "jaxtyping", "jaxtyped", "typechecker", "beartype", "Float", "Int",
     "Bool", "Shaped", "Array", "Params", "dataclass", "dataclasses", "annotations", "self",
-    "cls",
+    "cls", "erf", "trace", "layer", "i", "typechecked", "subtrace", "project", "embed",
+    "positional_encoding", "log_mask", "causal_mask", "padding_mask", "relative_position_bias",
+    "split_heads", "concat_heads", "softmax", "layer_norm", "gelu", "gelu_tanh",
 })
 
 

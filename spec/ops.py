@@ -85,6 +85,9 @@ class CodeContext(Protocol):
     def runtime(self, name: str) -> str:
         """A run-time setting the function takes as a keyword argument (``eps``)."""
 
+    def error(self, message: str) -> Exception:
+        """An error at the equation being lowered (raise it)."""
+
 
 # Python operator precedences, for parentheses in generated code
 ATOM, POWER, UNARY, PRODUCT, SUM = 100, 90, 80, 70, 60
@@ -264,6 +267,9 @@ class Binary(Op):
 
     def code(self, ctx, args, attrs):
         a, b = align(*args)
+        if self.name == "sub" and "bool" in (a.value.dtype, b.value.dtype):
+            raise ctx.error("code generation does not subtract boolean masks (NumPy refuses "
+                            "it); combine masks with '*'")
         precedence = SUM if self.name in ("add", "sub") else PRODUCT
         left = scalar_operand(ctx, a.value.scalar) if a.value.is_scalar else wrap(a, precedence)
         right = scalar_operand(ctx, b.value.scalar) if b.value.is_scalar else \
@@ -322,9 +328,9 @@ class Power(Op):
     def code(self, ctx, args, attrs):
         x, exponent = args
         power = exponent.value.scalar
-        if power.is_Integer and 2 <= int(power) <= 4:
-            # repeated products: x ** 3 is far slower than x * x * x on arrays
-            return " * ".join([wrap(x, PRODUCT)] * int(power)), PRODUCT
+        if power.is_Integer and 2 <= int(power) <= 4 and x.precedence == ATOM:
+            # repeated products of a name: x ** 3 is far slower than x * x * x on arrays
+            return " * ".join([x.code] * int(power)), PRODUCT
         return f"{wrap(x, POWER, True)} ** ({ctx.scalar(power)})", POWER
 
 
@@ -415,8 +421,11 @@ class Softmax(Op):
         return f"\\mathrm{{softmax}}\\left({args[0]}\\right)"
 
     def code(self, ctx, args, attrs):
-        axis = "" if attrs["axis"] == -1 else f", axis={attrs['axis']}"
-        return f"{ctx.helper('softmax')}({args[0].code}{axis})", ATOM
+        axis = attrs["axis"]
+        if axis >= 0 and args[0].value.shape.family is not None:
+            axis += 1           # past the family axis
+        axis_code = "" if axis == -1 else f", axis={axis}"
+        return f"{ctx.helper('softmax')}({args[0].code}{axis_code})", ATOM
 
 
 @dataclass(frozen=True)
@@ -464,6 +473,8 @@ class Gather(Op):
 
     def code(self, ctx, args, attrs):
         table, ids = args
+        if table.value.shape.family is not None or ids.value.shape.family is not None:
+            raise ctx.error("code generation does not gather from families of tables or ids")
         return f"{ctx.helper('embed')}({table.code}, {ids.code})", ATOM
 
 
@@ -552,8 +563,10 @@ class Concat(Op):
 
     def code(self, ctx, args, attrs):
         a, b = align(*args)
+        if (a.value.shape.family is None) != (b.value.shape.family is None):
+            raise ctx.error("code generation does not concat a family with a single tensor")
         axis = attrs["axis"]
-        if axis >= 0 and (a.value.shape.family is not None or b.value.shape.family is not None):
+        if axis >= 0 and a.value.shape.family is not None:
             axis += 1           # past the family axis
         return f"{ctx.xp}.concatenate([{a.code}, {b.code}], axis={axis})", ATOM
 

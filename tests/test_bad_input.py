@@ -118,6 +118,12 @@ def test_block_local_dim_shadowing_a_model_dim():
      "t.tspec:4: tensor name 'torch' is reserved by the spec language and its generated code"),
     ('dim os "c"\n',
      "t.tspec:1: dim name 'os' is reserved by the spec language and its generated code"),
+    (HEADER + 'input trace "d"\n',
+     "t.tspec:4: tensor name 'trace' is reserved by the spec language and its generated code"),
+    (HEADER + 'input i "d"\n',
+     "t.tspec:4: tensor name 'i' is reserved by the spec language and its generated code"),
+    ('dim B "b"\nblock project(X "B") -> Y:\n    Y "B" = X * 2\n',
+     "t.tspec:2: block name 'project' is reserved by the spec language and its generated code"),
     (HEADER + 'param __x "d"\n',
      ("t.tspec:4: tensor name '__x' is not a plain identifier (ASCII letter first, then "
      "letters, digits, underscores)")),

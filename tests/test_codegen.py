@@ -3,11 +3,14 @@
 import functools
 import inspect
 import math
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import reference_numpy
+from compare import assert_close
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -286,9 +289,9 @@ def variants(draw):
     return choices, dims
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(variants())
-def test_random_variants_compute_the_proved_shapes(variant):
+def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(variant):
     choices, dims = variant
     variant_object = api.load("transformer", [f"{k}={v}" for k, v in {**choices, **dims}.items()])
     assert api.check(variant_object).ok
@@ -299,13 +302,17 @@ def test_random_variants_compute_the_proved_shapes(variant):
     for row in api.shapes(variant_object):
         if row.role == "input" and "." not in row.name:
             shape = tuple(int(x) for x in row.concrete.split())
-            inputs.append(rng.integers(0, dims["V"], shape) if "int" in row.dtype
-                          else np.ones(shape, dtype=bool))
+            if "int" in row.dtype:
+                inputs.append(rng.integers(0, dims["V"], shape))
+            else:                           # padding anywhere but the first position
+                keep = rng.random(shape) < 0.7
+                keep[:, 0] = True
+                inputs.append(keep)
     trace = {}
     keywords = {name: dims[name] for name, parameter in
                 inspect.signature(module.transformer).parameters.items()
                 if parameter.kind is parameter.KEYWORD_ONLY and name in dims}
-    _logits, probs = module.transformer(*inputs, params, **keywords, trace=trace)
+    logits, probs = module.transformer(*inputs, params, **keywords, trace=trace)
     computed = {k.replace(".", "/"): v.shape for k, v in weights.flatten(trace).items()}
     proved = {}
     for row in api.shapes(variant_object):
@@ -318,6 +325,13 @@ def test_random_variants_compute_the_proved_shapes(variant):
     for name in compared:
         assert computed[name] == proved[name], name
     np.testing.assert_allclose(probs.sum(-1), 1.0)
+    # the numbers, against an independent loop-per-head implementation written from the math
+    d_k = dims.get("d_k", dims["d_model"] // dims["H"])
+    d_v = dims.get("d_v", dims["d_model"] // dims["H"])
+    expected_logits, expected_probs = reference_numpy.forward(choices, params, inputs,
+                                                              dims["H"], d_k, d_v)
+    assert_close({"logits": logits, "probs": probs},
+                 {"logits": expected_logits, "probs": expected_probs}, "float64")
 
 
 def test_tspec_run_prints_shapes_and_time():
@@ -328,7 +342,72 @@ def test_tspec_run_prints_shapes_and_time():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "== base (spec/variants/base.toml): spec transformer"
-    assert "   sizes: B=2, T=8, T_dec=8, V=50, max_len=512, d_model=512, H=8, d_ff=2048, N=1" \
-        in lines
+    assert lines[2] == ("   dims: B=2, max_len=512, d_model=512, H=8, d_ff=2048, N=1, T=8, "
+                        "T_dec=8, V=50; d_k = d_model / H, d_v = d_model / H")
     assert any(line.split() == ["logits", "2", "x", "8", "x", "50"] for line in lines)
     assert lines[-1].startswith("forward pass: ") and lines[-1].endswith(" ms")
+
+
+def test_tspec_run_checks_its_default_sizes_before_running(capsys):
+    # learned positions: the run's T_dec=600 breaks T_dec <= max_len (512 by default)
+    code = cli.main(["run", "base", "--set", "N=1", "--set", "positional=learned",
+                     "--set", "T_dec=600"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert "constraint-violated: T_dec <= max_len does not hold for T_dec=600, max_len=512" \
+        in err
+
+
+def test_tspec_run_refuses_a_negative_seed(capsys):
+    assert cli.main(["run", "base", "--set", "N=1", "--seed", "-1"]) == 2
+    assert capsys.readouterr().err == ("tspec: error: --seed must be a non-negative integer, "
+                                       "got -1\n")
+
+
+@pytest.mark.parametrize("suffix, content", [(".safetensors", b"\x10\x00garbage"),
+                                             (".npz", b"PK\x03\x04broken")])
+def test_a_corrupt_weights_file_is_a_usage_error(tmp_path, suffix, content):
+    path = tmp_path / f"w{suffix}"
+    path.write_bytes(content)
+    with pytest.raises(UsageError, match=rf"^cannot read {path}: "):
+        weights.load(path, {})
+
+
+@pytest.mark.parametrize("body, message", [
+    ('param E_h[H] "V d"\ninput t "B T" int\nY[H] "B T d" = E_h[t]\n',
+     "code generation does not gather from families of tables or ids"),
+    ('input A_h[H] "B d"\ninput C "B d"\nY[H] "B 2*d" = concat(A_h, C, axis=-1)\n',
+     "code generation does not concat a family with a single tensor"),
+    ('input a "B d" bool\ninput b "B d" bool\nY "B d" bool = a - b\n',
+     ("code generation does not subtract boolean masks (NumPy refuses it); combine masks "
+     "with '*'")),
+])
+def test_constructs_code_generation_lacks_are_named(body, message):
+    text = 'dim B "b"\ndim T "t"\ndim d "d"\ndim H "h"\ndim V "v"\n' + body + "output Y\n"
+    with pytest.raises(CodegenError, match=f"^t.tspec:8: t: {re.escape(message)}$"):
+        lower(parse(text, file="t.tspec"), {}, backend("numpy"))
+
+
+def test_a_power_of_a_product_keeps_its_parentheses():
+    text = ('dim B "b"\ndim d "d"\ninput X "B d"\nparam W "d d"\n'
+            'Y "B d" = (X @ W) ** 3\nZ "B d" = X ** 2\noutput Y, Z\n')
+    module = load_source(source(parse(text, file="p.tspec"), {}))
+    X, W = np.arange(6.0).reshape(2, 3) / 7, np.arange(9.0).reshape(3, 3) / 5
+    Y, Z = module.p(X, {"W": W})
+    np.testing.assert_allclose(Y, (X @ W) ** 3)
+    np.testing.assert_allclose(Z, X * X)
+
+
+def test_softmax_over_a_leading_axis_of_a_family_skips_the_family_axis():
+    text = ('dim B "b"\ndim T "t"\ndim H "h"\ninput S_h[H] "B T"\n'
+            'A_h[H] "B T" = softmax(S_h, axis=0)\noutput A_h\n')
+    module = load_source(source(parse(text, file="s.tspec"), {}))
+    S = np.random.default_rng(0).standard_normal((3, 4, 5))      # H=3 members of (B=4, T=5)
+    expected = np.exp(S) / np.exp(S).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(module.s(S), expected)
+
+
+def test_generated_text_does_not_depend_on_the_working_directory(tmp_path, monkeypatch):
+    before = generate.files()
+    monkeypatch.chdir(tmp_path)
+    assert generate.files() == before

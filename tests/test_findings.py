@@ -73,11 +73,11 @@ def test_operand_mismatch():
 
 def test_operand_mismatch_inside_a_repeated_block_names_the_qualified_tensor():
     finding = only(HEADER + 'dim e "other"\ndim N "layers"\n'
-                   'block layer(X "B T d") -> Y:\n'
+                   'block stage(X "B T d") -> Y:\n'
                    '    param W "e d"\n'
                    '    Y "B T d" = X @ W\n'
                    'input Z "B T d"\n'
-                   'O "B T d" = repeat(N, layer, Z) as layers\n')
+                   'O "B T d" = repeat(N, stage, Z) as layers\n')
     expect(finding, kind="operand-mismatch",
            message="matmul inner dimensions (B T d @ e d): d vs e", line=8,
            equation="Y = X @ W", tensor="layers[i].Y", counterexample={"d": 2, "e": 1},

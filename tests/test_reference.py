@@ -129,6 +129,7 @@ def test_transformer_matches_torch_layer_by_layer(norm, activation, dtype):
     t, u = rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T_dec))
     keep_src, padding, _ = masks(B, T, T, False, rng)
     keep_tgt = np.ones((B, T_dec), dtype=bool)
+    keep_tgt[0, -2:] = False                   # target padding too (key 0 stays visible)
     trace = {}
     logits, probs = module.transformer(t, keep_src, u, keep_tgt, cast(params, dtype), H=H,
                                        trace=trace)
@@ -145,6 +146,7 @@ def test_transformer_matches_torch_layer_by_layer(norm, activation, dtype):
         torch.tensor(ours["Y_0"].astype(np.float64))
     causal = reference.generate_square_subsequent_mask(T_dec, dtype=torch.float64)
     Y_dec = reference(Z_0, Y_0, tgt_mask=causal, src_key_padding_mask=padding,
+                      tgt_key_padding_mask=torch.tensor(~keep_tgt),
                       memory_key_padding_mask=padding, tgt_is_causal=True)
     for handle in handles:
         handle.remove()

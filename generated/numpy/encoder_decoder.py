@@ -12,8 +12,9 @@ Each function computes one block of the spec: its docstring gives the spec's equ
 and in LaTeX, and each line ends in the shape it produces. A family of H tensors ([H] B T d_k)
 is one array with the family axis first, (H, B, T, d_k). Parameters come in nested
 dictionaries keyed by the spec's names (the *Params classes). Pass `trace={}` to the model to
-receive every named intermediate. Set TSPEC_TYPECHECK=1 before import to check every array's
-shape and dtype at run time (jaxtyping with beartype); unset, the checks cost nothing.
+receive every named intermediate. Set TSPEC_TYPECHECK=1 before import to check the shape and
+dtype of every array argument and result at run time (jaxtyping with beartype); unset, the
+checks cost nothing. Parameters are checked when loaded (codegen.weights), not per call.
 """
 
 import math
@@ -109,6 +110,8 @@ def padding_mask(m: Bool[np.ndarray, "B T_kv"], T_q: int) -> Bool[np.ndarray, "B
     """Key mask m (True = token, False = padding) for every one of T_q queries (a view)."""
     if m.dtype != bool:
         raise TypeError(f"a key mask must be boolean (True = token), got dtype {m.dtype}")
+    if m.ndim != 2:
+        raise ValueError(f"a key mask is (batch, length), got shape {m.shape}")
     B, T_kv = m.shape
     return np.broadcast_to(m[:, None, :], (B, T_q, T_kv))  # B T_q T_kv
 
@@ -434,7 +437,7 @@ def encoder(
 
     Equations (plain, then LaTeX), one per line of code:
         Z_enc = repeat(N, encoder_layer, Z_0, L_h)
-            Z_{\mathrm{enc}} = \operatorname{encoder\_layer}\left(Z_{0}, L_{h}\right)
+            Z_{\mathrm{enc}} = \operatorname{repeat}_{N}\,\operatorname{encoder\_layer}\left(Z_{0}, L_{h}\right)
 
     Keyword arguments:
         H: number of attention heads
@@ -532,7 +535,7 @@ def decoder(
 
     Equations (plain, then LaTeX), one per line of code:
         Y_dec = repeat(N, decoder_layer, Y_0, L_self_h, Z_enc, L_cross_h)
-            Y_{\mathrm{dec}} = \operatorname{decoder\_layer}\left(Y_{0}, L_{\mathrm{self},h}, Z_{\mathrm{enc}}, L_{\mathrm{cross},h}\right)
+            Y_{\mathrm{dec}} = \operatorname{repeat}_{N}\,\operatorname{decoder\_layer}\left(Y_{0}, L_{\mathrm{self},h}, Z_{\mathrm{enc}}, L_{\mathrm{cross},h}\right)
 
     Keyword arguments:
         H: number of attention heads
