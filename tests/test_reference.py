@@ -144,7 +144,7 @@ def test_transformer_matches_torch_layer_by_layer(norm, activation, dtype):
             handles += hooks(names, store)
     Z_0, Y_0 = torch.tensor(ours["Z_0"].astype(np.float64)), \
         torch.tensor(ours["Y_0"].astype(np.float64))
-    causal = reference.generate_square_subsequent_mask(T_dec, dtype=torch.float64)
+    causal = torch.tensor(~np.tri(T_dec, T_dec, dtype=bool))     # True: may not attend
     Y_dec = reference(Z_0, Y_0, tgt_mask=causal, src_key_padding_mask=padding,
                       tgt_key_padding_mask=torch.tensor(~keep_tgt),
                       memory_key_padding_mask=padding, tgt_is_causal=True)
