@@ -235,15 +235,16 @@ class _Run:
         self.let_map = {symbols[let.dim]: let.expr for let in self.lets}
         _check_let_cycles(self.lets, self.let_map, symbols)
         self.value_map = {symbols[name]: value for name, value in values.items()}
-        key = (tuple(sorted((str(k), v) for k, v in self.let_map.items())),
+        key = (tuple(sorted((k.name, v) for k, v in self.let_map.items())),
                tuple(c.relation for c in self.constraints),
-               tuple(sorted((str(k), v) for k, v in self.value_map.items())))
+               tuple(sorted((k.name, v) for k, v in self.value_map.items())))
         if key not in provers:
-            provers[key] = Prover([d.symbol for d in spec.dims.values()],
-                                  [c.relation for c in self.constraints], self.let_map,
-                                  self.value_map)
-        self.prover = provers[key]
-        self.prover_key = key
+            provers[key] = (Prover([d.symbol for d in spec.dims.values()],
+                                   [c.relation for c in self.constraints], self.let_map,
+                                   self.value_map), len(provers))
+        # cache keys name the prover by a small number: hashing its whole key every lookup
+        # would cost more than the lookups save
+        self.prover, self.prover_key = provers[key]
 
     # -- helpers
     def add(self, finding: Finding) -> None:
@@ -419,8 +420,10 @@ class _Run:
         return True
 
     # -- bodies
-    def check_body(self, scope: _Scope, statements: list, inputs: list[TensorDecl],
-                   outputs: list[str], where: str) -> None:
+    def structure(self, statements: list, inputs: list[TensorDecl], outputs: list[str],
+                  where: str) -> tuple[dict, list]:
+        """A body's declarations and its equations in data-flow order; errors for
+        duplicates, undefined names and cycles."""
         decls: dict[str, TensorDecl] = {}
         producers: dict[str, Equation | BlockCall] = {}
         for decl in inputs:
@@ -465,6 +468,19 @@ class _Run:
                 raise SpecError(f"output {name} is not defined in {where} under "
                                 f"{_describe(self.choices)}", file=self.spec.file)
         order = topological(producers, where)
+        return decls, order
+
+    def check_body(self, scope: _Scope, statements: list, inputs: list[TensorDecl],
+                   outputs: list[str], where: str) -> None:
+        # the declarations and data-flow order of a body depend only on its statements:
+        # computed once per selection, not once per choice combination
+        structure_key = ("structure", tuple(map(id, statements)), tuple(map(id, inputs)),
+                         tuple(outputs))
+        structure = self.record_cache.get(structure_key)
+        if structure is None:
+            structure = self.record_cache[structure_key] = self.structure(
+                statements, inputs, outputs, where)
+        decls, order = structure
         for decl in decls.values():
             if decl.role in ("input", "param"):
                 shape = None if decl.shape is None else decl.shape.subs(scope.binding)
@@ -478,7 +494,7 @@ class _Run:
                     scope.rows.append(TensorRow(scope.qualified(decl.name), decl.role, shape,
                                                 decl.dtype, decl.meaning, True, "", decl.file,
                                                 decl.line))
-        binding_key = tuple(sorted((str(k), v) for k, v in scope.binding.items()))
+        binding_key = tuple(sorted((k.name, v) for k, v in scope.binding.items()))
         for record in order:
             declared = decls.get(record.output)
             # the same record with the same inputs under the same constraints gives the same
@@ -784,7 +800,7 @@ class _Run:
 
     def check_block(self, block: Block, binding: dict, path: str) -> tuple[Value, list]:
         relevant = _choices_used(self.spec, block.name)
-        key = (block.name, tuple(sorted(((str(k), v) for k, v in binding.items()),
+        key = (block.name, tuple(sorted(((k.name, v) for k, v in binding.items()),
                                         key=lambda kv: kv[0])),
                self.prover_key, tuple((c, self.choices[c]) for c in relevant))
         cached = self.block_cache.get(key)

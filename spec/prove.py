@@ -219,12 +219,39 @@ class Prover:
         gap = sympy.expand(b - a)
         if gap.is_number:
             return PROVED if gap >= 0 else self._search(set(), lambda values: True)
-        if gap.is_nonnegative or self._with_witnesses(_monotone_nonnegative, gap):
+        if gap.is_nonnegative or self._scaled_slack(gap) or \
+                self._with_witnesses(_monotone_nonnegative, gap):
             return PROVED
         if self._linear_minimum_nonnegative(gap):
             return PROVED
         return self._search(gap.free_symbols, lambda values: evaluate(gap, values) < 0,
                             derived_whole)
+
+    def _scaled_slack(self, gap) -> bool:
+        """gap = k * (b - a) + c with k > 0 and c >= 0 for a constraint a <= b: the common
+        case (T <= max_len proves max_len - T >= 0 and 2*max_len - 2*T >= 0) without an LP."""
+        for fact in self.facts:
+            if isinstance(fact, sympy.LessThan):
+                slack = sympy.expand(fact.rhs - fact.lhs)
+            elif isinstance(fact, sympy.GreaterThan):
+                slack = sympy.expand(fact.lhs - fact.rhs)
+            elif isinstance(fact, sympy.StrictLessThan):
+                slack = sympy.expand(fact.rhs - fact.lhs - 1)
+            elif isinstance(fact, sympy.StrictGreaterThan):
+                slack = sympy.expand(fact.lhs - fact.rhs - 1)
+            else:
+                continue
+            symbols = slack.free_symbols
+            if not symbols or symbols != gap.free_symbols:
+                continue
+            symbol = min(symbols, key=str)
+            k = gap.coeff(symbol) / slack.coeff(symbol)
+            if not (k.is_number and k > 0):
+                continue
+            rest = sympy.expand(gap - k * slack)
+            if rest.is_number and rest >= 0:
+                return True
+        return False
 
     def _with_witnesses(self, test, expr) -> bool:
         """Test the expression as is, then with each divisibility witness substituted."""

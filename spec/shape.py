@@ -45,6 +45,14 @@ class Shape:
     dims: tuple[sympy.Basic, ...]
     family: sympy.Basic | None = None
 
+    def __hash__(self) -> int:
+        # shapes key the checker's caches: hash once, not on every lookup
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.dims, self.family))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     @property
     def rank(self) -> int:
         return len(self.dims)
