@@ -307,8 +307,8 @@ class _Body:
         args = [self.operand(a) for a in term.args]
         op = OPS[term.op]
         value = op.infer(_Shapes(self.name), [a.value for a in args], term.attr)
-        code, precedence = op.code(self, args, term.attr)
-        return Operand(code, value, precedence)
+        code, precedence, *called = op.code(self, args, term.attr)
+        return Operand(code, value, precedence, called[0] if called else None)
 
     def equation(self, record: Equation) -> None:
         result = self.operand(record.expr)

@@ -58,11 +58,18 @@ class Context(Protocol):
 
 @dataclass(frozen=True)
 class Operand:
-    """An argument as code generation sees it: its code, its value (shape, dtype) and the
-    precedence of its outermost Python operator (100 for atoms and calls)."""
+    """An argument as code generation sees it: its code, its value (shape, dtype), the
+    precedence of its outermost Python operator (100 for atoms and calls), and, when the code
+    is a call of a helper, the helper's name and arguments (so that an op can extend it)."""
     code: str
     value: Value
     precedence: int = 100
+    call: tuple[str, tuple[str, ...]] | None = None
+
+
+def call(name: str, *arguments: str) -> tuple[str, int, tuple[str, tuple[str, ...]]]:
+    """An op's code that is a helper call: its text, precedence and the call itself."""
+    return f"{name}({', '.join(arguments)})", 100, (name, arguments)
 
 
 class CodeContext(Protocol):
@@ -270,6 +277,11 @@ class Binary(Op):
         if self.name == "sub" and "bool" in (a.value.dtype, b.value.dtype):
             raise ctx.error("code generation does not subtract boolean masks (NumPy refuses "
                             "it); combine masks with '*'")
+        if self.name == "add" and a.call is not None and a.call[0] == "project" and \
+                len(a.call[1]) == 2 and not b.value.is_scalar and b.value.shape.rank == 1 \
+                and b.value.shape.family is None:
+            # X @ W + b: the bias added in place to the product's fresh result
+            return call("project", *a.call[1], b.code)
         precedence = SUM if self.name in ("add", "sub") else PRODUCT
         left = scalar_operand(ctx, a.value.scalar) if a.value.is_scalar else wrap(a, precedence)
         right = scalar_operand(ctx, b.value.scalar) if b.value.is_scalar else \
@@ -361,7 +373,7 @@ class MatMul(Op):
         left, right = a.value.shape, b.value.shape
         if right.rank == 2 and right.family is None and left.family is None and left.rank > 2:
             # a batch of vectors times one weight matrix: one product over all leading axes
-            return f"{ctx.helper('project')}({a.code}, {b.code})", ATOM
+            return call(ctx.helper("project"), a.code, b.code)
         return f"{wrap(a, PRODUCT)} @ {wrap(b, PRODUCT, True)}", PRODUCT
 
 
