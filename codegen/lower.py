@@ -72,6 +72,11 @@ class _Lowerer:
         self.active: list[str] = []
 
     def module(self) -> ir.Module:
+        if self.spec.name in self.spec.blocks:
+            block = self.spec.blocks[self.spec.name]
+            raise CodegenError(f"block {block.name} has the spec's name, which the model's own "
+                               "function takes in generated code; rename one",
+                               file=block.file, line=block.line)
         entry, _ = self.lower_body(self.spec.name, None)
         helper_order = [h for h in HELPER_ORDER if h in self.helpers]
         functions = [f for f, _ in self.functions.values()]

@@ -411,3 +411,12 @@ def test_generated_text_does_not_depend_on_the_working_directory(tmp_path, monke
     before = generate.files()
     monkeypatch.chdir(tmp_path)
     assert generate.files() == before
+
+
+def test_a_block_named_like_the_spec_is_refused():
+    text = ('spec c "t"\ndim B "b"\nblock c(X "B") -> Y:\n    Y "B" = X * 2\n'
+            'input Z "B"\nO "B" = c(Z)\noutput O\n')
+    with pytest.raises(CodegenError, match=r"^c.tspec:3: block c has the spec's name, which the "
+                                           r"model's own function takes in generated code; "
+                                           r"rename one$"):
+        lower(parse(text, file="c.tspec"), {}, backend("numpy"))
