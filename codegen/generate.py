@@ -4,15 +4,13 @@ Each file is rendered from the spec under one choice of architecture (the seeds'
 every other choice): byte-identical on every run, headed by the spec's name and content hash.
 """
 
-import difflib
 from pathlib import Path
 
 from codegen.backends import backend as backend_named
 from codegen.lower import lower
 from codegen.render import render
 from spec import api
-from spec.errors import UsageError
-from spec.files import write_atomic
+from spec.files import stale_diff, write_atomic
 from spec.model import Spec
 
 # generated/<backend>/<name>.py: the choices each file is generated under
@@ -39,11 +37,7 @@ def files(backend: str = "numpy") -> dict[str, str]:
 
 
 def default_dir() -> Path:
-    root = api.checkout()
-    if root is None:
-        raise UsageError("tspec is not running from a project checkout, so generated code has "
-                         "no default place: give --out DIR")
-    return root / "generated"
+    return api.in_checkout("generated", "generated code", "--out DIR")
 
 
 def write(out: Path, backend: str = "numpy") -> list[Path]:
@@ -57,14 +51,4 @@ def write(out: Path, backend: str = "numpy") -> list[Path]:
 
 def stale(out: Path, backend: str = "numpy") -> str:
     """A unified diff of every file that differs from what generation gives; '' when none."""
-    diffs = []
-    for relative, text in files(backend).items():
-        path = out / relative
-        try:
-            current = path.read_text(encoding="utf-8")
-        except OSError:
-            current = ""
-        if current != text:
-            diffs.append("".join(difflib.unified_diff(
-                current.splitlines(True), text.splitlines(True), str(path), "generated")))
-    return "".join(diffs)
+    return "".join(stale_diff(out / relative, text) for relative, text in files(backend).items())

@@ -60,6 +60,16 @@ def checkout() -> Path | None:
     return root if (root / "pyproject.toml").is_file() and (root / "tests").is_dir() else None
 
 
+def in_checkout(relative: str | Path, what: str, option: str) -> Path:
+    """The default place of a generated file or folder: ``relative`` in the checkout; outside
+    one there is no default and ``option`` must say where."""
+    root = checkout()
+    if root is None:
+        raise UsageError(f"tspec is not running from a project checkout, so {what} has no "
+                         f"default place: give {option}")
+    return root / relative
+
+
 def resolve_spec(name: str, base_dir: Path | None = None) -> Spec:
     """A spec by built-in name, or by path (relative to base_dir when given)."""
     builtin = builtin_specs()

@@ -4,12 +4,10 @@ The report is generated, never edited by hand: ``tspec audit --check`` (and the 
 when the committed file differs from what the specs produce now.
 """
 
-import difflib
 from pathlib import Path
 
 from spec import api
-from spec.errors import UsageError
-from spec.files import write_atomic
+from spec.files import stale_diff, write_atomic
 from spec.findings import Finding
 
 REPO = api.SPEC_DIR.parent
@@ -109,11 +107,7 @@ def render() -> str:
 
 def default_path() -> Path:
     """docs/seed-audit.md in the checkout; outside one there is no default."""
-    root = api.checkout()
-    if root is None:
-        raise UsageError("tspec is not running from a project checkout, so the report has no "
-                         "default place: give --out PATH")
-    return root / AUDIT_NAME
+    return api.in_checkout(AUDIT_NAME, "the report", "--out PATH")
 
 
 def write(path: Path) -> None:
@@ -122,12 +116,4 @@ def write(path: Path) -> None:
 
 def stale(path: Path) -> str | None:
     """None when the committed report is current; else a unified diff."""
-    fresh = render()
-    try:
-        current = path.read_text(encoding="utf-8")
-    except OSError:
-        current = ""
-    if current == fresh:
-        return None
-    return "".join(difflib.unified_diff(current.splitlines(True), fresh.splitlines(True),
-                                        str(path), "generated"))
+    return stale_diff(path, render()) or None

@@ -234,16 +234,20 @@ def _audit(args) -> int:
     from spec import audit
     path = args.out or audit.default_path()
     if args.check:
-        diff = audit.stale(path)
-        if diff:
-            print(diff, end="")
-            print(f"tspec: {display_path(str(path))} is stale; run `tspec audit`",
-                  file=sys.stderr)
-            return EXIT_FINDINGS
-        print(f"{display_path(str(path))} is current")
-        return EXIT_OK
+        return _verdict_on_stale(audit.stale(path), display_path(str(path)),
+                                 f"{display_path(str(path))} is current", "tspec audit")
     audit.write(path)
     print(f"wrote {display_path(str(path))}")
+    return EXIT_OK
+
+
+def _verdict_on_stale(diff: str | None, what: str, current: str, command: str) -> int:
+    """For --check: the diff and exit 1 when generated files are stale, else exit 0."""
+    if diff:
+        print(diff, end="")
+        print(f"tspec: {what} is stale; run `{command}`", file=sys.stderr)
+        return EXIT_FINDINGS
+    print(current)
     return EXIT_OK
 
 
@@ -253,14 +257,10 @@ def _generate(args) -> int:
     backend(args.backend)
     out = args.out or generate.default_dir()
     if args.check:
-        diff = generate.stale(out, args.backend)
-        if diff:
-            print(diff, end="")
-            print(f"tspec: generated code in {display_path(str(out))} is stale; run "
-                  "`tspec generate`", file=sys.stderr)
-            return EXIT_FINDINGS
-        print(f"{display_path(str(out / args.backend))} is current")
-        return EXIT_OK
+        return _verdict_on_stale(generate.stale(out, args.backend),
+                                 f"generated code in {display_path(str(out))}",
+                                 f"{display_path(str(out / args.backend))} is current",
+                                 "tspec generate")
     for path in generate.write(out, args.backend):
         print(f"wrote {display_path(str(path))}")
     return EXIT_OK

@@ -1,5 +1,7 @@
-"""Writing generated files: whole or not at all."""
+"""Generated files: where they go by default, writing them whole, and telling when they are
+stale."""
 
+import difflib
 import os
 import tempfile
 from pathlib import Path
@@ -17,3 +19,16 @@ def write_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def stale_diff(path: str | Path, text: str) -> str:
+    """A unified diff from the file on disk (missing: empty) to ``text``; '' when they match."""
+    path = Path(path)
+    try:
+        current = path.read_text(encoding="utf-8")
+    except OSError:
+        current = ""
+    if current == text:
+        return ""
+    return "".join(difflib.unified_diff(current.splitlines(True), text.splitlines(True),
+                                        str(path), "generated"))
