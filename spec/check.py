@@ -272,25 +272,21 @@ class _Run:
         for let in self.lets:
             if not self.prover.norm(let.expr).free_symbols:
                 continue      # a value: check_constraints has judged it
+            failure = self.size_failure(let.expr, derived_whole=False)
+            if failure is None:
+                continue
+            kind, verdict, what = failure
             numerator, denominator = sympy.fraction(sympy.together(let.expr))
-            for kind, verdict, what, hint in (
-                    ("not-integral", self.prover.integral(let.expr), "a whole number",
-                     (f"add the constraint `require {format_expr(numerator)} % "
-                      f"{format_expr(denominator)} == 0`")),
-                    ("out-of-range", None, "at least 1",
-                     f"add the constraint `require {let.text} >= 1`")):
-                if verdict is None:
-                    verdict = self.prover.at_most(1, let.expr, derived_whole=False)
-                if verdict.proved:
-                    continue
-                self.add(Finding(
-                    kind="unproved" if verdict.unknown else kind,
-                    message=f"derived dim {let.dim} = {let.text} is not {what} for every "
-                            "size the constraints allow",
-                    file=let.file, line=let.line, equation=f"let {let.dim} = {let.text}",
-                    counterexample=dict(verdict.counterexample) if verdict.counterexample
-                    else None, dims=self.dim_values(let.expr.free_symbols), hint=hint))
-                break        # positivity means little for a size that is not whole
+            hint = (f"add the constraint `require {format_expr(numerator)} % "
+                    f"{format_expr(denominator)} == 0`") if kind == "not-integral" else \
+                f"add the constraint `require {let.text} >= 1`"
+            self.add(Finding(
+                kind="unproved" if verdict.unknown else kind,
+                message=f"derived dim {let.dim} = {let.text} is not {what} for every "
+                        "size the constraints allow",
+                file=let.file, line=let.line, equation=f"let {let.dim} = {let.text}",
+                counterexample=dict(verdict.counterexample) if verdict.counterexample
+                else None, dims=self.dim_values(let.expr.free_symbols), hint=hint))
         scope = _Scope(self, "", {}, None)
         self.check_body(scope, select(self.spec.body, self.choices), [], self.spec.outputs,
                         "the model")
@@ -576,24 +572,38 @@ class _Run:
         for size in sizes:
             if isinstance(size, sympy.Symbol) or (size.is_Integer and size >= 1):
                 continue
-            whole = self.prover.integral(size)
-            positive = self.prover.at_most(1, size) if whole.proved else Verdict(True)
-            for kind, verdict, what, hint in (
-                    ("not-integral", whole, "a whole number",
-                     "add a divisibility constraint (`require ... % ... == 0`)"),
-                    ("out-of-range", positive, "at least 1",
-                     f"add the constraint `require {format_expr(size)} >= 1`"
-                     if size.free_symbols else "fix the declared shape: a size is at least 1")):
-                if verdict.proved:
-                    continue
-                self.add(Finding(
-                    kind="unproved" if verdict.unknown else kind,
-                    message=f"size {format_expr(size)} in the declared shape of {decl.name} "
-                            f"is not {what} for every allowed size",
-                    file=decl.file, line=decl.line, tensor=scope.qualified(decl.name),
-                    expected=shape.text(),
-                    counterexample=dict(verdict.counterexample) if verdict.counterexample
-                    else None, dims=self.dim_values(size.free_symbols), hint=hint))
+            failure = self.size_failure(size)
+            if failure is None:
+                continue
+            kind, verdict, what = failure
+            if kind == "not-integral":
+                hint = "add a divisibility constraint (`require ... % ... == 0`)"
+            elif size.free_symbols:
+                hint = f"add the constraint `require {format_expr(size)} >= 1`"
+            else:
+                hint = "fix the declared shape: a size is at least 1"
+            self.add(Finding(
+                kind="unproved" if verdict.unknown else kind,
+                message=f"size {format_expr(size)} in the declared shape of {decl.name} "
+                        f"is not {what} for every allowed size",
+                file=decl.file, line=decl.line, tensor=scope.qualified(decl.name),
+                expected=shape.text(),
+                counterexample=dict(verdict.counterexample) if verdict.counterexample
+                else None, dims=self.dim_values(size.free_symbols), hint=hint))
+
+    def size_failure(self, size, derived_whole: bool = True) -> tuple[str, Verdict, str] | None:
+        """The first way a size can fail to be a positive whole number for some allowed sizes:
+        (finding kind, verdict, what it is not), or None when it is proved.
+
+        ``derived_whole`` lets counterexamples assume derived dims whole; a derived dim's own
+        positivity may not assume it."""
+        whole = self.prover.integral(size)
+        if not whole.proved:
+            return "not-integral", whole, "a whole number"
+        positive = self.prover.at_most(1, size, derived_whole=derived_whole)
+        if not positive.proved:
+            return "out-of-range", positive, "at least 1"
+        return None
 
     def check_equation(self, scope: _Scope, record: Equation, declared: TensorDecl | None):
         scope.equation = record
