@@ -333,6 +333,7 @@ class Prover:
         derived = [(s, e) for s, e in self.substitution.items() if s not in self.values
                    and e.free_symbols <= set(order)]
         facts = [f for f in self.facts if f.free_symbols <= set(order)]
+        must_be_whole = [e for _, e in derived] if derived_whole else []
         tried = 0
         for total in range(len(order), len(order) * SEARCH_MAX + 1):
             for combo in _compositions(total, len(order), SEARCH_MAX):
@@ -340,12 +341,9 @@ class Prover:
                 if tried > SEARCH_BUDGET:
                     return UNKNOWN
                 values = dict(zip(order, combo))
+                if not _admissible(values, must_be_whole, facts):
+                    continue
                 try:
-                    if derived_whole and not all(is_whole(evaluate(e, values))
-                                                 for _, e in derived):
-                        continue
-                    if not all(evaluate(f, values) for f in facts):
-                        continue
                     if fails(values):
                         shown = {**values, **{s: evaluate(e, values) for s, e in derived}}
                         return Verdict(False, tuple((str(s), _number(v)) for s, v in
@@ -382,12 +380,8 @@ class Prover:
         rng = random.Random(0)
         for _ in range(SEARCH_BUDGET):
             values = {s: int(2 ** rng.uniform(0, 16)) for s in symbols}
-            try:
-                if all(is_whole(evaluate(e, values)) for e in derived) and \
-                        all(evaluate(f, values) for f in self.facts):
-                    return True
-            except ZeroDivisionError:
-                continue
+            if _admissible(values, derived, self.facts):
+                return True
         return False
 
     def _linear_infeasible(self) -> bool:
@@ -402,6 +396,16 @@ class Prover:
         full = {**values}
         return [c for c, f in zip(self.constraints, self.facts)
                 if f.free_symbols <= set(full) and not evaluate(f, full)]
+
+
+def _admissible(values: dict, derived: list, facts: list) -> bool:
+    """Sizes the spec allows: every derived dim in ``derived`` a positive whole number and
+    every fact true (sizes that divide by zero are not allowed)."""
+    try:
+        return all(is_whole(evaluate(e, values)) for e in derived) and \
+            all(evaluate(f, values) for f in facts)
+    except ZeroDivisionError:
+        return False
 
 
 def _number(value):
