@@ -83,8 +83,7 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
 
 
 def _inputs(spec, choices, sizes):
-    symbols = spec.symbols()
-    values = {symbols[k]: v for k, v in sizes.items()}
+    values = weights.concrete_values(spec, choices, sizes)
     for s in select(spec.body, choices):
         if isinstance(s, TensorDecl) and s.role == "input":
             shape = tuple(int(evaluate(d, values)) for d in s.shape.dims)

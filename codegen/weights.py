@@ -15,23 +15,30 @@ import sympy
 
 from spec.errors import UsageError, VariantError
 from spec.model import BlockCall, Let, Spec, TensorDecl, select
-from spec.prove import evaluate
+from spec.prove import Prover, evaluate
 
 
 class WeightsError(VariantError):
     """Parameters that do not fit the spec: missing, unexpected, or of the wrong shape."""
 
 
+def concrete_values(spec: Spec, choices: dict[str, str], dims: dict[str, int]) -> dict:
+    """Dim symbol -> value for every dim that has one: given, bound by the spec, or derived
+    from those (through the prover's own composition of derived dims)."""
+    symbols = spec.symbols()
+    lets = {symbols[s.dim]: s.expr for s in select(spec.body, spec.choice_values(choices))
+            if isinstance(s, Let)}
+    given = {name: dim.value for name, dim in spec.dims.items() if dim.value is not None}
+    given |= dims
+    prover = Prover(list(symbols.values()), [], lets, {symbols[n]: v for n, v in given.items()})
+    return {symbol: evaluate(expr, {}) for symbol, expr in prover.substitution.items()
+            if not expr.free_symbols}
+
+
 def expected_shapes(spec: Spec, choices: dict[str, str], dims: dict[str, int]) -> dict:
     """Every parameter's flat name and concrete shape (family axis first), in spec order."""
     chosen = spec.choice_values(choices)
-    symbols = spec.symbols()
-    lets = {symbols[s.dim]: s.expr for s in select(spec.body, chosen) if isinstance(s, Let)}
-    values = {symbols[n]: v for n, v in dims.items()}
-    for _ in range(len(lets) + 1):
-        for symbol, expr in lets.items():
-            if symbol not in values and expr.free_symbols <= set(values):
-                values[symbol] = evaluate(expr, values)
+    values = concrete_values(spec, chosen, dims)
     out: dict[str, tuple[int, ...]] = {}
 
     def size(expr, where):
