@@ -29,7 +29,6 @@ from spec.model import (
     Block,
     BlockCall,
     Equation,
-    Let,
     OpNode,
     ScalarExpr,
     Spec,
@@ -37,6 +36,7 @@ from spec.model import (
     TensorRef,
     select,
 )
+from spec.model import lets as derived_dims
 from spec.ops import ATOM, OPS, Operand, Value, wrap
 from spec.shape import Shape, format_expr
 
@@ -64,8 +64,7 @@ class _Lowerer:
         self.choices = choices
         self.backend = backend
         symbols = spec.symbols()
-        self.lets = {symbols[s.dim]: s.expr for s in select(spec.body, choices)
-                     if isinstance(s, Let)}
+        self.lets = {symbols[let.dim]: let.expr for let in derived_dims(spec, choices)}
         self.functions: dict[str, tuple[ir.Function, _Signature]] = {}
         self.helpers: list[str] = []
         self.params_classes: list[ir.ParamsClass] = []

@@ -14,7 +14,8 @@ import numpy as np
 import sympy
 
 from spec.errors import UsageError, VariantError
-from spec.model import BlockCall, Let, Spec, TensorDecl, select
+from spec.model import BlockCall, Spec, TensorDecl, select
+from spec.model import lets as derived_dims
 from spec.prove import Prover, evaluate
 
 
@@ -26,8 +27,8 @@ def concrete_values(spec: Spec, choices: dict[str, str], dims: dict[str, int]) -
     """Dim symbol -> value for every dim that has one: given, bound by the spec, or derived
     from those (through the prover's own composition of derived dims)."""
     symbols = spec.symbols()
-    lets = {symbols[s.dim]: s.expr for s in select(spec.body, spec.choice_values(choices))
-            if isinstance(s, Let)}
+    lets = {symbols[let.dim]: let.expr
+            for let in derived_dims(spec, spec.choice_values(choices))}
     given = {name: dim.value for name, dim in spec.dims.items() if dim.value is not None}
     given |= dims
     prover = Prover(list(symbols.values()), [], lets, {symbols[n]: v for n, v in given.items()})

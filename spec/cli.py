@@ -20,7 +20,7 @@ from pathlib import Path
 from spec import api
 from spec.errors import TspecError
 from spec.findings import KINDS, display_path, to_json
-from spec.model import Let, select
+from spec.model import lets as derived_dims
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 141     # 128 + SIGPIPE, as a shell reports `yes | head`
@@ -217,7 +217,7 @@ def _variant_header(variant) -> list[str]:
         lines.append("   choices: " + ", ".join(
             f"{name}={value}{'' if name in variant.choices else ' (default)'}"
             for name, value in chosen.items()))
-    lets = {s.dim: s.text for s in select(spec.body, chosen) if isinstance(s, Let)}
+    lets = {let.dim: let.text for let in derived_dims(spec, chosen)}
     given = [f"{name}={value}" for name, value in variant.dims.items()]
     bound = [f"{name}={dim.value}" for name, dim in spec.dims.items()
              if dim.value is not None and name not in variant.dims]

@@ -238,6 +238,11 @@ class Spec:
         return values
 
 
+def lets(spec: "Spec", choices: dict[str, str]) -> list["Let"]:
+    """The derived dims in force under these choice values (all of them set)."""
+    return [s for s in select(spec.body, choices) if isinstance(s, Let)]
+
+
 def select(statements: list, choices: dict[str, str]) -> list:
     """The statements that apply under these choice values, with every `when` resolved."""
     out = []
