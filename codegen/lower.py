@@ -230,11 +230,14 @@ class _Body:
         for decl in inputs:
             self.decls[decl.name] = decl
         arguments = []
+        self.bound: set[str] = set()       # dim names the arguments so far bind in jaxtyping
         for decl in inputs:
             shape = self.require_shape(decl)
             self.values[decl.name] = Operand(decl.name, Value(shape, decl.dtype, tensor=decl.name))
-            arguments.append(ir.Argument(decl.name, self.annotation(decl, shape, arguments),
+            arguments.append(ir.Argument(decl.name, self.annotation(decl, shape, self.bound),
                                          shape.text()))
+            self.bound |= {str(d) for d in shape.dims + (shape.family,)
+                           if isinstance(d, sympy.Symbol)}
             self.add_sources(decl.name, shape, family_source=False)
             if decl.dtype == "float" and self.float_source is None:
                 self.float_source = decl.name
@@ -244,8 +247,7 @@ class _Body:
                 code = f'params["{decl.name}"]'
                 self.values[decl.name] = Operand(code, Value(shape, decl.dtype,
                                                              tensor=decl.name))
-                self.fields.append(ir.Field(decl.name, self.annotation(decl, shape,
-                                                                       checked=False),
+                self.fields.append(ir.Field(decl.name, self.annotation(decl, shape),
                                             decl.meaning))
                 self.add_sources(code, shape, family_source=True)
                 if decl.dtype == "float" and self.float_source is None:
@@ -277,24 +279,24 @@ class _Body:
                 shape.family not in self.sources:
             self.sources[shape.family] = f"{code}.shape[0]"
 
-    def annotation(self, decl: TensorDecl, shape: Shape, earlier=(), checked=True) -> str:
-        """jaxtyping's annotation: dims by name, the family axis first (#: may be shared)."""
-        bound = set()
-        for argument in earlier:
-            bound |= {sympy.Symbol(token.lstrip("#"))
-                      for token in argument.annotation.split('"')[1].split()
-                      if token.lstrip("#").isidentifier()}
+    def annotation(self, decl: TensorDecl, shape: Shape, bound: set[str] | None = None) -> str:
+        """jaxtyping's annotation: dims by name, the family axis first (#: may be shared).
+
+        ``bound``: for a checked signature, the dim names earlier arguments bind; an axis
+        written as an expression of other names becomes "_" (jaxtyping could not evaluate it).
+        None: an unchecked annotation (a parameter container's field), written in full."""
+        bound = None if bound is None else set(bound)
         axes = []
         if shape.family is not None:
             prefix = "#" if decl.role == "input" and self.block is not None else ""
             axes.append(prefix + format_expr(shape.family).replace(" ", ""))
         for dim in shape.dims:
             text = format_expr(dim).replace(" ", "")
-            if checked and not isinstance(dim, sympy.Symbol) and not dim.is_Integer and \
-                    not {sympy.Symbol(str(s)) for s in dim.free_symbols} <= bound:
+            if bound is not None and not isinstance(dim, sympy.Symbol) and \
+                    not dim.is_Integer and not {str(s) for s in dim.free_symbols} <= bound:
                 text = "_"           # jaxtyping could not evaluate it yet: not checked
-            if isinstance(dim, sympy.Symbol):
-                bound.add(sympy.Symbol(str(dim)))
+            if bound is not None and isinstance(dim, sympy.Symbol):
+                bound.add(str(dim))
             axes.append(text)
         kind = DTYPE_CLASS[decl.dtype]
         # one axis gets a leading space: a bare name in a string reads as a forward reference
@@ -426,7 +428,7 @@ class _Body:
         output_decls = [self.decls.get(o) or TensorDecl(o, "output", self.values[o].value.shape,
                                                         self.values[o].value.dtype)
                         for o in outputs]
-        annotations = [self.annotation(d, self.values[d.name].value.shape, arguments)
+        annotations = [self.annotation(d, self.values[d.name].value.shape, self.bound)
                        for d in output_decls]
         returns = annotations[0] if len(annotations) == 1 else \
             f"tuple[{', '.join(annotations)}]"
