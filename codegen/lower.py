@@ -111,7 +111,7 @@ class _Lowerer:
 # helpers in the order the module defines them, and the helpers each one calls
 HELPER_ORDER = ("subtrace", "project", "embed", "positional_encoding", "log_mask", "causal_mask",
                 "padding_mask", "relative_position_bias", "split_heads", "concat_heads",
-                "softmax", "layer_norm", "gelu", "gelu_tanh")
+                "softmax", "query_blocks", "layer_norm", "gelu", "gelu_tanh")
 HELPER_NEEDS: dict[str, tuple[str, ...]] = {}
 
 
@@ -176,6 +176,7 @@ class _Body:
         self.equations: list[ir.EquationDoc] = []
         self.sources_text: list[str] = []
         self.record = None                  # the equation being lowered, for errors
+        self.comment_names: dict = {}       # dims the shape comments show by another name
 
     # -- the CodeContext protocol of spec.ops
     def helper(self, name: str) -> str:
@@ -253,6 +254,9 @@ class _Body:
                 if decl.dtype == "float" and self.float_source is None:
                     self.float_source = code
         producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
+        blocking = _query_blocking(block, producers, self.decls)
+        if blocking is not None:
+            self.slice_inputs(blocking)
         for record in topological(producers, self.name):
             if record.source and record.source not in self.sources_text:
                 self.sources_text.append(record.source)
@@ -261,8 +265,41 @@ class _Body:
                 self.equation(record)
             else:
                 self.call(record)
+        if blocking is not None:
+            self.loop_over_query_blocks(blocking)
         outputs = [block.output] if block else list(spec.outputs)
         return self.finish(arguments, outputs)
+
+    def slice_inputs(self, blocking: "_QueryBlocking") -> None:
+        """Inputs as one query block sees them: query rows ``rows``, keys ``keys``; the shape
+        comments name the block's extents."""
+        slices = {blocking.rows: "rows", blocking.keys: "keys"}
+        for decl in self.block.inputs:
+            shape = self.values[decl.name].value.shape
+            index = [slices.get(dim, ":") for dim in shape.dims]
+            while index and index[0] == ":":         # after "...": only the trailing axes
+                index.pop(0)
+            if index:
+                self.values[decl.name] = Operand(f"{decl.name}[..., {', '.join(index)}]",
+                                                 self.values[decl.name].value)
+        self.comment_names = {dim: sympy.Symbol(name) for dim, name in slices.items()}
+
+    def loop_over_query_blocks(self, blocking: "_QueryBlocking") -> None:
+        """The body's steps inside a loop over query blocks, the blocks' outputs joined."""
+        self.helper("query_blocks")
+        output = self.block.output
+        shape = self.values[output].value.shape
+        axis = shape.dims.index(blocking.rows) - shape.rank
+        lines = ["blocks = []",
+                 (f"for rows, keys in query_blocks({blocking.mask}, "
+                  "QUERY_BLOCK if trace is None else None):")]
+        for step in self.steps:
+            lines += ["    " + line for line in step.lines]
+        lines.append(f"    blocks.append({output})")
+        lines += _commented(f"{output} = {self.xp}.concatenate(blocks, axis={axis})",
+                            shape.text())
+        self.steps = [ir.Step(tuple(lines))]
+        self.comment_names = {}
 
     def require_shape(self, decl: TensorDecl) -> Shape:
         if decl.shape is None:
@@ -329,7 +366,8 @@ class _Body:
     def assign(self, name: str, code: str, shape: Shape, dtype: str,
                lines: tuple[str, ...] | None = None) -> None:
         self.values[name] = Operand(name, Value(shape, dtype, tensor=name))
-        self.steps.append(ir.Step(lines or _commented(f"{name} = {code}", shape.text())))
+        comment = shape.subs(self.comment_names).text()
+        self.steps.append(ir.Step(lines or _commented(f"{name} = {code}", comment)))
         self.traced.append(name)
         if dtype == "float" and self.float_source is None:
             self.float_source = name
@@ -453,6 +491,102 @@ class _Body:
         return function, signature
 
 
+@dataclass(frozen=True)
+class _QueryBlocking:
+    """Attention computed a block of query rows at a time, each block over only the keys its
+    additive mask leaves visible (``query_blocks``)."""
+    rows: sympy.Symbol          # the query axis, T_q
+    keys: sympy.Symbol          # the key axis, T_kv
+    mask: str                   # the additive mask input, L_h
+
+
+# ops under which query rows and keys stay free axes (never contracted or reduced), so that
+# computing on a slice of them gives the same slice of the result
+_FREE_AXIS_OPS = {"matmul", "transpose", "scale", "add", "sub", "mul", "div", "neg"}
+
+
+def _query_blocking(block: Block | None, producers: dict,
+                    decls: dict[str, TensorDecl]) -> _QueryBlocking | None:
+    """The blocking plan when ``block`` is exactly attention with an additive mask:
+
+        S = X + L,   A = softmax(S, axis=-1),   O = A @ V
+
+    with L (..., T_q, T_kv) and V (..., T_kv, d) inputs and X an expression of inputs in which
+    T_q and T_kv are free axes. Then each block of query rows is computed alone (rows are
+    independent), and keys after the last one the mask leaves visible to a block are dropped:
+    their scores are -inf, their weights exp(-inf) = 0 exactly, and they add nothing to A @ V.
+    None for any other block, which is lowered as written."""
+    if block is None or len(producers) != 3:
+        return None
+    inputs = {decl.name: decl for decl in block.inputs}
+    out = producers.get(block.output)
+    if not (isinstance(out, Equation) and _is_op(out.expr, "matmul", 2) and
+            all(isinstance(a, TensorRef) for a in out.expr.args)):
+        return None
+    weights, values = (a.name for a in out.expr.args)
+    attend = producers.get(weights)
+    if not (isinstance(attend, Equation) and _is_op(attend.expr, "softmax", 1) and
+            attend.expr.attr.get("axis", -1) == -1 and
+            isinstance(attend.expr.args[0], TensorRef)):
+        return None
+    score = producers.get(attend.expr.args[0].name)
+    if not (isinstance(score, Equation) and _is_op(score.expr, "add", 2)):
+        return None
+    left, right = score.expr.args
+    if not (isinstance(right, TensorRef) and right.name in inputs and values in inputs):
+        return None
+    mask, value = inputs[right.name], inputs[values]
+    if mask.shape is None or value.shape is None or mask.shape.rank < 2 or \
+            value.shape.rank < 2 or mask.dtype != "float":
+        return None
+    rows, keys = mask.shape.dims[-2:]
+    output = decls.get(block.output)
+    if not (isinstance(rows, sympy.Symbol) and isinstance(keys, sympy.Symbol) and
+            rows != keys and value.shape.dims[-2] == keys and output is not None and
+            output.shape is not None and rows in output.shape.dims and
+            keys not in output.shape.free_symbols() and
+            _free_axes(left, {rows, keys}, inputs)):
+        return None
+    return _QueryBlocking(rows, keys, mask.name)
+
+
+def _is_op(term, op: str, arity: int) -> bool:
+    return isinstance(term, OpNode) and term.op == op and len(term.args) == arity
+
+
+def _free_axes(term, axes: set, inputs: dict[str, TensorDecl]) -> bool:
+    """Whether ``term`` reads only inputs and scalars and never contracts or reduces ``axes``."""
+    if isinstance(term, ScalarExpr):
+        return True
+    if isinstance(term, TensorRef):
+        decl = inputs.get(term.name)
+        return decl is not None and decl.shape is not None
+    if not isinstance(term, OpNode) or term.op not in _FREE_AXIS_OPS:
+        return False
+    if not all(_free_axes(a, axes, inputs) for a in term.args):
+        return False
+    if term.op == "matmul":
+        contracted = _last_axis(term.args[0], inputs)
+        return contracted is not None and contracted not in axes
+    return True
+
+
+def _last_axis(term, inputs: dict[str, TensorDecl]):
+    """The dim of a term's last axis, following transposes (None when unknown)."""
+    if isinstance(term, TensorRef):
+        return inputs[term.name].shape.dims[-1]
+    if isinstance(term, OpNode) and term.op == "transpose":
+        inner = term.args[0]
+        if isinstance(inner, TensorRef):
+            return inputs[inner.name].shape.dims[-2]
+        return None
+    if isinstance(term, OpNode) and term.op == "matmul":
+        return _last_axis(term.args[1], inputs)
+    if isinstance(term, OpNode) and term.op in ("scale", "neg"):
+        return _last_axis(term.args[0], inputs)
+    return None
+
+
 def _scale_the_left_factor(term: OpNode) -> OpNode:
     """(A @ B) / c as (A / c) @ B: the same value, and in attention it scales the T x d_k
     queries instead of the T x T scores."""
@@ -493,12 +627,32 @@ def _atom(expr) -> str:
 
 def _commented(statement: str, comment: str, width: int = LINE_LENGTH) -> tuple[str, ...]:
     """A statement with its shape comment at the end, or above it when the line is long."""
-    if not comment:
-        return (statement,)
-    line = f"{statement}  # {comment}"
+    line = f"{statement}  # {comment}" if comment else statement
     if len(line) <= width:
         return (line,)
-    return (f"# {comment}", statement)
+    if len(statement) <= width:
+        return (f"# {comment}", statement) if comment else (statement,)
+    lines = _broken(statement, width)
+    if comment and lines[-1] == ")":
+        return lines[:-1] + (f")  # {comment}",)
+    return ((f"# {comment}",) if comment else ()) + lines
+
+
+def _broken(statement: str, width: int) -> tuple[str, ...]:
+    """``name = a + b`` too long for one line, as ``name = (`` / ``a`` / ``+ b`` / ``)``,
+    broken before the last top-level operator that lets the first part fit."""
+    name, _, expression = statement.partition(" = ")
+    depth, splits = 0, []
+    for index, character in enumerate(expression):
+        depth += character in "([{"
+        depth -= character in ")]}"
+        if depth == 0 and expression[index:index + 3] in (" + ", " - ", " @ ", " * "):
+            splits.append(index)
+    fitting = [i for i in splits if len(expression[:i]) + 4 <= width]
+    if not fitting:
+        return (statement,)
+    at = fitting[-1]
+    return (f"{name} = (", "    " + expression[:at], "    " + expression[at + 1:], ")")
 
 
 def _call(head: str, parts: list[str], comment: str,

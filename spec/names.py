@@ -19,6 +19,7 @@ RESERVED = frozenset({
     "cls", "erf", "trace", "layer", "i", "typechecked", "subtrace", "project", "embed",
     "positional_encoding", "log_mask", "causal_mask", "padding_mask", "relative_position_bias",
     "split_heads", "concat_heads", "softmax", "layer_norm", "gelu", "gelu_tanh",
+    "query_blocks", "QUERY_BLOCK", "rows", "keys", "blocks",
 })
 
 

@@ -67,8 +67,18 @@ def test_the_generated_module_reads_like_the_spec():
                  "multi_head_attention", "add_and_layer_norm", "feed_forward", "encoder_layer",
                  "decoder_layer", "encoder", "decoder", "transformer"):
         assert f"\ndef {name}(" in text, name
-    assert '    S_h = Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2) + L_h  # [H] B T_q T_kv\n' \
-        in text
+    assert (
+        "    blocks = []\n"
+        "    for rows, keys in query_blocks(L_h, QUERY_BLOCK if trace is None else None):\n"
+        "        S_h = (\n"
+        "            Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)\n"
+        "            + L_h[..., rows, keys]\n"
+        "        )  # [H] B rows keys\n"
+        "        A_h = softmax(S_h)  # [H] B rows keys\n"
+        "        O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v\n"
+        "        blocks.append(O_h)\n"
+        "    O_h = np.concatenate(blocks, axis=-2)  # [H] B T_q d_v\n"
+    ) in text
     assert "        S_h = Q_h @ K_h.T / sqrt(d_k) + L_h\n" in text          # plain equation
     assert "            S_{h} = \\frac{Q_{h} K_{h}^\\top}{\\sqrt{d_{k}}} + L_{h}\n" in text
     assert '    Q_proj = project(X_q, params["W_Q"])  # B T_q H*d_k\n' in text
@@ -420,3 +430,38 @@ def test_a_block_named_like_the_spec_is_refused():
                                            r"model's own function takes in generated code; "
                                            r"rename one$"):
         lower(parse(text, file="c.tspec"), {}, backend("numpy"))
+
+
+ATTENTION = ('dim B "b"\ndim T_q "q"\ndim T_kv "k"\ndim d "d"\n'
+             'block attend(Q "B T_q d", K "B T_kv d", V "B T_kv d", L "B T_q T_kv") -> O:\n'
+             '    S "B T_q T_kv" = {scores}\n'
+             '    A "B T_q T_kv" = softmax(S, axis={axis})\n'
+             '    O "B T_q d" = A @ V\n'
+             'input Q "B T_q d"\ninput K "B T_kv d"\ninput V "B T_kv d"\n'
+             'input L "B T_q T_kv"\n'
+             'O "B T_q d" = attend(Q, K, V, L)\noutput O\n')
+
+
+@pytest.mark.parametrize("scores, axis, blocked", [
+    ("Q @ K.T / sqrt(d) + L", -1, True),
+    ("Q @ K.T * 2 + L", -1, True),
+    ("Q @ K.T / sqrt(d) + L", 1, False),       # softmax over the query rows
+    ("L + Q @ K.T", -1, False),                # the mask not the last term: not recognised
+    ("Q @ K.T * L", -1, False),                # no additive mask
+])
+def test_attention_blocks_only_where_blocks_give_the_same_numbers(scores, axis, blocked):
+    spec = parse(ATTENTION.replace("{scores}", scores).replace("{axis}", str(axis)),
+                 file="a.tspec")
+    text = source(spec, {})
+    assert ("query_blocks(L, QUERY_BLOCK if trace is None else None)" in text) is blocked
+    module = load_source(text)
+    if blocked:
+        module.QUERY_BLOCK = 2
+    rng = np.random.default_rng(0)
+    Q, K, V = rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 6, 3)), \
+        rng.standard_normal((2, 6, 3))
+    L = np.where(np.tri(5, 6, dtype=bool), 0.0, -np.inf if blocked else -30.0)[None]
+    L = L.repeat(2, 0)
+    blocks = module.a(Q, K, V, L)
+    whole = module.a(Q, K, V, L, trace={})
+    np.testing.assert_allclose(blocks, whole, rtol=1e-13, atol=1e-13)

@@ -146,6 +146,33 @@ def softmax(x: Float[np.ndarray, " *shape"], axis: int = -1) -> Float[np.ndarray
     return e
 
 
+QUERY_BLOCK = 32  # query rows attention computes at once (None: all rows and keys at once)
+
+
+@typechecked
+def query_blocks(
+    L: Float[np.ndarray, "*batch T_q T_kv"], size: int | None
+) -> list[tuple[slice, slice]]:
+    """Blocks of ``size`` query rows, each with the keys the additive mask L leaves visible to
+    at least one of its rows (all keys up to the last such key).
+
+    A key after that one is -inf in every row of the block: its weight exp(-inf) = 0 exactly,
+    so dropping it changes no result (under a causal mask, a block skips every later key). A
+    block whose rows are all fully masked keeps one key, so its rows still get weights 0.
+    ``size`` None: one block of all rows and all keys, the whole score matrix at once.
+    """
+    T_q, T_kv = L.shape[-2:]
+    if size is None:
+        return [(slice(0, T_q), slice(0, T_kv))]
+    blocks = []
+    for start in range(0, T_q, size):
+        rows = slice(start, min(start + size, T_q))
+        visible = (L[..., rows, :] != -np.inf).reshape(-1, T_kv).any(axis=0)  # T_kv
+        keys = T_kv - int(visible[::-1].argmax()) if bool(visible.any()) else 1
+        blocks.append((rows, slice(0, keys)))
+    return blocks
+
+
 @typechecked
 def layer_norm(
     x: Float[np.ndarray, "*batch d"],
@@ -236,9 +263,16 @@ def scaled_dot_product_attention(
         trace: a dict that receives every named intermediate of this call
     """
     d_k = Q_h.shape[-1]
-    S_h = Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2) + L_h  # [H] B T_q T_kv
-    A_h = softmax(S_h)  # [H] B T_q T_kv
-    O_h = A_h @ V_h  # [H] B T_q d_v
+    blocks = []
+    for rows, keys in query_blocks(L_h, QUERY_BLOCK if trace is None else None):
+        S_h = (
+            Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)
+            + L_h[..., rows, keys]
+        )  # [H] B rows keys
+        A_h = softmax(S_h)  # [H] B rows keys
+        O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v
+        blocks.append(O_h)
+    O_h = np.concatenate(blocks, axis=-2)  # [H] B T_q d_v
     if trace is not None:
         trace.update(S_h=S_h, A_h=A_h, O_h=O_h)
     return O_h
