@@ -7,7 +7,8 @@ NumPy, torch.set_num_threads for PyTorch): the base encoder layer (B=8, T=128), 
 encoder-decoder stacks (B=4, T=T_dec=128, N=6, with source padding and causal target masks),
 and a GPT-2-small-shaped causal stack (B=1, T=1024, d_model=768, 12 heads, 12 layers, pre-LN,
 tanh GELU). PyTorch runs nn.TransformerEncoderLayer / nn.Transformer / nn.TransformerEncoder
-under inference_mode, its default eager path. Prints the median times, their ratio, the
+under inference_mode, its default eager path. The two sides are measured in turn, a block of
+calls each, for three rounds, so that the machine's slow spells fall on both alike. Prints the median times, their ratio, the
 achieved GFLOP/s (matrix products only) and NumPy's own sgemm rate measured in the same run.
 """
 
@@ -49,6 +50,21 @@ def main() -> None:
             times.append(time.perf_counter() - start)
         return statistics.median(times)
 
+    def paired_times(ours, theirs, repeat=args.repeat, rounds=3):
+        """Median times of two functions measured in turn, a block of calls each per round,
+        so that a slow spell of this shared machine falls on both sides alike. Each block
+        starts with an untimed call: the two libraries' thread pools wait for work in
+        different ways, and the first call after the other library ran pays for the switch."""
+        times = ([], [])
+        for _ in range(rounds):
+            for function, record in ((ours, times[0]), (theirs, times[1])):
+                function()
+                for _ in range(repeat):
+                    start = time.perf_counter()
+                    function()
+                    record.append(time.perf_counter() - start)
+        return statistics.median(times[0]), statistics.median(times[1])
+
     def sgemm_rate(m, k, n):
         a = np.random.default_rng(0).standard_normal((m, k)).astype(np.float32)
         b = np.random.default_rng(1).standard_normal((k, n)).astype(np.float32)
@@ -79,10 +95,10 @@ def main() -> None:
     L = np.zeros((1, B, T, T), dtype=np.float32)
     x_torch = torch.tensor(x)
     with torch.inference_mode():
-        theirs = median_time(lambda: layer(x_torch))
         difference = np.abs(layer(x_torch).numpy() - module.encoder_layer(x, L, ours_params,
                                                                           H=H)).max()
-    ours = median_time(lambda: module.encoder_layer(x, L, ours_params, H=H))
+        ours, theirs = paired_times(lambda: module.encoder_layer(x, L, ours_params, H=H),
+                                    lambda: layer(x_torch))
     rows.append(("base encoder layer (B=8, T=128)", ours, theirs,
                  layer_flops(B, T, T, d, d_ff), sgemm_rate(B * T, d, d_ff), difference))
 
@@ -115,11 +131,9 @@ def main() -> None:
                      memory_key_padding_mask=padding, tgt_is_causal=True)
 
     with torch.inference_mode():
-        theirs = median_time(theirs_stacks)
         reference = theirs_stacks().numpy()
-    ours_output = ours_stacks()
-    difference = np.abs(reference - ours_output).max()
-    ours = median_time(ours_stacks)
+        ours, theirs = paired_times(ours_stacks, theirs_stacks)
+    difference = np.abs(reference - ours_stacks()).max()
     flops = N * layer_flops(B, T, T, d, d_ff) + N * (layer_flops(B, T, T, d, d_ff)
                                                      + 8 * B * T * d * d + 4 * B * T * T * d)
     rows.append(("base encoder-decoder (B=4, T=T_dec=128)", ours, theirs, flops,
@@ -144,13 +158,11 @@ def main() -> None:
     causal = torch.nn.Transformer.generate_square_subsequent_mask(T)
     y_torch = torch.tensor(y)
     with torch.inference_mode():
-        theirs = median_time(lambda: stack(y_torch, mask=causal, is_causal=True),
-                             max(1, args.repeat // 2))
         reference = stack(y_torch, mask=causal, is_causal=True).numpy()
-    ours_output = module.encoder(y, L_causal, params["decoder"], H=H)
-    difference = np.abs(reference - ours_output).max()
-    ours = median_time(lambda: module.encoder(y, L_causal, params["decoder"], H=H),
-                       max(1, args.repeat // 2))
+        ours, theirs = paired_times(
+            lambda: module.encoder(y, L_causal, params["decoder"], H=H),
+            lambda: stack(y_torch, mask=causal, is_causal=True), max(1, args.repeat // 2), rounds=2)
+    difference = np.abs(reference - module.encoder(y, L_causal, params["decoder"], H=H)).max()
     rows.append(("GPT-2-small causal stack (B=1, T=1024)", ours, theirs,
                  N * layer_flops(B, T, T, d, d_ff), sgemm_rate(B * T, d, d_ff), difference))
 
