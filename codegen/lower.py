@@ -22,6 +22,7 @@ from sympy.printing.pycode import PythonCodePrinter
 from codegen import ir
 from codegen.backends import Backend
 from spec.api import SPEC_DIR
+from spec.attention import AttentionCore, attention_core
 from spec.check import check, topological
 from spec.errors import CodegenError
 from spec.latex import name_latex
@@ -37,7 +38,7 @@ from spec.model import (
     select,
 )
 from spec.model import lets as derived_dims
-from spec.ops import ATOM, OPS, Operand, Value, wrap
+from spec.ops import ATOM, OPS, Operand, Unchecked, Value, wrap
 from spec.shape import Shape, format_expr
 
 LINE_LENGTH = 96      # 100 less the function body's indent
@@ -129,30 +130,6 @@ class _Printer(PythonCodePrinter):
 
     def _print_Symbol(self, expr):
         return expr.name
-
-
-class _Shapes:
-    """The shape rules' context with nothing left to prove (the spec is proved)."""
-
-    def __init__(self, where: str):
-        self.where = where
-
-    def equal(self, a, b, what, broadcast=False):
-        return a
-
-    def divides(self, divisor, n, what):
-        return None
-
-    def at_most(self, a, b, what):
-        return None
-
-    def shape(self, value, rank, role, like=None):
-        if value.shape is None:
-            raise CodegenError(f"{self.where}: {value.tensor} has no stated shape")
-        return value.shape
-
-    def error(self, message):
-        return CodegenError(f"{self.where}: {message}")
 
 
 class _Body:
@@ -254,7 +231,7 @@ class _Body:
                 if decl.dtype == "float" and self.float_source is None:
                     self.float_source = code
         producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
-        blocking = _query_blocking(block, producers, self.decls)
+        blocking = attention_core(block, producers, self.decls)
         if blocking is not None:
             self.slice_inputs(blocking)
         for record in topological(producers, self.name):
@@ -270,7 +247,7 @@ class _Body:
         outputs = [block.output] if block else list(spec.outputs)
         return self.finish(arguments, outputs)
 
-    def slice_inputs(self, blocking: "_QueryBlocking") -> None:
+    def slice_inputs(self, blocking: AttentionCore) -> None:
         """Inputs as one query block sees them: query rows ``rows``, keys ``keys``; the shape
         comments name the block's extents."""
         slices = {blocking.rows: "rows", blocking.keys: "keys"}
@@ -284,7 +261,7 @@ class _Body:
                                                  self.values[decl.name].value)
         self.comment_names = {dim: sympy.Symbol(name) for dim, name in slices.items()}
 
-    def loop_over_query_blocks(self, blocking: "_QueryBlocking") -> None:
+    def loop_over_query_blocks(self, blocking: AttentionCore) -> None:
         """The body's steps inside a loop over query blocks, the blocks' outputs joined."""
         self.helper("query_blocks")
         output = self.block.output
@@ -349,7 +326,7 @@ class _Body:
         term = _scale_the_left_factor(term)
         args = [self.operand(a) for a in term.args]
         op = OPS[term.op]
-        value = op.infer(_Shapes(self.name), [a.value for a in args], term.attr)
+        value = op.infer(Unchecked(self.name, CodegenError), [a.value for a in args], term.attr)
         code, precedence, *called = op.code(self, args, term.attr)
         return Operand(code, value, precedence, called[0] if called else None)
 
@@ -489,102 +466,6 @@ class _Body:
         signature = _Signature(tuple(keywords), tuple(self.runtimes), params_class,
                                output_decls[0])
         return function, signature
-
-
-@dataclass(frozen=True)
-class _QueryBlocking:
-    """Attention computed a block of query rows at a time, each block over only the keys its
-    additive mask leaves visible (``query_blocks``)."""
-    rows: sympy.Symbol          # the query axis, T_q
-    keys: sympy.Symbol          # the key axis, T_kv
-    mask: str                   # the additive mask input, L_h
-
-
-# ops under which query rows and keys stay free axes (never contracted or reduced), so that
-# computing on a slice of them gives the same slice of the result
-_FREE_AXIS_OPS = {"matmul", "transpose", "scale", "add", "sub", "mul", "div", "neg"}
-
-
-def _query_blocking(block: Block | None, producers: dict,
-                    decls: dict[str, TensorDecl]) -> _QueryBlocking | None:
-    """The blocking plan when ``block`` is exactly attention with an additive mask:
-
-        S = X + L,   A = softmax(S, axis=-1),   O = A @ V
-
-    with L (..., T_q, T_kv) and V (..., T_kv, d) inputs and X an expression of inputs in which
-    T_q and T_kv are free axes. Then each block of query rows is computed alone (rows are
-    independent), and keys after the last one the mask leaves visible to a block are dropped:
-    their scores are -inf, their weights exp(-inf) = 0 exactly, and they add nothing to A @ V.
-    None for any other block, which is lowered as written."""
-    if block is None or len(producers) != 3:
-        return None
-    inputs = {decl.name: decl for decl in block.inputs}
-    out = producers.get(block.output)
-    if not (isinstance(out, Equation) and _is_op(out.expr, "matmul", 2) and
-            all(isinstance(a, TensorRef) for a in out.expr.args)):
-        return None
-    weights, values = (a.name for a in out.expr.args)
-    attend = producers.get(weights)
-    if not (isinstance(attend, Equation) and _is_op(attend.expr, "softmax", 1) and
-            attend.expr.attr.get("axis", -1) == -1 and
-            isinstance(attend.expr.args[0], TensorRef)):
-        return None
-    score = producers.get(attend.expr.args[0].name)
-    if not (isinstance(score, Equation) and _is_op(score.expr, "add", 2)):
-        return None
-    left, right = score.expr.args
-    if not (isinstance(right, TensorRef) and right.name in inputs and values in inputs):
-        return None
-    mask, value = inputs[right.name], inputs[values]
-    if mask.shape is None or value.shape is None or mask.shape.rank < 2 or \
-            value.shape.rank < 2 or mask.dtype != "float":
-        return None
-    rows, keys = mask.shape.dims[-2:]
-    output = decls.get(block.output)
-    if not (isinstance(rows, sympy.Symbol) and isinstance(keys, sympy.Symbol) and
-            rows != keys and value.shape.dims[-2] == keys and output is not None and
-            output.shape is not None and rows in output.shape.dims and
-            keys not in output.shape.free_symbols() and
-            _free_axes(left, {rows, keys}, inputs)):
-        return None
-    return _QueryBlocking(rows, keys, mask.name)
-
-
-def _is_op(term, op: str, arity: int) -> bool:
-    return isinstance(term, OpNode) and term.op == op and len(term.args) == arity
-
-
-def _free_axes(term, axes: set, inputs: dict[str, TensorDecl]) -> bool:
-    """Whether ``term`` reads only inputs and scalars and never contracts or reduces ``axes``."""
-    if isinstance(term, ScalarExpr):
-        return True
-    if isinstance(term, TensorRef):
-        decl = inputs.get(term.name)
-        return decl is not None and decl.shape is not None
-    if not isinstance(term, OpNode) or term.op not in _FREE_AXIS_OPS:
-        return False
-    if not all(_free_axes(a, axes, inputs) for a in term.args):
-        return False
-    if term.op == "matmul":
-        contracted = _last_axis(term.args[0], inputs)
-        return contracted is not None and contracted not in axes
-    return True
-
-
-def _last_axis(term, inputs: dict[str, TensorDecl]):
-    """The dim of a term's last axis, following transposes (None when unknown)."""
-    if isinstance(term, TensorRef):
-        return inputs[term.name].shape.dims[-1]
-    if isinstance(term, OpNode) and term.op == "transpose":
-        inner = term.args[0]
-        if isinstance(inner, TensorRef):
-            return inputs[inner.name].shape.dims[-2]
-        return None
-    if isinstance(term, OpNode) and term.op == "matmul":
-        return _last_axis(term.args[1], inputs)
-    if isinstance(term, OpNode) and term.op in ("scale", "neg"):
-        return _last_axis(term.args[0], inputs)
-    return None
 
 
 def _scale_the_left_factor(term: OpNode) -> OpNode:

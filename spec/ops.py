@@ -186,6 +186,40 @@ def axis_index(ctx: Context, axis: int, rank: int, op: str) -> int:
     return axis % rank
 
 
+class Unchecked:
+    """The shape rules' context for a proved spec: nothing left to prove, so every claim is
+    taken as true; ``error`` builds the caller's own error kind."""
+
+    def __init__(self, where: str, error_class=SpecError):
+        self.where = where
+        self.error_class = error_class
+
+    def equal(self, a, b, what, broadcast=False):
+        return a
+
+    def divides(self, divisor, n, what):
+        return None
+
+    def at_most(self, a, b, what):
+        return None
+
+    def shape(self, value, rank, role, like=None):
+        if value.shape is None:
+            raise self.error_class(f"{self.where}: {value.tensor} has no stated shape")
+        return value.shape
+
+    def error(self, message):
+        return self.error_class(f"{self.where}: {message}")
+
+
+def numel(value: Value) -> sympy.Basic:
+    """The number of elements of a tensor value (family members included), 1 for a scalar."""
+    if value.is_scalar or value.shape is None:
+        return sympy.Integer(1)
+    size = sympy.Mul(*value.shape.dims)
+    return size if value.shape.family is None else size * value.shape.family
+
+
 # ---------------------------------------------------------------------------------------------
 # The catalogue
 
@@ -202,6 +236,7 @@ class Op:
     attrs: dict = field(default_factory=dict)
     precedence: int = 100      # for LaTeX parentheses: 100 atoms/functions, 50 products, 40 sums
     group_right: bool = False  # a right operand of equal precedence is bracketed: a - (b - c)
+    per_element: int = 0       # FLOPs per output element (0: data movement, no arithmetic)
 
     def fraction(self, attrs: dict) -> bool:
         """Whether the LaTeX form is a \\frac, whose parts need no brackets."""
@@ -216,6 +251,17 @@ class Op:
     def code(self, ctx: CodeContext, args: list[Operand], attrs: dict) -> tuple[str, int]:
         """Python code for the op applied to its operands, and that code's precedence."""
         raise NotImplementedError
+
+    def flops(self, args: list[Value], out: Value, attrs: dict) -> sympy.Basic:
+        """Floating-point operations of one application, in the dims: ``per_element`` for
+        each output element (one per arithmetic operation or function evaluation); matrix
+        products count a multiply and an add per term."""
+        return self.per_element * numel(out)
+
+    @property
+    def kind(self) -> str:
+        """'matmul' for the products whose FLOPs scaling-law counts keep, 'other' else."""
+        return "other"
 
 
 @dataclass(frozen=True)
@@ -368,6 +414,13 @@ class MatMul(Op):
     def latex(self, args, attrs):
         return f"{args[0]} {args[1]}"
 
+    def flops(self, args, out, attrs):
+        return 2 * numel(out) * args[0].shape.dims[-1]       # multiply and add per term
+
+    @property
+    def kind(self):
+        return "matmul"
+
     def code(self, ctx, args, attrs):
         a, b = align(*args)
         left, right = a.value.shape, b.value.shape
@@ -443,6 +496,12 @@ class Softmax(Op):
 @dataclass(frozen=True)
 class LayerNorm(Op):
     """LayerNorm(X; gamma, beta) over the last axis; gamma and beta have X's last dim."""
+
+    def flops(self, args, out, attrs):
+        # per element: the mean's sum, the subtraction, the square, the variance's sum, the
+        # normalising product, gamma and beta; per row: + eps, the square root, the reciprocal
+        rows = numel(out) / out.shape.dims[-1]
+        return 7 * numel(out) + 3 * rows
 
     def infer(self, ctx, args, attrs):
         x, gamma, beta = args
@@ -687,6 +746,18 @@ class Einsum(Op):
                     ctx.equal(sizes[letter], dim, f"einsum axis {letter!r}")
         return Value(Shape(tuple(sizes[c] for c in output)), result_dtype(args))
 
+    def flops(self, args, out, attrs):
+        inputs, _ = (part.replace(" ", "") for part in attrs["spec"].split("->"))
+        sizes = {}
+        for letters, value in zip(inputs.split(","), args):
+            sizes.update(zip(letters, value.shape.dims))
+        terms = sympy.Mul(*sizes.values())
+        return (2 if len(args) > 1 else 1) * terms    # a multiply and an add per term
+
+    @property
+    def kind(self):
+        return "matmul"
+
     def latex(self, args, attrs):
         return f"\\mathrm{{einsum}}_{{\\texttt{{{attrs['spec']}}}}}\\left({', '.join(args)}\\right)"
 
@@ -721,24 +792,33 @@ OPS: dict[str, Op] = _ops(
     Einsum("einsum", "tensor contraction by an index pattern", precedence=100),
     Transpose("transpose", "swap the last two axes", ("tensor",), precedence=90),
     Binary("add", "element-wise sum, broadcasting", symbol="+", latex_symbol="+",
-           precedence=40),
+           precedence=40, per_element=1),
     Binary("sub", "element-wise difference, broadcasting", symbol="-", latex_symbol="-",
-           precedence=40, group_right=True),
+           precedence=40, group_right=True, per_element=1),
     Binary("mul", "element-wise product, broadcasting", symbol="*", latex_symbol="\\odot",
-           precedence=50, group_right=True),
+           precedence=50, group_right=True, per_element=1),
     Binary("div", "element-wise quotient, broadcasting", symbol="/", latex_symbol="/",
-           precedence=100),
-    Scale("scale", "multiply or divide by a scalar expression over dims", precedence=50),
-    Negate("neg", "element-wise negation", ("tensor",), precedence=45),
-    Power("pow", "element-wise power by a scalar", ("tensor", "value"), precedence=70),
-    Maximum("maximum", "element-wise maximum, broadcasting", ("value", "value")),
-    Elementwise("log", "element-wise natural logarithm", latex_name="\\log"),
-    Elementwise("exp", "element-wise exponential", latex_name="\\exp"),
-    Elementwise("relu", "max(0, x)", latex_name="\\mathrm{ReLU}"),
-    Elementwise("gelu", "x * Phi(x), Phi the standard normal CDF", latex_name="\\mathrm{GELU}"),
+           precedence=100, per_element=1),
+    Scale("scale", "multiply or divide by a scalar expression over dims", precedence=50,
+          per_element=1),
+    Negate("neg", "element-wise negation", ("tensor",), precedence=45, per_element=1),
+    Power("pow", "element-wise power by a scalar", ("tensor", "value"), precedence=70,
+          per_element=1),
+    Maximum("maximum", "element-wise maximum, broadcasting", ("value", "value"),
+            per_element=1),
+    Elementwise("log", "element-wise natural logarithm", latex_name="\\log", per_element=1),
+    Elementwise("exp", "element-wise exponential", latex_name="\\exp", per_element=1),
+    Elementwise("relu", "max(0, x)", latex_name="\\mathrm{ReLU}", per_element=1),
+    # x / 2 * (1 + erf(x / sqrt 2)): a scale, erf, an add and two products
+    Elementwise("gelu", "x * Phi(x), Phi the standard normal CDF", latex_name="\\mathrm{GELU}",
+                per_element=5),
+    # x / 2 * (1 + tanh(c (x + 0.044715 x^3))): the cube (2), two scales, two adds, tanh and
+    # two products
     Elementwise("gelu_tanh", "GELU by its tanh approximation (GPT-2)",
-                latex_name="\\mathrm{GELU}_{\\tanh}"),
-    Softmax("softmax", "exp(x) / sum(exp(x)) along an axis", ("tensor",), {"axis": -1}),
+                latex_name="\\mathrm{GELU}_{\\tanh}", per_element=9),
+    # the row maximum, the subtraction, exp, the sum and the division
+    Softmax("softmax", "exp(x) / sum(exp(x)) along an axis", ("tensor",), {"axis": -1},
+            per_element=5),
     LayerNorm("layer_norm", "normalise the last axis, then scale and shift",
               ("tensor", "tensor", "tensor")),
     Gather("gather", "embedding lookup: rows of a table by integer ids", ("tensor", "tensor"),
@@ -752,7 +832,9 @@ OPS: dict[str, Op] = _ops(
     CausalMask("causal_mask", "lower-triangular 0/1 mask: no attending to later keys",
                ("dim", "dim")),
     PaddingMask("padding_mask", "0/1 key mask broadcast over queries", ("tensor", "dim")),
-    Sinusoidal("sinusoidal_encoding", "the fixed sine/cosine position table", ("dim", "dim")),
+    # the angle (a division) and its sine or cosine
+    Sinusoidal("sinusoidal_encoding", "the fixed sine/cosine position table", ("dim", "dim"),
+               per_element=2),
     RelativeBias("relative_position_bias", "a learned bias per relative offset j - i",
                  ("tensor", "dim", "dim")),
 )
