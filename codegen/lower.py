@@ -14,17 +14,16 @@ and is shared by every member.
 """
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import sympy
 from sympy.printing.pycode import PythonCodePrinter
 
 from codegen import ir
 from codegen.backends import Backend
-from spec.api import SPEC_DIR
 from spec.attention import AttentionCore, attention_core
 from spec.check import check, topological
 from spec.errors import CodegenError
+from spec.files import shown, where
 from spec.latex import name_latex
 from spec.model import (
     Block,
@@ -82,7 +81,7 @@ class _Lowerer:
         functions = [f for f, _ in self.functions.values()]
         return ir.Module(
             spec_name=self.spec.name, title=self.spec.title,
-            spec_file=_shown(self.spec.file) if self.spec.file else "<spec>",
+            spec_file=shown(self.spec.file) if self.spec.file else "<spec>",
             spec_hash=self.spec.text_hash, choices=tuple(self.choices.items()),
             backend=self.backend, helpers=[ir.Helper(h) for h in helper_order],
             params_classes=self.params_classes, functions=functions, entry=entry.name)
@@ -338,7 +337,7 @@ class _Body:
         dtype = declared.dtype if declared is not None else result.value.dtype
         self.assign(record.output, result.code, shape, dtype)
         self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}", record.latex,
-                                             _where(record)))
+                                             where(record)))
 
     def assign(self, name: str, code: str, shape: Shape, dtype: str,
                lines: tuple[str, ...] | None = None) -> None:
@@ -411,7 +410,7 @@ class _Body:
         self.equations.append(ir.EquationDoc(
             f"{record.output} = {record.text}",
             f"{name_latex(record.output)} = {repeat}\\operatorname{{{function_name}}}\\left("
-            f"{arguments}\\right)", _where(record)))
+            f"{arguments}\\right)", where(record)))
 
     def finish(self, arguments, outputs) -> tuple[ir.Function, _Signature]:
         # dims the body uses: from array shapes, from derived dims, else keyword arguments
@@ -458,7 +457,7 @@ class _Body:
         summary = self.spec.title if block is None else _summary(block)
         function = ir.Function(
             name=self.name, summary=summary, source="; ".join(self.sources_text),
-            where=_where(record), equations=tuple(self.equations),
+            where=where(record), equations=tuple(self.equations),
             arguments=tuple(arguments), params_class=params_class,
             keywords=tuple(keyword_records), returns=returns, prologue=tuple(prologue),
             steps=tuple(self.steps), traced=tuple(self.traced),
@@ -482,23 +481,6 @@ def _scale_the_left_factor(term: OpNode) -> OpNode:
 
 def _summary(block: Block) -> str:
     return block.name.replace("_", " ").capitalize() + "."
-
-
-def _where(record) -> str:
-    if record.file is None:
-        return "<spec>"
-    line = f":{record.line}" if getattr(record, "line", None) else ""
-    return f"{_shown(record.file)}{line}"
-
-
-def _shown(file: str) -> str:
-    """A spec file as generated code names it: relative to tspec's own tree for the built-in
-    specs (the same text from any working directory), else as given."""
-    path = Path(file)
-    try:
-        return path.resolve().relative_to(SPEC_DIR.parent.resolve()).as_posix()
-    except ValueError:
-        return file
 
 
 def _atom(expr) -> str:

@@ -23,7 +23,10 @@ def environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.PackageLoader(TEMPLATES, "templates"),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-        keep_trailing_newline=True, autoescape=False)
+        keep_trailing_newline=True,
+        # HTML pages escape what they place; Python and Markdown take text as it is
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",),
+                                            default_for_string=False, default=False))
 
 
 def render(module: ir.Module) -> str:

@@ -11,7 +11,7 @@ from codegen.lower import lower
 from codegen.render import render
 from codegen.runtime import load_source
 from spec.errors import UsageError
-from spec.model import TensorDecl, select
+from spec.model import TensorDecl, concrete_values, select
 from spec.prove import evaluate
 from spec.variant import Variant
 
@@ -83,7 +83,7 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
 
 
 def _inputs(spec, choices, sizes):
-    values = weights.concrete_values(spec, choices, sizes)
+    values = concrete_values(spec, choices, sizes)
     for s in select(spec.body, choices):
         if isinstance(s, TensorDecl) and s.role == "input":
             shape = tuple(int(evaluate(d, values)) for d in s.shape.dims)

@@ -14,26 +14,12 @@ import numpy as np
 import sympy
 
 from spec.errors import UsageError, VariantError
-from spec.model import BlockCall, Spec, TensorDecl, select
-from spec.model import lets as derived_dims
-from spec.prove import Prover, evaluate
+from spec.model import BlockCall, Spec, TensorDecl, concrete_values, select
+from spec.prove import evaluate
 
 
 class WeightsError(VariantError):
     """Parameters that do not fit the spec: missing, unexpected, or of the wrong shape."""
-
-
-def concrete_values(spec: Spec, choices: dict[str, str], dims: dict[str, int]) -> dict:
-    """Dim symbol -> value for every dim that has one: given, bound by the spec, or derived
-    from those (through the prover's own composition of derived dims)."""
-    symbols = spec.symbols()
-    lets = {symbols[let.dim]: let.expr
-            for let in derived_dims(spec, spec.choice_values(choices))}
-    given = {name: dim.value for name, dim in spec.dims.items() if dim.value is not None}
-    given |= dims
-    prover = Prover(list(symbols.values()), [], lets, {symbols[n]: v for n, v in given.items()})
-    return {symbol: evaluate(expr, {}) for symbol, expr in prover.substitution.items()
-            if not expr.free_symbols}
 
 
 def expected_shapes(spec: Spec, choices: dict[str, str], dims: dict[str, int]) -> dict:

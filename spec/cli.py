@@ -69,6 +69,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--typecheck", action="store_true",
                      help="check every array's shape at run time (jaxtyping)")
 
+    docs = commands.add_parser("docs", help="write each variant's documentation: dims, "
+                                            "shapes, parameters, FLOPs, memory, diagrams")
+    docs.add_argument("targets", nargs="*", metavar="SPEC_OR_VARIANT",
+                      help="built-in names or .tspec/.toml paths; default: every shipped "
+                           "variant")
+    _settings(docs)
+    docs.add_argument("--out", metavar="DIR", type=Path,
+                      help="where the pages go (default: docs/variants in the checkout)")
+    docs.add_argument("--format", choices=("md", "html", "all"), default="all",
+                      help="Markdown, HTML or both (default)")
+    docs.add_argument("--check", action="store_true",
+                      help="exit 1 with a diff when the pages on disk are stale")
+
     audit = commands.add_parser("audit", help="check the seed transcriptions and write "
                                               "docs/seed-audit.md")
     audit.add_argument("--check", action="store_true",
@@ -97,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             return _generate(args)
         if args.command == "run":
             return _run(args)
+        if args.command == "docs":
+            return _docs(args)
         return _list()
     except TspecError as error:
         if error.file:
@@ -262,6 +277,20 @@ def _generate(args) -> int:
                                  f"{display_path(str(out / args.backend))} is current",
                                  "tspec generate")
     for path in generate.write(out, args.backend):
+        print(f"wrote {display_path(str(path))}")
+    return EXIT_OK
+
+
+def _docs(args) -> int:
+    from codegen import docs
+    variants = [api.load(t, args.settings) for t in args.targets] if args.targets else \
+        [v.with_settings(args.settings) for v in docs.shipped_variants()]
+    out = args.out or docs.default_dir()
+    if args.check:
+        return _verdict_on_stale(docs.stale(out, variants, args.format),
+                                 f"documentation in {display_path(str(out))}",
+                                 f"{display_path(str(out))} is current", "tspec docs")
+    for path in docs.write(out, variants, args.format):
         print(f"wrote {display_path(str(path))}")
     return EXIT_OK
 

@@ -1,5 +1,5 @@
-"""Generated files: where they go by default, writing them whole, and telling when they are
-stale."""
+"""Generated files: writing them whole, telling when they are stale, and how they name the
+spec lines they come from."""
 
 import difflib
 import os
@@ -32,3 +32,25 @@ def stale_diff(path: str | Path, text: str) -> str:
         return ""
     return "".join(difflib.unified_diff(current.splitlines(True), text.splitlines(True),
                                         str(path), "generated"))
+
+
+SPEC_DIR = Path(__file__).resolve().parent
+
+
+def shown(file: str) -> str:
+    """A spec file as generated files name it: relative to tspec's own tree for the built-in
+    specs (the same text from any working directory), else as given."""
+    path = Path(file)
+    try:
+        return path.resolve().relative_to(SPEC_DIR.parent.resolve()).as_posix()
+    except ValueError:
+        return file
+
+
+def where(record) -> str:
+    """``file:line`` of a spec record (an equation, a block, a spec), as generated files show it."""
+    file = getattr(record, "file", None)
+    if file is None:
+        return "<spec>"
+    line = getattr(record, "line", None)
+    return f"{shown(file)}:{line}" if line else shown(file)

@@ -42,6 +42,7 @@ class Variant:
     file: str | None = None
     description: str = ""
     is_spec: bool = False      # a bare spec: every combination of the choices not set
+    published: "Published | None" = None
 
     def with_settings(self, settings: list[str]) -> "Variant":
         """A copy with ``NAME=VALUE`` settings applied (command-line --set)."""
@@ -59,7 +60,15 @@ class Variant:
             else:
                 raise VariantError(f"--set {name}: {_unknown(name, self.spec)}")
         return Variant(self.name, self.spec, dims, choices, self.file, self.description,
-                       self.is_spec)
+                       self.is_spec, self.published)
+
+
+@dataclass(frozen=True)
+class Published:
+    """A variant's published parameter count, where it comes from, and how ours relates."""
+    parameters: int
+    source: str
+    note: str = ""
 
 
 def parse_setting(setting: str) -> tuple[str, str]:
@@ -135,7 +144,7 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
         raise VariantError(f"malformed TOML: {error}", file=file) from None
     except ValueError as error:     # e.g. an integer past Python's digit limit
         raise VariantError(f"malformed TOML: {error}", file=file) from None
-    allowed = {"spec", "description", "dims", "choices"}
+    allowed = {"spec", "description", "dims", "choices", "published"}
     for key in data:
         if key not in allowed:
             raise VariantError(f"unknown key {key!r} (allowed: {', '.join(sorted(allowed))})",
@@ -188,7 +197,32 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
             raise VariantError(f"[choices] unknown choice {name!r}; the spec's choices: {known}",
                                file=file, line=line)
         choices[name] = _choice_value(spec, name, value, f"[choices] {name}", file, line)
-    return Variant(path.stem, spec, dims, choices, file, description)
+    published = _published(data.get("published"), text, file)
+    return Variant(path.stem, spec, dims, choices, file, description, published=published)
+
+
+def _published(table, text: str, file: str) -> Published | None:
+    """The [published] table: parameters (a positive integer), source and note (text)."""
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise VariantError("published must be a table: [published]", file=file,
+                           line=_line_of(text, None, "published"))
+    for key, value in table.items():
+        line = _line_of(text, "published", key)
+        if key not in ("parameters", "source", "note"):
+            raise VariantError(f"[published] unknown key {key!r} (allowed: note, parameters, "
+                               "source)", file=file, line=line)
+        if key == "parameters" and (isinstance(value, bool) or not isinstance(value, int)
+                                    or value < 1):
+            raise VariantError(f"[published] parameters = {value!r}: a positive integer",
+                               file=file, line=line)
+        if key != "parameters" and not isinstance(value, str):
+            raise VariantError(f"[published] {key} must be a string", file=file, line=line)
+    if "parameters" not in table or "source" not in table:
+        raise VariantError("[published] needs parameters and source", file=file,
+                           line=_line_of(text, None, "published"))
+    return Published(table["parameters"], table["source"], table.get("note", ""))
 
 
 def _unknown_dim(name: str, spec: Spec) -> str:

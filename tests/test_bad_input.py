@@ -396,7 +396,7 @@ def test_bad_dim_values_in_toml(tmp_path, value, shown):
 
 @pytest.mark.parametrize("text, line, message", [
     ('spec = "transformer"\nfoo = 1\n', 2,
-     "unknown key 'foo' (allowed: choices, description, dims, spec)"),
+     "unknown key 'foo' (allowed: choices, description, dims, published, spec)"),
     ('[dims]\nH = 8\n', None, 'a variant names its spec: spec = "transformer" or a path'),
     ('spec = "transformer"\ndims = 3\n', 2, "dims must be a table: [dims]"),
     ('spec = "transformer"\ndescription = 3\n', 2, "description must be a string"),

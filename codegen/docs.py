@@ -1,0 +1,516 @@
+"""`tspec docs`: a variant's documentation, generated from its proved spec.
+
+For each variant: the dims (meaning, value, definition, constraints), every equation of every
+body in pipeline order (LaTeX, symbolic and concrete shapes, parameters and FLOPs as formulas
+in the dims and as numbers), parameter totals, FLOPs per sequence and per token with the
+attention part apart, activation memory per layer, dataflow diagrams, and for variants of
+published models, our parameter count beside the published one. The counts come from
+``spec.counts`` (the op catalogue's FLOP rules, the spec's parameter declarations). Data is
+prepared here as strings; the templates (Markdown, HTML) only place them.
+"""
+
+import functools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import latex2mathml.converter
+import sympy
+from markupsafe import Markup, escape
+
+from codegen import diagram
+from codegen.render import environment
+from spec import api
+from spec.check import check
+from spec.counts import BYTES, BodyCost, costs
+from spec.errors import UsageError
+from spec.files import shown, stale_diff, write_atomic
+from spec.files import where as spec_line
+from spec.latex import name_latex
+from spec.model import BlockCall, Constraint, Let, concrete_values, select
+from spec.prove import evaluate as prove_evaluate
+from spec.variant import Variant
+
+FORMATS = ("md", "html")
+DTYPE = "float32"
+# sizes for dims a variant leaves free: one sequence, as long as the position table allows
+SEQUENCE_DIMS = ("T", "T_dec")
+DEFAULT_LENGTH = 512
+
+
+@dataclass
+class Row:
+    cells: list
+
+
+@dataclass
+class EquationView:
+    title: str                 # "S_h: scores, plus the additive mask log M"
+    where: str
+    latex: str
+    mathml: Markup
+    inputs: list[str]          # "Q_h: [H] B T_q d_k = (12, 1, 1024, 64)"
+    output: str
+    parameters: str            # "W_Q (d_model H*d_k) ... = 589,824" or "none"
+    flops: str                 # "$2 B ...$ = 1,234" (Markdown) — LaTeX and number
+    flops_latex: str
+    flops_number: str
+    params_latex: str
+    params_number: str
+
+
+@dataclass
+class BodyView:
+    name: str
+    anchor: str
+    summary: str
+    where: str
+    calls: list[str]           # where it is called, and the dims it is called with
+    binding: str               # the call whose sizes the concrete figures use
+    equations: list[EquationView]
+    mermaid: list[str]
+    svg: Markup
+
+
+@dataclass
+class Page:
+    name: str
+    title: str
+    description: str
+    spec_file: str
+    spec_hash: str
+    choices: list[str]
+    sizes: str
+    dims: list[Row]
+    parameters: list[Row]
+    parameter_list: list[Row]
+    flops: list[Row]
+    memory: list[Row]
+    published: list[str]
+    scaling_rows: list[Row]
+    bodies: list[BodyView]
+    notes: list[str] = field(default_factory=list)
+
+
+def sizes_for(variant: Variant) -> dict[str, int]:
+    """The variant's dims, with B = 1 and each free sequence length the model uses max_len
+    (or 512)."""
+    spec = variant.spec
+    dims = dict(variant.dims)
+    known = concrete_values(spec, variant.choices, dims)
+    names = {str(k): v for k, v in known.items()}
+    used = used_dims(spec, spec.choice_values(variant.choices))
+    if "B" in used and "B" not in names:
+        dims["B"] = 1
+    for name in SEQUENCE_DIMS:
+        if name in used and name not in names:
+            dims[name] = int(names.get("max_len", DEFAULT_LENGTH))
+    return dims
+
+
+def used_dims(spec, choices) -> set[str]:
+    """The dims some shape, constraint or count of the model uses under these choices."""
+    found: set[str] = set()
+    for body in costs(spec, choices).values():
+        for step in body.steps:
+            for shape in [step.shape] + [s for _, s in step.inputs + step.params]:
+                found |= {str(s) for s in shape.free_symbols()}
+            found |= {str(s) for s in sympy.sympify(step.flops.total).free_symbols}
+            if step.record.repeat is not None if isinstance(step.record, BlockCall) else False:
+                found |= {str(s) for s in sympy.sympify(step.record.repeat).free_symbols}
+        for _, shape, _ in body.own_params:
+            found |= {str(s) for s in shape.free_symbols()}
+    for statement in select(spec.body, choices):
+        if isinstance(statement, Let) and statement.dim in found:
+            found |= {str(s) for s in statement.expr.free_symbols}
+    return found
+
+
+def page(variant: Variant) -> Page:
+    """Everything a variant's documentation shows, as strings."""
+    spec = variant.spec
+    choices = spec.choice_values(variant.choices)
+    dims = sizes_for(variant)
+    result = check(spec, choices, dims)
+    if result.findings:
+        raise UsageError(f"{variant.name}: {len(result.findings)} finding(s) under these "
+                         "sizes; run `tspec check` first")
+    bodies = costs(spec, choices)
+    model = bodies[spec.name]
+    values_by_symbol = concrete_values(spec, choices, dims)
+    values = {str(k): int(v) for k, v in values_by_symbol.items()}
+
+    def number(expr) -> "int | _Free":
+        return _number(expr, values_by_symbol)
+
+    paths = call_paths(bodies, spec.name)
+    views = [_body_view(spec, choices, dims, body, paths.get(name, []))
+             for name, body in bodies.items()]
+    return Page(
+        name=variant.name, title=spec.title, description=variant.description,
+        spec_file=shown(spec.file), spec_hash=spec.text_hash[:16],
+        choices=[f"{k} = {v}" for k, v in choices.items()],
+        sizes=", ".join(f"{k} = {v}" for k, v in dims.items()
+                        if k not in variant.dims),
+        dims=_dim_rows(spec, choices, values, variant, dims),
+        parameters=_parameter_rows(bodies, number),
+        parameter_list=_parameter_list(spec, bodies, paths, number),
+        flops=_flop_rows(spec, model, number, dims, choices),
+        memory=_memory_rows(bodies, paths, number),
+        published=_published(variant, number(model.parameters)),
+        scaling_rows=_scaling_rows(spec, choices, model, number, values),
+        bodies=views)
+
+
+# -- dims
+
+def _dim_rows(spec, choices, values, variant, dims) -> list[Row]:
+    statements = select(spec.body, choices)
+    lets = {s.dim: s for s in statements if isinstance(s, Let)}
+    constraints = [s for s in statements if isinstance(s, Constraint)]
+    rows = []
+    used = used_dims(spec, choices)
+    for name, dim in spec.dims.items():
+        if name not in used:
+            rows.append(Row([_symbol(name), dim.meaning, "—", "not used under these choices",
+                             "—"]))
+            continue
+        if name in lets:
+            origin = f"${name_latex(name)} = {_plain_latex(lets[name].expr)}$"
+        elif name in variant.dims:
+            origin = "the variant"
+        elif dim.value is not None:
+            origin = "the spec"
+        elif name in dims:
+            origin = "docs default"
+        else:
+            origin = "free"
+        involved = [c.text for c in constraints
+                    if sympy.Symbol(name) in {sympy.Symbol(str(s))
+                                              for s in c.relation.free_symbols}]
+        value = f"{values[name]:,}" if name in values else "—"
+        rows.append(Row([_symbol(name), dim.meaning, value, origin,
+                         "; ".join(f"`{c}`" for c in involved) or "—"]))
+    return rows
+
+
+# -- parameters, FLOPs, memory
+
+def call_paths(bodies: dict[str, BodyCost], root: str) -> dict[str, list]:
+    """For each block: every (path, binding to the model's dims, copies) it is called at."""
+    found: dict[str, list] = {}
+
+    def walk(name, path, binding, copies):
+        for step in bodies[name].steps:
+            if not step.callee:
+                continue
+            inner = {k: sympy.sympify(v).xreplace(binding) for k, v in step.binding.items()}
+            times = copies * (step.record.repeat if step.record.repeat is not None else 1)
+            where = path + [step.record.instance]
+            found.setdefault(step.callee, []).append((".".join(where), inner, times))
+            walk(step.callee, where, inner, times)
+    walk(root, [], {}, sympy.Integer(1))
+    return found
+
+
+def _parameter_rows(bodies, number) -> list[Row]:
+    rows = []
+    for name, body in bodies.items():
+        if body.parameters == 0:
+            continue
+        rows.append(Row([f"`{name}`", _latex(body.parameters),
+                         f"{number(body.parameters):,}"]))
+    return rows
+
+
+def _parameter_list(spec, bodies, paths, number) -> list[Row]:
+    """Every parameter tensor: where it is declared, shape, size, copies in the model."""
+    rows = []
+    for name, body in bodies.items():
+        copies = sum((times for _, _, times in paths.get(name, [])), sympy.Integer(0)) \
+            if body.block is not None else sympy.Integer(1)
+        for param, shape, size in body.own_params:
+            decl_meaning = _decl_meaning(spec, body, param)
+            rows.append(Row([f"`{name}.{param}`", shape.text(), decl_meaning,
+                             f"{number(size):,}", f"{number(copies):,}",
+                             f"{number(size * copies):,}"]))
+    return rows
+
+
+
+
+def _flatten(statements):
+    for s in statements:
+        yield s
+        for branch in (getattr(s, "body", None), getattr(s, "otherwise", None)):
+            if isinstance(branch, list):
+                yield from _flatten(branch)
+
+
+def _flop_rows(spec, model, number, dims, choices) -> list[Row]:
+    tokens = _positions(spec, choices)
+    per = number(tokens)
+    rows = []
+    for label, expr in (("matrix products", model.flops.matmul),
+                        ("everything else", model.flops.other),
+                        ("total", model.flops.total),
+                        ("of which attention (softmax(QK^T/sqrt(d_k) + L) V)",
+                         model.flops.attention)):
+        total = number(expr)
+        rows.append(Row([label, _latex(expr), f"{total:,}", f"{total / per:,.0f}"]))
+    return rows
+
+
+def _positions(spec, choices):
+    """The positions a forward pass produces outputs for: T_dec with a decoder, else T."""
+    symbols = spec.symbols()
+    if choices.get("arch") == "encoder_only" or "T_dec" not in symbols:
+        return symbols["B"] * symbols["T"]
+    return symbols["B"] * symbols["T_dec"]
+
+
+def _memory_rows(bodies, paths, number) -> list[Row]:
+    rows = []
+    for name, body in bodies.items():
+        for path, binding, _ in paths.get(name, []):
+            if body.block is None or not path.endswith("layers"):
+                continue
+            one = body.activations.subs(binding).bytes(DTYPE)
+            rows.append(Row([f"`{name}` (each of `{path}`)", _latex(one),
+                             _bytes(number(one))]))
+    model = next(iter(bodies.values()))
+    total = model.activations.bytes(DTYPE)
+    rows.append(Row(["the whole model", _latex(total), _bytes(number(total))]))
+    return rows
+
+
+def _published(variant: Variant, ours: int) -> list[str]:
+    if variant.published is None or ours is FREE:
+        return []
+    published = variant.published
+    difference = ours - published.parameters
+    lines = [f"Published: {published.parameters:,} parameters ({published.source}).",
+             f"Counted here: {ours:,} ({difference:+,}, {difference / published.parameters:+.2%})."]
+    if published.note:
+        lines.append(published.note)
+    return lines
+
+
+def _scaling_rows(spec, choices, model, number, values) -> list[Row]:
+    """Kaplan et al. (2020) and Hoffmann et al. (2022) forward FLOPs, decoder-only only."""
+    if choices.get("arch") != "decoder_only" or "T_dec" not in values:
+        return []
+    d, layers, ctx = values["d_model"], values["N"], values["T_dec"]
+    d_attn = values["H"] * values["d_k"]
+    d_ff, vocabulary, batch = values["d_ff"], values["V"], values["B"]
+    n = 2 * d * layers * (2 * d_attn + d_ff)
+    kaplan = 2 * n + 2 * layers * ctx * d_attn
+    per_token = number(model.flops.matmul) / (batch * ctx)
+    chinchilla = (2 * ctx * vocabulary * d + layers * (
+        2 * 3 * ctx * d * d_attn + 2 * ctx * ctx * d_attn + 3 * values["H"] * ctx * ctx
+        + 2 * ctx * ctx * d_attn + 2 * ctx * d_attn * d + 2 * ctx * 2 * d * d_ff)
+        + 2 * ctx * d * vocabulary)
+    return [
+        Row(["Kaplan et al. 2020, Table 1: $2N + 2 n_{layer} n_{ctx} d_{attn}$ per token",
+             f"{kaplan:,}", f"{per_token:,.0f}",
+             ("ours adds the output projection $2 d_{model} V$ (Kaplan leaves the de-embedding "
+             "out of the total) and counts $A V$ as well as $Q K^T$ over the full context: "
+             f"{2 * d * vocabulary:,} + {2 * layers * ctx * d_attn:,}")]),
+        Row(["Hoffmann et al. 2022, Appendix F, per sequence", f"{chinchilla:,}",
+             f"{number(model.flops.matmul) // batch:,}",
+             ("ours counts the embedding as a lookup (Chinchilla: a one-hot product, "
+             f"{2 * ctx * vocabulary * d:,}) and keeps softmax apart, with the other "
+             f"element-wise work (Chinchilla: 3 per score, {3 * layers * values['H'] * ctx * ctx:,})")]),
+    ]
+
+
+# -- bodies
+
+def _body_view(spec, choices, dims, body: BodyCost, calls: list) -> BodyView:
+    binding = calls[0][1] if calls else {}
+    values = concrete_values(spec, choices, dims)
+
+    def concrete(shape) -> str:
+        sizes = []
+        for d in ((shape.family,) if shape.family is not None else ()) + shape.dims:
+            expr = sympy.sympify(d).xreplace(binding)
+            sizes.append(format(_number(expr, values)))
+        return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
+
+    def number(expr) -> int:
+        return _number(sympy.sympify(expr).xreplace(binding), values)
+
+    equations = []
+    for step in body.steps:
+        record = step.record
+        if isinstance(record, BlockCall):
+            latex = _call_latex(record)
+            meaning = f"{record.block} ({record.instance})" + \
+                (f", {record.repeat} copies" if record.repeat is not None else "")
+        else:
+            latex = record.latex
+            meaning = _decl_meaning(spec, body, step.output)
+        params = ", ".join(f"{n} ({s.text()})" for n, s in step.params)
+        equations.append(EquationView(
+            title=f"{step.output}: {meaning}" if meaning else step.output,
+            where=spec_line(record), latex=latex, mathml=Markup(_mathml(latex)),
+            inputs=[f"`{n}` {s.text()} = {concrete(s)}" for n, s in step.inputs],
+            output=f"`{step.output}` {step.shape.text()} = {concrete(step.shape)}",
+            parameters=params or "none",
+            flops=f"{_latex(step.flops.total)} = {number(step.flops.total):,}",
+            flops_latex=_plain_latex(step.flops.total),
+            flops_number=f"{number(step.flops.total):,}",
+            params_latex=_plain_latex(step.parameters),
+            params_number=f"{number(step.parameters):,}"))
+    inputs = [(d.name, d.shape.text()) for d in (body.block.inputs if body.block else
+                                                 _model_inputs(spec, choices))]
+    g = diagram.graph(body, inputs)
+    where = spec_line(body.block) if body.block else spec_line(spec)
+    call_lines = [f"`{path}` with " + (", ".join(f"${name_latex(str(k))} = "
+                                                  f"{_plain_latex(v)}$"
+                                                  for k, v in b.items()) or "no local dims")
+                  + (f", {times} copies" if times != 1 else "")
+                  for path, b, times in calls]
+    return BodyView(
+        name=body.name, anchor=body.name.replace("_", "-"),
+        summary=body.name.replace("_", " ").capitalize() if body.block else spec.title,
+        where=where, calls=call_lines,
+        binding=call_lines[0] if call_lines else "",
+        equations=equations, mermaid=diagram.mermaid(g),
+        svg=Markup(diagram.svg(g, f"dataflow of {body.name}")))
+
+
+def _model_inputs(spec, choices):
+    from spec.model import TensorDecl
+    return [s for s in select(spec.body, choices)
+            if isinstance(s, TensorDecl) and s.role == "input"]
+
+
+def _decl_meaning(spec, body: BodyCost, name: str) -> str:
+    statements = body.block.body if body.block is not None else spec.body
+    for s in _flatten(statements):
+        if getattr(s, "name", None) == name and getattr(s, "meaning", ""):
+            return s.meaning
+    return ""
+
+
+def _call_latex(record: BlockCall) -> str:
+    arguments = ", ".join(name_latex(a) for a in record.args)
+    function = record.block.replace("_", "\\_")
+    repeat = "" if record.repeat is None else \
+        f"\\operatorname{{repeat}}_{{{sympy.latex(record.repeat)}}}\\,"
+    return (f"{name_latex(record.output)} = {repeat}\\operatorname{{{function}}}\\left("
+            f"{arguments}\\right)")
+
+
+class _Free:
+    """A number that needs a dim the variant leaves free: shown as a dash, and any arithmetic
+    with it is free too."""
+
+    def __format__(self, spec: str) -> str:
+        return "—"
+
+    def _same(self, *_):
+        return self
+
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mul__ = __rmul__ = _same
+
+
+FREE = _Free()
+
+
+def _number(expr, values) -> "int | _Free":
+    try:
+        return int(prove_evaluate(sympy.sympify(expr), values))
+    except KeyError:
+        return FREE
+
+
+def _latex(expr) -> str:
+    return f"${_plain_latex(expr)}$"
+
+
+def _plain_latex(expr) -> str:
+    """A count in LaTeX, common factors pulled out, dims named as in the equations."""
+    expr = sympy.sympify(expr)
+    if expr == 0:
+        return "0"
+    names = {s: name_latex(str(s)) for s in expr.free_symbols}
+    return sympy.latex(sympy.factor_terms(expr), symbol_names=names)
+
+
+def _symbol(name: str) -> str:
+    return f"${name_latex(name)}$"
+
+
+@functools.cache
+def _mathml(latex: str, display: str = "block") -> str:
+    return latex2mathml.converter.convert(latex, display=display)
+
+
+_RICH = re.compile(r"\$([^$]+)\$|`([^`]+)`")
+
+
+def rich(text: str) -> Markup:
+    """Markdown-ish text for HTML: $...$ as MathML, `...` as code, the rest escaped."""
+    text = str(text)
+    out, end = [], 0
+    for match in _RICH.finditer(text):
+        out.append(escape(text[end:match.start()]))
+        math, code = match.groups()
+        out.append(Markup(_mathml(math, "inline")) if math is not None else
+                   Markup("<code>") + escape(code) + Markup("</code>"))
+        end = match.end()
+    out.append(escape(text[end:]))
+    return Markup("").join(out)
+
+
+def _bytes(n) -> str:
+    if n is FREE:
+        return "—"
+    for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit} ({n:,} bytes)"
+    return f"{n:,} bytes"
+
+
+# -- files
+
+def files(variants: list[Variant], format: str = "all") -> dict[str, str]:
+    """File name -> text: one page per variant and an index, in one format or both."""
+    if format not in FORMATS + ("all",):
+        raise UsageError(f"unknown docs format {format!r}; formats: md, html, all")
+    formats = FORMATS if format == "all" else (format,)
+    pages = [page(v) for v in variants]
+    env = environment().overlay()
+    env.filters = {**env.filters, "rich": rich}
+    out = {}
+    for kind in formats:
+        for p in pages:
+            out[f"{p.name}.{kind}"] = env.get_template(f"docs/variant.{kind}.j2").render(
+                page=p, dtype=DTYPE, bytes=BYTES[DTYPE])
+        out[f"index.{kind}"] = env.get_template(f"docs/index.{kind}.j2").render(pages=pages)
+    return out
+
+
+def shipped_variants() -> list[Variant]:
+    """Every built-in variant, in name order."""
+    return [api.load(name) for name in sorted(api.builtin_variants())]
+
+
+def default_dir() -> Path:
+    return api.in_checkout(Path("docs") / "variants", "docs", "--out DIR")
+
+
+def write(out: Path, variants: list[Variant], format: str = "all") -> list[Path]:
+    written = []
+    for name, text in files(variants, format).items():
+        write_atomic(out / name, text)
+        written.append(out / name)
+    return written
+
+
+def stale(out: Path, variants: list[Variant], format: str = "all") -> str:
+    """A unified diff of every page that differs from what generation gives; '' when none."""
+    return "".join(stale_diff(out / name, text)
+                   for name, text in files(variants, format).items())

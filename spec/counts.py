@@ -1,0 +1,239 @@
+"""What a model costs, symbolic in its dims: parameters, FLOPs and activation memory.
+
+* FLOPs come from the op catalogue (``Op.flops``) applied to every op of every equation. A
+  block's costs are worked out once in its own dims and substituted at each call (times N for
+  ``repeat(N, ...)``). Matrix products are kept apart from the rest (``kind``), and whatever
+  an attention core computes (``spec.attention``) is also summed as the attention part.
+* Parameters are the sizes of the ``param`` declarations in force, each counted once where it
+  is declared (a tied output projection reads the embedding E and adds nothing).
+* Activations are the elements of every tensor a body computes: every equation's output,
+  which is what a training step keeps for the backward pass. Inference needs less at a time.
+
+Everything is a sympy expression over the spec's dims (derived dims such as d_k stay as
+names); ``evaluate`` gives numbers for a variant.
+"""
+
+import functools
+from dataclasses import dataclass, field
+
+import sympy
+
+from spec.attention import AttentionCore, attention_core
+from spec.check import topological
+from spec.model import (
+    Block,
+    BlockCall,
+    Equation,
+    OpNode,
+    ScalarExpr,
+    Spec,
+    TensorDecl,
+    TensorRef,
+    concrete_values,
+    select,
+)
+from spec.ops import OPS, Unchecked, Value, numel
+from spec.prove import evaluate as prove_evaluate
+from spec.shape import Shape
+
+ZERO = sympy.Integer(0)
+BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+INT_BYTES, BOOL_BYTES = 8, 1            # int64 token ids, one byte per mask entry
+
+
+@dataclass(frozen=True)
+class Flops:
+    """FLOPs split by kind: matrix products and the rest; ``attention`` is the part of both
+    that attention cores compute (already inside ``matmul`` and ``other``)."""
+    matmul: sympy.Basic = ZERO
+    other: sympy.Basic = ZERO
+    attention: sympy.Basic = ZERO
+
+    @property
+    def total(self) -> sympy.Basic:
+        return self.matmul + self.other
+
+    def __add__(self, other: "Flops") -> "Flops":
+        return Flops(self.matmul + other.matmul, self.other + other.other,
+                     self.attention + other.attention)
+
+    def times(self, factor) -> "Flops":
+        return Flops(self.matmul * factor, self.other * factor, self.attention * factor)
+
+    def subs(self, mapping: dict) -> "Flops":
+        return Flops(*(sympy.sympify(e).xreplace(mapping)
+                       for e in (self.matmul, self.other, self.attention)))
+
+
+@dataclass(frozen=True)
+class Activations:
+    """Elements of the tensors a body computes, by dtype class."""
+    float: sympy.Basic = ZERO
+    int: sympy.Basic = ZERO
+    bool: sympy.Basic = ZERO
+
+    def __add__(self, other: "Activations") -> "Activations":
+        return Activations(self.float + other.float, self.int + other.int,
+                           self.bool + other.bool)
+
+    def times(self, factor) -> "Activations":
+        return Activations(self.float * factor, self.int * factor, self.bool * factor)
+
+    def subs(self, mapping: dict) -> "Activations":
+        return Activations(*(sympy.sympify(e).xreplace(mapping)
+                             for e in (self.float, self.int, self.bool)))
+
+    def bytes(self, dtype: str) -> sympy.Basic:
+        return self.float * BYTES[dtype] + self.int * INT_BYTES + self.bool * BOOL_BYTES
+
+
+@dataclass(frozen=True)
+class Step:
+    """One equation or block call of a body, and what it costs there."""
+    record: Equation | BlockCall
+    output: str
+    shape: Shape
+    dtype: str
+    inputs: tuple[tuple[str, Shape], ...]      # tensors it reads (not parameters)
+    params: tuple[tuple[str, Shape], ...]      # parameters an equation reads
+    parameters: sympy.Basic                    # their sizes; for a call, the callee's total
+    flops: Flops
+    activations: Activations
+    callee: str | None = None                  # the block a call runs
+    binding: dict = field(default_factory=dict)    # the callee's local dims at this call
+
+
+@dataclass(frozen=True)
+class BodyCost:
+    """The costs of the model's body (``block`` None) or of one block, in its own dims."""
+    name: str
+    block: Block | None
+    steps: tuple[Step, ...]
+    own_params: tuple[tuple[str, Shape, sympy.Basic], ...]   # declared here: name, shape, size
+    parameters: sympy.Basic                    # own and every callee's
+    flops: Flops
+    activations: Activations
+    attention: AttentionCore | None
+
+
+def costs(spec: Spec, choices: dict[str, str]) -> dict[str, BodyCost]:
+    """Every body the model runs under ``choices`` (all set), the model's first, then blocks
+    in the order the model first calls them."""
+    return _Costing(spec, choices).run()
+
+
+class _Costing:
+    def __init__(self, spec: Spec, choices: dict[str, str]):
+        self.spec = spec
+        self.choices = choices
+        self.done: dict[str, BodyCost] = {}
+
+    def run(self) -> dict[str, BodyCost]:
+        model = self.body(self.spec.name, None)
+        ordered = {self.spec.name: model}
+        ordered.update({k: v for k, v in self.done.items() if k != self.spec.name})
+        return ordered
+
+    def body(self, name: str, block: Block | None) -> BodyCost:
+        if name in self.done:
+            return self.done[name]
+        statements = select(block.body if block else self.spec.body, self.choices)
+        decls: dict[str, TensorDecl] = {}
+        for s in statements:
+            if isinstance(s, TensorDecl) and not (s.name in decls and s.shape is None):
+                decls[s.name] = s
+        inputs = list(block.inputs) if block else [d for d in decls.values()
+                                                   if d.role == "input"]
+        for decl in inputs:
+            decls[decl.name] = decl
+        values = {d.name: Value(d.shape, d.dtype, tensor=d.name) for d in decls.values()
+                  if d.role in ("input", "param")}
+        params = {d.name for d in decls.values() if d.role == "param"}
+        producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
+        core = attention_core(block, producers, decls)
+        steps = []
+        for record in topological(producers, name):
+            if isinstance(record, Equation):
+                step = self.equation(name, record, decls, values, params, core is not None)
+            else:
+                step = self.call(record, decls, values)
+            values[step.output] = Value(step.shape, step.dtype, tensor=step.output)
+            steps.append(step)
+        own = tuple((d.name, d.shape, numel(Value(d.shape))) for d in decls.values()
+                    if d.role == "param")
+        cost = BodyCost(
+            name, block, tuple(steps), own,
+            sum((size for _, _, size in own), ZERO) + sum(
+                (s.parameters for s in steps if s.callee), ZERO),
+            functools.reduce(Flops.__add__, (s.flops for s in steps), Flops()),
+            functools.reduce(Activations.__add__, (s.activations for s in steps),
+                             Activations()),
+            core)
+        self.done[name] = cost
+        return cost
+
+    def equation(self, where, record: Equation, decls, values, params, attention) -> Step:
+        flops: list[Flops] = []
+        value = self.term(where, record.expr, values, flops)
+        declared = decls.get(record.output)
+        shape = declared.shape if declared is not None and declared.shape is not None \
+            else value.shape
+        dtype = declared.dtype if declared is not None else value.dtype
+        total = functools.reduce(Flops.__add__, flops, Flops())
+        if attention:
+            total = Flops(total.matmul, total.other, total.total)
+        read = [n for n in record.inputs]
+        return Step(
+            record, record.output, shape, dtype,
+            tuple((n, values[n].shape) for n in read if n not in params),
+            tuple((n, values[n].shape) for n in read if n in params),
+            sum((numel(values[n]) for n in read if n in params), ZERO), total,
+            _activations(shape, dtype))
+
+    def term(self, where, term, values, flops: list) -> Value:
+        if isinstance(term, TensorRef):
+            return values[term.name]
+        if isinstance(term, ScalarExpr):
+            return Value(Shape(()), "float", scalar=term.expr)
+        assert isinstance(term, OpNode)
+        args = [self.term(where, a, values, flops) for a in term.args]
+        op = OPS[term.op]
+        out = op.infer(Unchecked(where), args, term.attr)
+        count = sympy.sympify(op.flops(args, out, term.attr))
+        flops.append(Flops(count, ZERO) if op.kind == "matmul" else Flops(ZERO, count))
+        return out
+
+    def call(self, record: BlockCall, decls, values) -> Step:
+        block = self.spec.blocks[record.block]
+        callee = self.body(block.name, block)
+        locals_ = {d.symbol for d in block.local_dims.values()}
+        binding = {}
+        for decl, name in zip(block.inputs, record.args):
+            for dim, actual in zip(decl.shape.dims, values[name].shape.dims):
+                if dim in locals_:
+                    binding[dim] = actual
+        factor = record.repeat if record.repeat is not None else sympy.Integer(1)
+        declared = decls.get(record.output)
+        output = next(s for s in callee.steps if s.output == block.output) \
+            if any(s.output == block.output for s in callee.steps) else None
+        shape = declared.shape if declared is not None and declared.shape is not None \
+            else output.shape.subs(binding)
+        dtype = output.dtype if output is not None else "float"
+        return Step(
+            record, record.output, shape, dtype,
+            tuple((n, values[n].shape) for n in record.inputs), (),
+            sympy.sympify(callee.parameters).xreplace(binding) * factor,
+            callee.flops.subs(binding).times(factor),
+            callee.activations.subs(binding).times(factor), block.name, binding)
+
+
+def _activations(shape: Shape, dtype: str) -> Activations:
+    size = numel(Value(shape))
+    return Activations(**{dtype: size})
+
+
+def evaluate(expr, spec: Spec, choices: dict[str, str], dims: dict[str, int]) -> int:
+    """A count as a number, for a variant's dim values (derived dims from their definitions);
+    a KeyError names a dim with no value."""
+    number = prove_evaluate(sympy.sympify(expr), concrete_values(spec, choices, dims))
+    return int(number)
