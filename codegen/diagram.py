@@ -13,7 +13,7 @@ from html import escape
 
 from spec.counts import BodyCost
 
-NODE_WIDTH, NODE_HEIGHT, ROW = 300, 34, 74
+NODE_WIDTH, NODE_HEIGHT, ROW = 360, 34, 74
 LEFT, TOP, ARC = 40, 20, 46
 CHAR_WIDTH = 6.6                 # of the 11 px monospace label font, for the arcs' width
 
@@ -136,7 +136,7 @@ def svg(g: Graph, title: str) -> str:
         y = TOP + index * ROW
         fill = {"input": "#e8f0fe", "call": "#fdf1dc", "equation": "#ffffff"}[node.kind]
         radius = 16 if node.kind == "input" else 3
-        label = node.label if len(node.label) <= 44 else node.label[:43] + "\u2026"
+        label = node.label if len(node.label) <= 52 else node.label[:51] + "\u2026"
         parts.append(f'<rect x="{LEFT}" y="{y}" width="{NODE_WIDTH}" height="{NODE_HEIGHT}" '
                      f'rx="{radius}" fill="{fill}" stroke="#333"/>')
         parts.append(f'<text x="{centre:.0f}" y="{y + NODE_HEIGHT / 2 + 4:.0f}" '

@@ -351,6 +351,9 @@ def _body_view(spec, choices, dims, body: BodyCost, calls: list) -> BodyView:
             latex = record.latex
             meaning = _decl_meaning(spec, body, step.output)
         params = ", ".join(f"{n} ({s.text()})" for n, s in step.params)
+        if isinstance(record, BlockCall) and step.parameters != 0:
+            params = f"all of {record.block}'s" + \
+                (f", {record.repeat} copies" if record.repeat is not None else "")
         equations.append(EquationView(
             title=f"{step.output}: {meaning}" if meaning else step.output,
             where=spec_line(record), latex=latex, mathml=Markup(_mathml(latex)),
