@@ -171,3 +171,12 @@ def test_the_readme_shows_the_base_models_dimension_table_as_generated():
     assert shown.startswith("| symbol | meaning | value | from | constraints |\n")
     assert "| $V$ | vocabulary size, shared by source and target | 37,000 | the variant |" in shown
     assert shown in page
+
+
+def test_variant_text_is_escaped_in_html(tmp_path):
+    path = tmp_path / "hostile.toml"
+    path.write_text('spec = "transformer"\ndescription = "<script>alert(1)</script> & more"\n'
+                    '[dims]\nd_model = 16\nH = 2\nd_ff = 8\nN = 1\nV = 11\n')
+    page = docs.files([api.load(str(path))], "html")["hostile.html"]
+    assert "<script>" not in page
+    assert "<h1>hostile: &lt;script&gt;alert(1)&lt;/script&gt; &amp; more</h1>" in page
