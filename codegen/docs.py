@@ -11,7 +11,7 @@ prepared here as strings; the templates (Markdown, HTML) only place them.
 
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import latex2mathml.converter
@@ -46,16 +46,13 @@ class Row:
 @dataclass
 class EquationView:
     title: str                 # "S_h: scores, plus the additive mask log M"
-    where: str
     latex: str
     mathml: Markup
     inputs: list[str]          # "Q_h: [H] B T_q d_k = (12, 1, 1024, 64)"
     output: str
-    parameters: str            # "W_Q (d_model H*d_k) ... = 589,824" or "none"
-    flops: str                 # "$2 B ...$ = 1,234" (Markdown) — LaTeX and number
+    parameters: str            # "W_Q (d_model H*d_k), b_Q (H*d_k)" or "none"
     flops_latex: str
     flops_number: str
-    params_latex: str
     params_number: str
 
 
@@ -89,17 +86,15 @@ class Page:
     published: list[str]
     scaling_rows: list[Row]
     bodies: list[BodyView]
-    notes: list[str] = field(default_factory=list)
 
 
-def sizes_for(variant: Variant) -> dict[str, int]:
-    """The variant's dims, with B = 1 and each free sequence length the model uses max_len
-    (or 512)."""
+def sizes_for(variant: Variant, used: set[str]) -> dict[str, int]:
+    """The variant's dims, with B = 1 and each free sequence length the model uses (``used``)
+    max_len (or 512)."""
     spec = variant.spec
     dims = dict(variant.dims)
     known = concrete_values(spec, variant.choices, dims)
     names = {str(k): v for k, v in known.items()}
-    used = used_dims(spec, spec.choice_values(variant.choices))
     if "B" in used and "B" not in names:
         dims["B"] = 1
     for name in SEQUENCE_DIMS:
@@ -108,15 +103,16 @@ def sizes_for(variant: Variant) -> dict[str, int]:
     return dims
 
 
-def used_dims(spec, choices) -> set[str]:
-    """The dims some shape, constraint or count of the model uses under these choices."""
+def used_dims(spec, choices, bodies: dict[str, BodyCost]) -> set[str]:
+    """The dims some shape or count of the model's ``bodies`` uses, with what the derived
+    ones among them are defined from."""
     found: set[str] = set()
-    for body in costs(spec, choices).values():
+    for body in bodies.values():
         for step in body.steps:
             for shape in [step.shape] + [s for _, s in step.inputs + step.params]:
                 found |= {str(s) for s in shape.free_symbols()}
             found |= {str(s) for s in sympy.sympify(step.flops.total).free_symbols}
-            if step.record.repeat is not None if isinstance(step.record, BlockCall) else False:
+            if step.callee and step.record.repeat is not None:
                 found |= {str(s) for s in sympy.sympify(step.record.repeat).free_symbols}
         for _, shape, _ in body.own_params:
             found |= {str(s) for s in shape.free_symbols()}
@@ -130,12 +126,13 @@ def page(variant: Variant) -> Page:
     """Everything a variant's documentation shows, as strings."""
     spec = variant.spec
     choices = spec.choice_values(variant.choices)
-    dims = sizes_for(variant)
+    bodies = costs(spec, choices)
+    used = used_dims(spec, choices, bodies)
+    dims = sizes_for(variant, used)
     result = check(spec, choices, dims)
     if result.findings:
         raise UsageError(f"{variant.name}: {len(result.findings)} finding(s) under these "
                          "sizes; run `tspec check` first")
-    bodies = costs(spec, choices)
     model = bodies[spec.name]
     values_by_symbol = concrete_values(spec, choices, dims)
     values = {str(k): int(v) for k, v in values_by_symbol.items()}
@@ -144,7 +141,7 @@ def page(variant: Variant) -> Page:
         return _number(expr, values_by_symbol)
 
     paths = call_paths(bodies, spec.name)
-    views = [_body_view(spec, choices, dims, body, paths.get(name, []))
+    views = [_body_view(spec, values_by_symbol, body, paths.get(name, []))
              for name, body in bodies.items()]
     return Page(
         name=variant.name, title=spec.title, description=variant.description,
@@ -152,7 +149,7 @@ def page(variant: Variant) -> Page:
         choices=[f"{k} = {v}" for k, v in choices.items()],
         sizes=", ".join(f"{k} = {v}" for k, v in dims.items()
                         if k not in variant.dims),
-        dims=_dim_rows(spec, choices, values, variant, dims),
+        dims=_dim_rows(spec, choices, values, variant, dims, used),
         parameters=_parameter_rows(bodies, number),
         parameter_list=_parameter_list(spec, bodies, paths, number),
         flops=_flop_rows(spec, model, number, dims, choices),
@@ -164,12 +161,11 @@ def page(variant: Variant) -> Page:
 
 # -- dims
 
-def _dim_rows(spec, choices, values, variant, dims) -> list[Row]:
+def _dim_rows(spec, choices, values, variant, dims, used) -> list[Row]:
     statements = select(spec.body, choices)
     lets = {s.dim: s for s in statements if isinstance(s, Let)}
     constraints = [s for s in statements if isinstance(s, Constraint)]
     rows = []
-    used = used_dims(spec, choices)
     for name, dim in spec.dims.items():
         if name not in used:
             rows.append(Row([_symbol(name), dim.meaning, "—", "not used under these choices",
@@ -186,8 +182,7 @@ def _dim_rows(spec, choices, values, variant, dims) -> list[Row]:
         else:
             origin = "free"
         involved = [c.text for c in constraints
-                    if sympy.Symbol(name) in {sympy.Symbol(str(s))
-                                              for s in c.relation.free_symbols}]
+                    if name in {str(s) for s in c.relation.free_symbols}]
         value = f"{values[name]:,}" if name in values else "—"
         rows.append(Row([_symbol(name), dim.meaning, value, origin,
                          "; ".join(f"`{c}`" for c in involved) or "—"]))
@@ -326,19 +321,17 @@ def _scaling_rows(spec, choices, model, number, values) -> list[Row]:
 
 # -- bodies
 
-def _body_view(spec, choices, dims, body: BodyCost, calls: list) -> BodyView:
+def _body_view(spec, values, body: BodyCost, calls: list) -> BodyView:
+    """One body's view; concrete figures at its first call (``values``: every dim's value)."""
     binding = calls[0][1] if calls else {}
-    values = concrete_values(spec, choices, dims)
+
+    def number(expr) -> "int | _Free":
+        return _number(sympy.sympify(expr).xreplace(binding), values)
 
     def concrete(shape) -> str:
-        sizes = []
-        for d in ((shape.family,) if shape.family is not None else ()) + shape.dims:
-            expr = sympy.sympify(d).xreplace(binding)
-            sizes.append(format(_number(expr, values)))
+        sizes = [format(number(d)) for d in
+                 ((shape.family,) if shape.family is not None else ()) + shape.dims]
         return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
-
-    def number(expr) -> int:
-        return _number(sympy.sympify(expr).xreplace(binding), values)
 
     equations = []
     for step in body.steps:
@@ -356,17 +349,14 @@ def _body_view(spec, choices, dims, body: BodyCost, calls: list) -> BodyView:
                 (f", {record.repeat} copies" if record.repeat is not None else "")
         equations.append(EquationView(
             title=f"{step.output}: {meaning}" if meaning else step.output,
-            where=spec_line(record), latex=latex, mathml=Markup(_mathml(latex)),
+            latex=latex, mathml=Markup(_mathml(latex)),
             inputs=[f"`{n}` {s.text()} = {concrete(s)}" for n, s in step.inputs],
             output=f"`{step.output}` {step.shape.text()} = {concrete(step.shape)}",
             parameters=params or "none",
-            flops=f"{_latex(step.flops.total)} = {number(step.flops.total):,}",
             flops_latex=_plain_latex(step.flops.total),
             flops_number=f"{number(step.flops.total):,}",
-            params_latex=_plain_latex(step.parameters),
             params_number=f"{number(step.parameters):,}"))
-    inputs = [(d.name, d.shape.text()) for d in (body.block.inputs if body.block else
-                                                 _model_inputs(spec, choices))]
+    inputs = [(d.name, d.shape.text()) for d in body.inputs]
     g = diagram.graph(body, inputs)
     where = spec_line(body.block) if body.block else spec_line(spec)
     call_lines = [f"`{path}` with " + (", ".join(f"${name_latex(str(k))} = "
@@ -381,12 +371,6 @@ def _body_view(spec, choices, dims, body: BodyCost, calls: list) -> BodyView:
         binding=call_lines[0] if call_lines else "",
         equations=equations, mermaid=diagram.mermaid(g),
         svg=Markup(diagram.svg(g, f"dataflow of {body.name}")))
-
-
-def _model_inputs(spec, choices):
-    from spec.model import TensorDecl
-    return [s for s in select(spec.body, choices)
-            if isinstance(s, TensorDecl) and s.role == "input"]
 
 
 def _decl_meaning(spec, body: BodyCost, name: str) -> str:

@@ -108,6 +108,7 @@ class BodyCost:
     """The costs of the model's body (``block`` None) or of one block, in its own dims."""
     name: str
     block: Block | None
+    inputs: tuple[TensorDecl, ...]
     steps: tuple[Step, ...]
     own_params: tuple[tuple[str, Shape, sympy.Basic], ...]   # declared here: name, shape, size
     parameters: sympy.Basic                    # own and every callee's
@@ -162,7 +163,7 @@ class _Costing:
         own = tuple((d.name, d.shape, numel(Value(d.shape))) for d in decls.values()
                     if d.role == "param")
         cost = BodyCost(
-            name, block, tuple(steps), own,
+            name, block, tuple(inputs), tuple(steps), own,
             sum((size for _, _, size in own), ZERO) + sum(
                 (s.parameters for s in steps if s.callee), ZERO),
             functools.reduce(Flops.__add__, (s.flops for s in steps), Flops()),
@@ -182,7 +183,7 @@ class _Costing:
         total = functools.reduce(Flops.__add__, flops, Flops())
         if attention:
             total = Flops(total.matmul, total.other, total.total)
-        read = [n for n in record.inputs]
+        read = record.inputs
         return Step(
             record, record.output, shape, dtype,
             tuple((n, values[n].shape) for n in read if n not in params),
@@ -214,8 +215,7 @@ class _Costing:
                     binding[dim] = actual
         factor = record.repeat if record.repeat is not None else sympy.Integer(1)
         declared = decls.get(record.output)
-        output = next(s for s in callee.steps if s.output == block.output) \
-            if any(s.output == block.output for s in callee.steps) else None
+        output = next((s for s in callee.steps if s.output == block.output), None)
         shape = declared.shape if declared is not None and declared.shape is not None \
             else output.shape.subs(binding)
         dtype = output.dtype if output is not None else "float"
