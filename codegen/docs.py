@@ -336,12 +336,11 @@ def _body_view(spec, values, body: BodyCost, calls: list) -> BodyView:
     equations = []
     for step in body.steps:
         record = step.record
+        latex = record.latex
         if isinstance(record, BlockCall):
-            latex = _call_latex(record)
             meaning = f"{record.block} ({record.instance})" + \
                 (f", {record.repeat} copies" if record.repeat is not None else "")
         else:
-            latex = record.latex
             meaning = _decl_meaning(spec, body, step.output)
         params = ", ".join(f"{n} ({s.text()})" for n, s in step.params)
         if isinstance(record, BlockCall) and step.parameters != 0:
@@ -379,15 +378,6 @@ def _decl_meaning(spec, body: BodyCost, name: str) -> str:
         if getattr(s, "name", None) == name and getattr(s, "meaning", ""):
             return s.meaning
     return ""
-
-
-def _call_latex(record: BlockCall) -> str:
-    arguments = ", ".join(name_latex(a) for a in record.args)
-    function = record.block.replace("_", "\\_")
-    repeat = "" if record.repeat is None else \
-        f"\\operatorname{{repeat}}_{{{sympy.latex(record.repeat)}}}\\,"
-    return (f"{name_latex(record.output)} = {repeat}\\operatorname{{{function}}}\\left("
-            f"{arguments}\\right)")
 
 
 class _Free:

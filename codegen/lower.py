@@ -24,7 +24,6 @@ from spec.attention import AttentionCore, attention_core
 from spec.check import check, topological
 from spec.errors import CodegenError
 from spec.files import shown, where
-from spec.latex import name_latex
 from spec.model import (
     Block,
     BlockCall,
@@ -34,6 +33,8 @@ from spec.model import (
     Spec,
     TensorDecl,
     TensorRef,
+    declarations,
+    local_binding,
     select,
 )
 from spec.model import lets as derived_dims
@@ -196,16 +197,7 @@ class _Body:
     def build(self) -> tuple[ir.Function, _Signature]:
         spec, block = self.spec, self.block
         statements = select(block.body if block else spec.body, self.lowerer.choices)
-        inputs = list(block.inputs) if block else []
-        for s in statements:
-            if isinstance(s, TensorDecl):
-                if s.name in self.decls and s.shape is None:
-                    continue
-                self.decls[s.name] = s
-                if s.role == "input" and not block:
-                    inputs.append(s)
-        for decl in inputs:
-            self.decls[decl.name] = decl
+        self.decls, inputs = declarations(statements, block)
         arguments = []
         self.bound: set[str] = set()       # dim names the arguments so far bind in jaxtyping
         for decl in inputs:
@@ -351,8 +343,7 @@ class _Body:
     def call(self, record: BlockCall) -> None:
         block = self.spec.blocks[record.block]
         _, signature = self.lowerer.function(block)
-        args, binding = [], {}
-        locals_ = {d.symbol for d in block.local_dims.values()}
+        args = []
         for decl, name in zip(block.inputs, record.args):
             operand = self.values[name]
             shape = operand.value.shape
@@ -363,10 +354,8 @@ class _Body:
             code = operand.code
             if decl.shape.family is not None and shape.family is None:
                 code = f"{wrap(operand, ATOM)}[None]"      # one tensor, shared by every member
-            for dim, actual in zip(decl.shape.dims, shape.dims):
-                if dim in locals_:
-                    binding[dim] = actual
             args.append(code)
+        binding = local_binding(block, [self.values[name].value.shape for name in record.args])
         keywords = [f"{d}={self.dim(d)}" for d in signature.dims]
         keywords += [f"{r}={self.runtime(r)}" for r in signature.runtime]
         out_decl = self.decls.get(record.output)
@@ -403,14 +392,8 @@ class _Body:
             count = f"{format_expr(record.repeat)} copies of " if record.repeat is not None \
                 else ""
             self.fields.append(ir.Field(instance, kind, f"{count}{block.name}"))
-        arguments = ", ".join(name_latex(a) for a in record.args)
-        function_name = record.block.replace("_", "\\_")
-        repeat = "" if record.repeat is None else \
-            f"\\operatorname{{repeat}}_{{{sympy.latex(record.repeat)}}}\\,"
-        self.equations.append(ir.EquationDoc(
-            f"{record.output} = {record.text}",
-            f"{name_latex(record.output)} = {repeat}\\operatorname{{{function_name}}}\\left("
-            f"{arguments}\\right)", where(record)))
+        self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}", record.latex,
+                                             where(record)))
 
     def finish(self, arguments, outputs) -> tuple[ir.Function, _Signature]:
         # dims the body uses: from array shapes, from derived dims, else keyword arguments

@@ -30,6 +30,8 @@ from spec.model import (
     TensorDecl,
     TensorRef,
     concrete_values,
+    declarations,
+    local_binding,
     select,
 )
 from spec.ops import OPS, Unchecked, Value, numel
@@ -139,14 +141,7 @@ class _Costing:
         if name in self.done:
             return self.done[name]
         statements = select(block.body if block else self.spec.body, self.choices)
-        decls: dict[str, TensorDecl] = {}
-        for s in statements:
-            if isinstance(s, TensorDecl) and not (s.name in decls and s.shape is None):
-                decls[s.name] = s
-        inputs = list(block.inputs) if block else [d for d in decls.values()
-                                                   if d.role == "input"]
-        for decl in inputs:
-            decls[decl.name] = decl
+        decls, inputs = declarations(statements, block)
         values = {d.name: Value(d.shape, d.dtype, tensor=d.name) for d in decls.values()
                   if d.role in ("input", "param")}
         params = {d.name for d in decls.values() if d.role == "param"}
@@ -207,12 +202,7 @@ class _Costing:
     def call(self, record: BlockCall, decls, values) -> Step:
         block = self.spec.blocks[record.block]
         callee = self.body(block.name, block)
-        locals_ = {d.symbol for d in block.local_dims.values()}
-        binding = {}
-        for decl, name in zip(block.inputs, record.args):
-            for dim, actual in zip(decl.shape.dims, values[name].shape.dims):
-                if dim in locals_:
-                    binding[dim] = actual
+        binding = local_binding(block, [values[name].shape for name in record.args])
         factor = record.repeat if record.repeat is not None else sympy.Integer(1)
         declared = decls.get(record.output)
         output = next((s for s in callee.steps if s.output == block.output), None)

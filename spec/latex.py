@@ -51,3 +51,13 @@ def term_latex(term) -> str:
 
 def equation_latex(output: str, term) -> str:
     return f"{name_latex(output)} = {term_latex(term)}"
+
+
+def call_latex(output: str, block: str, args, repeat=None) -> str:
+    """``Y = block(X, ...)`` as an operator applied to its arguments, ``repeat_N`` before it
+    for a stack."""
+    arguments = ", ".join(name_latex(a) for a in args)
+    function = block.replace("_", "\\_")
+    stack = "" if repeat is None else f"\\operatorname{{repeat}}_{{{sympy.latex(repeat)}}}\\,"
+    return (f"{name_latex(output)} = {stack}\\operatorname{{{function}}}\\left({arguments}"
+            "\\right)")

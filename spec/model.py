@@ -176,6 +176,11 @@ class BlockCall:
     def inputs(self) -> list[str]:
         return list(dict.fromkeys(self.args))
 
+    @functools.cached_property
+    def latex(self) -> str:
+        from spec.latex import call_latex  # the printer reads the op catalogue
+        return call_latex(self.output, self.block, self.args, self.repeat)
+
 
 @dataclass
 class When:
@@ -241,6 +246,28 @@ class Spec:
 def lets(spec: "Spec", choices: dict[str, str]) -> list["Let"]:
     """The derived dims in force under these choice values (all of them set)."""
     return [s for s in select(spec.body, choices) if isinstance(s, Let)]
+
+
+def declarations(statements: list, block: "Block | None") -> tuple[dict, list]:
+    """A proved body's tensor declarations by name (a declaration without a shape does not
+    replace one with a shape) and its inputs: a block's own, or the model's ``input``
+    declarations in order. ``statements``: the body under one choice of options."""
+    decls: dict[str, TensorDecl] = {}
+    for s in statements:
+        if isinstance(s, TensorDecl) and not (s.name in decls and s.shape is None):
+            decls[s.name] = s
+    inputs = list(block.inputs) if block else [d for d in decls.values() if d.role == "input"]
+    for decl in inputs:
+        decls[decl.name] = decl
+    return decls, inputs
+
+
+def local_binding(block: "Block", shapes: list) -> dict:
+    """The values a call gives a block's local dims (T_q, T_kv): read off the shapes of the
+    arguments it passes (a proved call, so the shapes agree)."""
+    local = {d.symbol for d in block.local_dims.values()}
+    return {dim: actual for decl, shape in zip(block.inputs, shapes)
+            for dim, actual in zip(decl.shape.dims, shape.dims) if dim in local}
 
 
 def select(statements: list, choices: dict[str, str]) -> list:
