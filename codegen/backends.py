@@ -1,10 +1,12 @@
-"""The array backends generated code can target: one table, read by the templates.
+"""The array backends generated code can target: one table, read by lowering and the templates.
 
 Templates never name an array library: they place ``backend.alias`` (``np``, ``cp``) and the
-other strings here. Adding a backend is adding a row.
+other strings here. Everything else two backends do differently is a field of this table:
+which helper templates a backend replaces with its own (CuPy's fused kernels), and how the
+attention core is computed. Adding a backend is adding a row.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spec.errors import UsageError
 
@@ -17,13 +19,33 @@ class Backend:
     array_type: str        # the array class, for jaxtyping annotations
     erf_import: str        # the import that provides erf (exact GELU)
     description: str
+    # how a block that is exactly softmax(X + L) @ V is computed (spec.attention):
+    # "query_blocks": a block of query rows at a time, each over the keys its mask leaves
+    # visible; "fused": X + L and the softmax in one kernel (masked_softmax), the scores
+    # never stored; either way the equations as written when a trace is asked for
+    attention: str
+    # helpers whose template this backend replaces: helper name -> template under templates/
+    helpers: dict[str, str] = field(default_factory=dict)
+    # helpers the backend's own templates call, beyond the shared ones' needs
+    helper_needs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def template(self, helper: str) -> str:
+        """The template a helper is rendered from for this backend."""
+        return self.helpers.get(helper, f"helpers/{helper}.py.j2")
 
 
 BACKENDS: dict[str, Backend] = {
     "numpy": Backend("numpy", "numpy", "np", "np.ndarray", "from scipy.special import erf",
-                     "NumPy on the CPU"),
-    "cupy": Backend("cupy", "cupy", "cp", "cp.ndarray", "from cupyx.scipy.special import erf",
-                    "CuPy on an NVIDIA GPU"),
+                     "NumPy on the CPU", attention="query_blocks"),
+    "cupy": Backend(
+        "cupy", "cupy", "cp", "cp.ndarray", "from cupyx.scipy.special import erf",
+        "CuPy on an NVIDIA GPU", attention="fused",
+        helpers={name: f"helpers/cupy/{name}.py.j2"
+                 for name in ("kernel_support", "softmax", "masked_softmax", "layer_norm",
+                              "gelu", "gelu_tanh")},
+        helper_needs={"softmax": ("kernel_support",), "masked_softmax": ("softmax",),
+                      "layer_norm": ("kernel_support",), "gelu": ("kernel_support",),
+                      "gelu_tanh": ("kernel_support",)}),
 }
 
 

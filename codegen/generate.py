@@ -1,4 +1,5 @@
-"""What `tspec generate` writes: the built-in Transformer's three architectures per backend.
+"""What `tspec generate` writes: the built-in Transformer's three architectures per backend
+(generated/numpy/, generated/cupy/).
 
 Each file is rendered from the spec under one choice of architecture (the seeds' defaults for
 every other choice): byte-identical on every run, headed by the spec's name and content hash.
@@ -6,6 +7,7 @@ every other choice): byte-identical on every run, headed by the spec's name and 
 
 from pathlib import Path
 
+from codegen.backends import BACKENDS
 from codegen.backends import backend as backend_named
 from codegen.lower import lower
 from codegen.render import render
@@ -26,13 +28,15 @@ def source(spec: Spec, choices: dict[str, str], backend: str = "numpy") -> str:
     return render(lower(spec, choices, backend_named(backend)))
 
 
-def files(backend: str = "numpy") -> dict[str, str]:
-    """Every generated file for a backend: relative path -> text."""
+def files(backends: tuple[str, ...] = tuple(BACKENDS)) -> dict[str, str]:
+    """Every generated file for some backends (default: all): relative path -> text."""
     spec = api.read_spec(api.BUILTIN_SPEC)
-    out = {f"{backend}/__init__.py": f'"""Generated forward code for {backend}: one module per '
-                                     'architecture of the built-in Transformer."""\n'}
-    for name, choices in BUILTIN_MODELS.items():
-        out[f"{backend}/{name}.py"] = source(spec, choices, backend)
+    out = {}
+    for backend in backends:
+        out[f"{backend}/__init__.py"] = (f'"""Generated forward code for {backend}: one module '
+                                         'per architecture of the built-in Transformer."""\n')
+        for name, choices in BUILTIN_MODELS.items():
+            out[f"{backend}/{name}.py"] = source(spec, choices, backend)
     return out
 
 
@@ -40,15 +44,16 @@ def default_dir() -> Path:
     return api.in_checkout("generated", "generated code", "--out DIR")
 
 
-def write(out: Path, backend: str = "numpy") -> list[Path]:
+def write(out: Path, backends: tuple[str, ...] = tuple(BACKENDS)) -> list[Path]:
     written = []
-    for relative, text in files(backend).items():
+    for relative, text in files(backends).items():
         path = out / relative
         write_atomic(path, text)
         written.append(path)
     return written
 
 
-def stale(out: Path, backend: str = "numpy") -> str:
+def stale(out: Path, backends: tuple[str, ...] = tuple(BACKENDS)) -> str:
     """A unified diff of every file that differs from what generation gives; '' when none."""
-    return "".join(stale_diff(out / relative, text) for relative, text in files(backend).items())
+    return "".join(stale_diff(out / relative, text)
+                   for relative, text in files(backends).items())

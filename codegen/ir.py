@@ -73,7 +73,8 @@ class Function:
 
 @dataclass(frozen=True)
 class Helper:
-    name: str                  # the template under templates/helpers/ and the function name
+    name: str                  # the function's name
+    template: str              # the template it is rendered from (the backend's choice)
 
 
 @dataclass

@@ -84,7 +84,8 @@ class _Lowerer:
             spec_name=self.spec.name, title=self.spec.title,
             spec_file=shown(self.spec.file) if self.spec.file else "<spec>",
             spec_hash=self.spec.text_hash, choices=tuple(self.choices.items()),
-            backend=self.backend, helpers=[ir.Helper(h) for h in helper_order],
+            backend=self.backend,
+            helpers=[ir.Helper(h, self.backend.template(h)) for h in helper_order],
             params_classes=self.params_classes, functions=functions, entry=entry.name)
 
     def function(self, block: Block) -> tuple[ir.Function, "_Signature"]:
@@ -103,7 +104,8 @@ class _Lowerer:
         return function, signature
 
     def use_helper(self, name: str) -> None:
-        for dependency in HELPER_NEEDS.get(name, ()):
+        needs = self.backend.helper_needs.get(name, HELPER_NEEDS.get(name, ()))
+        for dependency in needs:
             self.use_helper(dependency)
         if name not in self.helpers:
             self.helpers.append(name)
@@ -112,7 +114,8 @@ class _Lowerer:
 # helpers in the order the module defines them, and the helpers each one calls
 HELPER_ORDER = ("subtrace", "project", "embed", "positional_encoding", "log_mask", "causal_mask",
                 "padding_mask", "relative_position_bias", "split_heads", "concat_heads",
-                "softmax", "query_blocks", "layer_norm", "gelu", "gelu_tanh")
+                "kernel_support", "softmax", "masked_softmax", "query_blocks", "layer_norm",
+                "gelu", "gelu_tanh")
 HELPER_NEEDS: dict[str, tuple[str, ...]] = {}
 
 
@@ -222,7 +225,8 @@ class _Body:
                 if decl.dtype == "float" and self.float_source is None:
                     self.float_source = code
         producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
-        blocking = attention_core(block, producers, self.decls)
+        core = attention_core(block, producers, self.decls)
+        blocking = core if self.lowerer.backend.attention == "query_blocks" else None
         if blocking is not None:
             self.slice_inputs(blocking)
         for record in topological(producers, self.name):
@@ -235,6 +239,8 @@ class _Body:
                 self.call(record)
         if blocking is not None:
             self.loop_over_query_blocks(blocking)
+        elif core is not None:
+            self.fuse_softmax(core, producers[core.scores])
         outputs = [block.output] if block else list(spec.outputs)
         return self.finish(arguments, outputs)
 
@@ -268,6 +274,24 @@ class _Body:
                             shape.text())
         self.steps = [ir.Step(tuple(lines))]
         self.comment_names = {}
+
+    def fuse_softmax(self, core: AttentionCore, scores: Equation) -> None:
+        """Without a trace, ``S = X + L`` and ``A = softmax(S)`` as one ``masked_softmax(X, L)``
+        call, which adds the mask as it reads each row: the scores are never stored. With a
+        trace, the two equations as written. The body's steps are S, A, O in this order (the
+        three equations of an attention core)."""
+        self.record = scores
+        scores_step, weights_step, output_step = self.steps
+        left = self.operand(scores.expr.args[0])
+        fused = _commented(f"{core.weights} = {self.helper('masked_softmax')}({left.code}, "
+                           f"{self.values[core.mask].code})",
+                           self.values[core.weights].value.shape.text(), LINE_LENGTH - 4)
+        note = f"    # {core.scores} and {core.weights} in one kernel: {core.scores} is never stored"
+        lines = ("if trace is None:", note,
+                 *("    " + line for line in fused),
+                 "else:",
+                 *("    " + line for line in scores_step.lines + weights_step.lines))
+        self.steps = [ir.Step(lines), output_step]
 
     def require_shape(self, decl: TensorDecl) -> Shape:
         if decl.shape is None:

@@ -19,6 +19,8 @@ class AttentionCore:
     rows: sympy.Symbol          # the query axis, T_q
     keys: sympy.Symbol          # the key axis, T_kv
     mask: str                   # the additive mask input, L_h
+    scores: str                 # S_h = X + L_h
+    weights: str                # A_h = softmax(S_h, axis=-1)
 
 
 # ops under which query rows and keys stay free axes (never contracted or reduced), so that
@@ -71,7 +73,7 @@ def attention_core(block: Block | None, producers: dict,
             keys not in output.shape.free_symbols() and
             _free_axes(left, {rows, keys}, inputs)):
         return None
-    return AttentionCore(rows, keys, mask.name)
+    return AttentionCore(rows, keys, mask.name, score.output, attend.output)
 
 
 def _is_op(term, op: str, arity: int) -> bool:

@@ -4,7 +4,7 @@
     tspec shapes VARIANT [--set NAME=VALUE ...] [--format text|json]
     tspec list
     tspec audit [--check] [--out PATH]
-    tspec generate [--backend numpy] [--out DIR] [--check]
+    tspec generate [--backend numpy|cupy] [--out DIR] [--check]
     tspec run VARIANT [--set NAME=VALUE ...] [--backend numpy] [--seed N] [--typecheck]
 
 Exit status: 0 when everything is proved, 1 when there are findings (or, for `audit --check`,
@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("list", help="the built-in specs and variants")
 
     generate = commands.add_parser("generate", help="write the generated forward code")
-    generate.add_argument("--backend", default="numpy", help="array backend (numpy, cupy)")
+    generate.add_argument("--backend", help="one array backend (numpy, cupy); default: all")
     generate.add_argument("--out", metavar="DIR", type=Path,
                           help="where the code goes (default: generated/ in the checkout)")
     generate.add_argument("--check", action="store_true",
@@ -268,15 +268,16 @@ def _verdict_on_stale(diff: str | None, what: str, current: str, command: str) -
 
 def _generate(args) -> int:
     from codegen import generate
-    from codegen.backends import backend
-    backend(args.backend)
+    from codegen.backends import BACKENDS, backend
+    backends = (backend(args.backend).name,) if args.backend else tuple(BACKENDS)
     out = args.out or generate.default_dir()
     if args.check:
-        return _verdict_on_stale(generate.stale(out, args.backend),
+        folders = ", ".join(display_path(str(out / name)) for name in backends)
+        return _verdict_on_stale(generate.stale(out, backends),
                                  f"generated code in {display_path(str(out))}",
-                                 f"{display_path(str(out / args.backend))} is current",
+                                 f"{folders} {'is' if len(backends) == 1 else 'are'} current",
                                  "tspec generate")
-    for path in generate.write(out, args.backend):
+    for path in generate.write(out, backends):
         print(f"wrote {display_path(str(path))}")
     return EXIT_OK
 

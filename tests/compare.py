@@ -1,19 +1,21 @@
 """Tensor-by-tensor comparison against a reference, with a table of differences on failure."""
 
 import numpy as np
+from arrays import to_numpy
 
 # max |ours - reference| <= TOLERANCE * max(1, max |reference|), per tensor
 TOLERANCES = {
     "float64": 1e-10,      # float64 code against a float64 reference
     "float32": 5e-5,       # float32 code against a float64 reference
+    "float16": 1e-2,       # float16 code (float32 sums) against a float64 reference
 }
 
 
 def differences(ours: dict, reference: dict) -> list[tuple[str, float, float]]:
     rows = []
     for name, expected in reference.items():
-        expected = np.asarray(expected, dtype=np.float64)
-        actual = np.asarray(ours[name], dtype=np.float64)
+        expected = to_numpy(expected).astype(np.float64)
+        actual = to_numpy(ours[name]).astype(np.float64)
         assert actual.shape == expected.shape, f"{name}: {actual.shape} vs {expected.shape}"
         absolute = float(np.max(np.abs(actual - expected))) if expected.size else 0.0
         scale = max(1.0, float(np.max(np.abs(expected))) if expected.size else 1.0)

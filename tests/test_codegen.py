@@ -1,11 +1,13 @@
 """Code generation: determinism, the generated text's contract, numerics and bad input."""
 
+import ast
 import functools
 import inspect
 import math
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from compare import assert_close
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import codegen
 from codegen import generate, weights
 from codegen.backends import backend
 from codegen.generate import source
@@ -54,8 +57,9 @@ def test_generated_files_are_current():
 def test_regeneration_is_byte_identical_and_names_the_spec_and_its_hash():
     first, second = generate.files(), generate.files()
     assert first == second
-    assert sorted(first) == ["numpy/__init__.py", "numpy/decoder_only.py",
-                             "numpy/encoder_decoder.py", "numpy/encoder_only.py"]
+    assert sorted(first) == [f"{backend}/{name}.py" for backend in ("cupy", "numpy")
+                             for name in ("__init__", "decoder_only", "encoder_decoder",
+                                          "encoder_only")]
     text = first["numpy/encoder_decoder.py"]
     assert f"spec/transformer.tspec (sha256 {SPEC.text_hash[:16]})" in text
     assert "2026" not in text and "0.1.0" not in text        # no dates, no versions
@@ -97,9 +101,64 @@ def test_every_step_of_every_function_carries_its_shape():
 
 def test_the_cupy_backend_renders_from_the_same_templates():
     text = source(SPEC, {"activation": "gelu"}, "cupy")
-    assert "import cupy as cp\n" in text and "from cupyx.scipy.special import erf\n" in text
+    assert "import cupy as cp\n" in text
     assert "np." not in text and "numpy" not in text.split('"""', 2)[2]
     assert 'Float[cp.ndarray, "B T_q d_model"]' in text
+    assert (
+        "    if trace is None:\n"
+        "        # S_h and A_h in one kernel: S_h is never stored\n"
+        "        A_h = masked_softmax(Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2), L_h)"
+        "  # [H] B T_q T_kv\n"
+        "    else:\n"
+        "        S_h = Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2) + L_h  # [H] B T_q T_kv\n"
+        "        A_h = softmax(S_h)  # [H] B T_q T_kv\n"
+        "    O_h = A_h @ V_h  # [H] B T_q d_v\n"
+    ) in text
+    assert "GELU_KERNEL = cp.ElementwiseKernel(" in text and "erf(" in text
+    assert "cupyx" not in text               # the exact GELU is a kernel of its own
+
+
+def _definitions(text: str) -> dict[str, str]:
+    """A module's top-level definitions: name -> source text."""
+    tree = ast.parse(text)
+    out = {}
+    for node in tree.body:
+        names = [node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else \
+            [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+        for name in names:
+            out[name] = ast.get_source_segment(text, node)
+    return out
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "encoder_only", "decoder_only"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
+def test_the_numpy_and_cupy_trees_differ_only_where_the_backend_table_says(arch, activation):
+    """With the table's strings swapped (module, alias, array type, description), a definition
+    differs between the two backends only if it is a helper one backend replaces (or a name its
+    replacement template defines), the attention strategy's (query_blocks for NumPy), or the
+    function holding the attention core."""
+    numpy_backend, cupy_backend = backend("numpy"), backend("cupy")
+    choices = {"arch": arch, "activation": activation}
+    definitions = {}
+    for row in (numpy_backend, cupy_backend):
+        definitions[row.name] = {}
+        for name, text in _definitions(source(SPEC, choices, row.name)).items():
+            for field in ("description", "array_type", "module"):
+                text = text.replace(getattr(row, field), f"<{field}>")
+            definitions[row.name][name] = re.sub(rf"\b{row.alias}\.", "<alias>.", text)
+    numpy_defs, cupy_defs = definitions["numpy"], definitions["cupy"]
+    replaced = set(cupy_backend.helpers) | set(numpy_backend.helpers)
+    templates = "".join((Path(codegen.__file__).parent / "templates" / cupy_backend.template(h))
+                        .read_text(encoding="utf-8") for h in cupy_backend.helpers)
+    strategy = {"query_blocks", "QUERY_BLOCK", "scaled_dot_product_attention"}
+    differing = {name for name in numpy_defs.keys() | cupy_defs.keys()
+                 if numpy_defs.get(name) != cupy_defs.get(name)}
+    assert differing, "the backends render the same text"
+    for name in differing:
+        assert name in replaced or name in strategy or \
+            re.search(rf"^(def {name}\(|{name} = )", templates, re.MULTILINE), name
+    same = numpy_defs.keys() & cupy_defs.keys() - differing
+    assert {"embed", "split_heads", "multi_head_attention", "encoder_layer"} <= same
 
 
 def test_generate_check_on_a_stale_directory_exits_1_with_a_diff(tmp_path, capsys):

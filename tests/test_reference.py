@@ -1,11 +1,15 @@
-"""The generated NumPy code against independent implementations, tensor by tensor.
+"""The generated code against independent implementations, tensor by tensor.
 
 PyTorch's nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer and
 nn.Transformer (post-LN and norm_first, ReLU and GELU, causal and key-padding masks), and Hugging
 Face GPT-2 and BERT built offline from small configs with random weights. The same weights go
 to both sides through the explicit name maps of codegen.checkpoints; every named intermediate
 the reference exposes (through forward hooks or its own outputs) is compared, float64 against
-float64 within 1e-10 and float32 against float64 within the named float32 tolerance.
+float64 within 1e-10 and float32 (float16) against float64 within the named tolerance.
+
+Each test runs the generated NumPy code on the CPU and, where a GPU is, the generated CuPy code
+(float64, float32 and float16) against the same references run by PyTorch on CUDA; without
+one the CuPy cases skip with the reason.
 """
 
 import functools
@@ -16,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from arrays import BACKEND_DTYPES, NUMPY, to_numpy
 from compare import assert_close, flat
 
 from codegen import checkpoints, weights
@@ -28,14 +33,14 @@ d_model, H, d_ff, N, V = 16, 4, 24, 2, 13
 
 
 @functools.cache
-def generated(**choices):
+def generated(backend="numpy", **choices):
     """The generated module for these choices, with run-time shape checks on."""
     spec = api.read_spec(api.BUILTIN_SPEC)
-    return load_source(source(spec, choices), typecheck=True)
+    return load_source(source(spec, choices, backend), typecheck=True)
 
 
 def numpy(tensor):
-    return tensor.detach().numpy()
+    return tensor.detach().cpu().numpy()
 
 
 def masks(B, T_q, T_kv, causal, rng):
@@ -63,32 +68,43 @@ def hooks(names: dict, store: dict):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_multi_head_attention_matches_torch(causal, dtype):
+@pytest.mark.parametrize("arrays, dtype", BACKEND_DTYPES)
+def test_multi_head_attention_matches_torch(causal, arrays, dtype):
+    """Traced (the equations as written) and untraced (query blocks on NumPy, the fused masked
+    softmax on CuPy), against nn.MultiheadAttention."""
     torch.manual_seed(1)
     rng = np.random.default_rng(1)
     B, T_q, T_kv = 3, 5, 5 if causal else 7
     reference = torch.nn.MultiheadAttention(d_model, H, batch_first=True).double().eval()
+    reference = reference.to(arrays.device)
     params = weights.nest(checkpoints.from_torch_multi_head_attention(reference.state_dict()))
     X_q, X_kv = rng.standard_normal((B, T_q, d_model)), rng.standard_normal((B, T_kv, d_model))
     keep, padding, causal_mask = masks(B, T_q, T_kv, causal, rng)
-    module = generated(attention_bias="all")
-    keep_q = module.padding_mask(keep, T_q) & (np.tri(T_q, T_kv, dtype=bool) if causal else True)
+    module = generated(arrays.name, attention_bias="all")
+    keep_q = module.padding_mask(arrays.put(keep), T_q) & (
+        arrays.put(np.tri(T_q, T_kv, dtype=bool)) if causal else True)
+    inputs = (arrays.put(X_q.astype(dtype)), arrays.put(X_kv.astype(dtype)),
+              module.log_mask(keep_q, np.dtype(dtype))[None], arrays.put(cast(params, dtype)))
     trace = {}
-    ours = module.multi_head_attention(
-        X_q.astype(dtype), X_kv.astype(dtype), module.log_mask(keep_q, np.dtype(dtype))[None],
-        cast(params, dtype), H=H, trace=trace)
-    out, attention = reference(torch.tensor(X_q), torch.tensor(X_kv), torch.tensor(X_kv),
-                               key_padding_mask=padding, attn_mask=causal_mask,
+    ours = module.multi_head_attention(*inputs, H=H, trace=trace)
+    untraced = module.multi_head_attention(*inputs, H=H)
+
+    def tensor(x):
+        return torch.tensor(x, device=arrays.device)
+
+    out, attention = reference(tensor(X_q), tensor(X_kv), tensor(X_kv),
+                               key_padding_mask=padding.to(arrays.device),
+                               attn_mask=None if causal_mask is None else
+                               causal_mask.to(arrays.device),
                                need_weights=True, average_attn_weights=False)
     weight, bias = reference.in_proj_weight, reference.in_proj_bias
     projections = {f"{p}_proj": numpy(torch.nn.functional.linear(
-        torch.tensor(x), weight[i * d_model:(i + 1) * d_model], bias[i * d_model:(i + 1) * d_model]))
+        tensor(x), weight[i * d_model:(i + 1) * d_model], bias[i * d_model:(i + 1) * d_model]))
         for i, (p, x) in enumerate((("Q", X_q), ("K", X_kv), ("V", X_kv)))}
-    assert ours.dtype == np.dtype(dtype)
-    assert_close({**flat(trace), "O_proj": ours},
+    assert ours.dtype == untraced.dtype == np.dtype(dtype)
+    assert_close({**flat(trace), "O_proj": ours, "untraced": untraced},
                  {**projections, "attention.A_h": numpy(attention).transpose(1, 0, 2, 3),
-                  "O_proj": numpy(out)}, dtype)
+                  "O_proj": numpy(out), "untraced": numpy(out)}, dtype)
 
 
 def _layer_names(layer, kind: str, norm: str) -> dict:
@@ -105,15 +121,17 @@ def _layer_names(layer, kind: str, norm: str) -> dict:
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
 @pytest.mark.parametrize("norm", ["post", "pre"])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_transformer_matches_torch_layer_by_layer(norm, activation, dtype):
+@pytest.mark.parametrize("arrays, dtype", BACKEND_DTYPES)
+def test_transformer_matches_torch_layer_by_layer(norm, activation, arrays, dtype):
     """nn.Transformer (so nn.TransformerEncoderLayer and nn.TransformerDecoderLayer) with
-    source key padding, target causal and memory padding masks, every sublayer compared."""
+    source key padding, target causal and memory padding masks, every sublayer compared, and
+    the untraced run's output."""
     torch.manual_seed(2)
     rng = np.random.default_rng(2)
     B, T, T_dec = 3, 6, 5
     reference = torch.nn.Transformer(d_model, H, N, N, d_ff, dropout=0.0, activation=activation,
                                      batch_first=True, norm_first=norm == "pre").double().eval()
+    reference = reference.to(arrays.device)
     if norm == "post":
         reference.encoder.norm = None          # the seeds' post-LN has no final LayerNorm
         reference.decoder.norm = None
@@ -125,14 +143,16 @@ def test_transformer_matches_torch_layer_by_layer(norm, activation, dtype):
                                 {"attention_bias": "all", "norm": norm},
                                 {"d_model": d_model, "H": H, "d_ff": d_ff, "N": N, "V": V}),
         "nn.Transformer")
-    module = generated(attention_bias="all", norm=norm, activation=activation)
+    module = generated(arrays.name, attention_bias="all", norm=norm, activation=activation)
     t, u = rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T_dec))
     keep_src, padding, _ = masks(B, T, T, False, rng)
+    padding = padding.to(arrays.device)
     keep_tgt = np.ones((B, T_dec), dtype=bool)
     keep_tgt[0, -2:] = False                   # target padding too (key 0 stays visible)
+    inputs = arrays.put((t, keep_src, u, keep_tgt, cast(params, dtype)))
     trace = {}
-    logits, probs = module.transformer(t, keep_src, u, keep_tgt, cast(params, dtype), H=H,
-                                       trace=trace)
+    logits, probs = module.transformer(*inputs, H=H, trace=trace)
+    untraced, _ = module.transformer(*inputs, H=H)
     ours = flat(trace)
     store = {}
     handles = []
@@ -142,32 +162,34 @@ def test_transformer_matches_torch_layer_by_layer(norm, activation, dtype):
             names = {prefix + k: v for k, v in _layer_names(layer, kind, norm).items()}
             names[prefix + ("Z_out" if kind == "encoder" else "Y_out")] = layer
             handles += hooks(names, store)
-    Z_0, Y_0 = torch.tensor(ours["Z_0"].astype(np.float64)), \
-        torch.tensor(ours["Y_0"].astype(np.float64))
-    causal = torch.tensor(~np.tri(T_dec, T_dec, dtype=bool))     # True: may not attend
+    Z_0, Y_0 = (torch.tensor(to_numpy(ours[name]).astype(np.float64), device=arrays.device)
+                for name in ("Z_0", "Y_0"))
+    causal = torch.tensor(~np.tri(T_dec, T_dec, dtype=bool),      # True: may not attend
+                          device=arrays.device)
     Y_dec = reference(Z_0, Y_0, tgt_mask=causal, src_key_padding_mask=padding,
-                      tgt_key_padding_mask=torch.tensor(~keep_tgt),
+                      tgt_key_padding_mask=torch.tensor(~keep_tgt, device=arrays.device),
                       memory_key_padding_mask=padding, tgt_is_causal=True)
     for handle in handles:
         handle.remove()
     Z_enc = reference.encoder(Z_0, src_key_padding_mask=padding)
-    logits_reference = Y_dec @ torch.tensor(W_out)
+    logits_reference = Y_dec @ torch.tensor(W_out, device=arrays.device)
     expected = {**store, "Z_enc": numpy(Z_enc), "Y_dec": numpy(Y_dec),
-                "logits": numpy(logits_reference),
+                "logits": numpy(logits_reference), "untraced": numpy(logits_reference),
                 "probs": numpy(torch.softmax(logits_reference, dim=-1))}
-    rows = assert_close({**ours, "logits": logits, "probs": probs}, expected, dtype)
-    assert len(rows) == 4 + N * (5 + 7)      # every layer's sublayers, the stacks, the head
-    assert logits.dtype == probs.dtype == np.dtype(dtype)
+    rows = assert_close({**ours, "logits": logits, "untraced": untraced, "probs": probs},
+                        expected, dtype)
+    assert len(rows) == 5 + N * (5 + 7)      # every layer's sublayers, the stacks, the head
+    assert logits.dtype == probs.dtype == untraced.dtype == np.dtype(dtype)
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_gpt2_matches_hugging_face(dtype):
+@pytest.mark.parametrize("arrays, dtype", BACKEND_DTYPES)
+def test_gpt2_matches_hugging_face(arrays, dtype):
     """Decoder-only, pre-LN, tanh GELU, learned positions, tied output embedding."""
     torch.manual_seed(3)
     config = transformers.GPT2Config(vocab_size=V, n_positions=16, n_embd=d_model, n_layer=N,
                                      n_head=H, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                                      bos_token_id=0, eos_token_id=0)
-    reference = transformers.GPT2LMHeadModel(config).double().eval()
+    reference = transformers.GPT2LMHeadModel(config).double().eval().to(arrays.device)
     choices = {"arch": "decoder_only", "norm": "pre", "activation": "gelu_tanh",
                "positional": "learned", "output_embedding": "tied", "attention_bias": "all"}
     params = weights.validate(
@@ -175,21 +197,24 @@ def test_gpt2_matches_hugging_face(dtype):
         weights.expected_shapes(api.read_spec(api.BUILTIN_SPEC), choices,
                                 {"d_model": d_model, "H": H, "d_ff": 4 * d_model, "N": N,
                                  "V": V, "max_len": 16}), "GPT-2")
-    module = generated(**choices)
+    module = generated(arrays.name, **choices)
     u = np.random.default_rng(3).integers(0, V, (2, 9))
+    inputs = arrays.put((u, np.ones(u.shape, dtype=bool), cast(params, dtype)))
     trace = {}
-    logits, probs = module.transformer(u, np.ones(u.shape, dtype=bool), cast(params, dtype),
-                                       H=H, trace=trace)
-    output = reference(torch.tensor(u), output_hidden_states=True)
+    logits, probs = module.transformer(*inputs, H=H, trace=trace)
+    untraced, _ = module.transformer(*inputs, H=H)
+    output = reference(torch.tensor(u, device=arrays.device), output_hidden_states=True)
     hidden = [numpy(h) for h in output.hidden_states]
     expected = {"Y_0": hidden[0], "Y_dec": hidden[-1], "logits": numpy(output.logits),
+                "untraced": numpy(output.logits),
                 "probs": numpy(torch.softmax(output.logits, dim=-1))}
     expected |= {f"decoder.layers.{i}.Z_out": hidden[i + 1] for i in range(N - 1)}
-    assert_close({**flat(trace), "logits": logits, "probs": probs}, expected, dtype)
+    assert_close({**flat(trace), "logits": logits, "untraced": untraced, "probs": probs},
+                 expected, dtype)
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_bert_encoder_matches_hugging_face(dtype):
+@pytest.mark.parametrize("arrays, dtype", BACKEND_DTYPES)
+def test_bert_encoder_matches_hugging_face(arrays, dtype):
     """BERT's encoder stack (post-LN, exact GELU, eps 1e-12) with a padding mask, layer by
     layer, fed BERT's own embedding output (its token-type embeddings and embedding LayerNorm
     are not in the spec)."""
@@ -198,21 +223,24 @@ def test_bert_encoder_matches_hugging_face(dtype):
                                      num_attention_heads=H, intermediate_size=d_ff,
                                      max_position_embeddings=16, hidden_dropout_prob=0.0,
                                      attention_probs_dropout_prob=0.0)
-    reference = transformers.BertModel(config).double().eval()
-    module = generated(arch="encoder_only", activation="gelu", attention_bias="all")
+    reference = transformers.BertModel(config).double().eval().to(arrays.device)
+    module = generated(arrays.name, arch="encoder_only", activation="gelu", attention_bias="all")
     params = weights.nest(checkpoints.from_bert_encoder(reference.state_dict()))["encoder"]
     ids = np.random.default_rng(4).integers(0, V, (2, 8))
     keep = np.ones(ids.shape, dtype=bool)
     keep[1, 6:] = False
-    output = reference(torch.tensor(ids), attention_mask=torch.tensor(keep.astype(np.int64)),
+    output = reference(torch.tensor(ids, device=arrays.device),
+                       attention_mask=torch.tensor(keep.astype(np.int64), device=arrays.device),
                        output_hidden_states=True)
     hidden = [numpy(h) for h in output.hidden_states]
-    L = module.log_mask(module.padding_mask(keep, ids.shape[1]), np.dtype(dtype))[None]
+    L = module.log_mask(module.padding_mask(arrays.put(keep), ids.shape[1]), np.dtype(dtype))[None]
+    inputs = arrays.put((hidden[0].astype(dtype), L, cast(params, dtype)))
     trace = {}
-    Z_enc = module.encoder(hidden[0].astype(dtype), L, cast(params, dtype), H=H, eps=1e-12,
-                           trace=trace)
-    expected = {f"layers.{i}.Z_out": hidden[i + 1] for i in range(N)} | {"Z_enc": hidden[-1]}
-    assert_close({**flat(trace), "Z_enc": Z_enc}, expected, dtype)
+    Z_enc = module.encoder(*inputs, H=H, eps=1e-12, trace=trace)
+    untraced = module.encoder(*inputs, H=H, eps=1e-12)
+    expected = {f"layers.{i}.Z_out": hidden[i + 1] for i in range(N)} | {
+        "Z_enc": hidden[-1], "untraced": hidden[-1]}
+    assert_close({**flat(trace), "Z_enc": Z_enc, "untraced": untraced}, expected, dtype)
 
 
 def test_a_tensor_off_by_a_little_fails_with_a_table():
@@ -223,44 +251,50 @@ def test_a_tensor_off_by_a_little_fails_with_a_table():
 
 
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_attention_in_query_blocks_matches_torch(monkeypatch, dtype):
-    """Without a trace, attention runs in blocks of query rows that skip the keys their mask
-    hides (query_blocks); with blocks of 2 rows, causal and padding masks make blocks of every
-    kind (keys cut by causality, by padding, and a block of fully masked rows), and the
-    model's output still matches nn.Transformer's."""
+@pytest.mark.parametrize("arrays, dtype", BACKEND_DTYPES)
+def test_untraced_attention_matches_torch_with_every_kind_of_mask(monkeypatch, arrays, dtype):
+    """Without a trace, NumPy attention runs in blocks of query rows that skip the keys their
+    mask hides (query_blocks) and CuPy's adds the mask inside its softmax kernel. With blocks
+    of 2 rows, causal and padding masks make blocks of every kind (keys cut by causality, by
+    padding, and a block of fully masked rows), and the model's output still matches
+    nn.Transformer's and the traced run's."""
     torch.manual_seed(5)
     rng = np.random.default_rng(5)
     B, T, T_dec = 3, 7, 6
     reference = torch.nn.Transformer(d_model, H, N, N, d_ff, dropout=0.0,
-                                     batch_first=True).double().eval()
+                                     batch_first=True).double().eval().to(arrays.device)
     reference.encoder.norm = None
     reference.decoder.norm = None
     E, W_out = rng.standard_normal((V, d_model)), rng.standard_normal((d_model, V))
     params = weights.nest(checkpoints.from_torch_transformer(
         reference.state_dict(), norm="post", embedding=E, output=W_out))
-    module = generated(attention_bias="all")
-    monkeypatch.setattr(module, "QUERY_BLOCK", 2)
+    module = generated(arrays.name, attention_bias="all")
+    if arrays is NUMPY:
+        monkeypatch.setattr(module, "QUERY_BLOCK", 2)
     t, u = rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T_dec))
     keep_src = np.ones((B, T), dtype=bool)
     keep_src[1, 4:] = False                    # a padded source: later key blocks dropped
     keep_tgt = np.ones((B, T_dec), dtype=bool)
     keep_tgt[2, :] = False                     # a target with every key masked: weights 0
-    logits, _ = module.transformer(t, keep_src, u, keep_tgt, cast(params, dtype), H=H)
+    inputs = arrays.put((t, keep_src, u, keep_tgt, cast(params, dtype)))
+    logits, _ = module.transformer(*inputs, H=H)
     traced = {}
-    logits_whole, _ = module.transformer(t, keep_src, u, keep_tgt, cast(params, dtype), H=H,
-                                         trace=traced)
+    logits_whole, _ = module.transformer(*inputs, H=H, trace=traced)
     # the reference: the same embedded inputs; the fully masked target gets zero weights in
-    # our code and NaN in torch, so it is compared with the unblocked run of our own code
-    Z_0, Y_0 = (torch.tensor(traced[k].astype(np.float64)) for k in ("Z_0", "Y_0"))
-    causal = torch.tensor(~np.tri(T_dec, T_dec, dtype=bool))
+    # our code and NaN in torch, so it is compared with the traced run of our own code
+
+    def tensor(x):
+        return torch.tensor(x, device=arrays.device)
+
+    Z_0, Y_0 = (tensor(to_numpy(traced[k]).astype(np.float64)) for k in ("Z_0", "Y_0"))
+    causal = tensor(~np.tri(T_dec, T_dec, dtype=bool))
     Y_dec = reference(Z_0[:2], Y_0[:2], tgt_mask=causal,
-                      src_key_padding_mask=torch.tensor(~keep_src[:2]),
-                      tgt_key_padding_mask=torch.tensor(~keep_tgt[:2]),
-                      memory_key_padding_mask=torch.tensor(~keep_src[:2]), tgt_is_causal=True)
-    assert_close({"logits": logits[:2]}, {"logits": numpy(Y_dec @ torch.tensor(W_out))}, dtype)
+                      src_key_padding_mask=tensor(~keep_src[:2]),
+                      tgt_key_padding_mask=tensor(~keep_tgt[:2]),
+                      memory_key_padding_mask=tensor(~keep_src[:2]), tgt_is_causal=True)
+    assert_close({"logits": logits[:2]}, {"logits": numpy(Y_dec @ tensor(W_out))}, dtype)
     assert_close({"logits": logits}, {"logits": logits_whole}, dtype)
-    assert np.isfinite(logits).all()
+    assert np.isfinite(to_numpy(logits)).all()
 
 
 def test_query_blocks_keep_the_keys_a_mask_leaves_visible():

@@ -100,7 +100,7 @@ def log_mask(M: Bool[np.ndarray, " *shape"], dtype) -> Float[np.ndarray, " *shap
     if M.dtype != bool:
         raise TypeError(f"a mask must be boolean (True keeps a key), got dtype {M.dtype}")
     L = np.zeros(M.shape, dtype=dtype)  # *shape
-    L[~M] = -np.inf
+    np.copyto(L, -np.inf, where=~M)
     return L
 
 
