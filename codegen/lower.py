@@ -452,7 +452,7 @@ class _Body:
         annotations = [self.annotation(d, self.values[d.name].value.shape, self.bound)
                        for d in output_decls]
         returns = annotations[0] if len(annotations) == 1 else \
-            f"tuple[{', '.join(annotations)}]"
+            f"Tuple[{', '.join(annotations)}]"
         params_class = None
         if self.fields:
             params_class = "".join(part.capitalize() for part in self.name.split("_")) + "Params"

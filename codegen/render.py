@@ -51,8 +51,12 @@ def _imports(text: str, module: ir.Module) -> list[str]:
     standard = ["import functools"] if "functools." in body else []
     standard += ["import math"] if "math." in body else []
     standard += ["import os"]
-    if "(TypedDict)" in body:
-        standard.append("from typing import TypedDict")
+    typing_names = [name for name, used in (("Optional", "Optional[" in body),
+                                            ("Tuple", "Tuple[" in body),
+                                            ("TypedDict", "(TypedDict)" in body)) if used]
+    if typing_names:
+        note = "  # noqa: UP035" if "Tuple" in typing_names else ""
+        standard.append(f"from typing import {', '.join(typing_names)}{note}")
     kinds = [k for k in ("Bool", "Float", "Int") if re.search(rf"\b{k}\[", body)]
     third = [f"import {backend.module} as {backend.alias}",
              f"from jaxtyping import {', '.join(kinds + ['jaxtyped'])}"]
@@ -106,7 +110,12 @@ def _function_view(function: ir.Function) -> dict:
         items = ", ".join(f"{name}={name}" for name in function.traced)
         body += _wrap(f"trace.update({items})", LINE_LENGTH - 8, "    ", "        ")
     body.append(f"return {function.result}")
-    return {"name": function.name, "signature": signature, "returns": function.returns,
+    returns = function.returns
+    if returns.startswith("Tuple["):
+        returns += ":  # noqa: UP006"
+    else:
+        returns += ":"
+    return {"name": function.name, "signature": signature, "returns": returns,
             "docstring_open": 'r"""' if raw else '"""', "summary": function.summary,
             "doc_lines": doc, "body": body}
 

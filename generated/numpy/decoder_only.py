@@ -15,11 +15,14 @@ dictionaries keyed by the spec's names (the *Params classes). Pass `trace={}` to
 receive every named intermediate. Set TSPEC_TYPECHECK=1 before import to check the shape and
 dtype of every array argument and result at run time (jaxtyping with beartype); unset, the
 checks cost nothing. Parameters are checked when loaded (codegen.weights), not per call.
+Optional and Tuple come from typing: beartype keys `X | None` and `tuple[...]` by their text,
+which NumPy's and CuPy's annotations share, and would check one backend's arrays against the
+other's.
 """
 
 import math
 import os
-from typing import TypedDict
+from typing import Optional, Tuple, TypedDict  # noqa: UP035
 
 import numpy as np
 from jaxtyping import Bool, Float, Int, jaxtyped
@@ -47,7 +50,7 @@ def subtrace(trace: dict | None, *path: str | int) -> dict | None:
 def project(
     X: Float[np.ndarray, "*batch k"],
     W: Float[np.ndarray, "k n"],
-    b: Float[np.ndarray, " n"] | None = None,
+    b: Optional[Float[np.ndarray, " n"]] = None,  # noqa: UP045
 ) -> Float[np.ndarray, "*batch n"]:
     """X @ W (+ b) for one weight matrix W, as a single matrix product over all of X's leading
     axes, the bias added in place.
@@ -484,7 +487,7 @@ def transformer(
     H: int,
     eps: float = 1e-5,
     trace: dict | None = None,
-) -> tuple[Float[np.ndarray, "B T_dec V"], Float[np.ndarray, "B T_dec V"]]:
+) -> Tuple[Float[np.ndarray, "B T_dec V"], Float[np.ndarray, "B T_dec V"]]:  # noqa: UP006
     r"""The Transformer (encoder-decoder, encoder-only, decoder-only), from the seeds
 
     From seed 001, section 4; seed 004, Decoder 1. Masked Multi-Head Self-Attention (mask future
