@@ -41,7 +41,8 @@ def main() -> None:
         sizes = {"d_model": 768, "H": 12, "d_ff": 3072, "N": 1, "V": 8}
     dtype = np.dtype(args.dtype)
     module = load_source(source(spec, choices, "cupy"))
-    flat = weights.random_params(weights.expected_shapes(spec, choices, sizes), 0, dtype)
+    flat = weights.flatten(weights.random_params(weights.expected_shapes(spec, choices, sizes),
+                                                 0, dtype))
     params = weights.nest({k: cp.asarray(v) for k, v in flat.items()})
     stack = params["encoder" if "encoder" in params else "decoder"]["layers"][0]
     x = cp.asarray(np.random.default_rng(0).standard_normal((B, T, sizes["d_model"]))
