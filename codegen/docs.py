@@ -27,7 +27,7 @@ from spec.errors import UsageError
 from spec.files import shown, stale_diff, write_atomic
 from spec.files import where as spec_line
 from spec.latex import name_latex
-from spec.model import BlockCall, Constraint, Let, concrete_values, select
+from spec.model import BlockCall, Constraint, Let, choices_in_force, concrete_values, select
 from spec.prove import evaluate as prove_evaluate
 from spec.variant import Variant
 
@@ -146,7 +146,7 @@ def page(variant: Variant) -> Page:
     return Page(
         name=variant.name, title=spec.title, description=variant.description,
         spec_file=shown(spec.file), spec_hash=spec.text_hash[:16],
-        choices=[f"{k} = {v}" for k, v in choices.items()],
+        choices=[f"{k} = {v}" for k, v in choices_in_force(spec, choices).items()],
         sizes=", ".join(f"{k} = {v}" for k, v in dims.items()
                         if k not in variant.dims),
         dims=_dim_rows(spec, choices, values, variant, dims, used),
