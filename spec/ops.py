@@ -546,7 +546,9 @@ class Gather(Op):
         table, ids = args
         if table.value.shape.family is not None or ids.value.shape.family is not None:
             raise ctx.error("code generation does not gather from families of tables or ids")
-        return f"{ctx.helper('embed')}({table.code}, {ids.code})", ATOM
+        name = table.value.tensor
+        named = "" if name in (None, "E") else f', "{name}"'     # for its errors
+        return f"{ctx.helper('embed')}({table.code}, {ids.code}{named})", ATOM
 
 
 @dataclass(frozen=True)

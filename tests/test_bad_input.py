@@ -406,7 +406,7 @@ def test_bad_dim_values_in_toml(tmp_path, value, shown):
      "[choices] norm: choice norm has no option 1; options: post, pre"),
     ('spec = "transformer"\n[choices]\nnrom = "pre"\n', 3,
      ("[choices] unknown choice 'nrom'; the spec's choices: arch, norm, activation, "
-     "positional, output_embedding, head_dims, attention_bias")),
+     "positional, output_embedding, head_dims, attention_bias, encoder_io")),
     ('spec = "transformer"\n[dims]\nH = 8\n[choices]\nH = "x"\n', 5,
      "H is set in both [dims] and [choices]"),
 ])

@@ -22,6 +22,7 @@ from codegen.runtime import load_module, load_source
 from spec import api, cli
 from spec.errors import CodegenError, UsageError
 from spec.language import parse
+from spec.model import outputs
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 GENERATED = api.checkout() / "generated"
@@ -54,7 +55,7 @@ def test_generated_files_are_current():
 def test_regeneration_is_byte_identical_and_names_the_spec_and_its_hash():
     first, second = generate.files(), generate.files()
     assert first == second
-    assert sorted(first) == ["numpy/__init__.py", "numpy/decoder_only.py",
+    assert sorted(first) == ["numpy/__init__.py", "numpy/bert.py", "numpy/decoder_only.py",
                              "numpy/encoder_decoder.py", "numpy/encoder_only.py"]
     text = first["numpy/encoder_decoder.py"]
     assert f"spec/transformer.tspec (sha256 {SPEC.text_hash[:16]})" in text
@@ -87,8 +88,8 @@ def test_the_generated_module_reads_like_the_spec():
 
 
 def test_every_step_of_every_function_carries_its_shape():
-    for arch in generate.BUILTIN_MODELS:
-        module = lower(SPEC, {"arch": arch}, backend("numpy"))
+    for choices in generate.BUILTIN_MODELS.values():
+        module = lower(SPEC, choices, backend("numpy"))
         for function in module.functions:
             for step in function.steps:
                 assert any("  # " in line or line.startswith("# ") for line in step.lines), \
@@ -197,7 +198,7 @@ def test_token_ids_out_of_range_are_named():
     module = generated(arch="encoder_only")
     t, keep, _, _ = encoder_decoder_inputs()
     t[1, 3] = 11
-    with pytest.raises(ValueError, match=r"^token id 11 at index \(1, 3\) is out of range: ids "
+    with pytest.raises(ValueError, match=r"^id 11 at index \(1, 3\) is out of range: ids "
                                          r"index the 11 rows of E \(0\.\.10\)$"):
         module.transformer(t, keep, small_params({"arch": "encoder_only"}), H=2)
 
@@ -205,7 +206,7 @@ def test_token_ids_out_of_range_are_named():
 def test_token_ids_of_a_float_dtype_are_refused():
     module = generated(arch="encoder_only")
     t, keep, _, _ = encoder_decoder_inputs()
-    with pytest.raises(TypeError, match=r"^token ids must be integers, got dtype float64$"):
+    with pytest.raises(TypeError, match=r"^ids into E must be integers, got dtype float64$"):
         module.transformer(t.astype(float), keep, small_params({"arch": "encoder_only"}), H=2)
 
 
@@ -293,7 +294,8 @@ def variants(draw):
     T, T_dec = draw(st.integers(1, 5)), draw(st.integers(1, 5))
     dims = {"B": draw(st.integers(1, 3)), "T": T, "T_dec": T_dec, "d_model": d_model, "H": H,
             "d_ff": draw(st.integers(1, 9)), "V": draw(st.integers(2, 9)),
-            "N": draw(st.integers(1, 2)), "max_len": max(T, T_dec) + draw(st.integers(0, 2))}
+            "N": draw(st.integers(1, 2)), "max_len": max(T, T_dec) + draw(st.integers(0, 2)),
+            "V_type": draw(st.integers(1, 3))}
     if choices["head_dims"] == "free":
         dims |= {"d_k": draw(st.integers(1, 4)), "d_v": draw(st.integers(1, 4))}
     return choices, dims
@@ -312,8 +314,9 @@ def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(var
     for row in api.shapes(variant_object):
         if row.role == "input" and "." not in row.name:
             shape = tuple(int(x) for x in row.concrete.split())
-            if "int" in row.dtype:
-                inputs.append(rng.integers(0, dims["V"], shape))
+            if "int" in row.dtype:              # token ids index E, token types E_type
+                inputs.append(rng.integers(0, dims["V_type" if row.name == "s" else "V"],
+                                           shape))
             else:                           # padding anywhere but the first position
                 keep = rng.random(shape) < 0.7
                 keep[:, 0] = True
@@ -322,7 +325,9 @@ def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(var
     keywords = {name: dims[name] for name, parameter in
                 inspect.signature(module.transformer).parameters.items()
                 if parameter.kind is parameter.KEYWORD_ONLY and name in dims}
-    logits, probs = module.transformer(*inputs, params, **keywords, trace=trace)
+    results = module.transformer(*inputs, params, **keywords, trace=trace)
+    names = outputs(SPEC, SPEC.choice_values(choices))
+    results = dict(zip(names, results))
     computed = {k.replace(".", "/"): v.shape for k, v in weights.flatten(trace).items()}
     proved = {}
     for row in api.shapes(variant_object):
@@ -334,14 +339,14 @@ def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(var
     assert len(compared) > 10
     for name in compared:
         assert computed[name] == proved[name], name
-    np.testing.assert_allclose(probs.sum(-1), 1.0)
+    if "probs" in results:
+        np.testing.assert_allclose(results["probs"].sum(-1), 1.0)
     # the numbers, against an independent loop-per-head implementation written from the math
     d_k = dims.get("d_k", dims["d_model"] // dims["H"])
     d_v = dims.get("d_v", dims["d_model"] // dims["H"])
-    expected_logits, expected_probs = reference_numpy.forward(choices, params, inputs,
-                                                              dims["H"], d_k, d_v)
-    assert_close({"logits": logits, "probs": probs},
-                 {"logits": expected_logits, "probs": expected_probs}, "float64")
+    expected = reference_numpy.forward(choices, params, inputs, dims["H"], d_k, d_v)
+    assert set(expected) == set(names)
+    assert_close(results, expected, "float64")
 
 
 def test_tspec_run_prints_shapes_and_time():
@@ -352,7 +357,7 @@ def test_tspec_run_prints_shapes_and_time():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "== base (spec/variants/base.toml): spec transformer"
-    assert lines[2] == ("   dims: B=2, max_len=512, d_model=512, H=8, d_ff=2048, N=1, T=8, "
+    assert lines[2] == ("   dims: B=2, max_len=512, V_type=2, d_model=512, H=8, d_ff=2048, N=1, T=8, "
                         "T_dec=8, V=50; d_k = d_model / H, d_v = d_model / H")
     assert any(line.split() == ["logits", "2", "x", "8", "x", "50"] for line in lines)
     assert lines[-1].startswith("forward pass: ") and lines[-1].endswith(" ms")
