@@ -264,6 +264,10 @@ def outputs(spec: "Spec", choices: dict[str, str]) -> list[str]:
                                     f"{', '.join(f'{k}={v}' for k, v in choices.items())}",
                                     file=statement.file, line=statement.line)
                 names.append(name)
+    if spec.outputs and not names:
+        raise SpecError(f"the model has no output under "
+                        f"{', '.join(f'{k}={v}' for k, v in choices.items())}: every branch "
+                        "of a choice needs an `output` statement", file=spec.file)
     return names
 
 

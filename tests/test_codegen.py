@@ -149,6 +149,58 @@ def test_committed_modules_run_and_keep_float32(arch):
     assert logits.dtype == np.float32
 
 
+BERT = generate.BUILTIN_MODELS["bert"]
+
+
+def bert_inputs(B=3, T=5, V=11, V_type=2, seed=0):
+    """Token ids, a key mask with padding at the end of the last sequence, token types."""
+    rng = np.random.default_rng(seed)
+    keep = np.ones((B, T), dtype=bool)
+    keep[-1, T - 2:] = False
+    return rng.integers(0, V, (B, T)), keep, rng.integers(0, V_type, (B, T))
+
+
+def test_committed_bert_module_runs_and_keeps_float32():
+    module = load_module(GENERATED / "numpy" / "bert.py")
+    params = small_params(BERT, V_type=2)
+    trace = {}
+    Z_enc, C = module.transformer(*bert_inputs(), params, H=2, eps=1e-12, trace=trace)
+    assert Z_enc.shape == (3, 5, 8) and C.shape == (3, 8)
+    floats = {k: v for k, v in weights.flatten(trace).items() if v.dtype != bool}
+    assert {str(v.dtype) for v in floats.values()} == {"float32"}
+    assert np.abs(C).max() < 1                       # tanh
+    np.testing.assert_array_equal(trace["Z_cls"], Z_enc[:, 0])
+
+
+@pytest.mark.parametrize("choices", [
+    {"positional": "learned", "norm": "post"},
+    {"positional": "sinusoidal", "norm": "pre"},
+    {"positional": "relative", "norm": "post", "head_dims": "free"},
+])
+def test_bert_under_other_choices_matches_the_plain_reference(choices):
+    """encoder_io=bert under positions and norms BERT does not use, against the independent
+    loop-per-head implementation (Hugging Face covers BERT's own choices)."""
+    chosen = {**BERT, **choices}
+    dims = {"d_k": 3, "d_v": 5} if choices.get("head_dims") == "free" else {}
+    params = small_params(chosen, np.float64, seed=3, V_type=3, **dims)
+    inputs = bert_inputs(V_type=3, seed=3)
+    module = generated(**chosen)
+    # H is a keyword unless an array reveals it (a relative bias table per head does)
+    heads = {"H": 2} if "H" in inspect.signature(module.transformer).parameters else {}
+    Z_enc, C = module.transformer(*inputs, params, **heads)
+    expected = reference_numpy.forward(SPEC.choice_values(chosen), params, inputs, 2,
+                                       dims.get("d_k", 4), dims.get("d_v", 4))
+    assert_close({"Z_enc": Z_enc, "C": C}, expected, "float64")
+
+
+def test_token_types_out_of_range_name_their_table():
+    t, keep, s = bert_inputs()
+    s[0, 2] = 2
+    with pytest.raises(ValueError, match=r"^id 2 at index \(0, 2\) is out of range: ids index "
+                                         r"the 2 rows of E_type \(0\.\.1\)$"):
+        generated(**BERT).transformer(t, keep, s, small_params(BERT, V_type=2), H=2)
+
+
 def test_a_fully_masked_row_gives_zero_weights_not_nan():
     module = generated(arch="encoder_only")
     t, keep, _, _ = encoder_decoder_inputs()
@@ -361,6 +413,18 @@ def test_tspec_run_prints_shapes_and_time():
                         "T_dec=8, V=50; d_k = d_model / H, d_v = d_model / H")
     assert any(line.split() == ["logits", "2", "x", "8", "x", "50"] for line in lines)
     assert lines[-1].startswith("forward pass: ") and lines[-1].endswith(" ms")
+
+
+def test_tspec_run_bert_base_draws_token_types_from_their_table(capsys):
+    code = cli.main(["run", "bert_base", "--set", "N=1", "--set", "T=8", "--set", "V=50",
+                     "--dtype", "float64"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[2] == ("   dims: B=2, T_dec=32, d_model=768, H=12, d_ff=3072, N=1, V=50, max_len=512, "
+                        "V_type=2, T=8; d_k = d_model / H, d_v = d_model / H")
+    assert any(line.split() == ["C", "2", "x", "768"] for line in lines)
+    assert any(line.split() == ["X_type", "2", "x", "8", "x", "768"] for line in lines)
 
 
 def test_tspec_run_checks_its_default_sizes_before_running(capsys):
