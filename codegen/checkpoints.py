@@ -155,18 +155,53 @@ def from_gpt2(state: dict) -> dict[str, np.ndarray]:
     return read.finish(flat)
 
 
+def from_bert(state: dict) -> dict[str, np.ndarray]:
+    """Hugging Face ``BertModel`` (with its pooler) to the spec, every parameter.
+
+    The spec's encoder-only model with encoder_io=bert, norm=post, activation=gelu,
+    positional=learned, attention_bias=all (run it with eps=1e-12, BERT's LayerNorm epsilon):
+    the word, position and token-type embeddings (``E``, ``P_table``, ``E_type``), the
+    embedding LayerNorm (``gamma_emb``, ``beta_emb``), the encoder's layers and the pooler's
+    dense layer (``W_pool``, ``b_pool``). A ``BertFor...`` model's state (keys under
+    ``bert.``) gives its BertModel part; its ``cls.`` heads are not in the spec and are left
+    out. A BertModel built without its pooler lacks ``pooler.dense.weight``: an error.
+    """
+    prefix = _bert_prefix(state)
+    read = _Source(state, "BERT", (r"cls\..*", rf"{re.escape(prefix)}embeddings\.position_ids",
+                                   rf"{re.escape(prefix)}embeddings\.token_type_ids"))
+    at = f"{prefix}embeddings"
+    flat = {"E": read(f"{at}.word_embeddings.weight"),
+            "P_table": read(f"{at}.position_embeddings.weight"),
+            "E_type": read(f"{at}.token_type_embeddings.weight"),
+            "gamma_emb": read(f"{at}.LayerNorm.weight"),
+            "beta_emb": read(f"{at}.LayerNorm.bias")}
+    _bert_layers(read, prefix, flat)
+    _linear(read, f"{prefix}pooler.dense", "W_pool", "b_pool", flat)
+    return read.finish(flat)
+
+
 def from_bert_encoder(state: dict) -> dict[str, np.ndarray]:
     """Hugging Face ``BertModel``'s encoder stack to the spec's ``encoder`` parameters.
 
     The spec's encoder with norm=post, activation=gelu, attention_bias=all. BERT's embeddings
-    (token-type embeddings and a LayerNorm the spec does not have) and pooler are left out:
-    feed BERT's embedding output to the generated ``encoder`` function.
+    and pooler are left out: feed BERT's embedding output to the generated ``encoder``
+    function. ``from_bert`` maps the whole model.
     """
-    prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
+    prefix = _bert_prefix(state)
     ignore = (rf"{re.escape(prefix)}embeddings\..*", rf"{re.escape(prefix)}pooler\..*",
               r"cls\..*")
     read = _Source(state, "BERT", ignore)
     flat: dict[str, np.ndarray] = {}
+    _bert_layers(read, prefix, flat)
+    return read.finish(flat)
+
+
+def _bert_prefix(state: dict) -> str:
+    return "bert." if any(k.startswith("bert.") for k in state) else ""
+
+
+def _bert_layers(read, prefix: str, flat: dict) -> None:
+    """BERT's encoder layers to ``encoder.layers.i``: nn.Linear weights, y = x W^T + b."""
     index = 0
     while read.has(f"{prefix}encoder.layer.{index}.attention.self.query.weight"):
         source, target = f"{prefix}encoder.layer.{index}", f"encoder.layers.{index}"
@@ -183,4 +218,6 @@ def from_bert_encoder(state: dict) -> dict[str, np.ndarray]:
                 f"{target}.feed_forward.b_2", flat)
         _layer_norm(read, f"{source}.output.LayerNorm", f"{target}.norm_2", flat)
         index += 1
-    return read.finish(flat)
+    if index == 0:
+        raise WeightsError(f"BERT: state dict has no entry '{prefix}encoder.layer.0."
+                           "attention.self.query.weight' (no encoder layers)")

@@ -27,7 +27,7 @@ from spec.errors import UsageError
 from spec.files import shown, stale_diff, write_atomic
 from spec.files import where as spec_line
 from spec.latex import name_latex
-from spec.model import BlockCall, Constraint, Let, concrete_values, select
+from spec.model import BlockCall, Constraint, Let, choices_in_force, concrete_values, select
 from spec.prove import evaluate as prove_evaluate
 from spec.variant import Variant
 
@@ -141,17 +141,17 @@ def page(variant: Variant) -> Page:
         return _number(expr, values_by_symbol)
 
     paths = call_paths(bodies, spec.name)
-    views = [_body_view(spec, values_by_symbol, body, paths.get(name, []))
+    views = [_body_view(spec, choices, values_by_symbol, body, paths.get(name, []))
              for name, body in bodies.items()]
     return Page(
         name=variant.name, title=spec.title, description=variant.description,
         spec_file=shown(spec.file), spec_hash=spec.text_hash[:16],
-        choices=[f"{k} = {v}" for k, v in choices.items()],
+        choices=[f"{k} = {v}" for k, v in choices_in_force(spec, choices).items()],
         sizes=", ".join(f"{k} = {v}" for k, v in dims.items()
                         if k not in variant.dims),
         dims=_dim_rows(spec, choices, values, variant, dims, used),
         parameters=_parameter_rows(bodies, number),
-        parameter_list=_parameter_list(spec, bodies, paths, number),
+        parameter_list=_parameter_list(spec, choices, bodies, paths, number),
         flops=_flop_rows(spec, model, number, dims, choices),
         memory=_memory_rows(bodies, paths, number),
         published=_published(variant, number(model.parameters)),
@@ -218,28 +218,20 @@ def _parameter_rows(bodies, number) -> list[Row]:
     return rows
 
 
-def _parameter_list(spec, bodies, paths, number) -> list[Row]:
+def _parameter_list(spec, choices, bodies, paths, number) -> list[Row]:
     """Every parameter tensor: where it is declared, shape, size, copies in the model."""
     rows = []
     for name, body in bodies.items():
         copies = sum((times for _, _, times in paths.get(name, [])), sympy.Integer(0)) \
             if body.block is not None else sympy.Integer(1)
         for param, shape, size in body.own_params:
-            decl_meaning = _decl_meaning(spec, body, param)
+            decl_meaning = _decl_meaning(spec, choices, body, param)
             rows.append(Row([f"`{name}.{param}`", shape.text(), decl_meaning,
                              f"{number(size):,}", f"{number(copies):,}",
                              f"{number(size * copies):,}"]))
     return rows
 
 
-
-
-def _flatten(statements):
-    for s in statements:
-        yield s
-        for branch in (getattr(s, "body", None), getattr(s, "otherwise", None)):
-            if isinstance(branch, list):
-                yield from _flatten(branch)
 
 
 def _flop_rows(spec, model, number, dims, choices) -> list[Row]:
@@ -321,7 +313,7 @@ def _scaling_rows(spec, choices, model, number, values) -> list[Row]:
 
 # -- bodies
 
-def _body_view(spec, values, body: BodyCost, calls: list) -> BodyView:
+def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
     """One body's view; concrete figures at its first call (``values``: every dim's value)."""
     binding = calls[0][1] if calls else {}
 
@@ -341,7 +333,7 @@ def _body_view(spec, values, body: BodyCost, calls: list) -> BodyView:
             meaning = f"{record.block} ({record.instance})" + \
                 (f", {record.repeat} copies" if record.repeat is not None else "")
         else:
-            meaning = _decl_meaning(spec, body, step.output)
+            meaning = _decl_meaning(spec, choices, body, step.output)
         params = ", ".join(f"{n} ({s.text()})" for n, s in step.params)
         if isinstance(record, BlockCall) and step.parameters != 0:
             params = f"all of {record.block}'s" + \
@@ -372,9 +364,11 @@ def _body_view(spec, values, body: BodyCost, calls: list) -> BodyView:
         svg=Markup(diagram.svg(g, f"dataflow of {body.name}")))
 
 
-def _decl_meaning(spec, body: BodyCost, name: str) -> str:
-    statements = body.block.body if body.block is not None else spec.body
-    for s in _flatten(statements):
+def _decl_meaning(spec, choices, body: BodyCost, name: str) -> str:
+    """The meaning the declaration in force under ``choices`` gives (P under learned
+    positions is not the sinusoidal table)."""
+    statements = select(body.block.body if body.block is not None else spec.body, choices)
+    for s in statements:
         if getattr(s, "name", None) == name and getattr(s, "meaning", ""):
             return s.meaning
     return ""

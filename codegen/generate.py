@@ -1,8 +1,9 @@
-"""What `tspec generate` writes: the built-in Transformer's three architectures per backend
-(generated/numpy/, generated/cupy/).
+"""What `tspec generate` writes: the built-in Transformer's three architectures, and BERT's
+encoder-only model, per backend (generated/numpy/, generated/cupy/).
 
-Each file is rendered from the spec under one choice of architecture (the seeds' defaults for
-every other choice): byte-identical on every run, headed by the spec's name and content hash.
+Each architecture's file is rendered from the spec under that architecture with the seeds'
+defaults for every other choice; BERT's under the choices of BertModel (the bert_base
+variant's). Byte-identical on every run, headed by the spec's name and content hash.
 """
 
 from pathlib import Path
@@ -20,6 +21,8 @@ BUILTIN_MODELS: dict[str, dict[str, str]] = {
     "encoder_decoder": {"arch": "encoder_decoder"},
     "encoder_only": {"arch": "encoder_only"},
     "decoder_only": {"arch": "decoder_only"},
+    "bert": {"arch": "encoder_only", "encoder_io": "bert", "activation": "gelu",
+             "positional": "learned", "attention_bias": "all"},
 }
 
 
@@ -34,7 +37,8 @@ def files(backends: tuple[str, ...] = tuple(BACKENDS)) -> dict[str, str]:
     out = {}
     for backend in backends:
         out[f"{backend}/__init__.py"] = (f'"""Generated forward code for {backend}: one module '
-                                         'per architecture of the built-in Transformer."""\n')
+                                         'per architecture of the built-in Transformer, and '
+                                         'BERT."""\n')
         for name, choices in BUILTIN_MODELS.items():
             out[f"{backend}/{name}.py"] = source(spec, choices, backend)
     return out

@@ -33,11 +33,13 @@ from spec.model import (
     Spec,
     TensorDecl,
     TensorRef,
+    choices_in_force,
     declarations,
     local_binding,
     select,
 )
 from spec.model import lets as derived_dims
+from spec.model import outputs as model_outputs
 from spec.ops import ATOM, OPS, Operand, Unchecked, Value, wrap
 from spec.shape import Shape, format_expr
 
@@ -83,7 +85,8 @@ class _Lowerer:
         return ir.Module(
             spec_name=self.spec.name, title=self.spec.title,
             spec_file=shown(self.spec.file) if self.spec.file else "<spec>",
-            spec_hash=self.spec.text_hash, choices=tuple(self.choices.items()),
+            spec_hash=self.spec.text_hash,
+            choices=tuple(choices_in_force(self.spec, self.choices).items()),
             backend=self.backend,
             helpers=[ir.Helper(h, self.backend.template(h)) for h in helper_order],
             params_classes=self.params_classes, functions=functions, entry=entry.name)
@@ -241,7 +244,7 @@ class _Body:
             self.loop_over_query_blocks(blocking)
         elif core is not None:
             self.fuse_softmax(core, producers[core.scores])
-        outputs = [block.output] if block else list(spec.outputs)
+        outputs = [block.output] if block else model_outputs(spec, self.lowerer.choices)
         return self.finish(arguments, outputs)
 
     def slice_inputs(self, blocking: AttentionCore) -> None:

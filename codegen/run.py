@@ -11,12 +11,13 @@ from codegen.lower import lower
 from codegen.render import render
 from codegen.runtime import load_source
 from spec.errors import UsageError
-from spec.model import TensorDecl, concrete_values, select
+from spec.model import Equation, OpNode, TensorDecl, TensorRef, concrete_values, select
+from spec.model import outputs as model_outputs
 from spec.prove import evaluate
 from spec.variant import Variant
 
 # sizes for the dims a variant leaves free, so that it can run
-RUN_DEFAULTS = {"B": 2, "T": 32, "T_dec": 32, "V": 1000, "max_len": 512}
+RUN_DEFAULTS = {"B": 2, "T": 32, "T_dec": 32, "V": 1000, "max_len": 512, "V_type": 2}
 
 
 @dataclass
@@ -59,9 +60,9 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
     rng = np.random.default_rng(seed + 1)
     arguments = []
     entry = getattr(module, spec.name)
-    for name, shape, kind in _inputs(spec, choices, sizes):
+    for name, shape, kind, rows in _inputs(spec, choices, sizes):
         if kind == "int":
-            arguments.append(rng.integers(0, sizes["V"], shape))
+            arguments.append(rng.integers(0, rows, shape))
         elif kind == "bool":
             arguments.append(np.ones(shape, dtype=bool))
         else:
@@ -78,13 +79,36 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
     outputs = result if isinstance(result, tuple) else (result,)
     flat = weights.flatten(trace)
     return RunResult(sizes, [(n, tuple(v.shape)) for n, v in flat.items()],
-                     dict(zip(spec.outputs, outputs)), seconds,
+                     dict(zip(model_outputs(spec, choices), outputs)), seconds,
                      sum(int(np.prod(s)) for s in shapes.values()))
 
 
 def _inputs(spec, choices, sizes):
+    """Each model input: name, concrete shape, dtype, and for integer ids the number of rows
+    of the table they index (token ids: V; token types: V_type), else None."""
     values = concrete_values(spec, choices, sizes)
-    for s in select(spec.body, choices):
+    statements = select(spec.body, choices)
+    tables = {s.name: s for s in statements if isinstance(s, TensorDecl) and s.role == "param"}
+    indexed = {}
+    for s in statements:
+        if isinstance(s, Equation):
+            for table, ids in _gathers(s.expr):
+                if table in tables:
+                    indexed.setdefault(ids, tables[table].shape.dims[0])
+    for s in statements:
         if isinstance(s, TensorDecl) and s.role == "input":
             shape = tuple(int(evaluate(d, values)) for d in s.shape.dims)
-            yield s.name, shape, s.dtype
+            rows = indexed.get(s.name)
+            if s.dtype == "int" and rows is None:
+                raise UsageError(f"input {s.name} holds integers but indexes no table; "
+                                 "tspec run cannot tell their range")
+            yield s.name, shape, s.dtype, None if rows is None else int(evaluate(rows, values))
+
+
+def _gathers(term):
+    """(table, ids) for every E[t] in an expression whose table and ids are plain names."""
+    if isinstance(term, OpNode):
+        if term.op == "gather" and all(isinstance(a, TensorRef) for a in term.args):
+            yield term.args[0].name, term.args[1].name
+        for arg in term.args:
+            yield from _gathers(arg)

@@ -28,6 +28,8 @@ from spec.model import (
     TensorDecl,
     TensorRef,
     When,
+    choices_in_force,
+    outputs,
     select,
 )
 from spec.ops import OPS, Value, join_family
@@ -288,8 +290,8 @@ class _Run:
                 counterexample=dict(verdict.counterexample) if verdict.counterexample
                 else None, dims=self.dim_values(let.expr.free_symbols), hint=hint))
         scope = _Scope(self, "", {}, None)
-        self.check_body(scope, select(self.spec.body, self.choices), [], self.spec.outputs,
-                        "the model")
+        self.check_body(scope, select(self.spec.body, self.choices), [],
+                        outputs(self.spec, self.choices), "the model")
         rows = scope.rows
         if self.pending:
             reported = {}
@@ -999,7 +1001,15 @@ def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *
     seen_in: dict = {}
     rows: list[TensorRow] = []
     notes: list[Note] = []
+    # combinations that agree on every choice in force select the same statements: each
+    # such class is checked once, and its findings hold for all its members
+    classes: dict[tuple, list[int]] = {}
     for index, combo in enumerate(combos):
+        in_force = tuple(choices_in_force(spec, combo).items())
+        classes.setdefault(in_force, []).append(index)
+    for members in classes.values():
+        index = members[0]
+        combo = combos[index]
         run = _Run(spec, combo, given, provers, block_cache, rows=index == 0,
                    record_cache=record_cache)
         top_rows = run.run()
@@ -1010,7 +1020,8 @@ def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *
         for finding in run.findings:
             key = finding.key()
             merged.setdefault(key, finding)
-            seen_in.setdefault(key, {})[index] = combo
+            for member in members:
+                seen_in.setdefault(key, {})[member] = combos[member]
     findings = list(merged.values())
     if len(combos) > 1:
         for key, finding in merged.items():

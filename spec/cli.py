@@ -20,6 +20,7 @@ from pathlib import Path
 from spec import api
 from spec.errors import TspecError
 from spec.findings import KINDS, display_path, to_json
+from spec.model import choices_in_force
 from spec.model import lets as derived_dims
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -152,7 +153,8 @@ def _report_text(report) -> str:
     if variant.description:
         lines.append(f"   {variant.description}")
     scope = f"{combos} choice combination{'s' if combos != 1 else ''}" if variant.is_spec \
-        else "choices " + ", ".join(f"{k}={v}" for k, v in proof.combinations[0].items())
+        else "choices " + ", ".join(f"{k}={v}" for k, v in choices_in_force(
+            variant.spec, proof.combinations[0]).items())
     if not proof.combinations[0]:
         scope = "the spec as written"
     if report.ok:
@@ -229,9 +231,10 @@ def _variant_header(variant) -> list[str]:
     lines = [f"== {variant.name}{where}: spec {spec.name}"]
     chosen = spec.choice_values(variant.choices)
     if chosen:
+        # the choices in force: one that no `when` consults here changes nothing
         lines.append("   choices: " + ", ".join(
             f"{name}={value}{'' if name in variant.choices else ' (default)'}"
-            for name, value in chosen.items()))
+            for name, value in choices_in_force(spec, chosen).items()))
     lets = {let.dim: let.text for let in derived_dims(spec, chosen)}
     given = [f"{name}={value}" for name, value in variant.dims.items()]
     bound = [f"{name}={dim.value}" for name, dim in spec.dims.items()

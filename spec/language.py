@@ -14,7 +14,8 @@ A spec is a sequence of lines; a line ending in ':' opens an indented body (``bl
     input NAME[FAMILY] "shape" DTYPE "meaning"
     param NAME[FAMILY] "shape" "meaning"    a learned parameter ("?" leaves the shape unstated)
     tensor NAME[FAMILY] "shape" "meaning"   an intermediate declared ahead of its equation
-    output NAME, NAME                       the model's outputs
+    output NAME, NAME                       the model's outputs (top level, or under a
+                                            top-level `when`: outputs that differ by choice)
     NAME[FAMILY] "shape" = EXPR             an equation; the shape is the claim to check
     NAME "shape" = BLOCK(ARGS) [as NAME]    a call of a block
     NAME "shape" = repeat(N, BLOCK, ARGS)   a stack of N calls, each feeding the next
@@ -43,6 +44,7 @@ from spec.model import (
     Let,
     Note,
     OpNode,
+    Output,
     ScalarExpr,
     Spec,
     TensorDecl,
@@ -326,18 +328,21 @@ class _Reader:
         return self.declaration(parser, token, "intermediate", scope)
 
     def stmt_output(self, parser, token, line, scope, local_dims):
-        if scope != "top":
-            raise self.error("'output' belongs at the top level (a block names its output "
-                             "after '->')", token.line)
+        if scope not in ("top", "when"):
+            raise self.error("'output' belongs at the top level, or under a top-level 'when' "
+                             "(a block names its output after '->')", token.line)
         names = [parser.expect_name("a tensor name").text]
         while parser.accept(","):
             names.append(parser.expect_name("a tensor name").text)
         self.end(parser)
+        if len(set(names)) != len(names):
+            name = next(n for n in names if names.count(n) > 1)
+            raise self.error(f"output {name} is named twice", token.line)
         for name in names:
-            if name in self.seen_outputs:
-                raise self.error(f"output {name} is named twice", token.line)
-            self.seen_outputs.add(name)
-            self.outputs.append(name)
+            if name not in self.seen_outputs:     # another branch may name it too
+                self.seen_outputs.add(name)
+                self.outputs.append(name)
+        return Output(tuple(names), self.file, token.line)
 
     def stmt_block(self, parser, token, line, scope, local_dims):
         if scope != "top":
@@ -493,7 +498,7 @@ class _Builder:
         def convert(statements):
             out = []
             for s in statements:
-                if isinstance(s, Note):
+                if isinstance(s, (Note, Output)):
                     out.append(s)
                 elif isinstance(s, When):
                     self.check_when(s)

@@ -120,6 +120,15 @@ class Note:
 
 
 @dataclass
+class Output:
+    """``output NAME, NAME``: the model's outputs, at the top level or under a top-level
+    ``when`` (BERT's pooled vector in place of the vocabulary scores)."""
+    names: tuple[str, ...]
+    file: str | None = None
+    line: int | None = None
+
+
+@dataclass
 class TensorDecl:
     name: str
     role: str
@@ -194,7 +203,7 @@ class When:
     negate: bool = False        # `when x != a`; resolved to the other options when built
 
 
-Statement = Constraint | Let | Note | TensorDecl | Equation | BlockCall | When
+Statement = Constraint | Let | Note | Output | TensorDecl | Equation | BlockCall | When
 
 
 @dataclass
@@ -219,7 +228,7 @@ class Spec:
     choices: dict[str, Choice]
     blocks: dict[str, Block]
     body: list
-    outputs: list[str]
+    outputs: list[str]               # every name an `output` statement gives, in any branch
     text_hash: str = ""
 
     def symbols(self) -> dict[str, sympy.Symbol]:
@@ -241,6 +250,68 @@ class Spec:
             raise SpecError(f"unknown choice {name!r}; this spec's choices: "
                             f"{', '.join(self.choices) or 'none'}", file=self.file)
         return values
+
+
+def outputs(spec: "Spec", choices: dict[str, str]) -> list[str]:
+    """The model's outputs under these choice values (all of them set), in the order the
+    `output` statements in force name them."""
+    names: list[str] = []
+    for statement in select(spec.body, choices):
+        if isinstance(statement, Output):
+            for name in statement.names:
+                if name in names:
+                    raise SpecError(f"output {name} is named twice under "
+                                    f"{', '.join(f'{k}={v}' for k, v in choices.items())}",
+                                    file=statement.file, line=statement.line)
+                names.append(name)
+    if spec.outputs and not names:
+        raise SpecError(f"the model has no output under "
+                        f"{', '.join(f'{k}={v}' for k, v in choices.items())}: every branch "
+                        "of a choice needs an `output` statement", file=spec.file)
+    return names
+
+
+def choices_in_force(spec: "Spec", choices: dict[str, str]) -> dict[str, str]:
+    """The choices some `when` in force consults under these values (all of them set): in
+    the model's body and in the bodies of the blocks it calls. The others change nothing
+    (encoder_io outside an encoder-only model), so two combinations that agree on these
+    select the same statements."""
+    skeleton = _when_skeleton(spec)
+    found: set[str] = set()
+    visited: set[str] = set()
+
+    def walk(nodes):
+        for node in nodes:
+            if isinstance(node, str):               # a block the body calls
+                if node not in visited:
+                    visited.add(node)
+                    walk(skeleton[node])
+            else:
+                name, options, body, otherwise = node
+                found.add(name)
+                walk(body if choices[name] in options else otherwise)
+    walk(skeleton[None])
+    return {name: value for name, value in choices.items() if name in found}
+
+
+def _when_skeleton(spec: "Spec") -> dict:
+    """Each body (None: the model's) as its `when`s and block calls alone, nested as in the
+    spec: what choices_in_force walks once per combination (memoised on the spec)."""
+    memo = spec.__dict__.get("_when_skeleton")
+    if memo is not None:
+        return memo
+
+    def strip(statements):
+        nodes = []
+        for s in statements:
+            if isinstance(s, When):
+                nodes.append((s.choice, s.options, strip(s.body), strip(s.otherwise)))
+            elif isinstance(s, BlockCall) and s.block in spec.blocks:
+                nodes.append(s.block)
+        return nodes
+    memo = {None: strip(spec.body)} | {name: strip(b.body) for name, b in spec.blocks.items()}
+    spec.__dict__["_when_skeleton"] = memo
+    return memo
 
 
 def lets(spec: "Spec", choices: dict[str, str]) -> list["Let"]:

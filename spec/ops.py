@@ -546,7 +546,9 @@ class Gather(Op):
         table, ids = args
         if table.value.shape.family is not None or ids.value.shape.family is not None:
             raise ctx.error("code generation does not gather from families of tables or ids")
-        return f"{ctx.helper('embed')}({table.code}, {ids.code})", ATOM
+        name = table.value.tensor
+        named = "" if name in (None, "E") else f', "{name}"'     # for its errors
+        return f"{ctx.helper('embed')}({table.code}, {ids.code}{named})", ATOM
 
 
 @dataclass(frozen=True)
@@ -568,6 +570,24 @@ class SliceRows(Op):
         rows = f":{ctx.dim(n.value.scalar)}"
         index = f":, {rows}" if table.value.shape.family is not None else rows
         return f"{wrap(table, ATOM)}[{index}]", ATOM
+
+
+@dataclass(frozen=True)
+class FirstPosition(Op):
+    """first(X): the first position of each sequence, (..., T, d) -> (..., d); BERT's pooler
+    reads the [CLS] token's vector this way."""
+
+    def infer(self, ctx, args, attrs):
+        (x,) = args
+        shape = ctx.shape(x, 2, "input")
+        require_rank(ctx, shape, 2, "an input", "first")
+        return Value(Shape(shape.dims[:-2] + shape.dims[-1:], shape.family), x.dtype)
+
+    def latex(self, args, attrs):
+        return f"{{{args[0]}}}_{{:,\\,1}}"
+
+    def code(self, ctx, args, attrs):
+        return f"{wrap(args[0], ATOM)}[..., 0, :]", ATOM
 
 
 @dataclass(frozen=True)
@@ -809,6 +829,7 @@ OPS: dict[str, Op] = _ops(
     Elementwise("log", "element-wise natural logarithm", latex_name="\\log", per_element=1),
     Elementwise("exp", "element-wise exponential", latex_name="\\exp", per_element=1),
     Elementwise("relu", "max(0, x)", latex_name="\\mathrm{ReLU}", per_element=1),
+    Elementwise("tanh", "hyperbolic tangent", latex_name="\\tanh", per_element=1),
     # x / 2 * (1 + erf(x / sqrt 2)): a scale, erf, an add and two products
     Elementwise("gelu", "x * Phi(x), Phi the standard normal CDF", latex_name="\\mathrm{GELU}",
                 per_element=5),
@@ -824,6 +845,8 @@ OPS: dict[str, Op] = _ops(
     Gather("gather", "embedding lookup: rows of a table by integer ids", ("tensor", "tensor"),
            precedence=90),
     SliceRows("slice_rows", "the first n rows of a table", ("tensor", "dim"), precedence=90),
+    FirstPosition("first_position", "the first position of each sequence: (..., T, d) -> "
+                  "(..., d)", ("tensor",), precedence=90),
     SplitHeads("split_heads", "reshape the last axis into H heads (reshape + transpose)",
                ("tensor", "dim")),
     ConcatHeads("concat_heads", "concatenate a family's members along the last axis",
@@ -842,7 +865,7 @@ OPS: dict[str, Op] = _ops(
 # How each op is written in a spec: function names, operators, and the op they mean.
 FUNCTIONS: dict[str, str] = {
     "einsum": "einsum", "log": "log", "exp": "exp", "relu": "relu", "gelu": "gelu",
-    "gelu_tanh": "gelu_tanh",
+    "gelu_tanh": "gelu_tanh", "tanh": "tanh", "first": "first_position",
     "softmax": "softmax", "layer_norm": "layer_norm", "max": "maximum",
     "split_heads": "split_heads", "concat_heads": "concat_heads", "concat": "concat",
     "causal_mask": "causal_mask", "padding_mask": "padding_mask",

@@ -1,7 +1,8 @@
 """An independent NumPy Transformer written from the math, one head and one sequence at a time.
 
 Deliberately plain: loops over batch and heads, explicit per-head weight slices, no shared code
-with the generator. It covers every choice of the built-in spec, so the generated code can be
+with the generator. It covers every choice of the built-in spec (BERT's token types,
+embedding LayerNorm and pooler included), so the generated code can be
 compared with it on random variants (tests/test_codegen.py).
 """
 
@@ -105,8 +106,21 @@ def stack(x, layers, step):
     return x
 
 
+def bert_input(x, s, params, eps=1e-5):
+    """BERT's encoder input: token-type embeddings added, then the sum normalised."""
+    return layer_norm(x + params["E_type"][s],
+                      {"gamma": params["gamma_emb"], "beta": params["beta_emb"]}, eps)
+
+
+def pooler(memory, params):
+    """BERT's pooled output: the first position, a dense layer, tanh."""
+    return np.tanh(memory[:, 0] @ params["W_pool"] + params["b_pool"])
+
+
 def forward(c, params, inputs, H, d_k, d_v):
-    """logits and probs of the built-in Transformer under choices ``c``."""
+    """The outputs of the built-in Transformer under choices ``c``, by name: logits and probs,
+    or for BERT (encoder_io=bert) the encoder output Z_enc and the pooled C."""
+    bert = c["arch"] == "encoder_only" and c.get("encoder_io") == "bert"
     def finish(x, p):
         return layer_norm(x, p["final_norm"]) if c["norm"] == "pre" else x
 
@@ -116,6 +130,8 @@ def forward(c, params, inputs, H, d_k, d_v):
         T = t.shape[1]
         keep_src = np.repeat(m_src[:, None, :], T, axis=1)
         x, bias = embed(t, params, c, "R_enc_h")
+        if bert:
+            x = bert_input(x, inputs[2], params)
         memory = finish(stack(x, params["encoder"]["layers"], lambda x, p: encoder_layer(
             x, keep_src, p, c, H, d_k, d_v, bias)), params["encoder"])
         out = memory
@@ -131,6 +147,8 @@ def forward(c, params, inputs, H, d_k, d_v):
             keep_cross = np.repeat(inputs[1][:, None, :], T_dec, axis=1)
             out = finish(stack(y, params["decoder"]["layers"], lambda y, p: decoder_layer(
                 y, keep_self, memory, keep_cross, p, c, H, d_k, d_v, bias)), params["decoder"])
+    if bert:
+        return {"Z_enc": memory, "C": pooler(memory, params)}
     logits = out @ (params["E"].T if c["output_embedding"] == "tied" else params["W_out"])
     e = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return logits, e / e.sum(axis=-1, keepdims=True)
+    return {"logits": logits, "probs": e / e.sum(axis=-1, keepdims=True)}

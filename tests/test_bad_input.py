@@ -8,6 +8,7 @@ import spec
 from spec import api
 from spec.check import check
 from spec.errors import SpecError, SpecSyntaxError, TspecError, UsageError, VariantError
+from spec.model import outputs
 from spec.variant import Variant
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
@@ -195,6 +196,38 @@ def test_output_never_defined():
         parse(HEADER + 'input X "B T d"\nY "B T d" = relu(X)\noutput Yy\n')
 
 
+CHOSEN_OUTPUTS = HEADER + ('choice head = scores | pooled "which output"\n'
+                          'input X "B T d"\nY "B T d" = relu(X)\n')
+
+
+def test_outputs_may_differ_by_choice_under_a_top_level_when():
+    text = CHOSEN_OUTPUTS + ('when head == pooled:\n    C "B d" = first(Y)\n    output Y, C\n'
+                             'else:\n    output Y\n')
+    spec_ = parse(text)
+    assert spec_.outputs == ["Y", "C"]
+    assert check(spec_, all_choices=True).findings == []
+    assert outputs(spec_, {"head": "pooled"}) == ["Y", "C"]
+    assert outputs(spec_, {"head": "scores"}) == ["Y"]
+
+
+@pytest.mark.parametrize("tail, expected", [
+    ('when head == pooled:\n    C "B d" = first(Y)\noutput Y, C\n',
+     "t.tspec: output C is not defined in the model under head=scores"),
+    ('when head == pooled:\n    C "B d" = first(Y)\n    output C\n',
+     ("t.tspec: the model has no output under head=scores: every branch of a choice needs an "
+      "`output` statement")),
+    ('output Y\nwhen head == pooled:\n    output Y\n',
+     "t.tspec:9: output Y is named twice under head=pooled"),
+    ('output Y, Y\n', "t.tspec:7: output Y is named twice"),
+    ('block f(A "B T d") -> Z:\n    Z "B T d" = relu(A)\n    output Z\nW "B T d" = f(Y)\n',
+     ("t.tspec:9: 'output' belongs at the top level, or under a top-level 'when' (a block "
+      "names its output after '->')")),
+])
+def test_outputs_in_force_are_checked_under_every_choice(tail, expected):
+    with raises(SpecError, expected):
+        check(parse(CHOSEN_OUTPUTS + tail), all_choices=True)
+
+
 def test_block_called_with_the_wrong_number_of_inputs():
     with raises(SpecError, "t.tspec:7: block f takes 2 inputs (X, Y), got 1"):
         check_text(HEADER + 'block f(X "B T d", Y "B T d") -> Z:\n    Z "B T d" = X + Y\n'
@@ -246,6 +279,8 @@ def test_dim_derived_twice():
      "t.tspec:6: Y: einsum pattern 'btd,bsd->btz': output axes must be distinct input axes"),
     ('input X "B T d"\nY "B T d" = concat_heads(X)\n',
      "t.tspec:5: Y: concat_heads needs a family of tensors (declared with [H])"),
+    ('input X "d"\nY "d" = first(X)\n',
+     "t.tspec:5: Y: first needs an input of rank 2 or more, got rank 1 (d)"),
 ])
 def test_op_applied_to_the_wrong_rank_or_axis(body, expected):
     with raises(SpecError, expected):
@@ -406,7 +441,7 @@ def test_bad_dim_values_in_toml(tmp_path, value, shown):
      "[choices] norm: choice norm has no option 1; options: post, pre"),
     ('spec = "transformer"\n[choices]\nnrom = "pre"\n', 3,
      ("[choices] unknown choice 'nrom'; the spec's choices: arch, norm, activation, "
-     "positional, output_embedding, head_dims, attention_bias")),
+     "positional, output_embedding, head_dims, attention_bias, encoder_io")),
     ('spec = "transformer"\n[dims]\nH = 8\n[choices]\nH = "x"\n', 5,
      "H is set in both [dims] and [choices]"),
 ])

@@ -32,7 +32,7 @@ def test_check_with_no_arguments_proves_the_builtin_spec(capsys):
     assert err == ""
     assert "proved" in out
     assert ("   proved: every shape agrees for all sizes the constraints allow "
-            "(432 choice combinations)") in out.splitlines()
+            "(864 choice combinations)") in out.splitlines()
     assert out.startswith("== transformer (")
 
 
@@ -105,7 +105,7 @@ def test_shapes_base(capsys):
         ("   choices: arch=encoder_decoder, norm=post, activation=relu, positional=sinusoidal, "
          "output_embedding=separate (default), head_dims=split, attention_bias=none (default)"),
         ("   dims: d_model=512, H=8, d_ff=2048, N=6; d_k = d_model / H, d_v = d_model / H; "
-         "symbolic: B, T, T_dec, V, max_len"),
+         "symbolic: B, T, T_dec, V, max_len, V_type"),
         ""]
     lines = lines[4:]
     assert lines[0].split() == ["tensor", "role", "dtype", "symbolic", "shape", "concrete",
@@ -134,7 +134,7 @@ def test_shapes_with_set(capsys):
     assert code == 0
     assert out.splitlines()[2] == ("   dims: d_model=512, H=16, d_ff=2048, N=6; "
                                    "d_k = d_model / H, d_v = d_model / H; "
-                                   "symbolic: B, T, T_dec, V, max_len")
+                                   "symbolic: B, T, T_dec, V, max_len, V_type")
     rows = {columns(line)[0]: columns(line) for line in out.splitlines()[6:]}
     assert rows["encoder.layers[i].self_attention.Q_h"][3:] == ["[H] B T d_k", "[16] B T 32"]
 
@@ -247,14 +247,14 @@ def test_shapes_of_a_variant_that_breaks_a_constraint_exits_1_without_a_table(ca
     code, out, err = run(capsys, "shapes", "base", "--set", "H=10")
     assert code == 1
     assert out == ""
-    assert err.splitlines()[0] == ("spec/transformer.tspec:31: constraint-violated: "
+    assert err.splitlines()[0] == ("spec/transformer.tspec:33: constraint-violated: "
                                    "d_model=512 is not divisible by H=10")
 
 
 def test_a_spec_with_some_choices_set_is_proved_under_every_other_combination(capsys):
     code, out, _err = run(capsys, "check", "transformer", "--set", "norm=pre")
     assert code == 0
-    assert "(216 choice combinations)" in out
+    assert "(432 choice combinations)" in out
 
 
 def test_a_reader_that_goes_away_gets_no_traceback():

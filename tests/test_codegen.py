@@ -25,6 +25,7 @@ from codegen.runtime import load_module, load_source
 from spec import api, cli
 from spec.errors import CodegenError, UsageError
 from spec.language import parse
+from spec.model import outputs
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 GENERATED = api.checkout() / "generated"
@@ -58,7 +59,7 @@ def test_regeneration_is_byte_identical_and_names_the_spec_and_its_hash():
     first, second = generate.files(), generate.files()
     assert first == second
     assert sorted(first) == [f"{backend}/{name}.py" for backend in ("cupy", "numpy")
-                             for name in ("__init__", "decoder_only", "encoder_decoder",
+                             for name in ("__init__", "bert", "decoder_only", "encoder_decoder",
                                           "encoder_only")]
     text = first["numpy/encoder_decoder.py"]
     assert f"spec/transformer.tspec (sha256 {SPEC.text_hash[:16]})" in text
@@ -91,8 +92,8 @@ def test_the_generated_module_reads_like_the_spec():
 
 
 def test_every_step_of_every_function_carries_its_shape():
-    for arch in generate.BUILTIN_MODELS:
-        module = lower(SPEC, {"arch": arch}, backend("numpy"))
+    for choices in generate.BUILTIN_MODELS.values():
+        module = lower(SPEC, choices, backend("numpy"))
         for function in module.functions:
             for step in function.steps:
                 assert any("  # " in line or line.startswith("# ") for line in step.lines), \
@@ -207,6 +208,58 @@ def test_committed_modules_run_and_keep_float32(arch):
     assert logits.dtype == np.float32
 
 
+BERT = generate.BUILTIN_MODELS["bert"]
+
+
+def bert_inputs(B=3, T=5, V=11, V_type=2, seed=0):
+    """Token ids, a key mask with padding at the end of the last sequence, token types."""
+    rng = np.random.default_rng(seed)
+    keep = np.ones((B, T), dtype=bool)
+    keep[-1, T - 2:] = False
+    return rng.integers(0, V, (B, T)), keep, rng.integers(0, V_type, (B, T))
+
+
+def test_committed_bert_module_runs_and_keeps_float32():
+    module = load_module(GENERATED / "numpy" / "bert.py")
+    params = small_params(BERT, V_type=2)
+    trace = {}
+    Z_enc, C = module.transformer(*bert_inputs(), params, H=2, eps=1e-12, trace=trace)
+    assert Z_enc.shape == (3, 5, 8) and C.shape == (3, 8)
+    floats = {k: v for k, v in weights.flatten(trace).items() if v.dtype != bool}
+    assert {str(v.dtype) for v in floats.values()} == {"float32"}
+    assert np.abs(C).max() < 1                       # tanh
+    np.testing.assert_array_equal(trace["Z_cls"], Z_enc[:, 0])
+
+
+@pytest.mark.parametrize("choices", [
+    {"positional": "learned", "norm": "post"},
+    {"positional": "sinusoidal", "norm": "pre"},
+    {"positional": "relative", "norm": "post", "head_dims": "free"},
+])
+def test_bert_under_other_choices_matches_the_plain_reference(choices):
+    """encoder_io=bert under positions and norms BERT does not use, against the independent
+    loop-per-head implementation (Hugging Face covers BERT's own choices)."""
+    chosen = {**BERT, **choices}
+    dims = {"d_k": 3, "d_v": 5} if choices.get("head_dims") == "free" else {}
+    params = small_params(chosen, np.float64, seed=3, V_type=3, **dims)
+    inputs = bert_inputs(V_type=3, seed=3)
+    module = generated(**chosen)
+    # H is a keyword unless an array reveals it (a relative bias table per head does)
+    heads = {"H": 2} if "H" in inspect.signature(module.transformer).parameters else {}
+    Z_enc, C = module.transformer(*inputs, params, **heads)
+    expected = reference_numpy.forward(SPEC.choice_values(chosen), params, inputs, 2,
+                                       dims.get("d_k", 4), dims.get("d_v", 4))
+    assert_close({"Z_enc": Z_enc, "C": C}, expected, "float64")
+
+
+def test_token_types_out_of_range_name_their_table():
+    t, keep, s = bert_inputs()
+    s[0, 2] = 2
+    with pytest.raises(ValueError, match=r"^id 2 at index \(0, 2\) is out of range: ids index "
+                                         r"the 2 rows of E_type \(0\.\.1\)$"):
+        generated(**BERT).transformer(t, keep, s, small_params(BERT, V_type=2), H=2)
+
+
 def test_a_fully_masked_row_gives_zero_weights_not_nan():
     module = generated(arch="encoder_only")
     t, keep, _, _ = encoder_decoder_inputs()
@@ -256,7 +309,7 @@ def test_token_ids_out_of_range_are_named():
     module = generated(arch="encoder_only")
     t, keep, _, _ = encoder_decoder_inputs()
     t[1, 3] = 11
-    with pytest.raises(ValueError, match=r"^token id 11 at index \(1, 3\) is out of range: ids "
+    with pytest.raises(ValueError, match=r"^id 11 at index \(1, 3\) is out of range: ids "
                                          r"index the 11 rows of E \(0\.\.10\)$"):
         module.transformer(t, keep, small_params({"arch": "encoder_only"}), H=2)
 
@@ -264,7 +317,7 @@ def test_token_ids_out_of_range_are_named():
 def test_token_ids_of_a_float_dtype_are_refused():
     module = generated(arch="encoder_only")
     t, keep, _, _ = encoder_decoder_inputs()
-    with pytest.raises(TypeError, match=r"^token ids must be integers, got dtype float64$"):
+    with pytest.raises(TypeError, match=r"^ids into E must be integers, got dtype float64$"):
         module.transformer(t.astype(float), keep, small_params({"arch": "encoder_only"}), H=2)
 
 
@@ -352,7 +405,8 @@ def variants(draw):
     T, T_dec = draw(st.integers(1, 5)), draw(st.integers(1, 5))
     dims = {"B": draw(st.integers(1, 3)), "T": T, "T_dec": T_dec, "d_model": d_model, "H": H,
             "d_ff": draw(st.integers(1, 9)), "V": draw(st.integers(2, 9)),
-            "N": draw(st.integers(1, 2)), "max_len": max(T, T_dec) + draw(st.integers(0, 2))}
+            "N": draw(st.integers(1, 2)), "max_len": max(T, T_dec) + draw(st.integers(0, 2)),
+            "V_type": draw(st.integers(1, 3))}
     if choices["head_dims"] == "free":
         dims |= {"d_k": draw(st.integers(1, 4)), "d_v": draw(st.integers(1, 4))}
     return choices, dims
@@ -371,8 +425,9 @@ def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(var
     for row in api.shapes(variant_object):
         if row.role == "input" and "." not in row.name:
             shape = tuple(int(x) for x in row.concrete.split())
-            if "int" in row.dtype:
-                inputs.append(rng.integers(0, dims["V"], shape))
+            if "int" in row.dtype:              # token ids index E, token types E_type
+                inputs.append(rng.integers(0, dims["V_type" if row.name == "s" else "V"],
+                                           shape))
             else:                           # padding anywhere but the first position
                 keep = rng.random(shape) < 0.7
                 keep[:, 0] = True
@@ -381,7 +436,9 @@ def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(var
     keywords = {name: dims[name] for name, parameter in
                 inspect.signature(module.transformer).parameters.items()
                 if parameter.kind is parameter.KEYWORD_ONLY and name in dims}
-    logits, probs = module.transformer(*inputs, params, **keywords, trace=trace)
+    results = module.transformer(*inputs, params, **keywords, trace=trace)
+    names = outputs(SPEC, SPEC.choice_values(choices))
+    results = dict(zip(names, results))
     computed = {k.replace(".", "/"): v.shape for k, v in weights.flatten(trace).items()}
     proved = {}
     for row in api.shapes(variant_object):
@@ -393,14 +450,14 @@ def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(var
     assert len(compared) > 10
     for name in compared:
         assert computed[name] == proved[name], name
-    np.testing.assert_allclose(probs.sum(-1), 1.0)
+    if "probs" in results:
+        np.testing.assert_allclose(results["probs"].sum(-1), 1.0)
     # the numbers, against an independent loop-per-head implementation written from the math
     d_k = dims.get("d_k", dims["d_model"] // dims["H"])
     d_v = dims.get("d_v", dims["d_model"] // dims["H"])
-    expected_logits, expected_probs = reference_numpy.forward(choices, params, inputs,
-                                                              dims["H"], d_k, d_v)
-    assert_close({"logits": logits, "probs": probs},
-                 {"logits": expected_logits, "probs": expected_probs}, "float64")
+    expected = reference_numpy.forward(choices, params, inputs, dims["H"], d_k, d_v)
+    assert set(expected) == set(names)
+    assert_close(results, expected, "float64")
 
 
 def test_tspec_run_prints_shapes_and_time():
@@ -411,10 +468,22 @@ def test_tspec_run_prints_shapes_and_time():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "== base (spec/variants/base.toml): spec transformer"
-    assert lines[2] == ("   dims: B=2, max_len=512, d_model=512, H=8, d_ff=2048, N=1, T=8, "
+    assert lines[2] == ("   dims: B=2, max_len=512, V_type=2, d_model=512, H=8, d_ff=2048, N=1, T=8, "
                         "T_dec=8, V=50; d_k = d_model / H, d_v = d_model / H")
     assert any(line.split() == ["logits", "2", "x", "8", "x", "50"] for line in lines)
     assert lines[-1].startswith("forward pass: ") and lines[-1].endswith(" ms")
+
+
+def test_tspec_run_bert_base_draws_token_types_from_their_table(capsys):
+    code = cli.main(["run", "bert_base", "--set", "N=1", "--set", "T=8", "--set", "V=50",
+                     "--dtype", "float64"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[2] == ("   dims: B=2, T_dec=32, d_model=768, H=12, d_ff=3072, N=1, V=50, max_len=512, "
+                        "V_type=2, T=8; d_k = d_model / H, d_v = d_model / H")
+    assert any(line.split() == ["C", "2", "x", "768"] for line in lines)
+    assert any(line.split() == ["X_type", "2", "x", "8", "x", "768"] for line in lines)
 
 
 def test_tspec_run_checks_its_default_sizes_before_running(capsys):

@@ -138,6 +138,33 @@ def test_shipped_docs_are_current_and_say_what_they_count(capsys):
     assert "$" not in re.sub(r"<[^>]+>", "", html.split("<h2>Dimensions")[1])
 
 
+def test_bert_base_page_counts_bert_model_and_names_what_it_computes():
+    text = (api.SPEC_DIR.parent / "docs" / "variants" / "bert_base.md").read_text()
+    assert "Counted here: 109,482,240 (+0, +0.00%)." in text
+    assert ("Choices: arch = encoder_only, norm = post, activation = gelu, positional = "
+            "learned, head_dims = split, attention_bias = all, encoder_io = bert.") in text
+    assert "| `transformer.E_type` | V_type d_model | token-type (segment) embeddings | 1,536 |" \
+        in text
+    assert "| `transformer.W_pool` | d_model d_model | pooler weight | 589,824 | 1 | 589,824 |" \
+        in text
+    # the meanings of the declarations in force: learned positions, BERT's outputs
+    assert "#### P: learned positions 0..T-1\n" in text
+    assert "#### C: pooled output: the sequence's summary for classification\n" in text
+    assert "$$\nZ_{\\mathrm{cls}} = {Z_{\\mathrm{enc}}}_{:,\\,1}\n$$" in text
+    assert "logits" not in text and "W_out" not in text
+    # FLOPs: the embedding sum and LayerNorm, the pooler's product, bias and tanh
+    variant, choices, _model = model_cost("bert_base")
+    bodies = costs(SPEC, choices)
+    steps = {step.output: step for step in bodies[SPEC.name].steps}
+    dims = {**variant.dims, "B": 2, "T": 7}
+    d = variant.dims["d_model"]
+    assert evaluate(steps["Z_emb"].flops.total, SPEC, choices, dims) == \
+        2 * 7 * d + 7 * 2 * 7 * d + 3 * 2 * 7
+    assert evaluate(steps["C"].flops.matmul, SPEC, choices, dims) == 2 * 2 * d * d
+    assert evaluate(steps["C"].flops.other, SPEC, choices, dims) == 2 * 2 * d
+    assert evaluate(steps["Z_cls"].flops.total, SPEC, choices, dims) == 0
+
+
 def test_docs_to_another_folder_and_a_stale_page(tmp_path, capsys):
     assert cli.main(["docs", "base", "--format", "md", "--out", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base.md", "index.md"]

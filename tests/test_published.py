@@ -1,9 +1,10 @@
-"""Published models as variants: their parameter counts, reproduced exactly."""
+"""Published models as variants: their parameter counts, reproduced exactly (GPT-2 small to
+XL, BERT-base)."""
 
 import numpy as np
 import pytest
 
-from codegen import weights
+from codegen import checkpoints, weights
 from spec import api
 
 # Hugging Face's GPT-2 checkpoints (tied output embedding, so lm_head adds nothing)
@@ -35,3 +36,45 @@ def test_gpt2_counts_match_hugging_face_models_built_from_their_configs(name):
         model = transformers.GPT2LMHeadModel(config)
     counted = sum(p.numel() for p in model.parameters())   # tied lm_head is counted once
     assert counted == parameter_count(name)
+
+
+BERT_BASE = 109_482_240      # Hugging Face BertModel(BertConfig()), pooler included
+
+
+def test_bert_base_checks_clean_and_counts_the_published_parameters():
+    variant = api.load("bert_base")
+    assert api.check(variant).ok
+    assert variant.published.parameters == BERT_BASE
+    assert parameter_count("bert_base") == BERT_BASE
+
+
+def test_bert_base_count_matches_hugging_face_bert_model_built_from_its_config():
+    """BertModel with its pooler (add_pooling_layer=True, the default): word, position and
+    token-type embeddings, the embedding LayerNorm, the encoder, the pooler's dense layer."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    dims = api.load("bert_base").dims
+    config = transformers.BertConfig(vocab_size=dims["V"], hidden_size=dims["d_model"],
+                                     num_hidden_layers=dims["N"],
+                                     num_attention_heads=dims["H"],
+                                     intermediate_size=dims["d_ff"],
+                                     max_position_embeddings=dims["max_len"],
+                                     type_vocab_size=dims["V_type"])
+    assert config.to_dict() == transformers.BertConfig().to_dict()    # BERT-base's defaults
+    with torch.device("meta"):                      # shapes only: no memory, no download
+        model = transformers.BertModel(config)
+    assert model.pooler is not None
+    counted = sum(p.numel() for p in model.parameters())
+    assert counted == parameter_count("bert_base") == BERT_BASE
+    # the spec's parameters are HF's, tensor by tensor, under the checkpoint map's names
+    with torch.device("meta"):
+        small = transformers.BertModel(transformers.BertConfig(
+            vocab_size=11, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=12, max_position_embeddings=6, type_vocab_size=3))
+    state = {k: np.zeros(tuple(v.shape)) for k, v in small.state_dict().items()}
+    mapped = checkpoints.from_bert(state)
+    variant = api.load("bert_base")
+    expected = weights.expected_shapes(variant.spec, variant.choices,
+                                       {"V": 11, "d_model": 8, "N": 2, "H": 2, "d_ff": 12,
+                                        "max_len": 6, "V_type": 3})
+    assert {k: v.shape for k, v in mapped.items()} == expected

@@ -2,10 +2,11 @@
 
 PyTorch's nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer and
 nn.Transformer (post-LN and norm_first, ReLU and GELU, causal and key-padding masks), and Hugging
-Face GPT-2 and BERT built offline from small configs with random weights. The same weights go
-to both sides through the explicit name maps of codegen.checkpoints; every named intermediate
-the reference exposes (through forward hooks or its own outputs) is compared, float64 against
-float64 within 1e-10 and float32 (float16) against float64 within the named tolerance.
+Face GPT-2 and BERT (BertModel, from token ids and types to the pooled output) built offline
+from small configs with random weights. The same weights go to both sides through the
+explicit name maps of codegen.checkpoints; every named intermediate the reference exposes
+(through forward hooks or its own outputs) is compared, float64 against float64 within 1e-10
+and float32 (float16) against float64 within the named tolerance.
 
 Each test runs the generated NumPy code on the CPU and, where a GPU is, the generated CuPy code
 (float64, float32 and float16) against the same references run by PyTorch on CUDA; without
@@ -241,6 +242,67 @@ def test_bert_encoder_matches_hugging_face(arrays, dtype):
     expected = {f"layers.{i}.Z_out": hidden[i + 1] for i in range(N)} | {
         "Z_enc": hidden[-1], "untraced": hidden[-1]}
     assert_close({**flat(trace), "Z_enc": Z_enc, "untraced": untraced}, expected, dtype)
+
+
+BERT = {"arch": "encoder_only", "encoder_io": "bert", "activation": "gelu",
+        "positional": "learned", "attention_bias": "all"}
+
+
+@pytest.mark.parametrize("arrays, dtype", BACKEND_DTYPES)
+def test_bert_matches_hugging_face_bert_model(arrays, dtype):
+    """The whole BertModel: word, position and token-type embeddings and their LayerNorm,
+    every encoder layer under a padding mask, and the pooler (first position, dense, tanh),
+    with every parameter loaded through checkpoints.from_bert."""
+    torch.manual_seed(6)
+    config = transformers.BertConfig(vocab_size=V, hidden_size=d_model, num_hidden_layers=N,
+                                     num_attention_heads=H, intermediate_size=d_ff,
+                                     max_position_embeddings=16, type_vocab_size=3,
+                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    reference = transformers.BertModel(config).double().eval().to(arrays.device)
+    with torch.no_grad():                    # LayerNorm starts at gain 1, bias 0: move every
+        for parameter in reference.parameters():     # parameter, so none is told apart by luck
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    dims = {"d_model": d_model, "H": H, "d_ff": d_ff, "N": N, "V": V, "max_len": 16,
+            "V_type": 3}
+    params = weights.validate(checkpoints.from_bert(reference.state_dict()),
+                              weights.expected_shapes(api.read_spec(api.BUILTIN_SPEC), BERT,
+                                                      dims), "BERT")
+    module = generated(arrays.name, **BERT)
+    rng = np.random.default_rng(6)
+    t, s = rng.integers(0, V, (3, 9)), rng.integers(0, 3, (3, 9))
+    keep = np.ones(t.shape, dtype=bool)
+    keep[1, 6:] = False                      # padding: later keys hidden from every query
+    keep[2, 3:] = False
+    output = reference(torch.tensor(t, device=arrays.device),
+                       attention_mask=torch.tensor(keep.astype(np.int64), device=arrays.device),
+                       token_type_ids=torch.tensor(s, device=arrays.device),
+                       output_hidden_states=True)
+    hidden = [numpy(h) for h in output.hidden_states]
+    inputs = arrays.put((t, keep, s, cast(params, dtype)))
+    trace = {}
+    Z_enc, C = module.transformer(*inputs, H=H, eps=1e-12, trace=trace)
+    _, untraced = module.transformer(*inputs, H=H, eps=1e-12)
+    expected = {"Z_emb": hidden[0], "Z_enc": numpy(output.last_hidden_state),
+                "C": numpy(output.pooler_output), "untraced": numpy(output.pooler_output)}
+    expected |= {f"encoder.layers.{i}.Z_out": hidden[i + 1] for i in range(N)}
+    rows = assert_close({**flat(trace), "Z_enc": Z_enc, "C": C, "untraced": untraced},
+                        expected, dtype)
+    assert len(rows) == 4 + N
+    assert Z_enc.dtype == C.dtype == np.dtype(dtype)
+    assert C.shape == (3, d_model)
+
+
+def test_bert_map_names_what_it_cannot_place():
+    config = transformers.BertConfig(vocab_size=V, hidden_size=d_model, num_hidden_layers=1,
+                                     num_attention_heads=H, intermediate_size=d_ff,
+                                     max_position_embeddings=16)
+    state = transformers.BertModel(config, add_pooling_layer=False).state_dict()
+    with pytest.raises(weights.WeightsError, match=r"^BERT: state dict has no entry "
+                                                   r"'pooler\.dense\.weight'$"):
+        checkpoints.from_bert(state)
+    with pytest.raises(weights.WeightsError, match=r"^BERT: no place in the spec for extra$"):
+        checkpoints.from_bert({**transformers.BertModel(config).state_dict(),
+                               "extra": torch.zeros(1)})
 
 
 def test_a_tensor_off_by_a_little_fails_with_a_table():

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 import spec
 from spec import api
+from spec.language import parse
+from spec.model import choices_in_force
 from spec.variant import Variant
 
 
@@ -21,14 +23,41 @@ def base_rows():
     return {row.name: row for row in api.shapes("base")}
 
 
-def test_builtin_spec_proves_under_all_432_choice_combinations(transformer):
+def test_builtin_spec_proves_under_all_864_choice_combinations(transformer):
     report = spec.api.check(transformer)
     assert report.findings == []
     assert report.ok
-    assert len(report.proof.combinations) == 432
+    assert len(report.proof.combinations) == 864
     # every option of every choice appears
     for name, choice in transformer.spec.choices.items():
         assert {combo[name] for combo in report.proof.combinations} == set(choice.options)
+
+
+def test_encoder_io_is_in_force_only_in_encoder_only_models(transformer):
+    """The choices a combination's statements consult: encoder_io only with arch=encoder_only,
+    output_embedding not under encoder_io=bert (no vocabulary projection); so the 864
+    combinations select 504 different models, each checked once."""
+    combos = spec.api.check(transformer).proof.combinations
+    in_force = [choices_in_force(transformer.spec, combo) for combo in combos]
+    for combo, used in zip(combos, in_force):
+        assert ("encoder_io" in used) == (combo["arch"] == "encoder_only")
+        assert ("output_embedding" in used) == (used.get("encoder_io") != "bert")
+        assert set(used) | {"encoder_io", "output_embedding"} == set(combo)
+    others = 2 * 3 * 3 * 2 * 2 * 2       # norm, activation, positional, output_embedding, ...
+    distinct = {tuple(used.items()) for used in in_force}
+    assert len(distinct) == 2 * others + others + others // 2 == 504
+
+
+def test_a_finding_in_one_model_is_reported_for_every_combination_that_selects_it():
+    """A mistake under encoder_io=bert only (the pooler's weight declared d_model x V): found
+    in the 72 models that have it, described by the choices that select it (output_embedding,
+    not in force there, is left out)."""
+    text = api.BUILTIN_SPEC.read_text().replace('param W_pool "d_model d_model"',
+                                                'param W_pool "d_model V"')
+    report = spec.check(parse(text, str(api.BUILTIN_SPEC)))
+    assert [(f.kind, f.tensor, f.choices) for f in report.findings] == [
+        ("operand-mismatch", "C", "arch=encoder_only, encoder_io=bert"),
+        ("shape-mismatch", "C", "arch=encoder_only, encoder_io=bert")]
 
 
 @pytest.mark.parametrize("name, dims", [
