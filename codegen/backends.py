@@ -24,6 +24,8 @@ class Backend:
     # visible; "fused": X + L and the softmax in one kernel (masked_softmax), the scores
     # never stored; either way the equations as written when a trace is asked for
     attention: str
+    # the helper for a product of two stacks of matrices (None: the @ operator)
+    batched_matmul: str | None = None
     # helpers whose template this backend replaces: helper name -> template under templates/
     helpers: dict[str, str] = field(default_factory=dict)
     # helpers the backend's own templates call, beyond the shared ones' needs
@@ -39,10 +41,10 @@ BACKENDS: dict[str, Backend] = {
                      "NumPy on the CPU", attention="query_blocks"),
     "cupy": Backend(
         "cupy", "cupy", "cp", "cp.ndarray", "from cupyx.scipy.special import erf",
-        "CuPy on an NVIDIA GPU", attention="fused",
+        "CuPy on an NVIDIA GPU", attention="fused", batched_matmul="batched_matmul",
         helpers={name: f"helpers/cupy/{name}.py.j2"
                  for name in ("kernel_support", "softmax", "masked_softmax", "layer_norm",
-                              "gelu", "gelu_tanh")},
+                              "gelu", "gelu_tanh", "batched_matmul")},
         helper_needs={"softmax": ("kernel_support",), "masked_softmax": ("softmax",),
                       "layer_norm": ("kernel_support",), "gelu": ("kernel_support",),
                       "gelu_tanh": ("kernel_support",)}),

@@ -117,8 +117,8 @@ class _Lowerer:
 # helpers in the order the module defines them, and the helpers each one calls
 HELPER_ORDER = ("subtrace", "project", "embed", "positional_encoding", "log_mask", "causal_mask",
                 "padding_mask", "relative_position_bias", "split_heads", "concat_heads",
-                "kernel_support", "softmax", "masked_softmax", "query_blocks", "layer_norm",
-                "gelu", "gelu_tanh")
+                "kernel_support", "batched_matmul", "softmax", "masked_softmax", "query_blocks",
+                "layer_norm", "gelu", "gelu_tanh")
 HELPER_NEEDS: dict[str, tuple[str, ...]] = {}
 
 
@@ -147,6 +147,7 @@ class _Body:
         self.name = name
         self.block = block
         self.xp = lowerer.backend.alias
+        self.batched_matmul = lowerer.backend.batched_matmul
         self.values: dict[str, Operand] = {}
         self.decls: dict[str, TensorDecl] = {}
         self.sources: dict[sympy.Symbol, str] = {}

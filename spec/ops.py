@@ -76,6 +76,7 @@ class CodeContext(Protocol):
     """What an op's code rule may ask of the code generator."""
 
     xp: str                                   # the array module's alias in generated code
+    batched_matmul: str | None                # the helper for products of two stacks, if any
 
     def helper(self, name: str) -> str:
         """Use a helper function of the generated module (rendered from its template)."""
@@ -427,6 +428,10 @@ class MatMul(Op):
         if right.rank == 2 and right.family is None and left.family is None and left.rank > 2:
             # a batch of vectors times one weight matrix: one product over all leading axes
             return call(ctx.helper("project"), a.code, b.code)
+        if ctx.batched_matmul and min(left.rank + (left.family is not None),
+                                      right.rank + (right.family is not None)) > 2:
+            # two stacks of matrices, where the backend has a helper for them
+            return call(ctx.helper(ctx.batched_matmul), a.code, b.code)
         return f"{wrap(a, PRODUCT)} @ {wrap(b, PRODUCT, True)}", PRODUCT
 
 

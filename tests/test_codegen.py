@@ -108,12 +108,14 @@ def test_the_cupy_backend_renders_from_the_same_templates():
     assert (
         "    if trace is None:\n"
         "        # S_h and A_h in one kernel: S_h is never stored\n"
-        "        A_h = masked_softmax(Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2), L_h)"
-        "  # [H] B T_q T_kv\n"
+        "        # [H] B T_q T_kv\n"
+        "        A_h = masked_softmax(batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)), "
+        "L_h)\n"
         "    else:\n"
-        "        S_h = Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2) + L_h  # [H] B T_q T_kv\n"
+        "        S_h = batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h"
+        "  # [H] B T_q T_kv\n"
         "        A_h = softmax(S_h)  # [H] B T_q T_kv\n"
-        "    O_h = A_h @ V_h  # [H] B T_q d_v\n"
+        "    O_h = batched_matmul(A_h, V_h)  # [H] B T_q d_v\n"
     ) in text
     assert "GELU_KERNEL = cp.ElementwiseKernel(" in text and "erf(" in text
     assert "cupyx" not in text               # the exact GELU is a kernel of its own

@@ -262,3 +262,34 @@ def test_random_variants_match_the_numpy_code_in_float64(variant):
         untraced, _ = cupy_module.transformer(*arguments, **keywords)
         ours = {k: v for k, v in flat(trace).items() if v.dtype != bool} | {"untraced": untraced}
         assert_close(ours, {k: expected[k] for k in ours}, dtype)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [("float64", 1e-13), ("float32", 1e-5),
+                                              ("float16", 2e-3)])
+def test_batched_matmul_reads_every_layout(dtype, tolerance):
+    """Row-major, transposed (column-major) and strided views of either operand, a batch of
+    one, and stacks that broadcast (left to @), against NumPy float64."""
+    module = generated()
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((3, 2, 5, 4))
+    b = rng.standard_normal((3, 2, 4, 6))
+    views = {
+        "row-major": (a, b),
+        "transposed": (np.ascontiguousarray(a.swapaxes(-1, -2)), None),
+        "split heads": (a, np.ascontiguousarray(np.moveaxis(b, 1, 0))),
+        "one matrix": (a[:1, :1], b[:1, :1]),
+        "broadcast": (a, b[:1]),
+    }
+    for name, (left, right) in views.items():
+        left_gpu = on_gpu(left, dtype)
+        if name == "transposed":
+            left_gpu, right = left_gpu.swapaxes(-1, -2), b           # a column-major view
+            left = a
+        right_gpu = on_gpu(right, dtype)
+        if name == "split heads":
+            right_gpu, right = cupy.moveaxis(right_gpu, 0, 1), b     # batch axes out of order
+        expected = left.astype(dtype).astype(np.float64) @ right.astype(dtype).astype(np.float64)
+        result = module.batched_matmul(left_gpu, right_gpu)
+        assert result.dtype == np.dtype(dtype), name
+        np.testing.assert_allclose(to_numpy(result), expected,
+                                   atol=tolerance * np.abs(expected).max(), err_msg=name)

@@ -192,6 +192,63 @@ def launch_rows(kernel: cp.RawKernel, rows: int, *arguments) -> None:
         kernel((blocks,), (32 * ROWS_PER_BLOCK,), arguments)
 
 
+# cuBLAS's codes (library_types.h, cublas_api.h) for each float dtype: its data type, and the
+# type the products are summed in (float32 for float16 and float32, float64 for float64)
+GEMM_TYPES = {"float16": (2, 68), "float32": (0, 68), "float64": (1, 70)}
+GEMM_SCALARS = {68: (cp.float32(1), cp.float32(0)), 70: (cp.float64(1), cp.float64(0))}
+
+
+def stacked(x: cp.ndarray) -> tuple[cp.ndarray, bool]:
+    """x (*batch, rows, cols) as one stack of equally spaced matrices, and whether they are
+    stored column by column; a contiguous copy when x's strides allow neither."""
+    rows, cols = x.shape[-2:]
+    step = x.itemsize
+    spacing = rows * cols * step  # each batch axis's stride, the innermost first
+    for size, stride in reversed(list(zip(x.shape[:-2], x.strides[:-2]))):
+        if size > 1 and stride != spacing:
+            return cp.ascontiguousarray(x), False
+        spacing *= size
+    if x.strides[-1] == step and (rows == 1 or x.strides[-2] == cols * step):
+        return x, False
+    if x.strides[-2] == step and (cols == 1 or x.strides[-1] == rows * step):
+        return x, True
+    return cp.ascontiguousarray(x), False
+
+
+@typechecked
+def batched_matmul(
+    a: Float[cp.ndarray, "*batch m k"], b: Float[cp.ndarray, "*batch k n"]
+) -> Float[cp.ndarray, "*batch m n"]:
+    """a @ b for two stacks of matrices as one cuBLAS strided-batched product, reading either
+    operand transposed in place; float16 on the tensor cores with float32 sums.
+
+    The same numbers as a @ b, which CuPy computes for float16 stacks through float32 copies.
+    Stacks that broadcast against each other or mix dtypes go to a @ b.
+    """
+    if a.shape[:-2] != b.shape[:-2] or a.dtype != b.dtype or a.dtype.name not in GEMM_TYPES:
+        return a @ b
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    c = cp.empty(a.shape[:-1] + (n,), dtype=a.dtype)  # *batch m n
+    count = c.size // (m * n) if c.size else 0
+    if count == 0 or k == 0:
+        c[...] = 0
+        return c
+    a, a_by_columns = stacked(a)
+    b, b_by_columns = stacked(b)
+    data_type, compute_type = GEMM_TYPES[c.dtype.name]
+    one, zero = GEMM_SCALARS[compute_type]
+    handle = cp.cuda.device.get_cublas_handle()
+    cp.cuda.cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
+    # cuBLAS reads matrices column by column: C^T = B^T A^T is the row-by-row C = A B
+    cp.cuda.cublas.gemmStridedBatchedEx(
+        handle, int(b_by_columns), int(a_by_columns), n, m, k, one.ctypes.data,
+        b.data.ptr, data_type, k if b_by_columns else n, k * n,
+        a.data.ptr, data_type, m if a_by_columns else k, m * k,
+        zero.ctypes.data, c.data.ptr, data_type, n, m * n, count, compute_type, -1)
+    return c
+
+
 SOFTMAX_SOURCE = r"""
 // y = softmax(x + mask) over each row of n entries of x (rows stored one after another), a
 // warp per row: one pass for the row's maximum and its sum of exp(v - maximum) (each lane's
@@ -415,11 +472,12 @@ def scaled_dot_product_attention(
     d_k = Q_h.shape[-1]
     if trace is None:
         # S_h and A_h in one kernel: S_h is never stored
-        A_h = masked_softmax(Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2), L_h)  # [H] B T_q T_kv
+        # [H] B T_q T_kv
+        A_h = masked_softmax(batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)), L_h)
     else:
-        S_h = Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2) + L_h  # [H] B T_q T_kv
+        S_h = batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h  # [H] B T_q T_kv
         A_h = softmax(S_h)  # [H] B T_q T_kv
-    O_h = A_h @ V_h  # [H] B T_q d_v
+    O_h = batched_matmul(A_h, V_h)  # [H] B T_q d_v
     if trace is not None:
         trace.update(S_h=S_h, A_h=A_h, O_h=O_h)
     return O_h
