@@ -48,7 +48,8 @@ def _imports(text: str, module: ir.Module) -> list[str]:
     backend = module.backend
     # the code alone: docstrings (a parameter's description may say "math.") left out
     body = re.sub(r'r?"""[\s\S]*?"""', "", text)
-    standard = ["import functools"] if "functools." in body else []
+    standard = ["import ctypes"] if "ctypes." in body else []
+    standard += ["import functools"] if "functools." in body else []
     standard += ["import math"] if "math." in body else []
     standard += ["import os"]
     typing_names = [name for name, used in (("Optional", "Optional[" in body),

@@ -20,6 +20,7 @@ which NumPy's and CuPy's annotations share, and would check one backend's arrays
 other's.
 """
 
+import ctypes
 import functools
 import math
 import os
@@ -201,7 +202,9 @@ def launch_rows(kernel: cp.RawKernel, rows: int, *arguments) -> None:
 # cuBLAS's codes (library_types.h, cublas_api.h) for each float dtype: its data type, and the
 # type the products are summed in (float32 for float16 and float32, float64 for float64)
 GEMM_TYPES = {"float16": (2, 68), "float32": (0, 68), "float64": (1, 70)}
-GEMM_SCALARS = {68: (cp.float32(1), cp.float32(0)), 70: (cp.float64(1), cp.float64(0))}
+# alpha = 1 and beta = 0 in the type the products are summed in, for cuBLAS to read from here
+GEMM_SCALARS = {68: (ctypes.c_float(1), ctypes.c_float(0)),
+                70: (ctypes.c_double(1), ctypes.c_double(0))}
 
 
 def stacked(x: cp.ndarray) -> tuple[cp.ndarray, bool]:
@@ -244,14 +247,13 @@ def batched_matmul(
     b, b_by_columns = stacked(b)
     data_type, compute_type = GEMM_TYPES[c.dtype.name]
     one, zero = GEMM_SCALARS[compute_type]
-    handle = cp.cuda.device.get_cublas_handle()
-    cp.cuda.cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
     # cuBLAS reads matrices column by column: C^T = B^T A^T is the row-by-row C = A B
     cp.cuda.cublas.gemmStridedBatchedEx(
-        handle, int(b_by_columns), int(a_by_columns), n, m, k, one.ctypes.data,
+        cp.cuda.device.get_cublas_handle(), int(b_by_columns), int(a_by_columns), n, m, k,
+        ctypes.addressof(one),
         b.data.ptr, data_type, k if b_by_columns else n, k * n,
         a.data.ptr, data_type, m if a_by_columns else k, m * k,
-        zero.ctypes.data, c.data.ptr, data_type, n, m * n, count, compute_type, -1)
+        ctypes.addressof(zero), c.data.ptr, data_type, n, m * n, count, compute_type, -1)
     return c
 
 
