@@ -222,7 +222,8 @@ def variants(draw):
     T, T_dec = draw(st.integers(1, 6)), draw(st.integers(1, 6))
     dims = {"B": draw(st.integers(1, 3)), "T": T, "T_dec": T_dec, "d_model": d_model, "H": H,
             "d_ff": draw(st.integers(1, 9)), "V": draw(st.integers(2, 9)),
-            "N": draw(st.integers(1, 2)), "max_len": max(T, T_dec) + draw(st.integers(0, 2))}
+            "N": draw(st.integers(1, 2)), "max_len": max(T, T_dec) + draw(st.integers(0, 2)),
+            "V_type": draw(st.integers(1, 3))}
     if choices["head_dims"] == "free":
         dims |= {"d_k": draw(st.integers(1, 4)), "d_v": draw(st.integers(1, 4))}
     return choices, dims
@@ -246,14 +247,15 @@ def test_random_variants_match_the_numpy_code_in_float64(variant):
             keep = rng.random((dims["B"], length)) < 0.7
             keep[:, 0] = True
             inputs.append(keep)
-        else:
-            inputs.append(rng.integers(0, dims["V"], (dims["B"], length)))
+        else:                                    # token ids, or token types (s)
+            inputs.append(rng.integers(0, dims["V_type" if name == "s" else "V"],
+                                       (dims["B"], length)))
     keywords = {name: dims[name] for name, parameter in
                 inspect.signature(numpy_module.transformer).parameters.items()
                 if parameter.kind is parameter.KEYWORD_ONLY and name in dims}
     expected = {}
-    logits, _ = numpy_module.transformer(*inputs, params, **keywords, trace=expected)
-    expected = flat(expected) | {"untraced": logits}
+    first, _ = numpy_module.transformer(*inputs, params, **keywords, trace=expected)
+    expected = flat(expected) | {"untraced": first}
     for dtype in FLOATS:
         cast = {k: v.astype(dtype) for k, v in weights.flatten(params).items()}
         arguments = CUPY.put((*inputs, weights.nest(cast)))
