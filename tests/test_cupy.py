@@ -14,8 +14,8 @@ import pytest
 from arrays import CUPY, cupy, needs_cupy, to_numpy
 from compare import assert_close, flat
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from scipy.special import erf
+from test_codegen import variants  # random variants over every choice
 
 from codegen import weights
 from codegen.generate import source
@@ -211,22 +211,6 @@ def test_wrong_shapes_fail_under_typecheck_on_the_gpu():
     L = cupy.zeros((1, 2, 4, 4), dtype=cupy.float32)                 # T=4, not 5
     with pytest.raises(Exception, match=r"T_x=5"):
         module.encoder_layer(Z, L, {}, H=2)
-
-
-@st.composite
-def variants(draw):
-    choices = {name: draw(st.sampled_from(choice.options))
-               for name, choice in SPEC.choices.items()}
-    H = draw(st.integers(1, 3))
-    d_model = H * 2 * draw(st.integers(1, 3))
-    T, T_dec = draw(st.integers(1, 6)), draw(st.integers(1, 6))
-    dims = {"B": draw(st.integers(1, 3)), "T": T, "T_dec": T_dec, "d_model": d_model, "H": H,
-            "d_ff": draw(st.integers(1, 9)), "V": draw(st.integers(2, 9)),
-            "N": draw(st.integers(1, 2)), "max_len": max(T, T_dec) + draw(st.integers(0, 2)),
-            "V_type": draw(st.integers(1, 3))}
-    if choices["head_dims"] == "free":
-        dims |= {"d_k": draw(st.integers(1, 4)), "d_v": draw(st.integers(1, 4))}
-    return choices, dims
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
