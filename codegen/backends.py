@@ -17,13 +17,21 @@ class Backend:
     array_type: str        # the array class, for jaxtyping annotations
     erf_import: str        # the import that provides erf (exact GELU)
     description: str
+    # attention's query blocks and long row-wise passes (GELU, LayerNorm, softmax) on a pool
+    # of threads, BLAS on one thread each: for NumPy, which runs every ufunc on one core but
+    # releases the GIL in ufuncs and matrix products; off where the library runs them in
+    # parallel itself (a GPU)
+    thread_pool: bool
+    # exact GELU in float32 by a polynomial in tanh accurate to float32 (scipy's erf takes
+    # about 20 ns an element on the CPU); off where erf is a fast kernel of its own
+    float32_gelu: bool
 
 
 BACKENDS: dict[str, Backend] = {
     "numpy": Backend("numpy", "numpy", "np", "np.ndarray", "from scipy.special import erf",
-                     "NumPy on the CPU"),
+                     "NumPy on the CPU", thread_pool=True, float32_gelu=True),
     "cupy": Backend("cupy", "cupy", "cp", "cp.ndarray", "from cupyx.scipy.special import erf",
-                    "CuPy on an NVIDIA GPU"),
+                    "CuPy on an NVIDIA GPU", thread_pool=False, float32_gelu=False),
 }
 
 

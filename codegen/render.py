@@ -48,8 +48,12 @@ def _imports(text: str, module: ir.Module) -> list[str]:
     backend = module.backend
     # the code alone: docstrings (a parameter's description may say "math.") left out
     body = re.sub(r'r?"""[\s\S]*?"""', "", text)
-    standard = ["import math"] if "math." in body else []
+    standard = ["import functools"] if "functools." in body else []
+    standard += ["import math"] if "math." in body else []
     standard += ["import os"]
+    standard += ["import threading"] if "threading." in body else []
+    if "ThreadPoolExecutor(" in body:
+        standard.append("from concurrent.futures import ThreadPoolExecutor")
     if "(TypedDict)" in body:
         standard.append("from typing import TypedDict")
     kinds = [k for k in ("Bool", "Float", "Int") if re.search(rf"\b{k}\[", body)]
@@ -57,6 +61,8 @@ def _imports(text: str, module: ir.Module) -> list[str]:
              f"from jaxtyping import {', '.join(kinds + ['jaxtyped'])}"]
     if re.search(r"\berf\(", body):
         third.append(backend.erf_import)
+    if "ThreadpoolController(" in body:
+        third.append("from threadpoolctl import ThreadpoolController")
     return standard + [""] + third
 
 

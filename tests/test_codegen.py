@@ -68,16 +68,23 @@ def test_the_generated_module_reads_like_the_spec():
                  "decoder_layer", "encoder", "decoder", "transformer"):
         assert f"\ndef {name}(" in text, name
     assert (
-        "    blocks = []\n"
-        "    for rows, keys in query_blocks(L_h, QUERY_BLOCK if trace is None else None):\n"
+        "    d_k = Q_h.shape[-1]\n"
+        "\n"
+        "    def query_block(rows: slice, keys: slice):  # the rows' output, from those keys\n"
         "        S_h = (\n"
         "            Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)\n"
         "            + L_h[..., rows, keys]\n"
         "        )  # [H] B rows keys\n"
         "        A_h = softmax(S_h)  # [H] B rows keys\n"
         "        O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v\n"
-        "        blocks.append(O_h)\n"
-        "    O_h = np.concatenate(blocks, axis=-2)  # [H] B T_q d_v\n"
+        "        if trace is not None:  # one block: every row and key\n"
+        "            trace.update(S_h=S_h, A_h=A_h)\n"
+        "        return O_h\n"
+        "\n"
+        "    blocks = query_blocks(L_h, QUERY_BLOCK if trace is None else None)\n"
+        "    O_h = np.concatenate(in_parallel(query_block, blocks), axis=-2)  # [H] B T_q d_v\n"
+        "    if trace is not None:\n"
+        "        trace.update(O_h=O_h)\n"
     ) in text
     assert "        S_h = Q_h @ K_h.T / sqrt(d_k) + L_h\n" in text          # plain equation
     assert "            S_{h} = \\frac{Q_{h} K_{h}^\\top}{\\sqrt{d_{k}}} + L_{h}\n" in text

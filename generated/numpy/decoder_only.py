@@ -17,12 +17,16 @@ dtype of every array argument and result at run time (jaxtyping with beartype); 
 checks cost nothing. Parameters are checked when loaded (codegen.weights), not per call.
 """
 
+import functools
 import math
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypedDict
 
 import numpy as np
 from jaxtyping import Bool, Float, Int, jaxtyped
+from threadpoolctl import ThreadpoolController
 
 
 def typechecked(function):
@@ -43,22 +47,87 @@ def subtrace(trace: dict | None, *path: str | int) -> dict | None:
     return trace
 
 
+# Work shared out among threads: the array library releases the GIL inside matrix products
+# and ufuncs, so chunks of rows of a matrix product or of a row-wise pass, and the query
+# blocks of attention, run at once. As many worker threads as BLAS runs (OPENBLAS_NUM_THREADS
+# and the like set it); while they work, BLAS runs on one thread in each. Every large product
+# goes through them, so BLAS's own threads, which spin for a while after each call they
+# share, sleep instead of competing with the workers for the cores.
+BLAS = ThreadpoolController().select(user_api="blas")
+WORKERS = max((library["num_threads"] for library in BLAS.info()), default=1)
+PARALLEL_MIN_WORK = 1 << 18  # elements, or multiply-adds: less is done in one piece
+ON_WORKER = threading.local()  # .active on a worker thread: what it shares out runs in place
+
+
+def mark_worker() -> None:
+    ON_WORKER.active = True
+
+
+POOL = ThreadPoolExecutor(WORKERS, initializer=mark_worker) if WORKERS > 1 else None
+
+
+def in_parallel(function, items: list[tuple]) -> list:
+    """[function(*item) for item in items], in that order, the items shared out among the
+    worker threads (one after another where there is no pool, or on a worker thread)."""
+    if POOL is None or len(items) < 2 or getattr(ON_WORKER, "active", False):
+        return [function(*item) for item in items]
+    with BLAS.limit(limits=1):
+        return list(POOL.map(function, *zip(*items)))
+
+
+def row_chunks(rows: int, work: int) -> list[tuple[int, int]]:
+    """(start, stop) of WORKERS chunks of ``rows`` rows; one chunk of all where the ``work``
+    is under PARALLEL_MIN_WORK."""
+    if POOL is None or work < PARALLEL_MIN_WORK or rows < WORKERS:
+        return [(0, rows)]
+    return [(rows * worker // WORKERS, rows * (worker + 1) // WORKERS)
+            for worker in range(WORKERS)]
+
+
+def in_row_chunks(function):
+    """Decorate a helper that works on each row of its first argument on its own
+    (element-wise, or along the last axis) and writes its result into ``out``: it runs on
+    chunks of the rows at once, each row's numbers the same as in one call. An ``axis`` other
+    than the last goes in one call."""
+
+    @functools.wraps(function)
+    def chunked(x, *args, **kwargs):
+        rows = x.reshape(-1, x.shape[-1])  # (*batch) last
+        chunks = row_chunks(len(rows), rows.size)
+        if len(chunks) == 1 or kwargs.get("axis", -1) not in (-1, x.ndim - 1):
+            return function(x, *args, **kwargs)
+        out = np.empty_like(rows)  # (*batch) last
+
+        def chunk(start: int, stop: int) -> None:
+            function(rows[start:stop], *args, **kwargs, out=out[start:stop])
+
+        in_parallel(chunk, chunks)
+        return out.reshape(x.shape)  # *batch last
+
+    return chunked
+
+
 @typechecked
 def project(
     X: Float[np.ndarray, "*batch k"],
     W: Float[np.ndarray, "k n"],
     b: Float[np.ndarray, " n"] | None = None,
 ) -> Float[np.ndarray, "*batch n"]:
-    """X @ W (+ b) for one weight matrix W, as a single matrix product over all of X's leading
-    axes, the bias added in place.
+    """X @ W (+ b) for one weight matrix W, as one matrix product over all of X's leading
+    axes, a chunk of its rows on each worker thread, the bias added in place.
 
     The same numbers as X @ W + b; written so because @ on a stack of matrices runs one small
     product per leading index, and a separate bias sum makes one more pass over the result.
     """
     rows = X.reshape(-1, X.shape[-1])  # (*batch) k
-    product = rows @ W  # (*batch) n
-    if b is not None:
-        product += b
+    product = np.empty((len(rows), W.shape[-1]), np.result_type(X, W))  # (*batch) n
+
+    def chunk(start: int, stop: int) -> None:
+        np.matmul(rows[start:stop], W, out=product[start:stop])
+        if b is not None:
+            product[start:stop] += b
+
+    in_parallel(chunk, row_chunks(len(rows), rows.size * W.shape[-1]))
     return product.reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
 
 
@@ -135,16 +204,22 @@ def concat_heads(O_h: Float[np.ndarray, "H *batch d"]) -> Float[np.ndarray, "*ba
     return side_by_side.reshape(O_h.shape[1:-1] + (-1,))  # *batch H*d
 
 
+@in_row_chunks
 @typechecked
-def softmax(x: Float[np.ndarray, " *shape"], axis: int = -1) -> Float[np.ndarray, " *shape"]:
-    """exp(x) / sum(exp(x)) along an axis, with the row maximum subtracted first.
+def softmax(
+    x: Float[np.ndarray, " *shape"],
+    axis: int = -1,
+    out: Float[np.ndarray, " *shape"] | None = None,
+) -> Float[np.ndarray, " *shape"]:
+    """exp(x) / sum(exp(x)) along an axis, with the row maximum subtracted first; into ``out``
+    when given.
 
     A row that is -inf everywhere (every key masked) gets weights 0, not NaN: it attends to
     nothing.
     """
     peak = x.max(axis=axis, keepdims=True)  # *shape, 1 on axis
     peak[~np.isfinite(peak)] = 0  # a fully masked row
-    e = x - peak  # *shape
+    e = np.subtract(x, peak, out=out)  # *shape
     np.exp(e, out=e)
     total = e.sum(axis=axis, keepdims=True)  # *shape, 1 on axis
     total[total == 0] = 1
@@ -179,15 +254,18 @@ def query_blocks(
     return blocks
 
 
+@in_row_chunks
 @typechecked
 def layer_norm(
     x: Float[np.ndarray, "*batch d"],
     gamma: Float[np.ndarray, " d"],
     beta: Float[np.ndarray, " d"],
     eps: float,
+    out: Float[np.ndarray, "*batch d"] | None = None,
 ) -> Float[np.ndarray, "*batch d"]:
-    """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance)."""
-    centred = x - x.mean(axis=-1, keepdims=True)  # *batch d
+    """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance),
+    into ``out`` when given."""
+    centred = np.subtract(x, x.mean(axis=-1, keepdims=True), out=out)  # *batch d
     variance = np.square(centred).mean(axis=-1, keepdims=True)  # *batch 1
     centred *= 1.0 / np.sqrt(variance + eps)  # *batch d, normalised in place
     centred *= gamma
@@ -269,18 +347,22 @@ def scaled_dot_product_attention(
         trace: a dict that receives every named intermediate of this call
     """
     d_k = Q_h.shape[-1]
-    blocks = []
-    for rows, keys in query_blocks(L_h, QUERY_BLOCK if trace is None else None):
+
+    def query_block(rows: slice, keys: slice):  # the rows' output, from those keys
         S_h = (
             Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)
             + L_h[..., rows, keys]
         )  # [H] B rows keys
         A_h = softmax(S_h)  # [H] B rows keys
         O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v
-        blocks.append(O_h)
-    O_h = np.concatenate(blocks, axis=-2)  # [H] B T_q d_v
+        if trace is not None:  # one block: every row and key
+            trace.update(S_h=S_h, A_h=A_h)
+        return O_h
+
+    blocks = query_blocks(L_h, QUERY_BLOCK if trace is None else None)
+    O_h = np.concatenate(in_parallel(query_block, blocks), axis=-2)  # [H] B T_q d_v
     if trace is not None:
-        trace.update(S_h=S_h, A_h=A_h, O_h=O_h)
+        trace.update(O_h=O_h)
     return O_h
 
 
