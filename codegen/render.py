@@ -49,6 +49,7 @@ def _imports(text: str, module: ir.Module) -> list[str]:
     # the code alone: docstrings (a parameter's description may say "math.") left out
     body = re.sub(r'r?"""[\s\S]*?"""', "", text)
     standard = ["import functools"] if "functools." in body else []
+    standard += ["import itertools"] if "itertools." in body else []
     standard += ["import math"] if "math." in body else []
     standard += ["import os"]
     standard += ["import threading"] if "threading." in body else []

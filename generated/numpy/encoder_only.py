@@ -18,6 +18,7 @@ checks cost nothing. Parameters are checked when loaded (codegen.weights), not p
 """
 
 import functools
+import itertools
 import math
 import os
 import threading
@@ -56,23 +57,37 @@ def subtrace(trace: dict | None, *path: str | int) -> dict | None:
 BLAS = ThreadpoolController().select(user_api="blas")
 WORKERS = max((library["num_threads"] for library in BLAS.info()), default=1)
 PARALLEL_MIN_WORK = 1 << 18  # elements, or multiply-adds: less is done in one piece
-ON_WORKER = threading.local()  # .active on a worker thread: what it shares out runs in place
-
-
-def mark_worker() -> None:
-    ON_WORKER.active = True
-
-
-POOL = ThreadPoolExecutor(WORKERS, initializer=mark_worker) if WORKERS > 1 else None
+POOL = ThreadPoolExecutor(WORKERS - 1) if WORKERS > 1 else None  # the caller is one worker
+SHARING = threading.local()  # .active while a thread works on shared-out items
 
 
 def in_parallel(function, items: list[tuple]) -> list:
     """[function(*item) for item in items], in that order, the items shared out among the
-    worker threads (one after another where there is no pool, or on a worker thread)."""
-    if POOL is None or len(items) < 2 or getattr(ON_WORKER, "active", False):
+    calling thread and the pool's, each taking the next item left when it is free, from the
+    last (attention's last query blocks see the most keys); BLAS on one thread meanwhile, even
+    for one item. Where there is no pool, or inside work already shared out: one after another.
+    """
+    if POOL is None or getattr(SHARING, "active", False):
         return [function(*item) for item in items]
+    results = [None] * len(items)
+    claims = itertools.count()  # items claimed so far; next() is atomic under the GIL
+
+    def work() -> None:
+        SHARING.active = True
+        try:
+            while (claimed := next(claims)) < len(items):
+                index = len(items) - 1 - claimed
+                results[index] = function(*items[index])
+        finally:
+            SHARING.active = False
+
     with BLAS.limit(limits=1):
-        return list(POOL.map(function, *zip(*items)))
+        helpers = [POOL.submit(work) for _ in range(min(WORKERS, len(items)) - 1)]
+        work()
+        for helper in helpers:
+            if not helper.cancel():  # one that has not started has nothing left to do
+                helper.result()
+    return results
 
 
 def row_chunks(rows: int, work: int) -> list[tuple[int, int]]:
