@@ -115,11 +115,13 @@ class _Lowerer:
 # helpers in the order the module defines them, and the helpers each one calls
 HELPER_ORDER = ("subtrace", "parallel", "project", "embed", "positional_encoding", "log_mask",
                 "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
-                "concat_heads", "softmax", "query_blocks", "layer_norm", "gelu", "gelu_tanh")
+                "concat_heads", "softmax", "query_blocks", "layer_norm", "relu", "gelu",
+                "gelu_tanh")
 HELPER_NEEDS: dict[str, tuple[str, ...]] = {"query_blocks": ("parallel",)}
 # with a thread pool (Backend.thread_pool), these helpers run in chunks of rows on it
 THREAD_POOL_NEEDS: dict[str, tuple[str, ...]] = {
-    name: ("parallel",) for name in ("project", "softmax", "layer_norm", "gelu", "gelu_tanh")}
+    name: ("parallel",) for name in ("project", "softmax", "layer_norm", "relu", "gelu",
+                                     "gelu_tanh")}
 
 
 @dataclass

@@ -56,7 +56,8 @@ def subtrace(trace: dict | None, *path: str | int) -> dict | None:
 # share, sleep instead of competing with the workers for the cores.
 BLAS = ThreadpoolController().select(user_api="blas")
 WORKERS = max((library["num_threads"] for library in BLAS.info()), default=1)
-PARALLEL_MIN_WORK = 1 << 18  # elements, or multiply-adds: less is done in one piece
+PARALLEL_MIN_WORK = 1 << 18  # multiply-adds: a smaller matrix product is done in one piece
+PIECE_SIZE = 1 << 17  # elements a row-wise helper works on at once
 POOL = ThreadPoolExecutor(WORKERS - 1) if WORKERS > 1 else None  # the caller is one worker
 SHARING = threading.local()  # .active while a thread works on shared-out items
 
@@ -92,7 +93,7 @@ def in_parallel(function, items: list[tuple]) -> list:
 
 def row_chunks(rows: int, work: int) -> list[tuple[int, int]]:
     """(start, stop) of WORKERS chunks of ``rows`` rows; one chunk of all where the ``work``
-    is under PARALLEL_MIN_WORK."""
+    (multiply-adds) is under PARALLEL_MIN_WORK."""
     if POOL is None or work < PARALLEL_MIN_WORK or rows < WORKERS:
         return [(0, rows)]
     return [(rows * worker // WORKERS, rows * (worker + 1) // WORKERS)
@@ -101,25 +102,27 @@ def row_chunks(rows: int, work: int) -> list[tuple[int, int]]:
 
 def in_row_chunks(function):
     """Decorate a helper that works on each row of its first argument on its own
-    (element-wise, or along the last axis) and writes its result into ``out``: it runs on
-    chunks of the rows at once, each row's numbers the same as in one call. An ``axis`` other
+    (element-wise, or along the last axis) and writes its result into ``out`` (which may be
+    the argument itself, or a contiguous array): it runs on pieces of about PIECE_SIZE
+    elements, whole rows, so that its temporaries stay small and in cache, the pieces shared
+    out among the workers; each row's numbers are the same as in one call. An ``axis`` other
     than the last goes in one call."""
 
     @functools.wraps(function)
-    def chunked(x, *args, **kwargs):
+    def in_pieces(x, *args, out=None, **kwargs):
+        if x.ndim < 2 or kwargs.get("axis", -1) not in (-1, x.ndim - 1):
+            return function(x, *args, out=out, **kwargs)
         rows = x.reshape(-1, x.shape[-1])  # (*batch) last
-        chunks = row_chunks(len(rows), rows.size)
-        if len(chunks) == 1 or kwargs.get("axis", -1) not in (-1, x.ndim - 1):
-            return function(x, *args, **kwargs)
-        out = np.empty_like(rows)  # (*batch) last
+        result = np.empty_like(rows) if out is None else out.reshape(rows.shape)
+        step = max(1, PIECE_SIZE // x.shape[-1])
 
-        def chunk(start: int, stop: int) -> None:
-            function(rows[start:stop], *args, **kwargs, out=out[start:stop])
+        def piece(start: int) -> None:
+            function(rows[start:start + step], *args, out=result[start:start + step], **kwargs)
 
-        in_parallel(chunk, chunks)
-        return out.reshape(x.shape)  # *batch last
+        in_parallel(piece, [(start,) for start in range(0, len(rows), step)])
+        return result.reshape(x.shape)  # *batch last
 
-    return chunked
+    return in_pieces
 
 
 @typechecked
@@ -127,12 +130,15 @@ def project(
     X: Float[np.ndarray, "*batch k"],
     W: Float[np.ndarray, "k n"],
     b: Float[np.ndarray, " n"] | None = None,
+    activation=None,
 ) -> Float[np.ndarray, "*batch n"]:
-    """X @ W (+ b) for one weight matrix W, as one matrix product over all of X's leading
-    axes, a chunk of its rows on each worker thread, the bias added in place.
+    """X @ W (+ b), then activation(...) if given, for one weight matrix W: one matrix product
+    over all of X's leading axes, a chunk of its rows on each worker thread, which adds the
+    bias and applies the activation to its chunk in place.
 
-    The same numbers as X @ W + b; written so because @ on a stack of matrices runs one small
-    product per leading index, and a separate bias sum makes one more pass over the result.
+    The same numbers as activation(X @ W + b); written so because @ on a stack of matrices
+    runs one small product per leading index, and a separate bias sum or activation makes one
+    more pass over the result, and a new array as large.
     """
     rows = X.reshape(-1, X.shape[-1])  # (*batch) k
     product = np.empty((len(rows), W.shape[-1]), np.result_type(X, W))  # (*batch) n
@@ -141,6 +147,8 @@ def project(
         np.matmul(rows[start:stop], W, out=product[start:stop])
         if b is not None:
             product[start:stop] += b
+        if activation is not None:
+            activation(product[start:stop], out=product[start:stop])
 
     in_parallel(chunk, row_chunks(len(rows), rows.size * W.shape[-1]))
     return product.reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
@@ -227,7 +235,7 @@ def softmax(
     out: Float[np.ndarray, " *shape"] | None = None,
 ) -> Float[np.ndarray, " *shape"]:
     """exp(x) / sum(exp(x)) along an axis, with the row maximum subtracted first; into ``out``
-    when given.
+    when given (which may be x itself).
 
     A row that is -inf everywhere (every key masked) gets weights 0, not NaN: it attends to
     nothing.
@@ -279,13 +287,22 @@ def layer_norm(
     out: Float[np.ndarray, "*batch d"] | None = None,
 ) -> Float[np.ndarray, "*batch d"]:
     """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance),
-    into ``out`` when given."""
+    into ``out`` when given (which may be x itself)."""
     centred = np.subtract(x, x.mean(axis=-1, keepdims=True), out=out)  # *batch d
     variance = np.square(centred).mean(axis=-1, keepdims=True)  # *batch 1
     centred *= 1.0 / np.sqrt(variance + eps)  # *batch d, normalised in place
     centred *= gamma
     centred += beta
     return centred
+
+
+@in_row_chunks
+@typechecked
+def relu(
+    x: Float[np.ndarray, "*shape"], out: Float[np.ndarray, "*shape"] | None = None
+) -> Float[np.ndarray, "*shape"]:
+    """ReLU(x) = max(x, 0), into ``out`` when given (which may be x itself)."""
+    return np.maximum(x, 0, out=out)  # *shape
 
 
 class MultiHeadAttentionParams(TypedDict):
@@ -485,7 +502,7 @@ def feed_forward(
     Keyword arguments:
         trace: a dict that receives every named intermediate of this call
     """
-    U = np.maximum(project(X, params["W_1"], params["b_1"]), 0)  # B T_x d_ff
+    U = project(X, params["W_1"], params["b_1"], activation=relu)  # B T_x d_ff
     F = project(U, params["W_2"], params["b_2"])  # B T_x d_model
     if trace is not None:
         trace.update(U=U, F=F)
