@@ -277,8 +277,11 @@ class _Body:
                       f"        trace.update({', '.join(f'{n}={n}' for n in inner)})"]
         lines += [f"    return {output}", "",
                   f"blocks = query_blocks({blocking.mask}, QUERY_BLOCK if trace is None else None)"]
-        lines += _commented(f"{output} = {self.xp}.concatenate(in_parallel(query_block, blocks), "
-                            f"axis={axis})", shape.text())
+        if shape.family is not None and axis == -2:
+            join = "join_query_blocks(in_parallel(query_block, blocks))"
+        else:
+            join = f"{self.xp}.concatenate(in_parallel(query_block, blocks), axis={axis})"
+        lines += _commented(f"{output} = {join}", shape.text())
         self.steps = [ir.Step(tuple(lines))]
         self.traced = [name for name in self.traced if name not in inner]
         self.comment_names = {}

@@ -82,7 +82,7 @@ def test_the_generated_module_reads_like_the_spec():
         "        return O_h\n"
         "\n"
         "    blocks = query_blocks(L_h, QUERY_BLOCK if trace is None else None)\n"
-        "    O_h = np.concatenate(in_parallel(query_block, blocks), axis=-2)  # [H] B T_q d_v\n"
+        "    O_h = join_query_blocks(in_parallel(query_block, blocks))  # [H] B T_q d_v\n"
         "    if trace is not None:\n"
         "        trace.update(O_h=O_h)\n"
     ) in text
