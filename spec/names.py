@@ -23,7 +23,8 @@ RESERVED = frozenset({
     "join_query_blocks", "relu", "in_parallel", "row_chunks", "in_row_chunks", "BLAS",
     "WORKERS", "POOL", "SHARING", "PARALLEL_MIN_WORK", "PIECE_SIZE", "GELU_FLOAT32_CLIP",
     "GELU_FLOAT32_P", "functools", "itertools", "threading", "concurrent",
-    "ThreadPoolExecutor", "threadpoolctl", "ThreadpoolController",
+    "ThreadPoolExecutor", "threadpoolctl", "ThreadpoolController", "BlasOnOneThread",
+    "BLAS_ON_ONE_THREAD",
 })
 
 

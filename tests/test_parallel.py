@@ -95,6 +95,26 @@ def test_in_parallel_keeps_the_order_and_runs_nested_work_in_place():
         loaded.in_parallel(lambda i: 1 / i, [(i,) for i in range(-3, 4)])
 
 
+def test_calls_from_several_threads_at_once_give_blas_its_thread_count_back():
+    loaded = module(3, attention_bias="all")
+    before = [library["num_threads"] for library in loaded.BLAS.info()]
+    barrier = threading.Barrier(4)
+
+    def caller():
+        barrier.wait()
+        for _ in range(50):
+            loaded.in_parallel(lambda i: np.ones((8, 8)) @ np.ones((8, 8)),
+                               [(i,) for i in range(5)])
+
+    callers = [threading.Thread(target=caller) for _ in range(4)]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join()
+    assert [library["num_threads"] for library in loaded.BLAS.info()] == before
+    assert loaded.BLAS_ON_ONE_THREAD.holders == 0
+
+
 def test_row_wise_helpers_in_pieces_and_in_place_match_one_call():
     loaded = module(3, activation="gelu_tanh")
     rng = np.random.default_rng(1)

@@ -62,6 +62,31 @@ POOL = ThreadPoolExecutor(WORKERS - 1) if WORKERS > 1 else None  # the caller is
 SHARING = threading.local()  # .active while a thread works on shared-out items
 
 
+class BlasOnOneThread:
+    """``with BLAS_ON_ONE_THREAD:`` keeps BLAS on one thread until the last such block under
+    way, in any thread, ends; then BLAS gets its own thread count back."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holders = 0
+        self.limiter = None  # threadpoolctl's record of the count to restore
+
+    def __enter__(self) -> None:
+        with self.lock:
+            if self.holders == 0:
+                self.limiter = BLAS.limit(limits=1)
+            self.holders += 1
+
+    def __exit__(self, *exception) -> None:
+        with self.lock:
+            self.holders -= 1
+            if self.holders == 0:
+                self.limiter.restore_original_limits()
+
+
+BLAS_ON_ONE_THREAD = BlasOnOneThread()
+
+
 def in_parallel(function, items: list[tuple]) -> list:
     """[function(*item) for item in items], in that order, the items shared out among the
     calling thread and the pool's, each taking the next item left when it is free, from the
@@ -82,7 +107,7 @@ def in_parallel(function, items: list[tuple]) -> list:
         finally:
             SHARING.active = False
 
-    with BLAS.limit(limits=1):
+    with BLAS_ON_ONE_THREAD:
         helpers = [POOL.submit(work) for _ in range(min(WORKERS, len(items)) - 1)]
         work()
         for helper in helpers:
@@ -103,14 +128,16 @@ def row_chunks(rows: int, work: int) -> list[tuple[int, int]]:
 def in_row_chunks(function):
     """Decorate a helper that works on each row of its first argument on its own
     (element-wise, or along the last axis) and writes its result into ``out`` (which may be
-    the argument itself, or a contiguous array): it runs on pieces of about PIECE_SIZE
-    elements, whole rows, so that its temporaries stay small and in cache, the pieces shared
-    out among the workers; each row's numbers are the same as in one call. An ``axis`` other
-    than the last goes in one call."""
+    the argument itself): it runs on pieces of about PIECE_SIZE elements, whole rows, so that
+    its temporaries stay small and in cache, the pieces shared out among the workers; each
+    row's numbers are the same as in one call. An ``axis`` other than the last, or an ``out``
+    that is not contiguous, goes in one call."""
 
     @functools.wraps(function)
     def in_pieces(x, *args, out=None, **kwargs):
-        if x.ndim < 2 or kwargs.get("axis", -1) not in (-1, x.ndim - 1):
+        whole = x.ndim < 2 or kwargs.get("axis", -1) not in (-1, x.ndim - 1) or (
+            out is not None and not out.flags.c_contiguous)
+        if whole:
             return function(x, *args, out=out, **kwargs)
         rows = x.reshape(-1, x.shape[-1])  # (*batch) last
         result = np.empty_like(rows) if out is None else out.reshape(rows.shape)
