@@ -179,3 +179,29 @@ def test_float64_exact_gelu_is_erf():
     np.testing.assert_array_equal(gelu(x), 0.5 * x * (1.0 + erf))    # as before the fast path
     exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])
     np.testing.assert_allclose(gelu(x), exact, rtol=1e-13, atol=1e-16)
+
+
+@pytest.mark.parametrize("choices", [
+    {"arch": "encoder_decoder", "activation": "gelu", "attention_bias": "all"},
+    {"arch": "decoder_only", "norm": "pre", "activation": "gelu_tanh"},
+])
+def test_the_cupy_rendering_without_the_pool_gives_the_same_numbers(choices):
+    """The templates' branches for a backend without a thread pool or the float32 GELU, run
+    with NumPy standing in for CuPy."""
+    text = source(SPEC, choices, "cupy")
+    text = text.replace("import cupy as cp\n", "import numpy as cp\n").replace(
+        "from cupyx.scipy.special import erf\n", "from scipy.special import erf\n")
+    stand_in, numpy_module = load_source(text, typecheck=True), module(3, **choices)
+    stand_in.QUERY_BLOCK = 2
+    rng = np.random.default_rng(6)
+    for dtype in (np.float64, np.float32):
+        weights_ = params(choices, dtype)
+        if choices["arch"] == "encoder_decoder":
+            inputs = (rng.integers(0, 11, (2, 5)), np.ones((2, 5), dtype=bool),
+                      rng.integers(0, 11, (2, 4)), np.ones((2, 4), dtype=bool))
+        else:
+            inputs = (rng.integers(0, 11, (2, 7)), np.ones((2, 7), dtype=bool))
+        for ours, theirs in zip(stand_in.transformer(*inputs, weights_, H=2),
+                                numpy_module.transformer(*inputs, weights_, H=2)):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-12 if dtype == np.float64 else 1e-5,
+                                       atol=1e-14 if dtype == np.float64 else 1e-6)
