@@ -112,7 +112,8 @@ class _Lowerer:
             self.helpers.append(name)
 
 
-# helpers in the order the module defines them, and the helpers each one calls
+# helpers in the order the module defines them, and the helpers each one needs (the attention
+# code that calls query_blocks also calls in_parallel)
 HELPER_ORDER = ("subtrace", "parallel", "project", "embed", "positional_encoding", "log_mask",
                 "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
                 "concat_heads", "softmax", "query_blocks", "layer_norm", "relu", "gelu",
