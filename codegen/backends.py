@@ -24,6 +24,14 @@ class Backend:
     # visible; "fused": X + L and the softmax in one kernel (masked_softmax), the scores
     # never stored; either way the equations as written when a trace is asked for
     attention: str
+    # attention's query blocks and long row-wise passes (GELU, LayerNorm, softmax) on a pool
+    # of threads, BLAS on one thread each: for NumPy, which runs every ufunc on one core but
+    # releases the GIL in ufuncs and matrix products; off where the library runs them in
+    # parallel itself (a GPU)
+    thread_pool: bool
+    # exact GELU in float32 by a polynomial in tanh accurate to float32 (scipy's erf takes
+    # about 20 ns an element on the CPU); off where erf is a fast kernel of its own
+    float32_gelu: bool
     # the helper for a product of two stacks of matrices (None: the @ operator)
     batched_matmul: str | None = None
     # helpers whose template this backend replaces: helper name -> template under templates/
@@ -38,10 +46,12 @@ class Backend:
 
 BACKENDS: dict[str, Backend] = {
     "numpy": Backend("numpy", "numpy", "np", "np.ndarray", "from scipy.special import erf",
-                     "NumPy on the CPU", attention="query_blocks"),
+                     "NumPy on the CPU", attention="query_blocks", thread_pool=True,
+                     float32_gelu=True),
     "cupy": Backend(
         "cupy", "cupy", "cp", "cp.ndarray", "from cupyx.scipy.special import erf",
-        "CuPy on an NVIDIA GPU", attention="fused", batched_matmul="batched_matmul",
+        "CuPy on an NVIDIA GPU", attention="fused", thread_pool=False, float32_gelu=False,
+        batched_matmul="batched_matmul",
         helpers={name: f"helpers/cupy/{name}.py.j2"
                  for name in ("kernel_support", "softmax", "masked_softmax", "layer_norm",
                               "gelu", "gelu_tanh", "batched_matmul")},

@@ -108,18 +108,25 @@ class _Lowerer:
 
     def use_helper(self, name: str) -> None:
         needs = self.backend.helper_needs.get(name, HELPER_NEEDS.get(name, ()))
+        if self.backend.thread_pool:
+            needs += THREAD_POOL_NEEDS.get(name, ())
         for dependency in needs:
             self.use_helper(dependency)
         if name not in self.helpers:
             self.helpers.append(name)
 
 
-# helpers in the order the module defines them, and the helpers each one calls
-HELPER_ORDER = ("subtrace", "project", "embed", "positional_encoding", "log_mask", "causal_mask",
-                "padding_mask", "relative_position_bias", "split_heads", "concat_heads",
-                "kernel_support", "batched_matmul", "softmax", "masked_softmax", "query_blocks",
-                "layer_norm", "gelu", "gelu_tanh")
-HELPER_NEEDS: dict[str, tuple[str, ...]] = {}
+# helpers in the order the module defines them, and the helpers each one needs (the attention
+# code that calls query_blocks also calls in_parallel)
+HELPER_ORDER = ("subtrace", "parallel", "project", "embed", "positional_encoding", "log_mask",
+                "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
+                "concat_heads", "kernel_support", "batched_matmul", "softmax", "masked_softmax",
+                "query_blocks", "layer_norm", "relu", "gelu", "gelu_tanh")
+HELPER_NEEDS: dict[str, tuple[str, ...]] = {"query_blocks": ("parallel",)}
+# with a thread pool (Backend.thread_pool), these helpers run in chunks of rows on it
+THREAD_POOL_NEEDS: dict[str, tuple[str, ...]] = {
+    name: ("parallel",) for name in ("project", "softmax", "layer_norm", "relu", "gelu",
+                                     "gelu_tanh")}
 
 
 @dataclass
@@ -263,20 +270,29 @@ class _Body:
         self.comment_names = {dim: sympy.Symbol(name) for dim, name in slices.items()}
 
     def loop_over_query_blocks(self, blocking: AttentionCore) -> None:
-        """The body's steps inside a loop over query blocks, the blocks' outputs joined."""
+        """The body's steps as a function of one query block, run for every block (at once
+        on a thread pool, where the backend has one), the blocks' outputs joined. With a
+        trace there is one block, of every row and key: it records its intermediates."""
         self.helper("query_blocks")
         output = self.block.output
         shape = self.values[output].value.shape
         axis = shape.dims.index(blocking.rows) - shape.rank
-        lines = ["blocks = []",
-                 (f"for rows, keys in query_blocks({blocking.mask}, "
-                  "QUERY_BLOCK if trace is None else None):")]
+        inner = [name for name in self.traced if name != output]
+        lines = ["", "def query_block(rows: slice, keys: slice):  # the rows' output, from those keys"]
         for step in self.steps:
             lines += ["    " + line for line in step.lines]
-        lines.append(f"    blocks.append({output})")
-        lines += _commented(f"{output} = {self.xp}.concatenate(blocks, axis={axis})",
-                            shape.text())
+        if inner:
+            lines += ["    if trace is not None:  # one block: every row and key",
+                      f"        trace.update({', '.join(f'{n}={n}' for n in inner)})"]
+        lines += [f"    return {output}", "",
+                  f"blocks = query_blocks({blocking.mask}, QUERY_BLOCK if trace is None else None)"]
+        if shape.family is not None and axis == -2:
+            join = "join_query_blocks(in_parallel(query_block, blocks))"
+        else:
+            join = f"{self.xp}.concatenate(in_parallel(query_block, blocks), axis={axis})"
+        lines += _commented(f"{output} = {join}", shape.text())
         self.steps = [ir.Step(tuple(lines))]
+        self.traced = [name for name in self.traced if name not in inner]
         self.comment_names = {}
 
     def fuse_softmax(self, core: AttentionCore, scores: Equation) -> None:

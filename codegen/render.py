@@ -50,8 +50,12 @@ def _imports(text: str, module: ir.Module) -> list[str]:
     body = re.sub(r'r?"""[\s\S]*?"""', "", text)
     standard = ["import ctypes"] if "ctypes." in body else []
     standard += ["import functools"] if "functools." in body else []
+    standard += ["import itertools"] if "itertools." in body else []
     standard += ["import math"] if "math." in body else []
     standard += ["import os"]
+    standard += ["import threading"] if "threading." in body else []
+    if "ThreadPoolExecutor(" in body:
+        standard.append("from concurrent.futures import ThreadPoolExecutor")
     typing_names = [name for name, used in (("Optional", "Optional[" in body),
                                             ("Tuple", "Tuple[" in body),
                                             ("TypedDict", "(TypedDict)" in body)) if used]
@@ -63,6 +67,8 @@ def _imports(text: str, module: ir.Module) -> list[str]:
              f"from jaxtyping import {', '.join(kinds + ['jaxtyped'])}"]
     if re.search(r"\berf\(", body):
         third.append(backend.erf_import)
+    if "ThreadpoolController(" in body:
+        third.append("from threadpoolctl import ThreadpoolController")
     return standard + [""] + third
 
 

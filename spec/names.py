@@ -19,7 +19,12 @@ RESERVED = frozenset({
     "cls", "erf", "trace", "layer", "i", "typechecked", "subtrace", "project", "embed",
     "positional_encoding", "log_mask", "causal_mask", "padding_mask", "relative_position_bias",
     "split_heads", "concat_heads", "softmax", "layer_norm", "gelu", "gelu_tanh",
-    "query_blocks", "QUERY_BLOCK", "rows", "keys", "blocks",
+    "query_blocks", "QUERY_BLOCK", "rows", "keys", "blocks", "query_block",
+    "join_query_blocks", "relu", "in_parallel", "row_chunks", "in_row_chunks", "BLAS",
+    "WORKERS", "POOL", "SHARING", "PARALLEL_MIN_WORK", "PIECE_SIZE", "GELU_FLOAT32_CLIP",
+    "GELU_FLOAT32_P", "functools", "itertools", "threading", "concurrent",
+    "ThreadPoolExecutor", "threadpoolctl", "ThreadpoolController", "BlasOnOneThread",
+    "BLAS_ON_ONE_THREAD",
 })
 
 

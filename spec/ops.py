@@ -284,6 +284,11 @@ class Elementwise(Op):
         if self.name == "log" and x.value.dtype == "bool":
             # log of a 0/1 mask: 0 where kept, -inf where masked, in the float dtype
             return f"{ctx.helper('log_mask')}({x.code}, {ctx.dtype()})", ATOM
+        activation = self.name in ("relu", "gelu", "gelu_tanh")
+        if activation and x.call is not None and x.call[0] == "project" and \
+                not any(a.startswith("activation=") for a in x.call[1]):
+            # f(X @ W + b): applied in place to the product's fresh result, chunk by chunk
+            return call("project", *x.call[1], f"activation={ctx.helper(self.name)}")
         if self.name == "relu":
             return f"{ctx.xp}.maximum({x.code}, 0)", ATOM
         if self.name in ("gelu", "gelu_tanh"):

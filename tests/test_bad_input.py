@@ -139,8 +139,8 @@ def test_block_local_dim_shadowing_a_model_dim():
      "t.tspec:1: dim name 'aaaaaaaaaaaaaaaaaaaa'... is 70 characters long; the limit is 64"),
     ('choice act = class | gelu\n', "t.tspec:1: option name 'class' is a Python keyword"),
     ('choice exec = a | b\n', "t.tspec:1: choice name 'exec' shadows a Python builtin"),
-    ('dim B "b"\nblock relu(X "B") -> Y:\n    Y "B" = X\n',
-     "t.tspec:2: block name relu is the name of an op"),
+    ('dim B "b"\nblock exp(X "B") -> Y:\n    Y "B" = X\n',
+     "t.tspec:2: block name exp is the name of an op"),
     ('spec float "title"\n',
      "t.tspec:1: spec name 'float' is reserved by the spec language and its generated code"),
 ])

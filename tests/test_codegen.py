@@ -73,16 +73,23 @@ def test_the_generated_module_reads_like_the_spec():
                  "decoder_layer", "encoder", "decoder", "transformer"):
         assert f"\ndef {name}(" in text, name
     assert (
-        "    blocks = []\n"
-        "    for rows, keys in query_blocks(L_h, QUERY_BLOCK if trace is None else None):\n"
+        "    d_k = Q_h.shape[-1]\n"
+        "\n"
+        "    def query_block(rows: slice, keys: slice):  # the rows' output, from those keys\n"
         "        S_h = (\n"
         "            Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)\n"
         "            + L_h[..., rows, keys]\n"
         "        )  # [H] B rows keys\n"
         "        A_h = softmax(S_h)  # [H] B rows keys\n"
         "        O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v\n"
-        "        blocks.append(O_h)\n"
-        "    O_h = np.concatenate(blocks, axis=-2)  # [H] B T_q d_v\n"
+        "        if trace is not None:  # one block: every row and key\n"
+        "            trace.update(S_h=S_h, A_h=A_h)\n"
+        "        return O_h\n"
+        "\n"
+        "    blocks = query_blocks(L_h, QUERY_BLOCK if trace is None else None)\n"
+        "    O_h = join_query_blocks(in_parallel(query_block, blocks))  # [H] B T_q d_v\n"
+        "    if trace is not None:\n"
+        "        trace.update(O_h=O_h)\n"
     ) in text
     assert "        S_h = Q_h @ K_h.T / sqrt(d_k) + L_h\n" in text          # plain equation
     assert "            S_{h} = \\frac{Q_{h} K_{h}^\\top}{\\sqrt{d_{k}}} + L_{h}\n" in text
@@ -151,15 +158,22 @@ def test_the_numpy_and_cupy_trees_differ_only_where_the_backend_table_says(arch,
             definitions[row.name][name] = re.sub(rf"\b{row.alias}\.", "<alias>.", text)
     numpy_defs, cupy_defs = definitions["numpy"], definitions["cupy"]
     replaced = set(cupy_backend.helpers) | set(numpy_backend.helpers)
-    templates = "".join((Path(codegen.__file__).parent / "templates" / cupy_backend.template(h))
-                        .read_text(encoding="utf-8") for h in cupy_backend.helpers)
-    strategy = {"query_blocks", "QUERY_BLOCK", "scaled_dot_product_attention"}
+    # templates the table decides: a backend's own, one that branches on a table field
+    # (thread_pool, float32_gelu), and the attention strategy's (query_blocks)
+    folder = Path(codegen.__file__).parent / "templates" / "helpers"
+    decided = [path.read_text(encoding="utf-8") for path in folder.rglob("*.py.j2")
+               if path.parent.name == "cupy" or path.name == "query_blocks.py.j2"
+               or "{% if backend." in path.read_text(encoding="utf-8")]
+    templates = "".join(decided)
+    branching = {path.name.removesuffix(".py.j2") for path in folder.glob("*.py.j2")
+                 if "{% if backend." in path.read_text(encoding="utf-8")}
+    strategy = {"scaled_dot_product_attention"}
     differing = {name for name in numpy_defs.keys() | cupy_defs.keys()
                  if numpy_defs.get(name) != cupy_defs.get(name)}
     assert differing, "the backends render the same text"
     for name in differing:
-        assert name in replaced or name in strategy or \
-            re.search(rf"^(def {name}\(|{name} = )", templates, re.MULTILINE), name
+        assert name in replaced or name in branching or name in strategy or \
+            re.search(rf"^(def {name}\(|{name} = |class {name}\b)", templates, re.MULTILINE), name
     same = numpy_defs.keys() & cupy_defs.keys() - differing
     assert {"embed", "split_heads", "multi_head_attention", "encoder_layer"} <= same
 

@@ -53,17 +53,21 @@ def project(
     X: Float[cp.ndarray, "*batch k"],
     W: Float[cp.ndarray, "k n"],
     b: Optional[Float[cp.ndarray, " n"]] = None,  # noqa: UP045
+    activation=None,
 ) -> Float[cp.ndarray, "*batch n"]:
-    """X @ W (+ b) for one weight matrix W, as a single matrix product over all of X's leading
-    axes, the bias added in place.
+    """X @ W (+ b), then activation(...) if given, for one weight matrix W: a single matrix
+    product over all of X's leading axes, the bias added and the activation applied in place.
 
-    The same numbers as X @ W + b; written so because @ on a stack of matrices runs one small
-    product per leading index, and a separate bias sum makes one more pass over the result.
+    The same numbers as activation(X @ W + b); written so because @ on a stack of matrices
+    runs one small product per leading index, and a separate bias sum or activation makes one
+    more pass over the result, and a new array as large.
     """
     rows = X.reshape(-1, X.shape[-1])  # (*batch) k
     product = rows @ W  # (*batch) n
     if b is not None:
         product += b
+    if activation is not None:
+        activation(product, out=product)
     return product.reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
 
 
@@ -394,10 +398,13 @@ GELU_KERNEL = cp.ElementwiseKernel(
 
 
 @typechecked
-def gelu(x: Float[cp.ndarray, " *shape"]) -> Float[cp.ndarray, " *shape"]:
+def gelu(
+    x: Float[cp.ndarray, " *shape"],
+    out: Optional[Float[cp.ndarray, " *shape"]] = None,  # noqa: UP045
+) -> Float[cp.ndarray, " *shape"]:
     """GELU(x) = x * Phi(x) = x / 2 * (1 + erf(x / sqrt(2))), exact: one kernel, in float32
-    for float16."""
-    return GELU_KERNEL(x)  # *shape
+    for float16; into ``out`` when given (which may be x itself)."""
+    return GELU_KERNEL(x) if out is None else GELU_KERNEL(x, out)  # *shape
 
 
 class MultiHeadAttentionParams(TypedDict):
@@ -601,7 +608,7 @@ def feed_forward(
     Keyword arguments:
         trace: a dict that receives every named intermediate of this call
     """
-    U = gelu(project(X, params["W_1"], params["b_1"]))  # B T_x d_ff
+    U = project(X, params["W_1"], params["b_1"], activation=gelu)  # B T_x d_ff
     F = project(U, params["W_2"], params["b_2"])  # B T_x d_model
     if trace is not None:
         trace.update(U=U, F=F)

@@ -20,12 +20,17 @@ which NumPy's and CuPy's annotations share, and would check one backend's arrays
 other's.
 """
 
+import functools
+import itertools
 import math
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Tuple, TypedDict  # noqa: UP035
 
 import numpy as np
 from jaxtyping import Bool, Float, Int, jaxtyped
+from threadpoolctl import ThreadpoolController
 
 
 def typechecked(function):
@@ -46,22 +51,136 @@ def subtrace(trace: dict | None, *path: str | int) -> dict | None:
     return trace
 
 
+# Work shared out among threads: the array library releases the GIL inside matrix products
+# and ufuncs, so chunks of rows of a matrix product or of a row-wise pass, and the query
+# blocks of attention, run at once. As many worker threads as BLAS runs (OPENBLAS_NUM_THREADS
+# and the like set it); while they work, BLAS runs on one thread in each. Every large product
+# goes through them, so BLAS's own threads, which spin for a while after each call they
+# share, sleep instead of competing with the workers for the cores.
+BLAS = ThreadpoolController().select(user_api="blas")
+WORKERS = max((library["num_threads"] for library in BLAS.info()), default=1)
+PARALLEL_MIN_WORK = 1 << 18  # multiply-adds: a smaller matrix product is done in one piece
+PIECE_SIZE = 1 << 17  # elements a row-wise helper works on at once
+POOL = ThreadPoolExecutor(WORKERS - 1) if WORKERS > 1 else None  # the caller is one worker
+SHARING = threading.local()  # .active while a thread works on shared-out items
+
+
+class BlasOnOneThread:
+    """``with BLAS_ON_ONE_THREAD:`` keeps BLAS on one thread until the last such block under
+    way, in any thread, ends; then BLAS gets its own thread count back."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holders = 0
+        self.limiter = None  # threadpoolctl's record of the count to restore
+
+    def __enter__(self) -> None:
+        with self.lock:
+            if self.holders == 0:
+                self.limiter = BLAS.limit(limits=1)
+            self.holders += 1
+
+    def __exit__(self, *exception) -> None:
+        with self.lock:
+            self.holders -= 1
+            if self.holders == 0:
+                self.limiter.restore_original_limits()
+
+
+BLAS_ON_ONE_THREAD = BlasOnOneThread()
+
+
+def in_parallel(function, items: list[tuple]) -> list:
+    """[function(*item) for item in items], in that order, the items shared out among the
+    calling thread and the pool's, each taking the next item left when it is free, from the
+    last (attention's last query blocks see the most keys); BLAS on one thread meanwhile, even
+    for one item. Where there is no pool, or inside work already shared out: one after another.
+    """
+    if POOL is None or getattr(SHARING, "active", False):
+        return [function(*item) for item in items]
+    results = [None] * len(items)
+    claims = itertools.count()  # items claimed so far; next() is atomic under the GIL
+
+    def work() -> None:
+        SHARING.active = True
+        try:
+            while (claimed := next(claims)) < len(items):
+                index = len(items) - 1 - claimed
+                results[index] = function(*items[index])
+        finally:
+            SHARING.active = False
+
+    with BLAS_ON_ONE_THREAD:
+        helpers = [POOL.submit(work) for _ in range(min(WORKERS, len(items)) - 1)]
+        work()
+        for helper in helpers:
+            if not helper.cancel():  # one that has not started has nothing left to do
+                helper.result()
+    return results
+
+
+def row_chunks(rows: int, work: int) -> list[tuple[int, int]]:
+    """(start, stop) of WORKERS chunks of ``rows`` rows; one chunk of all where the ``work``
+    (multiply-adds) is under PARALLEL_MIN_WORK."""
+    if POOL is None or work < PARALLEL_MIN_WORK or rows < WORKERS:
+        return [(0, rows)]
+    return [(rows * worker // WORKERS, rows * (worker + 1) // WORKERS)
+            for worker in range(WORKERS)]
+
+
+def in_row_chunks(function):
+    """Decorate a helper that works on each row of its first argument on its own
+    (element-wise, or along the last axis) and writes its result into ``out`` (which may be
+    the argument itself): it runs on pieces of about PIECE_SIZE elements, whole rows, so that
+    its temporaries stay small and in cache, the pieces shared out among the workers; each
+    row's numbers are the same as in one call. An ``axis`` other than the last, or an ``out``
+    that is not contiguous, goes in one call."""
+
+    @functools.wraps(function)
+    def in_pieces(x, *args, out=None, **kwargs):
+        whole = x.ndim < 2 or kwargs.get("axis", -1) not in (-1, x.ndim - 1) or (
+            out is not None and not out.flags.c_contiguous)
+        if whole:
+            return function(x, *args, out=out, **kwargs)
+        rows = x.reshape(-1, x.shape[-1])  # (*batch) last
+        result = np.empty_like(rows) if out is None else out.reshape(rows.shape)
+        step = max(1, PIECE_SIZE // x.shape[-1])
+
+        def piece(start: int) -> None:
+            function(rows[start:start + step], *args, out=result[start:start + step], **kwargs)
+
+        in_parallel(piece, [(start,) for start in range(0, len(rows), step)])
+        return result.reshape(x.shape)  # *batch last
+
+    return in_pieces
+
+
 @typechecked
 def project(
     X: Float[np.ndarray, "*batch k"],
     W: Float[np.ndarray, "k n"],
     b: Optional[Float[np.ndarray, " n"]] = None,  # noqa: UP045
+    activation=None,
 ) -> Float[np.ndarray, "*batch n"]:
-    """X @ W (+ b) for one weight matrix W, as a single matrix product over all of X's leading
-    axes, the bias added in place.
+    """X @ W (+ b), then activation(...) if given, for one weight matrix W: one matrix product
+    over all of X's leading axes, a chunk of its rows on each worker thread, which adds the
+    bias and applies the activation to its chunk in place.
 
-    The same numbers as X @ W + b; written so because @ on a stack of matrices runs one small
-    product per leading index, and a separate bias sum makes one more pass over the result.
+    The same numbers as activation(X @ W + b); written so because @ on a stack of matrices
+    runs one small product per leading index, and a separate bias sum or activation makes one
+    more pass over the result, and a new array as large.
     """
     rows = X.reshape(-1, X.shape[-1])  # (*batch) k
-    product = rows @ W  # (*batch) n
-    if b is not None:
-        product += b
+    product = np.empty((len(rows), W.shape[-1]), np.result_type(X, W))  # (*batch) n
+
+    def chunk(start: int, stop: int) -> None:
+        np.matmul(rows[start:stop], W, out=product[start:stop])
+        if b is not None:
+            product[start:stop] += b
+        if activation is not None:
+            activation(product[start:stop], out=product[start:stop])
+
+    in_parallel(chunk, row_chunks(len(rows), rows.size * W.shape[-1]))
     return product.reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
 
 
@@ -140,16 +259,22 @@ def concat_heads(O_h: Float[np.ndarray, "H *batch d"]) -> Float[np.ndarray, "*ba
     return side_by_side.reshape(O_h.shape[1:-1] + (-1,))  # *batch H*d
 
 
+@in_row_chunks
 @typechecked
-def softmax(x: Float[np.ndarray, " *shape"], axis: int = -1) -> Float[np.ndarray, " *shape"]:
-    """exp(x) / sum(exp(x)) along an axis, with the row maximum subtracted first.
+def softmax(
+    x: Float[np.ndarray, " *shape"],
+    axis: int = -1,
+    out: Optional[Float[np.ndarray, " *shape"]] = None,  # noqa: UP045
+) -> Float[np.ndarray, " *shape"]:
+    """exp(x) / sum(exp(x)) along an axis, with the row maximum subtracted first; into ``out``
+    when given (which may be x itself).
 
     A row that is -inf everywhere (every key masked) gets weights 0, not NaN: it attends to
     nothing.
     """
     peak = x.max(axis=axis, keepdims=True)  # *shape, 1 on axis
     peak[~np.isfinite(peak)] = 0  # a fully masked row
-    e = x - peak  # *shape
+    e = np.subtract(x, peak, out=out)  # *shape
     np.exp(e, out=e)
     total = e.sum(axis=axis, keepdims=True)  # *shape, 1 on axis
     total[total == 0] = 1
@@ -185,19 +310,45 @@ def query_blocks(
 
 
 @typechecked
+def join_query_blocks(blocks: list) -> Float[np.ndarray, "H *batch T d"]:
+    """The query blocks' outputs, each (H, *batch, rows, d), joined along their rows and
+    stored with the family axis next to last in memory ((*batch, T, H, d) order: the heads
+    side by side), so that concat_heads reads them as they lie, without another copy."""
+    first = blocks[0]
+    rows = sum(block.shape[-2] for block in blocks)
+    side_by_side = first.shape[1:-2] + (rows, first.shape[0], first.shape[-1])
+    joined = np.empty(side_by_side, first.dtype)  # *batch T H d
+    joined = np.moveaxis(joined, -2, 0)  # H *batch T d
+    return np.concatenate(blocks, axis=-2, out=joined)
+
+
+@in_row_chunks
+@typechecked
 def layer_norm(
     x: Float[np.ndarray, "*batch d"],
     gamma: Float[np.ndarray, " d"],
     beta: Float[np.ndarray, " d"],
     eps: float,
+    out: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
 ) -> Float[np.ndarray, "*batch d"]:
-    """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance)."""
-    centred = x - x.mean(axis=-1, keepdims=True)  # *batch d
+    """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance),
+    into ``out`` when given (which may be x itself)."""
+    centred = np.subtract(x, x.mean(axis=-1, keepdims=True), out=out)  # *batch d
     variance = np.square(centred).mean(axis=-1, keepdims=True)  # *batch 1
     centred *= 1.0 / np.sqrt(variance + eps)  # *batch d, normalised in place
     centred *= gamma
     centred += beta
     return centred
+
+
+@in_row_chunks
+@typechecked
+def relu(
+    x: Float[np.ndarray, "*shape"],
+    out: Optional[Float[np.ndarray, "*shape"]] = None,  # noqa: UP045
+) -> Float[np.ndarray, "*shape"]:
+    """ReLU(x) = max(x, 0), into ``out`` when given (which may be x itself)."""
+    return np.maximum(x, 0, out=out)  # *shape
 
 
 class MultiHeadAttentionParams(TypedDict):
@@ -292,18 +443,22 @@ def scaled_dot_product_attention(
         trace: a dict that receives every named intermediate of this call
     """
     d_k = Q_h.shape[-1]
-    blocks = []
-    for rows, keys in query_blocks(L_h, QUERY_BLOCK if trace is None else None):
+
+    def query_block(rows: slice, keys: slice):  # the rows' output, from those keys
         S_h = (
             Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)
             + L_h[..., rows, keys]
         )  # [H] B rows keys
         A_h = softmax(S_h)  # [H] B rows keys
         O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v
-        blocks.append(O_h)
-    O_h = np.concatenate(blocks, axis=-2)  # [H] B T_q d_v
+        if trace is not None:  # one block: every row and key
+            trace.update(S_h=S_h, A_h=A_h)
+        return O_h
+
+    blocks = query_blocks(L_h, QUERY_BLOCK if trace is None else None)
+    O_h = join_query_blocks(in_parallel(query_block, blocks))  # [H] B T_q d_v
     if trace is not None:
-        trace.update(S_h=S_h, A_h=A_h, O_h=O_h)
+        trace.update(O_h=O_h)
     return O_h
 
 
@@ -411,7 +566,7 @@ def feed_forward(
     Keyword arguments:
         trace: a dict that receives every named intermediate of this call
     """
-    U = np.maximum(project(X, params["W_1"], params["b_1"]), 0)  # B T_x d_ff
+    U = project(X, params["W_1"], params["b_1"], activation=relu)  # B T_x d_ff
     F = project(U, params["W_2"], params["b_2"])  # B T_x d_model
     if trace is not None:
         trace.update(U=U, F=F)
