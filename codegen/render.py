@@ -54,6 +54,7 @@ def _imports(text: str, module: ir.Module) -> list[str]:
     standard += ["import math"] if "math." in body else []
     standard += ["import os"]
     standard += ["import threading"] if "threading." in body else []
+    standard += ["import warnings"] if "warnings." in body else []
     if "ThreadPoolExecutor(" in body:
         standard.append("from concurrent.futures import ThreadPoolExecutor")
     typing_names = [name for name, used in (("Optional", "Optional[" in body),

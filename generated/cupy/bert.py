@@ -24,6 +24,7 @@ import ctypes
 import functools
 import math
 import os
+import warnings
 from typing import Optional, Tuple, TypedDict  # noqa: UP035
 
 import cupy as cp
@@ -35,8 +36,11 @@ def typechecked(function):
     if os.environ.get("TSPEC_TYPECHECK") != "1":
         return function
     from beartype import beartype
+    from beartype.roar import BeartypeDecorHintPep585DeprecationWarning
 
-    return jaxtyped(typechecker=beartype)(function)
+    with warnings.catch_warnings():  # typing.Tuple is on purpose (see above)
+        warnings.simplefilter("ignore", BeartypeDecorHintPep585DeprecationWarning)
+        return jaxtyped(typechecker=beartype)(function)
 
 
 def subtrace(trace: dict | None, *path: str | int) -> dict | None:

@@ -25,6 +25,7 @@ import itertools
 import math
 import os
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Tuple, TypedDict  # noqa: UP035
 
@@ -39,8 +40,11 @@ def typechecked(function):
     if os.environ.get("TSPEC_TYPECHECK") != "1":
         return function
     from beartype import beartype
+    from beartype.roar import BeartypeDecorHintPep585DeprecationWarning
 
-    return jaxtyped(typechecker=beartype)(function)
+    with warnings.catch_warnings():  # typing.Tuple is on purpose (see above)
+        warnings.simplefilter("ignore", BeartypeDecorHintPep585DeprecationWarning)
+        return jaxtyped(typechecker=beartype)(function)
 
 
 def subtrace(trace: dict | None, *path: str | int) -> dict | None:
