@@ -25,10 +25,12 @@ def differences(ours: dict, reference: dict) -> list[tuple[str, float, float]]:
     return rows
 
 
-def assert_close(ours: dict, reference: dict, dtype: str) -> list[tuple[str, float, float]]:
-    """Every tensor of ``reference`` matches ``ours`` within the dtype's named tolerance."""
+def assert_close(ours: dict, reference: dict, dtype: str,
+                 tolerance: float | None = None) -> list[tuple[str, float, float]]:
+    """Every tensor of ``reference`` matches ``ours`` within the dtype's named tolerance (or
+    the one given)."""
     assert reference, "nothing to compare"
-    tolerance = TOLERANCES[dtype]
+    tolerance = TOLERANCES[dtype] if tolerance is None else tolerance
     rows = differences(ours, reference)
     bad = [row for row in rows if not row[2] <= tolerance]
     if bad:

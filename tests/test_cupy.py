@@ -25,6 +25,11 @@ from spec import api
 pytestmark = needs_cupy
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 FLOATS = ["float64", "float32", "float16"]
+# float16 against float64 on random variants: widths as small as d_model=2 make LayerNorm
+# ill-conditioned (two values whose variance is near eps), and float16 rounding of its input
+# then moves the output by up to 2.6e-2 of its scale (seen on the H100); a wrong mask, axis or
+# kernel moves it by order 1. The fixed reference models keep the 1e-2 of compare.TOLERANCES.
+FLOAT16_VARIANTS = 1e-1
 
 
 @functools.cache
@@ -247,7 +252,8 @@ def test_random_variants_match_the_numpy_code_in_float64(variant):
         cupy_module.transformer(*arguments, **keywords, trace=trace)
         untraced, _ = cupy_module.transformer(*arguments, **keywords)
         ours = {k: v for k, v in flat(trace).items() if v.dtype != bool} | {"untraced": untraced}
-        assert_close(ours, {k: expected[k] for k in ours}, dtype)
+        assert_close(ours, {k: expected[k] for k in ours}, dtype,
+                     FLOAT16_VARIANTS if dtype == "float16" else None)
 
 
 @pytest.mark.parametrize("dtype, tolerance", [("float64", 1e-13), ("float32", 1e-5),
