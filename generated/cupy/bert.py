@@ -179,6 +179,12 @@ def rows_kernel(source: str, name: str, dtype) -> cp.RawKernel:
     return module.get_function(expression)
 
 
+def rows_of(x: cp.ndarray) -> tuple[int, int]:
+    """How many rows x's last axis makes, and their length (0 rows when it is empty)."""
+    n = x.shape[-1]
+    return (x.size // n if n else 0), n
+
+
 def launch_rows(kernel: cp.RawKernel, rows: int, *arguments) -> None:
     """Run a row kernel on ``rows`` rows, one warp each."""
     blocks = (rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
@@ -312,8 +318,7 @@ def softmax(x: Float[cp.ndarray, " *shape"], axis: int = -1) -> Float[cp.ndarray
     """
     rows = cp.ascontiguousarray(cp.moveaxis(x, axis, -1))  # *shape, the axis last
     y = cp.empty_like(rows)  # *shape, the axis last
-    n = rows.shape[-1]
-    count = rows.size // n if n else 0
+    count, n = rows_of(rows)
     kernel = rows_kernel(SOFTMAX_SOURCE, "softmax_rows", x.dtype)
     launch_rows(kernel, count, rows, rows, y, count, n, 0, 1, 1, 1, 0, 0, 0, 0, 0)
     return cp.moveaxis(y, -1, axis)  # *shape
@@ -334,8 +339,7 @@ def masked_softmax(
     X = cp.ascontiguousarray(X)  # *batch T_q T_kv
     L = cp.broadcast_to(L.astype(X.dtype, copy=False), X.shape)  # *batch T_q T_kv, a view
     y = cp.empty_like(X)  # *batch T_q T_kv
-    n = X.shape[-1]
-    count = X.size // n if n else 0
+    count, n = rows_of(X)
     lead = (1,) * (5 - X.ndim) + X.shape[:-1]
     strides = (0,) * (5 - X.ndim) + tuple(s // X.itemsize for s in L.strides[:-1])
     kernel = rows_kernel(SOFTMAX_SOURCE, "softmax_rows", X.dtype)
@@ -383,8 +387,7 @@ def layer_norm(
     one kernel (layer_norm_rows), a warp per row, sums in float32 for float16."""
     x = cp.ascontiguousarray(x)  # *batch d
     y = cp.empty_like(x)  # *batch d
-    n = x.shape[-1]
-    count = x.size // n if n else 0
+    count, n = rows_of(x)
     gamma, beta = (cp.ascontiguousarray(p, dtype=x.dtype) for p in (gamma, beta))
     kernel = rows_kernel(LAYER_NORM_SOURCE, "layer_norm_rows", x.dtype)
     launch_rows(kernel, count, x, gamma, beta, y, count, n, float(eps))
