@@ -28,16 +28,16 @@ from spec.model import (
     TensorDecl,
     TensorRef,
     When,
-    choices_in_force,
     outputs,
     select,
+    selections,
 )
 from spec.ops import OPS, Value, join_family
 from spec.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
 from spec.shape import Shape, format_expr
 
 NEAREST_WINDOW = 4096     # how far to look for valid values near a violating one
-MAX_COMBINATIONS = 4096   # choice combinations proved in one check
+MAX_COMBINATIONS = 1 << 16   # choice combinations proved in one check
 
 
 @dataclass
@@ -503,7 +503,7 @@ class _Run:
                     if isinstance(record, BlockCall) else ()
                 key = (id(record), tuple(scope.values[n] for n in record.inputs),
                        id(declared), self.prover_key, scope.prefix, binding_key,
-                       tuple((c, self.choices[c]) for c in blocks), self.want_rows)
+                       tuple((c, self.choices.get(c)) for c in blocks), self.want_rows)
                 hit = self.record_cache.get(key)
                 if hit is not None:
                     value, findings, rows = hit
@@ -522,10 +522,10 @@ class _Run:
         for name, shape in scope.unstated.items():
             # reported at the end of the run: a caller may still pin these widths down
             self.pending.append((scope.qualified(name), decls[name], shape,
-                                 scope.unstated_like.get(name)))
+                                 scope.unstated_like.get(name), {}))
 
     def report_unstated(self, qualified: str, decl: TensorDecl, shape: Shape,
-                        like: Shape | None) -> TensorRow:
+                        like: Shape | None, selection: dict) -> TensorRow:
         resolve = _Scope(self, "", {}, None).resolve_shape
         resolved = resolve(shape)
         like = None if like is None else resolve(like)
@@ -554,7 +554,7 @@ class _Run:
             file=decl.file, line=decl.line, tensor=qualified, inferred=shown.text(),
             hint=f"declare it: {decl.role} {decl.name}{family} \"{shape_text}\""
                  + (f", after declaring {' and '.join(f'dim {s}' for s in rename.values())}"
-                    if rename else "")))
+                    if rename else ""), selection=selection))
         return TensorRow(qualified, decl.role, shown, decl.dtype, decl.meaning, False, "",
                          decl.file, decl.line)
 
@@ -743,6 +743,35 @@ class _Run:
                             f"{', '.join(unbound)} {'are' if len(unbound) > 1 else 'is'} not "
                             "fixed by its inputs' shapes", file=block.file, line=block.line)
         path = f"{scope.prefix}{call.instance}{'[i]' if call.repeat is not None else ''}."
+        relevant = _choices_used(self.spec, block.name)
+        ways_key = ("selections", block.name, tuple((c, self.choices.get(c)) for c in relevant))
+        ways = self.record_cache.get(ways_key)
+        if ways is None:
+            ways = self.record_cache[ways_key] = selections(self.spec, block.name, self.choices)
+        if ways == [{}]:
+            self.call_block(scope, call, block, binding, mapped, path, declared)
+            return
+        # the block consults choices the caller left open: it is checked under each way of
+        # setting them, its findings marked with the way; the caller goes on from the declared
+        # shape, the same under all of them (a call with no declared shape leaves none open)
+        outer, want_rows = self.choices, self.want_rows
+        for index, way in enumerate(ways):
+            self.choices, self.want_rows = outer | way, want_rows and index == 0
+            start, pending_start, rows_start = len(self.findings), len(self.pending), \
+                len(scope.rows)
+            self.call_block(scope, call, block, binding, mapped, path, declared)
+            self.findings[start:] = [replace(f, selection=way | f.selection)
+                                     for f in self.findings[start:]]
+            self.pending[pending_start:] = [entry[:4] + (way | entry[4],)
+                                            for entry in self.pending[pending_start:]]
+            if index:
+                del scope.rows[rows_start:]
+        self.choices, self.want_rows = outer, want_rows
+
+    def call_block(self, scope: _Scope, call: BlockCall, block: Block, binding: dict,
+                   mapped, path: str, declared: TensorDecl | None) -> None:
+        """Check a call of a block whose choices are all set: its body, then its output
+        against the declared shape."""
         output, rows = self.check_block(block, binding, path)
         scope.rows.extend(rows)
         if mapped is not None and output.shape is not None:
@@ -814,7 +843,7 @@ class _Run:
         relevant = _choices_used(self.spec, block.name)
         key = (block.name, tuple(sorted(((k.name, v) for k, v in binding.items()),
                                         key=lambda kv: kv[0])),
-               self.prover_key, tuple((c, self.choices[c]) for c in relevant))
+               self.prover_key, tuple((c, self.choices.get(c)) for c in relevant))
         cached = self.block_cache.get(key)
         if cached is None:
             if block.name in self.active:
@@ -837,8 +866,8 @@ class _Run:
             self.active.pop()
         value, findings, rows, pending, pinned = cached
         self.unknowns.update(pinned)
-        self.pending.extend((path + name, decl, shape, like)
-                            for name, decl, shape, like in pending)
+        self.pending.extend((path + name, decl, shape, like, selection)
+                            for name, decl, shape, like, selection in pending)
         for finding in findings:
             copy = Finding(**finding.__dict__)
             copy.tensor = path + finding.tensor if finding.tensor else finding.tensor
@@ -994,6 +1023,7 @@ def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *
     if unknown:
         raise SpecError(f"unknown dim {unknown[0]!r}", file=spec.file)
     combos = combinations(spec, choices) if all_choices else [spec.choice_values(choices)]
+    fixed = dict(choices or {}) if all_choices else combos[0]
     provers: dict = {}
     block_cache: dict = {}
     record_cache: dict = {}
@@ -1001,34 +1031,55 @@ def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *
     seen_in: dict = {}
     rows: list[TensorRow] = []
     notes: list[Note] = []
-    # combinations that agree on every choice in force select the same statements: each
-    # such class is checked once, and its findings hold for all its members
-    classes: dict[tuple, list[int]] = {}
-    for index, combo in enumerate(combos):
-        in_force = tuple(choices_in_force(spec, combo).items())
-        classes.setdefault(in_force, []).append(index)
-    for members in classes.values():
-        index = members[0]
-        combo = combos[index]
-        run = _Run(spec, combo, given, provers, block_cache, rows=index == 0,
+    lets: dict = {}
+    # the model's body is checked once for each way of setting the choices it consults
+    # itself; each block it calls, once for each way of setting the choices the block
+    # consults that are still open (see ``selections``): the work grows with the sum of the
+    # ways, not with their product, the number of combinations
+    members = _Members(combos)
+    for index, way in enumerate(selections(spec, None, fixed)):
+        run = _Run(spec, fixed | way, given, provers, block_cache, rows=index == 0,
                    record_cache=record_cache)
         top_rows = run.run()
         if index == 0:
             rows = top_rows
-            notes = run.notes + _block_notes(spec, combo)
+            notes = run.notes + _block_notes(spec, combos[0])
             lets = run.let_map
         for finding in run.findings:
             key = finding.key()
             merged.setdefault(key, finding)
-            for member in members:
-                seen_in.setdefault(key, {})[member] = combos[member]
+            seen_in[key] = seen_in.get(key, 0) | members.matching(way | finding.selection)
     findings = list(merged.values())
     if len(combos) > 1:
         for key, finding in merged.items():
-            finding.choices = describe_combinations(list(seen_in[key].values()), combos,
-                                                    spec)
+            finding.choices = describe_combinations(members.listed(seen_in[key]), combos, spec)
+    for finding in findings:
+        finding.selection = {}
     findings.sort(key=lambda f: (f.file or "", f.line or 0, f.kind, f.tensor))
     return Result(spec, findings, combos, rows, notes, given, lets)
+
+
+class _Members:
+    """The combinations that set given choices so, as a bit set (an int, bit i for the i-th
+    combination): a finding holds in every combination that agrees with the choices it was
+    seen under."""
+
+    def __init__(self, combos: list[dict]):
+        self.combos = combos
+        self.everything = (1 << len(combos)) - 1
+        self.bits: dict[tuple[str, str], int] = {}
+        for i, combo in enumerate(combos):
+            for item in combo.items():
+                self.bits[item] = self.bits.get(item, 0) | (1 << i)
+
+    def matching(self, selection: dict) -> int:
+        found = self.everything
+        for item in selection.items():
+            found &= self.bits.get(item, 0)
+        return found
+
+    def listed(self, found: int) -> list[dict]:
+        return [combo for i, combo in enumerate(self.combos) if found >> i & 1]
 
 
 def _block_notes(spec: Spec, combo: dict) -> list[Note]:

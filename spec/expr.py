@@ -338,7 +338,10 @@ def _text(node: Node, outer: int) -> str:
         parts = [_text(a, 0) for a in node.args] + [f"{k}={_text(v, 0)}" for k, v in node.kwargs]
         return f"{node.func}({', '.join(parts)})"
     if isinstance(node, Attribute):
-        return f"{_text(node.value, _POSTFIX_POWER)}.{node.attr}"
+        # a number before the dot is bracketed: "1.T" would read as the number "1." and T
+        value = f"({node.value.text})" if isinstance(node.value, Number) else \
+            _text(node.value, _POSTFIX_POWER)
+        return f"{value}.{node.attr}"
     if isinstance(node, Subscript):
         index = (":" + _text(node.index.stop, 0)) if isinstance(node.index, Slice) \
             else _text(node.index, 0)

@@ -51,6 +51,9 @@ class Finding:
     hint: str = ""
     scope: str = "all sizes"             # 'all sizes' (the proof) or 'variant' (given values)
     choices: str = ""                    # which choice combinations show it
+    # the checker's own record of the choices it saw the finding under, before ``choices``
+    # describes the combinations; not part of the finding's text or data
+    selection: dict = field(default_factory=dict, repr=False, compare=False)
 
     def key(self) -> tuple:
         return (self.kind, self.file, self.line, self.message, self.expected, self.inferred,
@@ -78,6 +81,7 @@ class Finding:
 
     def as_dict(self) -> dict:
         data = asdict(self)
+        del data["selection"]
         for name in ("counterexample", "dims"):
             if data[name] is not None:
                 data[name] = {k: (format_value(v) if isinstance(v, Fraction) else v)

@@ -282,32 +282,67 @@ def choices_in_force(spec: "Spec", choices: dict[str, str]) -> dict[str, str]:
 
     def walk(nodes):
         for node in nodes:
-            if isinstance(node, str):               # a block the body calls
-                if node not in visited:
-                    visited.add(node)
-                    walk(skeleton[node])
+            if node[0] == "call":
+                if node[1] not in visited:
+                    visited.add(node[1])
+                    walk(skeleton[node[1]])
             else:
-                name, options, body, otherwise = node
+                _, name, options, body, otherwise = node
                 found.add(name)
                 walk(body if choices[name] in options else otherwise)
     walk(skeleton[None])
     return {name: value for name, value in choices.items() if name in found}
 
 
+def selections(spec: "Spec", block: str | None, fixed: dict[str, str]) -> list[dict[str, str]]:
+    """Every way to set the choices a body consults itself that ``fixed`` leaves open, as far
+    as the branches taken consult them: one dict of the newly set choices each, the options
+    in the spec's order (so the first is the defaults').
+
+    "Itself" is the body's own `when`s and those of the blocks it calls without declaring the
+    call's shape (whose result the caller cannot know otherwise); a call with a declared
+    shape is checked against that claim, and the callee sets its own choices. ``block`` None
+    is the model's body.
+    """
+    skeleton = _when_skeleton(spec)
+
+    def nodes_ways(nodes, fixed) -> list[dict]:
+        ways = [{}]
+        for node in nodes:
+            ways = [way | more for way in ways for more in node_ways(node, fixed | way)]
+        return ways
+
+    def node_ways(node, fixed) -> list[dict]:
+        if node[0] == "call":
+            _, name, opaque = node
+            return [{}] if opaque else nodes_ways(skeleton[name], fixed)
+        _, name, options, body, otherwise = node
+        if name in fixed:
+            return nodes_ways(body if fixed[name] in options else otherwise, fixed)
+        return [{name: option} | more for option in spec.choices[name].options
+                for more in nodes_ways(body if option in options else otherwise,
+                                       fixed | {name: option})]
+
+    return nodes_ways(skeleton[block], dict(fixed))
+
+
 def _when_skeleton(spec: "Spec") -> dict:
     """Each body (None: the model's) as its `when`s and block calls alone, nested as in the
-    spec: what choices_in_force walks once per combination (memoised on the spec)."""
+    spec: ``("when", choice, options, body, otherwise)`` and ``("call", block, opaque)``,
+    opaque when the call's shape is declared beside it (memoised on the spec)."""
     memo = spec.__dict__.get("_when_skeleton")
     if memo is not None:
         return memo
 
     def strip(statements):
         nodes = []
-        for s in statements:
+        for previous, s in zip([None] + statements[:-1], statements):
             if isinstance(s, When):
-                nodes.append((s.choice, s.options, strip(s.body), strip(s.otherwise)))
+                nodes.append(("when", s.choice, s.options, strip(s.body), strip(s.otherwise)))
             elif isinstance(s, BlockCall) and s.block in spec.blocks:
-                nodes.append(s.block)
+                opaque = isinstance(previous, TensorDecl) and previous.name == s.output \
+                    and previous.shape is not None
+                nodes.append(("call", s.block, opaque))
         return nodes
     memo = {None: strip(spec.body)} | {name: strip(b.body) for name, b in spec.blocks.items()}
     spec.__dict__["_when_skeleton"] = memo

@@ -5,7 +5,7 @@ import string
 
 import pytest
 import sympy
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from spec import expr as ex
@@ -302,6 +302,7 @@ _EXPR_ALPHABET = "abHT_12 +-*/%()[].:,=<>@\"?"
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=_EXPR_ALPHABET, max_size=30))
+@example("1 .H")     # printed as "1.H" once, which reads back as the number "1." and H
 def test_expression_like_text_parses_or_raises_tspec_error(text):
     try:
         node = ex.parse_expression(text)

@@ -6,7 +6,7 @@ import pytest
 
 import spec
 from spec import api
-from spec.check import check
+from spec.check import check, combinations, describe_combinations
 from spec.findings import KINDS, Finding
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
@@ -437,3 +437,70 @@ def test_values_that_zero_a_modulus():
 def test_a_declared_shape_that_is_negative_under_the_values():
     assert findings_of('dim B "batch"\ndim T "length"\ninput X "B T-5"\n'
                        'Y "B T-5" = relu(X)\n', values={"T": 2}) != []
+
+
+# A spec whose mistakes sit inside blocks, under choices the blocks consult, nested, and behind
+# a call with no declared shape (whose choices its caller must set): the check under all
+# choices must find exactly what checking each combination alone finds, in the same
+# combinations.
+_FACTORED = '''\
+spec factored "mistakes under nested choices"
+dim B "batch"
+dim n "width"
+dim m "other width"
+choice a = x | y "a"
+choice b = p | q | r "b"
+choice c = u | v "c"
+choice d = s | t "d"
+
+block inner(X "B n") -> Y:
+    param P "n m" "a projection"
+    param Q "m" "a bias of the wrong width"
+    when b == q:
+        Y "B m" = X @ P
+    else:
+        when c == v:
+            Y "B n" = X + Q
+        else:
+            Y "B n" = X
+
+block middle(X "B n") -> Z:
+    Y_1 "B n" = inner(X)
+    when a == y:
+        Z = inner(Y_1)
+    else:
+        Z "B n" = Y_1 + X
+
+input x "B n"
+when d == t:
+    W "B n" = middle(x)
+    output W
+else:
+    when c == u:
+        W_2 "B m" = middle(x)
+        output W_2
+    else:
+        V "B n" = middle(x)
+        W_3 "B n" = V + x
+        output W_3
+'''
+
+
+def test_checking_all_choices_at_once_finds_what_each_combination_finds():
+    parsed = spec.parse(_FACTORED, file="f.tspec")
+    combos = combinations(parsed)
+    assert len(combos) == 24
+    alone: dict = {}
+    for combo in combos:
+        for finding in check(parsed, combo).findings:
+            alone.setdefault(finding.key(), []).append(combo)
+    together = check(parsed, all_choices=True).findings
+    assert {f.key() for f in together} == set(alone)
+    assert len(alone) >= 4            # the spec has mistakes in several places
+    for finding in together:
+        assert finding.choices == describe_combinations(alone[finding.key()], combos, parsed), \
+            finding.text()
+    # and the same under one choice held
+    held = check(parsed, {"b": "q"}, all_choices=True).findings
+    expected = {key for key, where in alone.items() if any(c["b"] == "q" for c in where)}
+    assert {f.key() for f in held} == expected

@@ -196,3 +196,4 @@ def test_bounds_from_constraints_are_never_refuted_wrongly():
     for constraint in (sympy.LessThan(2 * T, L, evaluate=False),
                        sympy.StrictLessThan(T, L, evaluate=False)):
         assert not Prover([T, L], [constraint], {}, {}).at_most(T, L).disproved
+
