@@ -159,7 +159,7 @@ def from_bert(state: dict) -> dict[str, np.ndarray]:
     """Hugging Face ``BertModel`` (with its pooler) to the spec, every parameter.
 
     The spec's encoder-only model with encoder_io=bert, norm=post, activation=gelu,
-    positional=learned, attention_bias=all (run it with eps=1e-12, BERT's LayerNorm epsilon):
+    positional=learned, attention_bias=all (the bert_base variant; run it with eps=1e-12):
     the word, position and token-type embeddings (``E``, ``P_table``, ``E_type``), the
     embedding LayerNorm (``gamma_emb``, ``beta_emb``), the encoder's layers and the pooler's
     dense layer (``W_pool``, ``b_pool``). A ``BertFor...`` model's state (keys under
@@ -221,3 +221,39 @@ def _bert_layers(read, prefix: str, flat: dict) -> None:
     if index == 0:
         raise WeightsError(f"BERT: state dict has no entry '{prefix}encoder.layer.0."
                            "attention.self.query.weight' (no encoder layers)")
+
+
+def from_llama(state: dict) -> dict[str, np.ndarray]:
+    """Hugging Face ``LlamaForCausalLM`` (or ``LlamaModel``) to the spec, every parameter.
+
+    The spec's decoder-only model with norm=pre, normalization=rms_norm, positional=rotary,
+    activation=swiglu, key_value_heads=grouped, attention_bias=none, feed_forward_bias=none
+    and output_embedding=separate (the llama3_8b variant; run it with that model's
+    ``rms_norm_eps`` as eps and ``rope_theta`` as theta). nn.Linear weights, y = x W^T:
+    ``q_proj`` to W_Q, ``k_proj`` and ``v_proj`` (H_kv heads) to W_K and W_V, ``o_proj`` to
+    W_O; the MLP's ``gate_proj`` to W_1 (the gate), ``up_proj`` to W_3, ``down_proj`` to W_2;
+    ``input_layernorm`` and ``post_attention_layernorm`` to norm_1 and norm_2, ``model.norm``
+    to the final norm, ``lm_head`` to W_out. Rotary halves: HF's rotate_half pairs feature i
+    with i + d_k/2, as the spec's rotary does, so the projections need no permutation. A
+    ``LlamaModel`` has no ``lm_head``: an error (the spec's model ends in the vocabulary).
+    """
+    prefix = "model." if any(k.startswith("model.") for k in state) else ""
+    read = _Source(state, "Llama")
+    flat = {"E": read(f"{prefix}embed_tokens.weight")}
+    index = 0
+    while read.has(f"{prefix}layers.{index}.self_attn.q_proj.weight"):
+        source, target = f"{prefix}layers.{index}", f"decoder.layers.{index}"
+        for part, name in zip("QKVO", ("q_proj", "k_proj", "v_proj", "o_proj")):
+            flat[f"{target}.self_attention.W_{part}"] = \
+                read(f"{source}.self_attn.{name}.weight").T.copy()
+        for part, name in zip("132", ("gate_proj", "up_proj", "down_proj")):
+            flat[f"{target}.feed_forward.W_{part}"] = read(f"{source}.mlp.{name}.weight").T.copy()
+        flat[f"{target}.norm_1.gamma"] = read(f"{source}.input_layernorm.weight")
+        flat[f"{target}.norm_2.gamma"] = read(f"{source}.post_attention_layernorm.weight")
+        index += 1
+    if index == 0:
+        raise WeightsError(f"Llama: state dict has no entry '{prefix}layers.0.self_attn.q_proj."
+                           "weight' (no decoder layers)")
+    flat["decoder.final_norm.gamma"] = read(f"{prefix}norm.weight")
+    flat["W_out"] = read("lm_head.weight").T.copy()
+    return read.finish(flat)

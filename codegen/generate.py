@@ -1,9 +1,10 @@
-"""What `tspec generate` writes: the built-in Transformer's three architectures, and BERT's
-encoder-only model, per backend (generated/numpy/, generated/cupy/).
+"""What `tspec generate` writes: the built-in Transformer's three architectures, BERT's
+encoder-only model and a Llama-style decoder, per backend (generated/numpy/, generated/cupy/).
 
 Each architecture's file is rendered from the spec under that architecture with the seeds'
 defaults for every other choice; BERT's under the choices of BertModel (the bert_base
-variant's). Byte-identical on every run, headed by the spec's name and content hash.
+variant's), Llama's under those of the llama3_8b variant. Byte-identical on every run,
+headed by the spec's name and content hash.
 """
 
 from pathlib import Path
@@ -23,6 +24,9 @@ BUILTIN_MODELS: dict[str, dict[str, str]] = {
     "decoder_only": {"arch": "decoder_only"},
     "bert": {"arch": "encoder_only", "encoder_io": "bert", "activation": "gelu",
              "positional": "learned", "attention_bias": "all"},
+    "llama": {"arch": "decoder_only", "norm": "pre", "activation": "swiglu",
+              "positional": "rotary", "normalization": "rms_norm", "key_value_heads": "grouped",
+              "feed_forward_bias": "none"},
 }
 
 
@@ -37,8 +41,8 @@ def files(backends: tuple[str, ...] = tuple(BACKENDS)) -> dict[str, str]:
     out = {}
     for backend in backends:
         out[f"{backend}/__init__.py"] = (f'"""Generated forward code for {backend}: one module '
-                                         'per architecture of the built-in Transformer, and '
-                                         'BERT."""\n')
+                                         'per architecture of the built-in Transformer, '
+                                         'BERT and Llama."""\n')
         for name, choices in BUILTIN_MODELS.items():
             out[f"{backend}/{name}.py"] = source(spec, choices, backend)
     return out

@@ -40,13 +40,10 @@ from spec.model import (
 )
 from spec.model import lets as derived_dims
 from spec.model import outputs as model_outputs
-from spec.ops import ATOM, OPS, Operand, Unchecked, Value, wrap
+from spec.ops import ATOM, OPS, SETTINGS, Operand, Unchecked, Value, wrap
 from spec.shape import Shape, format_expr
 
 LINE_LENGTH = 96      # 100 less the function body's indent
-RUNTIME = {   # settings a function may take: annotation, default, meaning
-    "eps": ("float", "1e-5", "LayerNorm's epsilon, added to the variance"),
-}
 DTYPE_CLASS = {"float": "Float", "int": "Int", "bool": "Bool"}
 
 
@@ -120,13 +117,14 @@ class _Lowerer:
 # code that calls query_blocks also calls in_parallel)
 HELPER_ORDER = ("subtrace", "parallel", "project", "embed", "positional_encoding", "log_mask",
                 "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
-                "concat_heads", "kernel_support", "batched_matmul", "softmax", "masked_softmax",
-                "query_blocks", "layer_norm", "relu", "gelu", "gelu_tanh")
+                "rotary", "repeat_heads", "concat_heads", "kernel_support", "batched_matmul",
+                "softmax", "masked_softmax", "query_blocks", "layer_norm", "rms_norm", "relu",
+                "gelu", "gelu_tanh", "silu")
 HELPER_NEEDS: dict[str, tuple[str, ...]] = {"query_blocks": ("parallel",)}
 # with a thread pool (Backend.thread_pool), these helpers run in chunks of rows on it
 THREAD_POOL_NEEDS: dict[str, tuple[str, ...]] = {
-    name: ("parallel",) for name in ("project", "softmax", "layer_norm", "relu", "gelu",
-                                     "gelu_tanh")}
+    name: ("parallel",) for name in ("project", "softmax", "layer_norm", "rms_norm", "relu",
+                                     "gelu", "gelu_tanh", "silu")}
 
 
 @dataclass
@@ -464,7 +462,7 @@ class _Body:
         dims = self.spec.dims
         keyword_records = [ir.Keyword(str(s), "int", None, dims[str(s)].meaning
                                       if str(s) in dims else "") for s in keywords]
-        keyword_records += [ir.Keyword(r, RUNTIME[r][0], RUNTIME[r][1], RUNTIME[r][2])
+        keyword_records += [ir.Keyword(r, "float", SETTINGS[r].default, SETTINGS[r].meaning)
                             for r in self.runtimes]
         output_decls = [self.decls.get(o) or TensorDecl(o, "output", self.values[o].value.shape,
                                                         self.values[o].value.dtype)

@@ -72,6 +72,8 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
     if missing:
         raise UsageError(f"{', '.join(missing)} must have a value to run: --set {missing[0]}=...")
     keywords = {k: sizes[k] for k in required}
+    keywords |= {k.name: variant.settings[k.name] for k in entry_ir.keywords
+                 if k.name in variant.settings}
     trace: dict = {}
     start = time.perf_counter()
     result = entry(*arguments, params, **keywords, trace=trace)

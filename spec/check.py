@@ -1067,12 +1067,15 @@ class _Members:
     def __init__(self, combos: list[dict]):
         self.combos = combos
         self.everything = (1 << len(combos)) - 1
-        self.bits: dict[tuple[str, str], int] = {}
-        for i, combo in enumerate(combos):
-            for item in combo.items():
-                self.bits[item] = self.bits.get(item, 0) | (1 << i)
+        self.bits: dict[tuple[str, str], int] | None = None    # built when first asked
 
     def matching(self, selection: dict) -> int:
+        if self.bits is None:
+            positions: dict[tuple[str, str], list[int]] = {}
+            for i, combo in enumerate(self.combos):
+                for item in combo.items():
+                    positions.setdefault(item, []).append(i)
+            self.bits = {item: sum(1 << i for i in where) for item, where in positions.items()}
         found = self.everything
         for item in selection.items():
             found &= self.bits.get(item, 0)

@@ -97,6 +97,25 @@ class CodeContext(Protocol):
         """An error at the equation being lowered (raise it)."""
 
 
+@dataclass(frozen=True)
+class Setting:
+    """A number an op's code reads at run time, not a dim: generated functions take it as a
+    keyword argument (``eps=1e-5``), and a variant may set it (``[settings]``)."""
+    default: str           # as generated code writes it
+    meaning: str
+
+
+SETTINGS: dict[str, Setting] = {
+    "eps": Setting("1e-5", "LayerNorm's or RMSNorm's epsilon, added to the variance or mean "
+                         "square"),
+    "theta": Setting("10000.0", "rotary position embedding's base: position p turns feature "
+                              "pair i by p * theta^(-2i/d_k)"),
+}
+
+# the element-wise functions generated code applies in place to a product's fresh result
+# (``project(X, W, b, activation=gelu)``), each a helper of the generated module
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+
 # Python operator precedences, for parentheses in generated code
 ATOM, POWER, UNARY, PRODUCT, SUM = 100, 90, 80, 70, 60
 
@@ -284,14 +303,14 @@ class Elementwise(Op):
         if self.name == "log" and x.value.dtype == "bool":
             # log of a 0/1 mask: 0 where kept, -inf where masked, in the float dtype
             return f"{ctx.helper('log_mask')}({x.code}, {ctx.dtype()})", ATOM
-        activation = self.name in ("relu", "gelu", "gelu_tanh")
+        activation = self.name in ACTIVATIONS
         if activation and x.call is not None and x.call[0] == "project" and \
                 not any(a.startswith("activation=") for a in x.call[1]):
             # f(X @ W + b): applied in place to the product's fresh result, chunk by chunk
             return call("project", *x.call[1], f"activation={ctx.helper(self.name)}")
         if self.name == "relu":
             return f"{ctx.xp}.maximum({x.code}, 0)", ATOM
-        if self.name in ("gelu", "gelu_tanh"):
+        if self.name in ACTIVATIONS:
             return f"{ctx.helper(self.name)}({x.code})", ATOM
         return f"{ctx.xp}.{self.name}({x.code})", ATOM
 
@@ -532,6 +551,86 @@ class LayerNorm(Op):
         x, gamma, beta = args
         return (f"{ctx.helper('layer_norm')}({x.code}, {gamma.code}, {beta.code}, "
                 f"{ctx.runtime('eps')})"), ATOM
+
+
+@dataclass(frozen=True)
+class RMSNorm(Op):
+    """RMSNorm(X; gamma) over the last axis: X / sqrt(mean(X^2) + eps) * gamma; gamma has X's
+    last dim (Zhang and Sennrich 2019: no centring, no bias)."""
+
+    def flops(self, args, out, attrs):
+        # per element: the square, the sum, the normalising product and gamma; per row:
+        # + eps, the square root, the reciprocal
+        rows = numel(out) / out.shape.dims[-1]
+        return 4 * numel(out) + 3 * rows
+
+    def infer(self, ctx, args, attrs):
+        x, gamma = args
+        shape = ctx.shape(x, 1, "input")
+        require_rank(ctx, shape, 1, "an input", "rms_norm")
+        gain = ctx.shape(gamma, 1, "gain")
+        if gain.rank != 1:
+            raise ctx.error(f"rms_norm gain must be a vector, got {gain.text()}")
+        ctx.equal(gain.dims[0], shape.dims[-1], "rms_norm gain width vs input's last axis")
+        return Value(shape, "float")
+
+    def latex(self, args, attrs):
+        return f"\\mathrm{{RMSNorm}}\\left({args[0]};\\, {args[1]}\\right)"
+
+    def code(self, ctx, args, attrs):
+        x, gamma = args
+        return f"{ctx.helper('rms_norm')}({x.code}, {gamma.code}, {ctx.runtime('eps')})", ATOM
+
+
+@dataclass(frozen=True)
+class Rotary(Op):
+    """rotary(X): each position p of X (..., T, d) turned by p times d/2 angles (RoPE).
+
+    The last axis is two halves: pair i is (x_i, x_{i + d/2}), turned by p * theta^(-2i/d),
+    theta a run-time setting (10000 in RoFormer and Llama 2). Positions count from 0 along
+    the second-to-last axis. Queries and keys turned so make every score depend on their
+    positions' difference alone.
+    """
+
+    def flops(self, args, out, attrs):
+        return 3 * numel(out)           # x cos, the partner's x sin, and their sum
+
+    def infer(self, ctx, args, attrs):
+        (x,) = args
+        shape = ctx.shape(x, 2, "input")
+        require_rank(ctx, shape, 2, "an input (positions, width)", "rotary")
+        ctx.divides(sympy.Integer(2), shape.dims[-1],
+                    "rotary turns pairs of features, so the width must be even")
+        return Value(shape, "float")
+
+    def latex(self, args, attrs):
+        return f"\\mathrm{{RoPE}}\\left({args[0]}\\right)"
+
+    def code(self, ctx, args, attrs):
+        return f"{ctx.helper('rotary')}({args[0].code}, {ctx.runtime('theta')})", ATOM
+
+
+@dataclass(frozen=True)
+class RepeatHeads(Op):
+    """repeat_heads(X_g, H): a family of G key-value heads -> a family of H, member h being
+    X_g[h // (H / G)]: each group of H / G consecutive heads shares one (grouped-query
+    attention). G must divide H."""
+
+    def infer(self, ctx, args, attrs):
+        x, heads = args
+        shape = ctx.shape(x, 1, "input")
+        if shape.family is None:
+            raise ctx.error("repeat_heads needs a family of tensors (declared with [H_kv])")
+        ctx.divides(shape.family, heads.scalar,
+                    "repeat_heads: the key-value heads must divide the heads")
+        return Value(Shape(shape.dims, heads.scalar), x.dtype)
+
+    def latex(self, args, attrs):
+        return f"\\mathrm{{Repeat}}_{{{args[1]}}}\\left({args[0]}\\right)"
+
+    def code(self, ctx, args, attrs):
+        x, heads = args
+        return f"{ctx.helper('repeat_heads')}({x.code}, {ctx.dim(heads.value.scalar)})", ATOM
 
 
 @dataclass(frozen=True)
@@ -840,6 +939,9 @@ OPS: dict[str, Op] = _ops(
     Elementwise("exp", "element-wise exponential", latex_name="\\exp", per_element=1),
     Elementwise("relu", "max(0, x)", latex_name="\\mathrm{ReLU}", per_element=1),
     Elementwise("tanh", "hyperbolic tangent", latex_name="\\tanh", per_element=1),
+    # x / (1 + exp(-x)): the negation, exp, the add and the division
+    Elementwise("silu", "x * sigmoid(x), the SwiGLU gate's function", latex_name="\\mathrm{SiLU}",
+                per_element=4),
     # x / 2 * (1 + erf(x / sqrt 2)): a scale, erf, an add and two products
     Elementwise("gelu", "x * Phi(x), Phi the standard normal CDF", latex_name="\\mathrm{GELU}",
                 per_element=5),
@@ -852,6 +954,12 @@ OPS: dict[str, Op] = _ops(
             per_element=5),
     LayerNorm("layer_norm", "normalise the last axis, then scale and shift",
               ("tensor", "tensor", "tensor")),
+    RMSNorm("rms_norm", "divide the last axis by its root mean square, then scale",
+            ("tensor", "tensor")),
+    Rotary("rotary", "turn each position's feature pairs by angles proportional to the "
+           "position (RoPE)", ("tensor",)),
+    RepeatHeads("repeat_heads", "share each of G key-value heads among H / G query heads",
+                ("tensor", "dim")),
     Gather("gather", "embedding lookup: rows of a table by integer ids", ("tensor", "tensor"),
            precedence=90),
     SliceRows("slice_rows", "the first n rows of a table", ("tensor", "dim"), precedence=90),
@@ -877,6 +985,7 @@ FUNCTIONS: dict[str, str] = {
     "einsum": "einsum", "log": "log", "exp": "exp", "relu": "relu", "gelu": "gelu",
     "gelu_tanh": "gelu_tanh", "tanh": "tanh", "first": "first_position",
     "softmax": "softmax", "layer_norm": "layer_norm", "max": "maximum",
+    "rms_norm": "rms_norm", "silu": "silu", "rotary": "rotary", "repeat_heads": "repeat_heads",
     "split_heads": "split_heads", "concat_heads": "concat_heads", "concat": "concat",
     "causal_mask": "causal_mask", "padding_mask": "padding_mask",
     "sinusoidal_encoding": "sinusoidal_encoding",

@@ -12,11 +12,15 @@ A variant file::
     [choices]
     norm = "post"
 
+    [settings]
+    eps = 1e-6                    # run-time numbers of the generated code (spec.ops.SETTINGS)
+
 Everything is validated against the spec: unknown dims or choices, non-integer or
 non-positive values, a name set twice, each get an error naming the file and line.
 """
 
 import difflib
+import math
 import re
 import tomllib
 import unicodedata
@@ -25,6 +29,7 @@ from pathlib import Path
 
 from spec.errors import UsageError, VariantError
 from spec.model import Spec
+from spec.ops import SETTINGS
 
 MAX_VARIANT_BYTES = 1_000_000
 MAX_DIGITS = 40
@@ -43,10 +48,11 @@ class Variant:
     description: str = ""
     is_spec: bool = False      # a bare spec: every combination of the choices not set
     published: "Published | None" = None
+    settings: dict[str, float] = field(default_factory=dict)   # eps, theta: see SETTINGS
 
     def with_settings(self, settings: list[str]) -> "Variant":
         """A copy with ``NAME=VALUE`` settings applied (command-line --set)."""
-        dims, choices = dict(self.dims), dict(self.choices)
+        dims, choices, numbers = dict(self.dims), dict(self.choices), dict(self.settings)
         seen: set[str] = set()
         for setting in settings:
             name, value = parse_setting(setting)
@@ -57,10 +63,12 @@ class Variant:
                 choices[name] = _choice_value(self.spec, name, value, f"--set {setting}")
             elif name in self.spec.dims:
                 dims[name] = _integer_text(value, f"--set {setting}")
+            elif name in SETTINGS:
+                numbers[name] = _setting_text(value, f"--set {setting}")
             else:
                 raise VariantError(f"--set {name}: {_unknown(name, self.spec)}")
         return Variant(self.name, self.spec, dims, choices, self.file, self.description,
-                       self.is_spec, self.published)
+                       self.is_spec, self.published, numbers)
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,22 @@ def _integer_text(text: str, where: str) -> int:
     return value
 
 
+def _setting_text(text: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise VariantError(f"{where}: settings are positive numbers, got {text!r}") from None
+    return _setting_value(value, where)
+
+
+def _setting_value(value, where: str, file=None, line=None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or value <= 0:
+        raise VariantError(f"{where}: settings are positive finite numbers, got {value!r}",
+                           file=file, line=line)
+    return float(value)
+
+
 def _choice_value(spec: Spec, name: str, value, where: str, file=None, line=None) -> str:
     options = spec.choices[name].options
     if not isinstance(value, str) or value not in options:
@@ -102,10 +126,10 @@ def _choice_value(spec: Spec, name: str, value, where: str, file=None, line=None
 
 
 def _unknown(name: str, spec: Spec) -> str:
-    known = list(spec.dims) + list(spec.choices)
+    known = list(spec.dims) + list(spec.choices) + list(SETTINGS)
     close = difflib.get_close_matches(name, known, n=1)
     suggestion = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown dim or choice {name!r} in spec {spec.name}{suggestion}"
+    return f"unknown dim, choice or setting {name!r} in spec {spec.name}{suggestion}"
 
 
 def _line_of(text: str, section: str | None, key: str) -> int | None:
@@ -144,7 +168,7 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
         raise VariantError(f"malformed TOML: {error}", file=file) from None
     except ValueError as error:     # e.g. an integer past Python's digit limit
         raise VariantError(f"malformed TOML: {error}", file=file) from None
-    allowed = {"spec", "description", "dims", "choices", "published"}
+    allowed = {"spec", "description", "dims", "choices", "settings", "published"}
     for key in data:
         if key not in allowed:
             raise VariantError(f"unknown key {key!r} (allowed: {', '.join(sorted(allowed))})",
@@ -168,7 +192,8 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
         raise VariantError(f"description holds the control character U+{ord(control):04X}",
                            file=file, line=_line_of(text, None, "description"))
     dims: dict[str, int] = {}
-    for section, table in (("dims", data.get("dims", {})), ("choices", data.get("choices", {}))):
+    for section in ("dims", "choices", "settings"):
+        table = data.get(section, {})
         if not isinstance(table, dict):
             raise VariantError(f"{section} must be a table: [{section}]", file=file,
                                line=_line_of(text, None, section))
@@ -197,8 +222,16 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
             raise VariantError(f"[choices] unknown choice {name!r}; the spec's choices: {known}",
                                file=file, line=line)
         choices[name] = _choice_value(spec, name, value, f"[choices] {name}", file, line)
+    settings: dict[str, float] = {}
+    for name, value in data.get("settings", {}).items():
+        line = _line_of(text, "settings", name)
+        if name not in SETTINGS:
+            raise VariantError(f"[settings] unknown setting {name!r}; settings: "
+                               f"{', '.join(SETTINGS)}", file=file, line=line)
+        settings[name] = _setting_value(value, f"[settings] {name}", file, line)
     published = _published(data.get("published"), text, file)
-    return Variant(path.stem, spec, dims, choices, file, description, published=published)
+    return Variant(path.stem, spec, dims, choices, file, description, published=published,
+                   settings=settings)
 
 
 def _published(table, text: str, file: str) -> Published | None:

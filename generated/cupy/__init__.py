@@ -1,1 +1,1 @@
-"""Generated forward code for cupy: one module per architecture of the built-in Transformer, and BERT."""
+"""Generated forward code for cupy: one module per architecture of the built-in Transformer, BERT and Llama."""
