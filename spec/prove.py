@@ -209,6 +209,11 @@ class Prover:
     def _divides(self, divisor, n, derived_whole: bool) -> Verdict:
         if self._with_witnesses(_integer_polynomial, n / divisor):
             return PROVED
+        # a constraint d | m with n a whole multiple of m: said outright where a witness
+        # cannot be put in (m a number, as in 8 % H_kv == 0 once H = 8 is given)
+        if any(d == divisor and _integer_polynomial(sympy.cancel(n / m))
+               for m, d in self.witnesses):
+            return PROVED
 
         def fails(values):
             quotient = evaluate(n, values) / evaluate(divisor, values)

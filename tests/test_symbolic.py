@@ -197,3 +197,13 @@ def test_bounds_from_constraints_are_never_refuted_wrongly():
                        sympy.StrictLessThan(T, L, evaluate=False)):
         assert not Prover([T, L], [constraint], {}, {}).at_most(T, L).disproved
 
+
+
+def test_a_divisibility_constraint_on_a_given_value_proves_itself():
+    """With H = 8 given, `require H % H_kv == 0` reads 8 % H_kv == 0: no witness can stand
+    for 8, yet the claim that H_kv divides 8 (or 16) is the constraint itself."""
+    H_kv = dim_symbol("H_kv")
+    proof = Prover(DIMS + [H_kv], [divisible(H, H_kv)], {}, {H: 8})
+    assert proof.divides(H_kv, 8).proved
+    assert proof.divides(H_kv, 16).proved
+    assert not proof.divides(H_kv, 4).proved          # H_kv = 8 divides 8, not 4

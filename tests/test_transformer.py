@@ -23,11 +23,11 @@ def base_rows():
     return {row.name: row for row in api.shapes("base")}
 
 
-def test_builtin_spec_proves_under_all_864_choice_combinations(transformer):
+def test_builtin_spec_proves_under_all_12288_choice_combinations(transformer):
     report = spec.api.check(transformer)
     assert report.findings == []
     assert report.ok
-    assert len(report.proof.combinations) == 864
+    assert len(report.proof.combinations) == 12288
     # every option of every choice appears
     for name, choice in transformer.spec.choices.items():
         assert {combo[name] for combo in report.proof.combinations} == set(choice.options)
@@ -35,17 +35,19 @@ def test_builtin_spec_proves_under_all_864_choice_combinations(transformer):
 
 def test_encoder_io_is_in_force_only_in_encoder_only_models(transformer):
     """The choices a combination's statements consult: encoder_io only with arch=encoder_only,
-    output_embedding not under encoder_io=bert (no vocabulary projection); so the 864
-    combinations select 504 different models, each checked once."""
+    output_embedding not under encoder_io=bert (no vocabulary projection); so the 12288
+    combinations select 7168 different models."""
     combos = spec.api.check(transformer).proof.combinations
     in_force = [choices_in_force(transformer.spec, combo) for combo in combos]
     for combo, used in zip(combos, in_force):
         assert ("encoder_io" in used) == (combo["arch"] == "encoder_only")
         assert ("output_embedding" in used) == (used.get("encoder_io") != "bert")
         assert set(used) | {"encoder_io", "output_embedding"} == set(combo)
-    others = 2 * 3 * 3 * 2 * 2 * 2       # norm, activation, positional, output_embedding, ...
+    # norm, activation, positional, output_embedding, head_dims, attention_bias,
+    # normalization, key_value_heads, feed_forward_bias
+    others = 2 * 4 * 4 * 2 * 2 * 2 * 2 * 2 * 2
     distinct = {tuple(used.items()) for used in in_force}
-    assert len(distinct) == 2 * others + others + others // 2 == 504
+    assert len(distinct) == 2 * others + others + others // 2 == 7168
 
 
 def test_a_finding_in_one_model_is_reported_for_every_combination_that_selects_it():
@@ -164,11 +166,14 @@ def choice_values():
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(H=st.sampled_from([1, 2, 4, 6, 8, 12, 16, 32]), k=st.integers(1, 64),
-       d_ff=st.integers(1, 8192), N=st.integers(1, 24), choices=choice_values())
-def test_random_valid_variants_check_clean(H, k, d_ff, N, choices):
+       d_ff=st.integers(1, 8192), N=st.integers(1, 24), groups=st.integers(0, 7),
+       choices=choice_values())
+def test_random_valid_variants_check_clean(H, k, d_ff, N, groups, choices):
     transformer = spec.load("transformer").spec
+    divisors = [g for g in range(1, H + 1) if H % g == 0]
     variant = Variant("random", transformer, {"d_model": H * k * 2, "H": H, "d_ff": d_ff,
-                                              "N": N}, choices)
+                                              "N": N, "H_kv": divisors[groups % len(divisors)]},
+                      choices)
     report = api.check(variant)
     assert report.ok, [f.text() for f in report.findings]
 
@@ -180,11 +185,14 @@ def test_random_divisibility_breaking_variants_have_one_finding(H, half, choices
     d_model = 2 * half              # even, so only d_model % H == 0 can break
     assume(d_model % H != 0)
     transformer = spec.load("transformer").spec
-    variant = Variant("random", transformer, {"d_model": d_model, "H": H},
+    variant = Variant("random", transformer, {"d_model": d_model, "H": H, "H_kv": 1},
                       {**choices, "head_dims": "split"})
     report = api.check(variant)
+    rotary = [("constraint-violated", f"d_model={d_model} is not divisible by 2*H={2 * H}",
+               "variant")] if choices["positional"] == "rotary" else []
     assert [(f.kind, f.message, f.scope) for f in report.findings] == [
-        ("constraint-violated", f"d_model={d_model} is not divisible by H={H}", "variant")]
+        ("constraint-violated", f"d_model={d_model} is not divisible by H={H}", "variant")
+    ] + rotary
     assert report.findings[0].hint.startswith(f"valid H near {H}: ")
 
 
@@ -235,11 +243,21 @@ def test_scores_without_the_transpose_are_caught():
 def test_removing_the_divisibility_constraint_is_caught():
     findings, lines = check_mutated("    require d_model % H == 0\n", "")
     not_integral = [f for f in findings if f.kind == "not-integral"]
-    assert [(f.line, f.message, f.choices) for f in not_integral] == [
+    # under rotary positions, d_model % (2*H) == 0 still makes d_k and d_v whole
+    assert [(f.line, f.message, f.choices) for f in not_integral[:2]] == [
         (line_of(lines, "let d_k"), ("derived dim d_k = d_model / H is not a whole number for "
-         "every size the constraints allow"), "head_dims=split"),
+         "every size the constraints allow"), "positional=sinusoidal|learned|relative, "
+         "head_dims=split"),
         (line_of(lines, "let d_v"), ("derived dim d_v = d_model / H is not a whole number for "
-         "every size the constraints allow"), "head_dims=split")]
+         "every size the constraints allow"), "positional=sinusoidal|learned|relative, "
+         "head_dims=split")]
+    # and the key-value heads' parameters, H_kv*d_k and H_kv*d_v wide, are then fractional
+    assert {(f.message, f.choices) for f in not_integral[2:]} == {
+        (f"size H_kv*d_{x} in the declared shape of {p}_{y} is not a whole number for every "
+         "allowed size", f"positional=sinusoidal|learned|relative, head_dims=split, {bias}"
+         "key_value_heads=grouped")
+        for x, y in (("k", "K"), ("v", "V"))
+        for p, bias in (("W", ""), ("b", "attention_bias=all, "))}
     example = not_integral[0].counterexample
     assert example["d_model"] % example["H"] != 0
     assert not_integral[0].hint == "add the constraint `require d_model % H == 0`"
