@@ -431,7 +431,7 @@ def test_bad_dim_values_in_toml(tmp_path, value, shown):
 
 @pytest.mark.parametrize("text, line, message", [
     ('spec = "transformer"\nfoo = 1\n', 2,
-     "unknown key 'foo' (allowed: choices, description, dims, published, spec)"),
+     "unknown key 'foo' (allowed: choices, description, dims, published, settings, spec)"),
     ('[dims]\nH = 8\n', None, 'a variant names its spec: spec = "transformer" or a path'),
     ('spec = "transformer"\ndims = 3\n', 2, "dims must be a table: [dims]"),
     ('spec = "transformer"\ndescription = 3\n', 2, "description must be a string"),
@@ -441,7 +441,8 @@ def test_bad_dim_values_in_toml(tmp_path, value, shown):
      "[choices] norm: choice norm has no option 1; options: post, pre"),
     ('spec = "transformer"\n[choices]\nnrom = "pre"\n', 3,
      ("[choices] unknown choice 'nrom'; the spec's choices: arch, norm, activation, "
-     "positional, output_embedding, head_dims, attention_bias, encoder_io")),
+     "positional, output_embedding, head_dims, attention_bias, encoder_io, normalization, "
+     "key_value_heads, feed_forward_bias")),
     ('spec = "transformer"\n[dims]\nH = 8\n[choices]\nH = "x"\n', 5,
      "H is set in both [dims] and [choices]"),
 ])
@@ -497,7 +498,7 @@ def test_dim_set_twice(base):
     ("=3", "--set '=3': '' is not a dim or choice name"),
     ("1H=3", "--set '1H=3': '1H' is not a dim or choice name"),
     ("H=", "--set 'H=': the value is empty"),
-    ("Hx=3", "--set Hx: unknown dim or choice 'Hx' in spec transformer; did you mean 'H'?"),
+    ("Hx=3", "--set Hx: unknown dim, choice or setting 'Hx' in spec transformer; did you mean 'H'?"),
     ("norm=mid", "--set norm=mid: choice norm has no option 'mid'; options: post, pre"),
 ])
 def test_bad_settings(base, setting, expected):

@@ -32,7 +32,7 @@ def test_check_with_no_arguments_proves_the_builtin_spec(capsys):
     assert err == ""
     assert "proved" in out
     assert ("   proved: every shape agrees for all sizes the constraints allow "
-            "(864 choice combinations)") in out.splitlines()
+            "(12288 choice combinations)") in out.splitlines()
     assert out.startswith("== transformer (")
 
 
@@ -103,9 +103,11 @@ def test_shapes_base(capsys):
     assert lines[:4] == [
         "== base (spec/variants/base.toml): spec transformer",
         ("   choices: arch=encoder_decoder, norm=post, activation=relu, positional=sinusoidal, "
-         "output_embedding=separate (default), head_dims=split, attention_bias=none (default)"),
+         "output_embedding=separate (default), head_dims=split, attention_bias=none (default), "
+         "normalization=layer_norm (default), key_value_heads=all (default), "
+         "feed_forward_bias=all (default)"),
         ("   dims: d_model=512, H=8, d_ff=2048, N=6; d_k = d_model / H, d_v = d_model / H; "
-         "symbolic: B, T, T_dec, V, max_len, V_type"),
+         "symbolic: B, T, T_dec, H_kv, V, max_len, V_type"),
         ""]
     lines = lines[4:]
     assert lines[0].split() == ["tensor", "role", "dtype", "symbolic", "shape", "concrete",
@@ -134,7 +136,7 @@ def test_shapes_with_set(capsys):
     assert code == 0
     assert out.splitlines()[2] == ("   dims: d_model=512, H=16, d_ff=2048, N=6; "
                                    "d_k = d_model / H, d_v = d_model / H; "
-                                   "symbolic: B, T, T_dec, V, max_len, V_type")
+                                   "symbolic: B, T, T_dec, H_kv, V, max_len, V_type")
     rows = {columns(line)[0]: columns(line) for line in out.splitlines()[6:]}
     assert rows["encoder.layers[i].self_attention.Q_h"][3:] == ["[H] B T d_k", "[16] B T 32"]
 
@@ -145,7 +147,8 @@ def test_shapes_of_a_bare_spec_says_its_choices_are_defaults(capsys):
     assert out.splitlines()[1] == (
         "   choices: arch=decoder_only, norm=post (default), activation=relu (default), "
         "positional=sinusoidal (default), output_embedding=separate (default), "
-        "head_dims=split (default), attention_bias=none (default)")
+        "head_dims=split (default), attention_bias=none (default), normalization=layer_norm "
+        "(default), key_value_heads=all (default), feed_forward_bias=all (default)")
 
 
 def test_list(capsys):
@@ -164,7 +167,7 @@ def test_list(capsys):
 @pytest.mark.parametrize("setting, message", [
     ("H", "tspec: error: --set 'H': expected NAME=VALUE\n"),
     ("H=x", "tspec: error: --set H=x: dim values are positive integers, got 'x'\n"),
-    ("Hx=3", ("tspec: error: --set Hx: unknown dim or choice 'Hx' in spec transformer; did you "
+    ("Hx=3", ("tspec: error: --set Hx: unknown dim, choice or setting 'Hx' in spec transformer; did you "
              "mean 'H'?\n")),
 ])
 def test_bad_set_is_a_usage_error(capsys, setting, message):
@@ -247,14 +250,14 @@ def test_shapes_of_a_variant_that_breaks_a_constraint_exits_1_without_a_table(ca
     code, out, err = run(capsys, "shapes", "base", "--set", "H=10")
     assert code == 1
     assert out == ""
-    assert err.splitlines()[0] == ("spec/transformer.tspec:33: constraint-violated: "
+    assert err.splitlines()[0] == ("spec/transformer.tspec:37: constraint-violated: "
                                    "d_model=512 is not divisible by H=10")
 
 
 def test_a_spec_with_some_choices_set_is_proved_under_every_other_combination(capsys):
     code, out, _err = run(capsys, "check", "transformer", "--set", "norm=pre")
     assert code == 0
-    assert "(432 choice combinations)" in out
+    assert "(6144 choice combinations)" in out
 
 
 def test_a_reader_that_goes_away_gets_no_traceback():

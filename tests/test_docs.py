@@ -142,7 +142,8 @@ def test_bert_base_page_counts_bert_model_and_names_what_it_computes():
     text = (api.SPEC_DIR.parent / "docs" / "variants" / "bert_base.md").read_text()
     assert "Counted here: 109,482,240 (+0, +0.00%)." in text
     assert ("Choices: arch = encoder_only, norm = post, activation = gelu, positional = "
-            "learned, head_dims = split, attention_bias = all, encoder_io = bert.") in text
+            "learned, head_dims = split, attention_bias = all, encoder_io = bert, "
+            "normalization = layer_norm, key_value_heads = all, feed_forward_bias = all.") in text
     assert "| `transformer.E_type` | V_type d_model | token-type (segment) embeddings | 1,536 |" \
         in text
     assert "| `transformer.W_pool` | d_model d_model | pooler weight | 589,824 | 1 | 589,824 |" \
