@@ -54,6 +54,11 @@ def as_integers(value) -> np.ndarray:
     return array.astype(np.int64)
 
 
+def free_symbols(expr) -> set:
+    """The dims an expression (sympy, or a Python integer) uses."""
+    return set() if isinstance(expr, int) else set(expr.free_symbols)
+
+
 def _is_one(array: np.ndarray) -> bool:
     return array.ndim == 0 and array == 1
 
@@ -120,8 +125,8 @@ class Evaluator:
         self.memo: dict = {}
 
     def value(self, expr) -> Exact:
-        """An expression's value at every point."""
-        expr = sympy.sympify(expr) if isinstance(expr, int) else expr
+        """An expression's value at every point (``expr``: sympy, or a Python integer)."""
+        expr = sympy.Integer(expr) if isinstance(expr, int) else expr
         cached = self.memo.get(expr)
         if cached is None:
             cached = self.memo[expr] = self._value(expr)
