@@ -190,7 +190,8 @@ def _grid(args) -> int:
         for finding in grid.proof.findings:
             print(finding.text(), file=sys.stderr)
         print(f"tspec: {len(grid.proof.findings)} finding(s) in the proof of "
-              f"{grid.variant.name}: no combination judged; run `tspec check`", file=sys.stderr)
+              f"{grid.variant.name}: no combination judged; run `tspec check {targets[0]}`",
+              file=sys.stderr)
         return EXIT_FINDINGS
     if args.format == "json":
         print(to_json(grid.as_dict(args.only)))

@@ -154,6 +154,8 @@ class Evaluator:
     def _value(self, expr) -> Exact:
         if isinstance(expr, sympy.Symbol):
             return Exact(self.values[expr], ONE)
+        if expr in (sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):      # sympy's x / 0
+            return Exact(ZERO, ZERO)
         if isinstance(expr, sympy.Integer):
             return Exact(as_integers(int(expr)), ONE)
         if isinstance(expr, sympy.Rational):

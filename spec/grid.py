@@ -57,10 +57,10 @@ class Axis:
 
     @property
     def size(self) -> int:
-        try:
-            return len(self.values)
-        except OverflowError:       # a range longer than sys.maxsize
-            return MAX_COMBINATIONS + 1
+        values = self.values
+        if isinstance(values, range):      # len() fails past sys.maxsize
+            return max(0, -(-(values.stop - values.start) // values.step))
+        return len(values)
 
     def array(self) -> np.ndarray:
         values = self.values
