@@ -274,11 +274,12 @@ def _shown(value) -> str:
 
 
 def _change(a, b) -> str:
-    """``+3,145,728 (x4.00)``: the difference and the ratio, where both sides are counted."""
+    """``+3,145,728 (+300.0%)``: the difference, and relative to ``a``, where both sides are
+    counted."""
     if not isinstance(a, int) or not isinstance(b, int) or a == b:
         return ""
-    ratio = f" (x{b / a:.2f})" if a else ""
-    return f"{b - a:+,}{ratio}"
+    relative = f" ({(b - a) / a:+.1%})" if a else ""
+    return f"{b - a:+,}{relative}"
 
 
 def _describe(variant: Variant) -> str:
