@@ -351,32 +351,63 @@ def _per_point(value: Exact, count: int) -> list:
 # ---------------------------------------------------------------------------------------------
 # Evaluation
 
-def evaluate(variant: Variant, axes: list[Axis], settings: set[str] = frozenset()) -> Grid:
-    """Prove the variant's spec once under its choices, then judge and count every
-    combination of the axes' values; ``settings``: the dims --set fixes (not to be varied)."""
+@dataclass(frozen=True)
+class Plan:
+    """What a grid needs from the symbolic side, worked out once: the proof, the statements
+    in force, and the counts as expressions in the dims."""
+    variant: Variant
+    choices: dict[str, str]          # every choice, set
+    proof: Result
+    lets: list[Let]
+    constraints: list[Constraint]
+    counts: dict[str, object]        # COUNTS key -> its expression
+    used: set[str]                   # the dims the counts use (for free_sizes)
+
+
+def plan(variant: Variant, axes: list[Axis], settings: set[str] = frozenset()) -> Plan:
+    """Check the axes against the spec, prove it under the variant's choices (no dim values),
+    and cost the model symbolically; ``settings``: the dims --set fixes."""
     spec = variant.spec
     choices = spec.choice_values(variant.choices)
     statements = select(spec.body, choices)
     lets = [s for s in statements if isinstance(s, Let)]
-    constraints = [s for s in statements if isinstance(s, Constraint)]
     _validate(axes, variant, settings, {let.dim: let for let in lets})
     proof = check_spec(spec, choices)
+    counts, used = dict.fromkeys(COUNTS), set()
+    if proof.ok:
+        bodies = costs(spec, choices)
+        model = bodies[spec.name]
+        counts = {"parameters": model.parameters, "flops": model.flops.total,
+                  "activation_bytes": model.activations.bytes(DTYPE)}
+        used = used_dims(spec, choices, bodies)
+    return Plan(variant, choices, proof, lets,
+                [s for s in statements if isinstance(s, Constraint)], counts, used)
+
+
+def evaluate(variant: Variant, axes: list[Axis], settings: set[str] = frozenset()) -> Grid:
+    """Prove once, then judge and count every combination of the axes' values."""
+    return judge(plan(variant, axes, settings), axes)
+
+
+def judge(plan: Plan, axes: list[Axis]) -> Grid:
+    """Every combination of the axes' values, judged and counted at once (nothing when the
+    proof failed: no combination can be judged against it)."""
+    variant, lets, constraints = plan.variant, plan.lets, plan.constraints
+    spec = variant.spec
     symbols = spec.symbols()
     grid_names = {axis.name for axis in axes}
     fixed = {name: dim.value for name, dim in spec.dims.items() if dim.value is not None}
     fixed |= {name: value for name, value in variant.dims.items() if name not in grid_names}
-    columns = _combinations(axes)
+    columns = _combinations(axes) if plan.proof.ok else \
+        {axis.name: as_integers([]) for axis in axes}
     count = len(next(iter(columns.values())))
     reasons = [Break("constraint-violated", f"require {c.text}", c.file, c.line)
                for c in constraints] + [Break("not-integral", f"let {let.dim} = {let.text}",
                                               let.file, let.line) for let in lets]
-    if not proof.ok:          # no combination can be judged against a failed proof
-        count, columns = 0, {axis.name: as_integers([]) for axis in axes}
-    grid = Grid(variant, axes, choices_in_force(spec, choices), fixed, {}, [], proof, columns,
-                np.zeros(count, dtype=bool), reasons,
-                np.zeros((len(reasons), count), dtype=bool), {},
-                dict.fromkeys(COUNTS))
-    if not proof.ok:
+    grid = Grid(variant, axes, choices_in_force(spec, plan.choices), fixed, {}, [], plan.proof,
+                columns, np.zeros(count, dtype=bool), reasons,
+                np.zeros((len(reasons), count), dtype=bool), {}, dict.fromkeys(COUNTS))
+    if not plan.proof.ok:
         return grid
     values = {symbols[name]: value for name, value in {**fixed, **columns}.items()}
     evaluator = Evaluator(values)
@@ -385,8 +416,7 @@ def evaluate(variant: Variant, axes: list[Axis], settings: set[str] = frozenset(
                     if symbols[let.dim] in derived}
     grid.broken = _broken(evaluator, constraints, lets, derived, symbols, set(values), count)
     grid.valid = ~grid.broken.any(axis=0) if len(reasons) else np.ones(count, dtype=bool)
-    grid.sizes, grid.free, grid.counts = _counts(spec, choices, values, fixed, lets, symbols,
-                                                 grid.valid)
+    grid.sizes, grid.free, grid.counts = _counts(plan, values, fixed, grid.valid)
     return grid
 
 
@@ -445,26 +475,23 @@ def _broken(evaluator: Evaluator, constraints: list[Constraint], lets: list[Let]
     return np.array(rows, dtype=bool).reshape(len(rows), count)
 
 
-def _counts(spec, choices, values: dict, fixed: dict, lets: list[Let], symbols: dict,
-            valid: np.ndarray):
+def _counts(plan: Plan, values: dict, fixed: dict, valid: np.ndarray):
     """The sizes free dims take, the dims the counts need that have none, and parameters,
     FLOPs and activation bytes at the valid combinations (values, and where counted)."""
-    bodies = costs(spec, choices)
-    model = bodies[spec.name]
+    spec = plan.variant.spec
+    symbols = spec.symbols()
     at_valid = {symbol: value if np.ndim(value) == 0 else value[valid]
                 for symbol, value in values.items()}
     evaluator = Evaluator(at_valid)
-    known = set(at_valid) | set(_derive(evaluator, lets, symbols, set(at_valid)))
+    known = set(at_valid) | set(_derive(evaluator, plan.lets, symbols, set(at_valid)))
     named = {str(s): fixed.get(str(s), s) for s in known}      # max_len: its value if fixed
-    sizes = free_sizes(named, used_dims(spec, choices, bodies))
+    sizes = free_sizes(named, plan.used)
     for name, size in sizes.items():
         evaluator.memo[symbols[name]] = evaluator.value(size)
         known.add(symbols[name])
-    expressions = {"parameters": model.parameters, "flops": model.flops.total,
-                   "activation_bytes": model.activations.bytes(DTYPE)}
     counts: dict = {}
     free: set[str] = set()
-    for key, expr in expressions.items():
+    for key, expr in plan.counts.items():
         missing = free_symbols(expr) - known
         if missing:
             free |= {str(s) for s in missing}
