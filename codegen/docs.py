@@ -19,6 +19,7 @@ import sympy
 from markupsafe import Markup, escape
 
 from codegen import diagram
+from codegen.comparisons import comparisons, grid_example
 from codegen.render import environment
 from spec import api
 from spec.check import check
@@ -405,6 +406,7 @@ def files(variants: list[Variant], format: str = "all") -> dict[str, str]:
         raise UsageError(f"unknown docs format {format!r}; formats: md, html, all")
     formats = FORMATS if format == "all" else (format,)
     pages = [page(v) for v in variants]
+    compared, grid = comparisons(variants), grid_example(variants)
     env = environment().overlay()
     env.filters = {**env.filters, "rich": rich}
     out = {}
@@ -412,7 +414,8 @@ def files(variants: list[Variant], format: str = "all") -> dict[str, str]:
         for p in pages:
             out[f"{p.name}.{kind}"] = env.get_template(f"docs/variant.{kind}.j2").render(
                 page=p, dtype=DTYPE, bytes=BYTES[DTYPE])
-        out[f"index.{kind}"] = env.get_template(f"docs/index.{kind}.j2").render(pages=pages)
+        out[f"index.{kind}"] = env.get_template(f"docs/index.{kind}.j2").render(
+            pages=pages, comparisons=compared, grid=grid)
     return out
 
 

@@ -278,8 +278,12 @@ def _change(a, b) -> str:
     counted."""
     if not isinstance(a, int) or not isinstance(b, int) or a == b:
         return ""
-    relative = f" ({(b - a) / a:+.1%})" if a else ""
-    return f"{b - a:+,}{relative}"
+    return f"{b - a:+,}" + (f" ({relative(a, b)})" if a else "")
+
+
+def relative(a: int, b: int) -> str:
+    """``+300.0%``: how much ``b`` is more than ``a`` (not 0)."""
+    return f"{(b - a) / a:+.1%}"
 
 
 def _describe(variant: Variant) -> str:

@@ -213,3 +213,19 @@ def test_bad_diffs_are_one_line_errors(capsys, argv, message):
     code, out, err = run(capsys, "diff", *argv)
     assert (code, out) == (2, "")
     assert err.startswith(f"tspec: error: {message}") and err.count("\n") == 1
+
+
+def test_the_docs_index_compares_each_variant_with_the_next_larger_of_its_kind():
+    from codegen.comparisons import comparisons, grid_example
+    variants = [api.load(name) for name in ("gpt2_medium", "base", "gpt2_small", "big",
+                                            "bert_base")]
+    rows = comparisons(variants)
+    assert [row.command for row in rows] == ["tspec diff gpt2_small gpt2_medium",
+                                             "tspec diff base big"]
+    assert rows[0].dims == "d_model 768 → 1,024; H 12 → 16; d_ff 3,072 → 4,096; N 12 → 24"
+    assert rows[0].parameters == "124,439,808 → 354,823,168 (+185.1%)"
+    assert rows[1].parameters == "—"                 # V is free in both
+    example = grid_example(variants)                 # the first with every count bound
+    assert example.command == "tspec check gpt2_medium --grid H=12,16,20 --grid " \
+                              "d_model=896:1152:128"
+    assert len(example.rows) == 9 and example.summary == "9 combinations: 4 valid, 5 invalid"
