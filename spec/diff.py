@@ -40,7 +40,7 @@ class Figures:
 
 
 @dataclass(frozen=True)
-class Shape:
+class TensorShape:
     """A tensor of the resolved model: where it is (the call path), its shapes."""
     instance: str                # "encoder.layers[i].self_attention"; "" for the model's own
     tensor: str
@@ -60,7 +60,7 @@ class Profile:
     dims: dict[str, int]                 # every dim with a value, derived ones included
     sizes: dict[str, int]                # what the counts give free dims
     bodies: dict[str, Figures]           # the model's first, then blocks as it calls them
-    shapes: dict[tuple[str, str], Shape]  # (instance, tensor) -> shape
+    shapes: dict[tuple[str, str], TensorShape]  # (instance, tensor) -> shape
     blocks: dict[str, str]               # instance path -> the block it runs
 
 
@@ -91,7 +91,7 @@ def profile(variant: Variant, rows: list) -> Profile:
     shapes = {}
     for row in rows:
         instance, _, tensor = row.name.rpartition(".")
-        shapes[instance, tensor] = Shape(instance, tensor, row.symbolic, row.concrete)
+        shapes[instance, tensor] = TensorShape(instance, tensor, row.symbolic, row.concrete)
     dims = {str(k): int(v) for k, v in known.items() if v.denominator == 1}
     order = list(spec.dims)
     return Profile(variant, choices_in_force(spec, choices),
@@ -151,7 +151,7 @@ class Diff:
     sizes: list[Change] = field(default_factory=list)
     totals: list[Change] = field(default_factory=list)     # the model's figures, always
     blocks: list[BlockChange] = field(default_factory=list)
-    shapes: list[tuple[Shape | None, Shape | None]] = field(default_factory=list)
+    shapes: list[tuple[TensorShape | None, TensorShape | None]] = field(default_factory=list)
 
     @property
     def same(self) -> bool:
@@ -210,7 +210,7 @@ class Diff:
                     "file": display_path(p.variant.file) if p.variant.file else None,
                     "choices": p.choices, "dims": p.dims, "sizes": p.sizes}
 
-        def shape(s: Shape | None) -> dict | None:
+        def shape(s: TensorShape | None) -> dict | None:
             return None if s is None else {"symbolic": s.symbolic, "concrete": s.concrete}
 
         return {

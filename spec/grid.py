@@ -9,8 +9,10 @@ whose dims all have values evaluated (a combination that breaks one is invalid a
 and, where no constraint is broken, a derived dim that comes out fractional or below 1 makes it
 invalid too. Valid combinations get the model's parameters, forward FLOPs and activation memory
 from ``spec.counts``, at the sizes the docs pages give the dims left free (``free_sizes``:
-B = 1, T and T_dec max_len or 512) and in the docs' dtype. All combinations are evaluated at
-once, exactly, by ``spec.evaluate``: nothing a user writes is evaluated as code.
+B = 1, T and T_dec max_len or 512) and in the docs' dtype. ``plan`` does the symbolic work
+once (the axes checked against the spec, the proof, the costs as expressions); ``judge``
+evaluates all combinations at once, exactly, with ``spec.evaluate``: nothing a user writes is
+evaluated as code.
 
 An axis is ``NAME=START:STOP:STEP`` (STOP included), ``NAME=A,B,C`` or ``NAME=VALUE``; the
 first axis varies slowest.
