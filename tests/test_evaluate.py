@@ -137,3 +137,8 @@ def test_values_beyond_int64_are_python_integers():
 def test_anything_else_is_refused(expr):
     with pytest.raises(TypeError, match="cannot evaluate .* over a grid"):
         Evaluator({a: np.array([4])}).value(expr)
+
+
+def test_sympys_own_division_by_zero_is_undefined():
+    for expr in (sympy.zoo, sympy.nan):
+        assert Evaluator({a: np.array([4])}).value(expr).defined.tolist() is False

@@ -314,3 +314,14 @@ def test_ten_thousand_combinations_in_about_a_second():
                               "d_ff": "512:2816:256", "N": range(1, 11)}, ["V=37000"])
     assert len(grid) == 10_000 and grid.invalid_count == 1_700
     assert time.perf_counter() - start < 5
+
+
+def test_help_gives_the_syntax_and_the_exit_status(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["check", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "NAME=START:STOP:STEP (STOP included), NAME=A,B,C or NAME=VALUE" in out
+    assert "at most 1,000,000 combinations" in out
+    assert "(with --grid: every combination is valid), 1 when there are findings (with " \
+           "--grid: some combination is invalid, or the proof has findings), 2 on bad " \
+           "usage." in out
