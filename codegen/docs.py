@@ -19,10 +19,11 @@ import sympy
 from markupsafe import Markup, escape
 
 from codegen import diagram
+from codegen.comparisons import comparisons, grid_example
 from codegen.render import environment
 from spec import api
 from spec.check import check
-from spec.counts import BYTES, BodyCost, costs
+from spec.counts import BYTES, DTYPE, BodyCost, call_paths, costs, free_sizes, used_dims
 from spec.errors import UsageError
 from spec.files import shown, stale_diff, write_atomic
 from spec.files import where as spec_line
@@ -32,10 +33,6 @@ from spec.prove import evaluate as prove_evaluate
 from spec.variant import Variant
 
 FORMATS = ("md", "html")
-DTYPE = "float32"
-# sizes for dims a variant leaves free: one sequence, as long as the position table allows
-SEQUENCE_DIMS = ("T", "T_dec")
-DEFAULT_LENGTH = 512
 
 
 @dataclass
@@ -89,37 +86,10 @@ class Page:
 
 
 def sizes_for(variant: Variant, used: set[str]) -> dict[str, int]:
-    """The variant's dims, with B = 1 and each free sequence length the model uses (``used``)
-    max_len (or 512)."""
-    spec = variant.spec
-    dims = dict(variant.dims)
-    known = concrete_values(spec, variant.choices, dims)
-    names = {str(k): v for k, v in known.items()}
-    if "B" in used and "B" not in names:
-        dims["B"] = 1
-    for name in SEQUENCE_DIMS:
-        if name in used and name not in names:
-            dims[name] = int(names.get("max_len", DEFAULT_LENGTH))
-    return dims
-
-
-def used_dims(spec, choices, bodies: dict[str, BodyCost]) -> set[str]:
-    """The dims some shape or count of the model's ``bodies`` uses, with what the derived
-    ones among them are defined from."""
-    found: set[str] = set()
-    for body in bodies.values():
-        for step in body.steps:
-            for shape in [step.shape] + [s for _, s in step.inputs + step.params]:
-                found |= {str(s) for s in shape.free_symbols()}
-            found |= {str(s) for s in sympy.sympify(step.flops.total).free_symbols}
-            if step.callee and step.record.repeat is not None:
-                found |= {str(s) for s in sympy.sympify(step.record.repeat).free_symbols}
-        for _, shape, _ in body.own_params:
-            found |= {str(s) for s in shape.free_symbols()}
-    for statement in select(spec.body, choices):
-        if isinstance(statement, Let) and statement.dim in found:
-            found |= {str(s) for s in statement.expr.free_symbols}
-    return found
+    """The variant's dims, with the free ones the model uses (``used``) at the sizes the
+    figures take (``spec.counts.free_sizes``: B = 1, a sequence as long as max_len or 512)."""
+    known = concrete_values(variant.spec, variant.choices, variant.dims)
+    return dict(variant.dims) | free_sizes({str(k): int(v) for k, v in known.items()}, used)
 
 
 def page(variant: Variant) -> Page:
@@ -190,23 +160,6 @@ def _dim_rows(spec, choices, values, variant, dims, used) -> list[Row]:
 
 
 # -- parameters, FLOPs, memory
-
-def call_paths(bodies: dict[str, BodyCost], root: str) -> dict[str, list]:
-    """For each block: every (path, binding to the model's dims, copies) it is called at."""
-    found: dict[str, list] = {}
-
-    def walk(name, path, binding, copies):
-        for step in bodies[name].steps:
-            if not step.callee:
-                continue
-            inner = {k: sympy.sympify(v).xreplace(binding) for k, v in step.binding.items()}
-            times = copies * (step.record.repeat if step.record.repeat is not None else 1)
-            where = path + [step.record.instance]
-            found.setdefault(step.callee, []).append((".".join(where), inner, times))
-            walk(step.callee, where, inner, times)
-    walk(root, [], {}, sympy.Integer(1))
-    return found
-
 
 def _parameter_rows(bodies, number) -> list[Row]:
     rows = []
@@ -453,6 +406,7 @@ def files(variants: list[Variant], format: str = "all") -> dict[str, str]:
         raise UsageError(f"unknown docs format {format!r}; formats: md, html, all")
     formats = FORMATS if format == "all" else (format,)
     pages = [page(v) for v in variants]
+    compared, grid = comparisons(variants), grid_example(variants)
     env = environment().overlay()
     env.filters = {**env.filters, "rich": rich}
     out = {}
@@ -460,7 +414,8 @@ def files(variants: list[Variant], format: str = "all") -> dict[str, str]:
         for p in pages:
             out[f"{p.name}.{kind}"] = env.get_template(f"docs/variant.{kind}.j2").render(
                 page=p, dtype=DTYPE, bytes=BYTES[DTYPE])
-        out[f"index.{kind}"] = env.get_template(f"docs/index.{kind}.j2").render(pages=pages)
+        out[f"index.{kind}"] = env.get_template(f"docs/index.{kind}.j2").render(
+            pages=pages, comparisons=compared, grid=grid)
     return out
 
 

@@ -1,25 +1,40 @@
 """tspec: a symbolic, shape-checked specification of the Transformer.
 
-    from spec import load, check
+    from spec import load, check, grid, diff
     report = check(load("base"))          # a built-in variant, a .toml or a .tspec path
     print(report.ok, [f.text() for f in report.findings])
+    table = grid("base", {"d_model": range(256, 1025, 64), "H": [4, 8, 12, 16]})
+    print(table.summary(), [p.dims for p in table.points("invalid")])
+    print(diff("gpt2_small", "gpt2_medium").text())
 """
 
 from spec.api import (
+                      Diff,
+                      Grid,
                       Report,
                       ShapeRow,
                       builtin_specs,
                       builtin_variants,
                       check,
+                      diff,
+                      grid,
                       load,
                       read_spec,
                       shapes,
 )
-from spec.errors import SpecError, SpecSyntaxError, TspecError, UsageError, VariantError
+from spec.errors import (
+                         GridError,
+                         SpecError,
+                         SpecSyntaxError,
+                         TspecError,
+                         UsageError,
+                         VariantError,
+)
 from spec.findings import Finding
 from spec.language import parse, parse_file
 from spec.variant import Variant
 
-__all__ = ["Finding", "Report", "ShapeRow", "SpecError", "SpecSyntaxError", "TspecError",
-           "UsageError", "Variant", "VariantError", "builtin_specs", "builtin_variants", "check",
-           "load", "parse", "parse_file", "read_spec", "shapes"]
+__all__ = ["Diff", "Finding", "Grid", "GridError", "Report", "ShapeRow", "SpecError",
+           "SpecSyntaxError", "TspecError", "UsageError", "Variant", "VariantError",
+           "builtin_specs", "builtin_variants", "check", "diff", "grid", "load", "parse",
+           "parse_file", "read_spec", "shapes"]

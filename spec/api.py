@@ -7,18 +7,22 @@
 """
 
 import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from spec.check import Result, TensorRow
 from spec.check import check as check_spec
+from spec.diff import Diff, compare, profile
 from spec.errors import UsageError
 from spec.findings import Finding
+from spec.grid import Axis, Grid, axes_from
+from spec.grid import evaluate as evaluate_grid
 from spec.language import parse_file
 from spec.model import Note, Spec
 from spec.prove import Prover
 from spec.shape import Shape
-from spec.variant import Variant, load_variant
+from spec.variant import Variant, load_variant, parse_setting
 
 SPEC_DIR = Path(__file__).resolve().parent
 BUILTIN_SPEC = SPEC_DIR / "transformer.tspec"
@@ -127,14 +131,19 @@ class Report:
         return self.proof.notes
 
 
-def check(target: Variant | Spec | str, settings: list[str] | None = None) -> Report:
-    """Check a spec (every choice combination) or a variant (its choices, then its values)."""
+def _variant(target: Variant | Spec | str | Path, settings: list[str] | None) -> Variant:
+    """A target as a variant (a bare spec: every choice at its default unless set), with
+    ``NAME=VALUE`` settings applied."""
     if isinstance(target, Spec):
         target = Variant(target.name, target, file=target.file, is_spec=True)
     elif not isinstance(target, Variant):
         target = load(target)
-    if settings:
-        target = target.with_settings(settings)
+    return target.with_settings(settings) if settings else target
+
+
+def check(target: Variant | Spec | str, settings: list[str] | None = None) -> Report:
+    """Check a spec (every choice combination) or a variant (its choices, then its values)."""
+    target = _variant(target, settings)
     spec = target.spec
     every = target.is_spec
     proof = check_spec(spec, target.choices, all_choices=every)
@@ -163,9 +172,7 @@ class ShapeRow:
 
 def shapes(target: Variant | str, settings: list[str] | None = None) -> list[ShapeRow]:
     """Every tensor of a variant with its symbolic and concrete shape."""
-    variant = target if isinstance(target, Variant) else load(target)
-    if settings:
-        variant = variant.with_settings(settings)
+    variant = _variant(target, settings)
     spec = variant.spec
     result = check_spec(spec, variant.choices)
     substitution = concrete_substitution(spec, result, variant.dims)
@@ -175,6 +182,31 @@ def shapes(target: Variant | str, settings: list[str] | None = None) -> list[Sha
                              _text(row.shape.subs(substitution) if row.shape else None),
                              row.dtype, row.meaning, row.declared))
     return rows
+
+
+def grid(target: Variant | Spec | str, axes: Mapping | Sequence[Axis],
+         settings: list[str] | None = None) -> Grid:
+    """Every combination of some dims' values, judged against one proof of the target under
+    its choices, with parameters, FLOPs and activation memory for the valid ones.
+
+        grid("base", {"d_model": range(256, 1025, 64), "H": [4, 8, 12, 16]})
+
+    ``axes``: dim name -> a range, a sequence of positive integers, or text in --grid syntax
+    ("256:1024:64", STOP included; "4,8,12"); ``settings`` fix dims and choices (--set), and
+    a dim may not be both set and varied. Bad axes raise GridError."""
+    variant = _variant(target, settings)
+    fixed = {parse_setting(setting)[0] for setting in settings or ()}
+    axes = axes_from(axes) if isinstance(axes, Mapping) else list(axes)
+    return evaluate_grid(variant, axes, fixed)
+
+
+def diff(a: Variant | Spec | str, b: Variant | Spec | str,
+         settings: list[str] | None = None) -> Diff:
+    """What changes from variant ``a`` to variant ``b``: choices, dims, shapes, and the
+    parameters, FLOPs and activation memory of the model and of each block. ``settings``
+    apply to both sides."""
+    first, second = _variant(a, settings), _variant(b, settings)
+    return compare(profile(first, shapes(first)), profile(second, shapes(second)))
 
 
 def concrete_substitution(spec: Spec, result: Result, dims: dict[str, int]) -> dict:
@@ -189,5 +221,6 @@ def _text(shape: Shape | None) -> str:
     return "?" if shape is None else shape.text()
 
 
-__all__ = ["Report", "ShapeRow", "TensorRow", "builtin_specs", "builtin_variants", "check",
-           "load", "read_spec", "resolve_spec", "shapes"]
+__all__ = ["Diff", "Grid", "Report", "ShapeRow", "TensorRow", "builtin_specs",
+           "builtin_variants", "check", "diff", "grid", "load", "read_spec", "resolve_spec",
+           "shapes"]

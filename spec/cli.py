@@ -1,6 +1,9 @@
 """The `tspec` command line.
 
     tspec check [SPEC_OR_VARIANT ...] [--set NAME=VALUE ...] [--format text|json]
+    tspec check SPEC_OR_VARIANT --grid NAME=VALUES ... [--set ...] [--only valid|invalid]
+                [--format text|json|csv]
+    tspec diff VARIANT_A VARIANT_B [--set NAME=VALUE ...] [--format text|json]
     tspec shapes VARIANT [--set NAME=VALUE ...] [--format text|json]
     tspec list
     tspec audit [--check] [--out PATH]
@@ -8,8 +11,9 @@
     tspec run VARIANT [--set NAME=VALUE ...] [--backend numpy] [--seed N] [--typecheck]
 
 Exit status: 0 when everything is proved, 1 when there are findings (or, for `audit --check`,
-a stale report), 2 on bad usage or unreadable input (with a one-line error, never a
-traceback), 141 when the reader of the output went away (`tspec check | head`).
+a stale report; for a grid, an invalid combination; for `diff`, a difference), 2 on bad usage
+or unreadable input (with a one-line error, never a traceback), 141 when the reader of the
+output went away (`tspec check | head`).
 """
 
 import argparse
@@ -17,9 +21,10 @@ import os
 import sys
 from pathlib import Path
 
-from spec import api
-from spec.errors import TspecError
+from spec import api, counts
+from spec.errors import GridError, TspecError, UsageError
 from spec.findings import KINDS, display_path, to_json
+from spec.grid import MAX_COMBINATIONS, parse_axis
 from spec.model import choices_in_force
 from spec.model import lets as derived_dims
 
@@ -39,12 +44,39 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
-    check = commands.add_parser("check", help="prove a spec's shapes; check variants")
+    check = commands.add_parser(
+        "check", help="prove a spec's shapes; check variants, or a grid of them",
+        epilog="Exit status: 0 when everything is proved (with --grid: every combination is "
+               "valid), 1 when there are findings (with --grid: some combination is invalid, "
+               "or the proof has findings), 2 on bad usage.")
     check.add_argument("targets", nargs="*", metavar="SPEC_OR_VARIANT",
                        help="built-in names (tspec list) or .tspec/.toml paths; "
                             "default: the built-in transformer, every choice")
     _settings(check)
-    check.add_argument("--format", choices=("text", "json"), default="text")
+    check.add_argument("--grid", action="append", default=[], metavar="NAME=VALUES",
+                       help="vary a dim: NAME=START:STOP:STEP (STOP included), NAME=A,B,C or "
+                            "NAME=VALUE (repeatable); the target (one) is proved once under "
+                            "its choices, then every combination is judged against its "
+                            "constraints and counted (parameters, FLOPs, activation memory), "
+                            f"at most {MAX_COMBINATIONS:,} combinations; --set fixes a dim, "
+                            "--grid varies it, not both")
+    check.add_argument("--only", choices=("valid", "invalid"),
+                       help="with --grid: list only the valid or the invalid combinations "
+                            "(the summary still counts all)")
+    check.add_argument("--format", choices=("text", "json", "csv"), default="text",
+                       help="csv: with --grid only")
+
+    diff = commands.add_parser(
+        "diff", help="what changes from one variant to another: choices, dims, shapes, and "
+                     "the parameters, FLOPs and activation memory of each block",
+        epilog="Exit status: 0 when the two are the same model at the same sizes, 1 when "
+               "they differ, 2 on bad usage (as diff(1)).")
+    diff.add_argument("a", metavar="VARIANT_A")
+    diff.add_argument("b", metavar="VARIANT_B")
+    diff.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                      dest="settings", help="set a dim value or a choice on both sides "
+                                            "(repeatable)")
+    diff.add_argument("--format", choices=("text", "json"), default="text")
 
     shapes = commands.add_parser("shapes", help="every tensor's symbolic and concrete shape")
     shapes.add_argument("target", metavar="VARIANT")
@@ -105,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             return _check(args)
         if args.command == "shapes":
             return _shapes(args)
+        if args.command == "diff":
+            return _diff(args)
         if args.command == "audit":
             return _audit(args)
         if args.command == "generate":
@@ -129,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(args) -> int:
+    if args.grid:
+        return _grid(args)
+    if args.format == "csv":
+        raise UsageError("--format csv is for grids: give --grid NAME=VALUES")
+    if args.only:
+        raise UsageError("--only is for grids: give --grid NAME=VALUES")
     targets = args.targets or ["transformer"]
     reports = [api.check(api.load(target, args.settings)) for target in targets]
     if args.format == "json":
@@ -137,6 +177,38 @@ def _check(args) -> int:
         for report in reports:
             print(_report_text(report))
     return EXIT_OK if all(r.ok for r in reports) else EXIT_FINDINGS
+
+
+def _grid(args) -> int:
+    targets = args.targets or ["transformer"]
+    if len(targets) != 1:
+        raise GridError(f"--grid checks one spec or variant at a time; got {len(targets)}: "
+                        f"{', '.join(targets)}")
+    axes = [parse_axis(text) for text in args.grid]
+    grid = api.grid(targets[0], axes, args.settings)
+    if not grid.proved:
+        for finding in grid.proof.findings:
+            print(finding.text(), file=sys.stderr)
+        print(f"tspec: {len(grid.proof.findings)} finding(s) in the proof of "
+              f"{grid.variant.name}: no combination judged; run `tspec check {targets[0]}`",
+              file=sys.stderr)
+        return EXIT_FINDINGS
+    if args.format == "json":
+        print(to_json(grid.as_dict(args.only)))
+    elif args.format == "csv":
+        sys.stdout.write(grid.csv(args.only))
+    else:
+        sys.stdout.write(grid.text(args.only))
+    return EXIT_OK if grid.invalid_count == 0 else EXIT_FINDINGS
+
+
+def _diff(args) -> int:
+    diff = api.diff(args.a, args.b, args.settings)
+    if args.format == "json":
+        print(to_json(diff.as_dict()))
+    else:
+        sys.stdout.write(diff.text())
+    return EXIT_OK if diff.same else EXIT_FINDINGS
 
 
 def _describe(report) -> str:
@@ -239,8 +311,10 @@ def _variant_header(variant) -> list[str]:
     given = [f"{name}={value}" for name, value in variant.dims.items()]
     bound = [f"{name}={dim.value}" for name, dim in spec.dims.items()
              if dim.value is not None and name not in variant.dims]
+    used = counts.used_dims(spec, chosen, counts.costs(spec, chosen))
     free = [name for name, dim in spec.dims.items()
-            if dim.value is None and name not in variant.dims and name not in lets]
+            if dim.value is None and name not in variant.dims and name not in lets
+            and name in used]
     lines.append("   dims: " + "; ".join(part for part in (
         ", ".join(given + bound),
         ", ".join(f"{name} = {text}" for name, text in lets.items()),

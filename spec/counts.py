@@ -10,7 +10,9 @@
   which is what a training step keeps for the backward pass. Inference needs less at a time.
 
 Everything is a sympy expression over the spec's dims (derived dims such as d_k stay as
-names); ``evaluate`` gives numbers for a variant.
+names); ``evaluate`` gives numbers for a variant. Dims a variant leaves free that the figures
+need take the sizes ``free_sizes`` gives (one sequence, as long as the position table allows),
+and memory is counted in ``DTYPE``: the docs pages, grids and diffs all give the same figures.
 """
 
 import functools
@@ -24,6 +26,7 @@ from spec.model import (
     Block,
     BlockCall,
     Equation,
+    Let,
     OpNode,
     ScalarExpr,
     Spec,
@@ -41,6 +44,10 @@ from spec.shape import Shape
 ZERO = sympy.Integer(0)
 BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 INT_BYTES, BOOL_BYTES = 8, 1            # int64 token ids, one byte per mask entry
+DTYPE = "float32"                       # the float dtype the figures count memory in
+# sizes for dims a variant leaves free: one sequence, as long as the position table allows
+SEQUENCE_DIMS = ("T", "T_dec")
+DEFAULT_LENGTH = 512
 
 
 @dataclass(frozen=True)
@@ -227,3 +234,53 @@ def evaluate(expr, spec: Spec, choices: dict[str, str], dims: dict[str, int]) ->
     a KeyError names a dim with no value."""
     number = prove_evaluate(sympy.sympify(expr), concrete_values(spec, choices, dims))
     return int(number)
+
+
+def free_sizes(values: dict, used: set[str]) -> dict:
+    """Sizes for the dims the figures use (``used``) that have no value in ``values`` (dim
+    name -> value: a number, or an array of them for a grid): B = 1, and each sequence length
+    max_len where that has a value, else 512."""
+    sizes = {}
+    if "B" in used and "B" not in values:
+        sizes["B"] = 1
+    for name in SEQUENCE_DIMS:
+        if name in used and name not in values:
+            sizes[name] = values.get("max_len", DEFAULT_LENGTH)
+    return sizes
+
+
+def used_dims(spec, choices, bodies: dict[str, BodyCost]) -> set[str]:
+    """The dims some shape or count of the model's ``bodies`` uses, with what the derived
+    ones among them are defined from."""
+    found: set[str] = set()
+    for body in bodies.values():
+        for step in body.steps:
+            for shape in [step.shape] + [s for _, s in step.inputs + step.params]:
+                found |= {str(s) for s in shape.free_symbols()}
+            found |= {str(s) for s in sympy.sympify(step.flops.total).free_symbols}
+            if step.callee and step.record.repeat is not None:
+                found |= {str(s) for s in sympy.sympify(step.record.repeat).free_symbols}
+        for _, shape, _ in body.own_params:
+            found |= {str(s) for s in shape.free_symbols()}
+    for statement in select(spec.body, choices):
+        if isinstance(statement, Let) and statement.dim in found:
+            found |= {str(s) for s in statement.expr.free_symbols}
+    return found
+
+
+
+def call_paths(bodies: dict[str, BodyCost], root: str) -> dict[str, list]:
+    """For each block: every (path, binding to the model's dims, copies) it is called at."""
+    found: dict[str, list] = {}
+
+    def walk(name, path, binding, copies):
+        for step in bodies[name].steps:
+            if not step.callee:
+                continue
+            inner = {k: sympy.sympify(v).xreplace(binding) for k, v in step.binding.items()}
+            times = copies * (step.record.repeat if step.record.repeat is not None else 1)
+            where = path + [step.record.instance]
+            found.setdefault(step.callee, []).append((".".join(where), inner, times))
+            walk(step.callee, where, inner, times)
+    walk(root, [], {}, sympy.Integer(1))
+    return found

@@ -44,3 +44,8 @@ class UsageError(TspecError):
 
 class CodegenError(TspecError):
     """A spec that cannot become code: not proved, or a construct code generation lacks."""
+
+
+class GridError(UsageError):
+    """A grid that cannot be evaluated: bad --grid syntax, an unknown, derived or doubly given
+    dim, values that are not positive integers, an empty range, or too many combinations."""

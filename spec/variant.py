@@ -27,7 +27,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spec.errors import UsageError, VariantError
+from spec.errors import TspecError, UsageError, VariantError
 from spec.model import Spec
 from spec.ops import SETTINGS
 
@@ -62,7 +62,7 @@ class Variant:
             if name in self.spec.choices:
                 choices[name] = _choice_value(self.spec, name, value, f"--set {setting}")
             elif name in self.spec.dims:
-                dims[name] = _integer_text(value, f"--set {setting}")
+                dims[name] = dim_value(value, f"--set {setting}")
             elif name in SETTINGS:
                 numbers[name] = _setting_text(value, f"--set {setting}")
             else:
@@ -90,14 +90,16 @@ def parse_setting(setting: str) -> tuple[str, str]:
     return name, value
 
 
-def _integer_text(text: str, where: str) -> int:
+def dim_value(text: str, where: str, error: type[TspecError] = VariantError) -> int:
+    """A dim value written as text (``--set``, ``--grid``): a positive integer of at most
+    MAX_DIGITS digits, or ``error`` naming ``where``."""
     if not _INTEGER.match(text):
-        raise VariantError(f"{where}: dim values are positive integers, got {text!r}")
+        raise error(f"{where}: dim values are positive integers, got {text!r}")
     if len(text) > MAX_DIGITS:
-        raise VariantError(f"{where}: a value of {len(text)} digits; the limit is {MAX_DIGITS}")
+        raise error(f"{where}: a value of {len(text)} digits; the limit is {MAX_DIGITS}")
     value = int(text)
     if value < 1:
-        raise VariantError(f"{where}: dim values are positive integers, got {value}")
+        raise error(f"{where}: dim values are positive integers, got {value}")
     return value
 
 
@@ -200,7 +202,7 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
     for name, value in data.get("dims", {}).items():
         line = _line_of(text, "dims", name)
         if name not in spec.dims:
-            raise VariantError(f"[dims] {_unknown_dim(name, spec)}", file=file, line=line)
+            raise VariantError(f"[dims] {unknown_dim(name, spec)}", file=file, line=line)
         if isinstance(value, bool) or not isinstance(value, int):
             raise VariantError(f"[dims] {name} = {value!r}: dim values are positive integers",
                                file=file, line=line)
@@ -258,7 +260,7 @@ def _published(table, text: str, file: str) -> Published | None:
     return Published(table["parameters"], table["source"], table.get("note", ""))
 
 
-def _unknown_dim(name: str, spec: Spec) -> str:
+def unknown_dim(name: str, spec: Spec) -> str:
     close = difflib.get_close_matches(name, list(spec.dims), n=1)
     suggestion = f"; did you mean {close[0]!r}?" if close else ""
     return f"unknown dim {name!r} in spec {spec.name}{suggestion}"

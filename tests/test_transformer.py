@@ -246,16 +246,16 @@ def test_removing_the_divisibility_constraint_is_caught():
     # under rotary positions, d_model % (2*H) == 0 still makes d_k and d_v whole
     assert [(f.line, f.message, f.choices) for f in not_integral[:2]] == [
         (line_of(lines, "let d_k"), ("derived dim d_k = d_model / H is not a whole number for "
-         "every size the constraints allow"), "positional=sinusoidal|learned|relative, "
-         "head_dims=split"),
+         "every size the constraints allow"), ("positional=sinusoidal|learned|relative, "
+         "head_dims=split")),
         (line_of(lines, "let d_v"), ("derived dim d_v = d_model / H is not a whole number for "
-         "every size the constraints allow"), "positional=sinusoidal|learned|relative, "
-         "head_dims=split")]
+         "every size the constraints allow"), ("positional=sinusoidal|learned|relative, "
+         "head_dims=split"))]
     # and the key-value heads' parameters, H_kv*d_k and H_kv*d_v wide, are then fractional
     assert {(f.message, f.choices) for f in not_integral[2:]} == {
-        (f"size H_kv*d_{x} in the declared shape of {p}_{y} is not a whole number for every "
-         "allowed size", f"positional=sinusoidal|learned|relative, head_dims=split, {bias}"
-         "key_value_heads=grouped")
+        ((f"size H_kv*d_{x} in the declared shape of {p}_{y} is not a whole number for every "
+         "allowed size"), (f"positional=sinusoidal|learned|relative, head_dims=split, {bias}"
+         "key_value_heads=grouped"))
         for x, y in (("k", "K"), ("v", "V"))
         for p, bias in (("W", ""), ("b", "attention_bias=all, "))}
     example = not_integral[0].counterexample

@@ -151,10 +151,10 @@ def rotary(x: Float[cp.ndarray, "*batch T d"], theta: float) -> Float[cp.ndarray
 
 
 @typechecked
-def repeat_heads(x: Float[cp.ndarray, "G *shape"], H: int) -> Float[cp.ndarray, "H *shape"]:
+def repeat_heads(x: Float[cp.ndarray, "G *batch T d"], H: int) -> Float[cp.ndarray, "H *batch T d"]:
     """A family of G key-value heads as H heads: head h is x[h // (H / G)], so each group of
     H / G consecutive query heads shares one (grouped-query attention)."""
-    return cp.repeat(x, H // x.shape[0], axis=0)  # H *shape
+    return cp.repeat(x, H // x.shape[0], axis=0)  # H *batch T d
 
 
 @typechecked

@@ -264,10 +264,10 @@ def rotary(x: Float[np.ndarray, "*batch T d"], theta: float) -> Float[np.ndarray
 
 
 @typechecked
-def repeat_heads(x: Float[np.ndarray, "G *shape"], H: int) -> Float[np.ndarray, "H *shape"]:
+def repeat_heads(x: Float[np.ndarray, "G *batch T d"], H: int) -> Float[np.ndarray, "H *batch T d"]:
     """A family of G key-value heads as H heads: head h is x[h // (H / G)], so each group of
     H / G consecutive query heads shares one (grouped-query attention)."""
-    return np.repeat(x, H // x.shape[0], axis=0)  # H *shape
+    return np.repeat(x, H // x.shape[0], axis=0)  # H *batch T d
 
 
 @typechecked

@@ -1,0 +1,94 @@
+"""The docs index's comparisons: how each variant differs from the next larger one of its kind
+(``spec.diff``), and a grid of sizes around one variant (``spec.grid``), with the commands
+that print them. Prepared as strings; the index templates only place them.
+"""
+
+import itertools
+from dataclasses import dataclass
+
+from spec import api
+from spec.diff import compare, profile, relative
+from spec.files import where as spec_line
+from spec.model import choices_in_force
+from spec.variant import Variant
+
+ARROW = "→"
+
+
+@dataclass
+class Comparison:
+    command: str               # "tspec diff gpt2_small gpt2_medium"
+    dims: str                  # "d_model 768 → 1,024; H 12 → 16"
+    parameters: str            # "124,439,808 → 354,823,168 (+185.1%)"
+    flops: str
+    memory: str
+
+
+@dataclass
+class GridExample:
+    command: str
+    headers: list[str]
+    rows: list[list[str]]
+    summary: str
+
+
+def comparisons(variants: list[Variant]) -> list[Comparison]:
+    """Within each group of variants with the same spec and the same choices in force, each
+    variant against the next larger (by parameters, then name)."""
+    groups: dict[tuple, list] = {}
+    for variant in variants:
+        spec = variant.spec
+        key = (spec.name, tuple(choices_in_force(spec, spec.choice_values(variant.choices))
+                                .items()))
+        groups.setdefault(key, []).append(profile(variant, api.shapes(variant)))
+    out = []
+    for members in groups.values():
+        members.sort(key=lambda p: (_total(p) is None, _total(p) or 0, p.variant.name))
+        for a, b in itertools.pairwise(members):
+            diff = compare(a, b)
+            figures = {c.name: _change(c.a, c.b) for c in diff.totals}
+            out.append(Comparison(
+                f"tspec diff {a.variant.name} {b.variant.name}",
+                "; ".join(f"{c.name} {_number(c.a)} {ARROW} {_number(c.b)}" for c in diff.dims)
+                or "none", figures["parameters"], figures["flops"],
+                figures["activation_bytes"]))
+    return out
+
+
+def grid_example(variants: list[Variant]) -> GridExample | None:
+    """A grid of H (4 either side) by d_model (128 either side) around the first variant
+    with every count bound; None when there is none."""
+    for variant in variants:
+        width, heads = variant.dims.get("d_model"), variant.dims.get("H")
+        if width is None or heads is None or width <= 128 or heads <= 4:
+            continue
+        axes = {"H": [heads - 4, heads, heads + 4], "d_model": f"{width - 128}:{width + 128}:128"}
+        grid = api.grid(variant, axes)
+        if not grid.proved or grid.free:
+            continue
+        rows = [[str(p.dims["H"]), str(p.dims["d_model"]), "yes" if p.valid else "no",
+                 _number(p.parameters), _number(p.flops), _number(p.activation_bytes),
+                 "; ".join(f"`{b.statement}` ({spec_line(b)})" for b in p.breaks)]
+                for p in grid.points()]
+        return GridExample(
+            f"tspec check {variant.name} --grid H={','.join(map(str, axes['H']))} "
+            f"--grid d_model={axes['d_model']}",
+            ["H", "d_model", "valid", "parameters", "FLOPs", "activation bytes", "breaks"],
+            rows, grid.summary())
+    return None
+
+
+def _total(p) -> int | None:
+    return next(iter(p.bodies.values())).parameters
+
+
+def _number(value) -> str:
+    return "—" if value is None else f"{value:,}"
+
+
+def _change(a, b) -> str:
+    """``124,439,808 → 354,823,168 (+185.1%)``; one number when they are the same."""
+    if a == b:
+        return _number(a)
+    change = f" ({relative(a, b)})" if a and b is not None else ""
+    return f"{_number(a)} {ARROW} {_number(b)}{change}"
