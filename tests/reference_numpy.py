@@ -2,8 +2,9 @@
 
 Deliberately plain: loops over batch and heads, explicit per-head weight slices, no shared code
 with the generator. It covers every choice of the built-in spec (BERT's token types,
-embedding LayerNorm and pooler included), so the generated code can be
-compared with it on random variants (tests/test_codegen.py).
+embedding LayerNorm and pooler included; RMSNorm, rotary positions, grouped-query attention,
+SwiGLU and bias-free feed-forward layers too), so the generated code can be compared with it on
+random variants (tests/test_codegen.py).
 """
 
 import math
@@ -17,6 +18,28 @@ def layer_norm(x, p, eps=1e-5):
     return (x - mean) / np.sqrt(variance + eps) * p["gamma"] + p["beta"]
 
 
+def rms_norm(x, p, eps=1e-5):
+    return x / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + eps) * p["gamma"]
+
+
+def norm(x, p, c):
+    return rms_norm(x, p) if c["normalization"] == "rms_norm" else layer_norm(x, p)
+
+
+def rotate(x, theta=10000.0):
+    """RoFormer's rotation, pair (x_i, x_{i + d/2}) of position pos by pos * theta^(-2i/d),
+    one position and one pair at a time; x is (T, d)."""
+    T, d = x.shape
+    out = np.empty_like(x)
+    for pos in range(T):
+        for i in range(d // 2):
+            angle = pos * theta ** (-2 * i / d)
+            a, b = x[pos, i], x[pos, i + d // 2]
+            out[pos, i] = a * math.cos(angle) - b * math.sin(angle)
+            out[pos, i + d // 2] = b * math.cos(angle) + a * math.sin(angle)
+    return out
+
+
 def activation(x, kind):
     if kind == "relu":
         return np.maximum(x, 0)
@@ -25,16 +48,22 @@ def activation(x, kind):
     return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def attention(X_q, X_kv, keep, p, H, d_k, d_v, bias=None):
-    """keep: (B, T_q, T_kv) booleans; bias: (H, T_q, T_kv) or None."""
+def attention(X_q, X_kv, keep, p, H, d_k, d_v, bias=None, H_kv=None, rotary=False):
+    """keep: (B, T_q, T_kv) booleans; bias: (H, T_q, T_kv) or None; H_kv key-value heads,
+    head h reading those of head h // (H / H_kv); rotary: queries and keys rotated."""
     B, T_q, _ = X_q.shape
+    H_kv = H if H_kv is None else H_kv
     heads = np.zeros((B, T_q, H * d_v))
     for b in range(B):
         for h in range(H):
+            g = h // (H // H_kv)
             q_cols, v_cols = slice(h * d_k, (h + 1) * d_k), slice(h * d_v, (h + 1) * d_v)
+            k_cols, g_cols = slice(g * d_k, (g + 1) * d_k), slice(g * d_v, (g + 1) * d_v)
             q = X_q[b] @ p["W_Q"][:, q_cols] + (p["b_Q"][q_cols] if "b_Q" in p else 0)
-            k = X_kv[b] @ p["W_K"][:, q_cols] + (p["b_K"][q_cols] if "b_K" in p else 0)
-            v = X_kv[b] @ p["W_V"][:, v_cols] + (p["b_V"][v_cols] if "b_V" in p else 0)
+            k = X_kv[b] @ p["W_K"][:, k_cols] + (p["b_K"][k_cols] if "b_K" in p else 0)
+            v = X_kv[b] @ p["W_V"][:, g_cols] + (p["b_V"][g_cols] if "b_V" in p else 0)
+            if rotary:
+                q, k = rotate(q), rotate(k)
             scores = q @ k.T / math.sqrt(d_k)
             if bias is not None:
                 scores = scores + bias[h]
@@ -49,7 +78,12 @@ def attention(X_q, X_kv, keep, p, H, d_k, d_v, bias=None):
 
 
 def feed_forward(x, p, kind):
-    return activation(x @ p["W_1"] + p["b_1"], kind) @ p["W_2"] + p["b_2"]
+    first = x @ p["W_1"] + p.get("b_1", 0)
+    if kind == "swiglu":                 # silu(x W_1 + b_1) * (x W_3 + b_3)
+        hidden = first / (1 + np.exp(-first)) * (x @ p["W_3"] + p.get("b_3", 0))
+    else:
+        hidden = activation(first, kind)
+    return hidden @ p["W_2"] + p.get("b_2", 0)
 
 
 def relative_bias(R, T_q, T_kv):
@@ -60,28 +94,36 @@ def relative_bias(R, T_q, T_kv):
 
 def encoder_layer(x, keep, p, c, H, d_k, d_v, bias):
     kind = c["activation"]
+
+    def attend(q, kv):
+        return attention(q, kv, keep, p["self_attention"], H, d_k, d_v, bias, c.get("H_kv"),
+                         c["positional"] == "rotary")
     if c["norm"] == "post":
-        x = layer_norm(x + attention(x, x, keep, p["self_attention"], H, d_k, d_v, bias),
-                       p["norm_1"])
-        return layer_norm(x + feed_forward(x, p["feed_forward"], kind), p["norm_2"])
-    n = layer_norm(x, p["norm_1"])
-    x = x + attention(n, n, keep, p["self_attention"], H, d_k, d_v, bias)
-    return x + feed_forward(layer_norm(x, p["norm_2"]), p["feed_forward"], kind)
+        x = norm(x + attend(x, x), p["norm_1"], c)
+        return norm(x + feed_forward(x, p["feed_forward"], kind), p["norm_2"], c)
+    n = norm(x, p["norm_1"], c)
+    x = x + attend(n, n)
+    return x + feed_forward(norm(x, p["norm_2"], c), p["feed_forward"], kind)
 
 
 def decoder_layer(y, keep_self, memory, keep_cross, p, c, H, d_k, d_v, bias):
     kind = c["activation"]
+    rotary = c["positional"] == "rotary"
+
+    def attend_self(q):
+        return attention(q, q, keep_self, p["self_attention"], H, d_k, d_v, bias,
+                         c.get("H_kv"), rotary)
+
+    def attend_memory(q):
+        return attention(q, memory, keep_cross, p["cross_attention"], H, d_k, d_v, None,
+                         c.get("H_kv"), rotary)
     if c["norm"] == "post":
-        y = layer_norm(y + attention(y, y, keep_self, p["self_attention"], H, d_k, d_v, bias),
-                       p["norm_1"])
-        y = layer_norm(y + attention(y, memory, keep_cross, p["cross_attention"], H, d_k, d_v),
-                       p["norm_2"])
-        return layer_norm(y + feed_forward(y, p["feed_forward"], kind), p["norm_3"])
-    n = layer_norm(y, p["norm_1"])
-    y = y + attention(n, n, keep_self, p["self_attention"], H, d_k, d_v, bias)
-    y = y + attention(layer_norm(y, p["norm_2"]), memory, keep_cross, p["cross_attention"], H,
-                      d_k, d_v)
-    return y + feed_forward(layer_norm(y, p["norm_3"]), p["feed_forward"], kind)
+        y = norm(y + attend_self(y), p["norm_1"], c)
+        y = norm(y + attend_memory(y), p["norm_2"], c)
+        return norm(y + feed_forward(y, p["feed_forward"], kind), p["norm_3"], c)
+    y = y + attend_self(norm(y, p["norm_1"], c))
+    y = y + attend_memory(norm(y, p["norm_2"], c))
+    return y + feed_forward(norm(y, p["norm_3"], c), p["feed_forward"], kind)
 
 
 def sinusoid(T, d):
@@ -97,6 +139,8 @@ def embed(ids, params, c, relative_table=None):
         return x + sinusoid(T, x.shape[-1]), None
     if c["positional"] == "learned":
         return x + params["P_table"][:T], None
+    if c["positional"] == "rotary":       # positions turn queries and keys in attention
+        return x, None
     return x, relative_bias(params[relative_table], T, T)
 
 
@@ -118,11 +162,12 @@ def pooler(memory, params):
 
 
 def forward(c, params, inputs, H, d_k, d_v):
-    """The outputs of the built-in Transformer under choices ``c``, by name: logits and probs,
-    or for BERT (encoder_io=bert) the encoder output Z_enc and the pooled C."""
+    """The outputs of the built-in Transformer under choices ``c`` (with ``c["H_kv"]`` the
+    key-value heads under key_value_heads=grouped), by name: logits and probs, or for BERT
+    (encoder_io=bert) the encoder output Z_enc and the pooled C."""
     bert = c["arch"] == "encoder_only" and c.get("encoder_io") == "bert"
     def finish(x, p):
-        return layer_norm(x, p["final_norm"]) if c["norm"] == "pre" else x
+        return norm(x, p["final_norm"], c) if c["norm"] == "pre" else x
 
     memory = keep_src = None
     if c["arch"] != "decoder_only":

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import reference_numpy
 from compare import assert_close
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import codegen
@@ -60,7 +60,7 @@ def test_regeneration_is_byte_identical_and_names_the_spec_and_its_hash():
     assert first == second
     assert sorted(first) == [f"{backend}/{name}.py" for backend in ("cupy", "numpy")
                              for name in ("__init__", "bert", "decoder_only", "encoder_decoder",
-                                          "encoder_only")]
+                                          "encoder_only", "llama")]
     text = first["numpy/encoder_decoder.py"]
     assert f"spec/transformer.tspec (sha256 {SPEC.text_hash[:16]})" in text
     assert "2026" not in text and "0.1.0" not in text        # no dates, no versions
@@ -424,12 +424,27 @@ def variants(draw):
             "N": draw(st.integers(1, 2)), "max_len": max(T, T_dec) + draw(st.integers(0, 2)),
             "V_type": draw(st.integers(1, 3))}
     if choices["head_dims"] == "free":
-        dims |= {"d_k": draw(st.integers(1, 4)), "d_v": draw(st.integers(1, 4))}
+        # rotary positions turn pairs of a query's or key's features: d_k even
+        d_k = draw(st.sampled_from([2, 4] if choices["positional"] == "rotary" else [1, 2, 3, 4]))
+        dims |= {"d_k": d_k, "d_v": draw(st.integers(1, 4))}
+    if choices["key_value_heads"] == "grouped":
+        dims["H_kv"] = draw(st.sampled_from([g for g in range(1, H + 1) if H % g == 0]))
     return choices, dims
+
+
+_MODERN = {"normalization": "rms_norm", "positional": "rotary", "key_value_heads": "grouped",
+           "activation": "swiglu", "feed_forward_bias": "none", "attention_bias": "none",
+           "head_dims": "split", "output_embedding": "separate", "encoder_io": "lm"}
+_SMALL = {"B": 2, "T": 3, "T_dec": 4, "d_model": 8, "H": 2, "H_kv": 1, "d_ff": 5, "V": 7,
+          "N": 2, "max_len": 4, "V_type": 1}
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(variants())
+# the modern blocks together, as Llama has them, and under the other two architectures
+@example(({**_MODERN, "arch": "decoder_only", "norm": "pre"}, _SMALL))
+@example(({**_MODERN, "arch": "encoder_decoder", "norm": "post"}, _SMALL))
+@example(({**_MODERN, "arch": "encoder_only", "norm": "pre"}, {**_SMALL, "H_kv": 2}))
 def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(variant):
     choices, dims = variant
     variant_object = api.load("transformer", [f"{k}={v}" for k, v in {**choices, **dims}.items()])
@@ -471,7 +486,8 @@ def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(var
     # the numbers, against an independent loop-per-head implementation written from the math
     d_k = dims.get("d_k", dims["d_model"] // dims["H"])
     d_v = dims.get("d_v", dims["d_model"] // dims["H"])
-    expected = reference_numpy.forward(choices, params, inputs, dims["H"], d_k, d_v)
+    expected = reference_numpy.forward({**choices, "H_kv": dims.get("H_kv")}, params, inputs,
+                                       dims["H"], d_k, d_v)
     assert set(expected) == set(names)
     assert_close(results, expected, "float64")
 

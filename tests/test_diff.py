@@ -206,7 +206,7 @@ def test_settings_apply_to_both_sides(capsys):
     (["base", "nope"], "no spec or variant named 'nope': not a file, and not a built-in"),
     (["base", "base", "--set", "H=10"], ("base: 1 finding(s) under these sizes; run "
                                         "`tspec check base` first")),
-    (["base", "big", "--set", "Hx=1"], ("--set Hx: unknown dim or choice 'Hx' in spec "
+    (["base", "big", "--set", "Hx=1"], ("--set Hx: unknown dim, choice or setting 'Hx' in spec "
                                        "transformer; did you mean 'H'?")),
 ])
 def test_bad_diffs_are_one_line_errors(capsys, argv, message):

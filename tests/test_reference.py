@@ -2,7 +2,8 @@
 
 PyTorch's nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer and
 nn.Transformer (post-LN and norm_first, ReLU and GELU, causal and key-padding masks), and Hugging
-Face GPT-2 and BERT (BertModel, from token ids and types to the pooled output) built offline
+Face GPT-2, BERT (BertModel, from token ids and types to the pooled output) and Llama
+(LlamaForCausalLM: RMSNorm, rotary positions, grouped-query attention, SwiGLU) built offline
 from small configs with random weights. The same weights go to both sides through the
 explicit name maps of codegen.checkpoints; every named intermediate the reference exposes
 (through forward hooks or its own outputs) is compared, float64 against float64 within 1e-10
@@ -22,7 +23,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from arrays import BACKEND_DTYPES, NUMPY, to_numpy
-from compare import assert_close, flat
+from compare import TOLERANCES, assert_close, flat
 
 from codegen import checkpoints, weights
 from codegen.generate import source
@@ -290,6 +291,101 @@ def test_bert_matches_hugging_face_bert_model(arrays, dtype):
     assert len(rows) == 4 + N
     assert Z_enc.dtype == C.dtype == np.dtype(dtype)
     assert C.shape == (3, d_model)
+
+
+LLAMA = {"arch": "decoder_only", "norm": "pre", "activation": "swiglu", "positional": "rotary",
+         "normalization": "rms_norm", "key_value_heads": "grouped", "feed_forward_bias": "none"}
+
+
+def _llama(device, H_kv: int, theta: float):
+    torch.manual_seed(7)
+    config = transformers.LlamaConfig(
+        vocab_size=V, hidden_size=d_model, intermediate_size=d_ff, num_hidden_layers=N,
+        num_attention_heads=H, num_key_value_heads=H_kv, max_position_embeddings=32,
+        rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": theta},
+        attention_bias=False, mlp_bias=False, tie_word_embeddings=False)
+    reference = transformers.LlamaForCausalLM(config).double().eval().to(device)
+    with torch.no_grad():                    # RMSNorm gains start at 1: move every parameter
+        for parameter in reference.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    return reference
+
+
+def _llama_in_float64(reference, theta: float):
+    """Hugging Face's Llama computes RMSNorm and the rotary angles in float32 whatever the
+    model's dtype (for bfloat16 training); for a float64 reference, each RMSNorm runs
+    PyTorch's own rms_norm in the input's dtype, and the cos and sin tables are computed in
+    float64 from RoFormer's formula. Everything else (projections, rotate_half and its
+    application, grouped-query attention by SDPA, SwiGLU, residuals) stays Hugging Face's."""
+    for module in reference.modules():
+        if type(module).__name__ == "LlamaRMSNorm":
+            module.forward = lambda x, m=module: torch.nn.functional.rms_norm(
+                x, (x.shape[-1],), m.weight, m.variance_epsilon)
+    rotary = reference.model.rotary_emb
+    d = d_model // H
+
+    def angles(x, position_ids):
+        frequency = theta ** -(torch.arange(0, d, 2, dtype=torch.float64,
+                                            device=x.device) / d)
+        angle = position_ids[..., None].double() * frequency
+        both = torch.cat((angle, angle), dim=-1)
+        return both.cos().to(x.dtype), both.sin().to(x.dtype)
+    rotary.forward = angles
+
+
+@pytest.mark.parametrize("H_kv", [1, 2])
+@pytest.mark.parametrize("arrays, dtype", BACKEND_DTYPES)
+def test_llama_matches_hugging_face(H_kv, arrays, dtype):
+    """LlamaForCausalLM: RMSNorm before each sublayer and at the end, rotary positions (base
+    500), grouped-query (H_kv = 2 of 4 heads) and multi-query (H_kv = 1) attention, SwiGLU,
+    no biases, its own output projection; right padding in one sequence. Every projection,
+    norm, attention and feed-forward output of every layer, the logits and probabilities."""
+    theta = 500.0
+    reference = _llama(arrays.device, H_kv, theta)
+    dims = {"d_model": d_model, "H": H, "H_kv": H_kv, "d_ff": d_ff, "N": N, "V": V}
+    params = weights.validate(checkpoints.from_llama(reference.state_dict()),
+                              weights.expected_shapes(api.read_spec(api.BUILTIN_SPEC), LLAMA,
+                                                      dims), "Llama")
+    rng = np.random.default_rng(7)
+    u = rng.integers(0, V, (2, 9))
+    keep = np.ones(u.shape, dtype=bool)
+    keep[1, 6:] = False
+    stock = reference(torch.tensor(u, device=arrays.device),
+                      attention_mask=torch.tensor(keep.astype(np.int64), device=arrays.device))
+    _llama_in_float64(reference, theta)
+    captured: dict = {}
+    layers = reference.model.layers
+    names = {}
+    for i, layer in enumerate(layers):
+        at = f"decoder.layers.{i}"
+        names |= {f"{at}.Z_n": layer.input_layernorm, f"{at}.A": layer.self_attn,
+                  f"{at}.Z_1n": layer.post_attention_layernorm, f"{at}.F": layer.mlp,
+                  f"{at}.self_attention.Q_proj": layer.self_attn.q_proj,
+                  f"{at}.self_attention.K_proj": layer.self_attn.k_proj,
+                  f"{at}.self_attention.V_proj": layer.self_attn.v_proj}
+    names["Y_dec"] = reference.model.norm
+    handles = hooks(names, captured)
+    output = reference(torch.tensor(u, device=arrays.device),
+                       attention_mask=torch.tensor(keep.astype(np.int64), device=arrays.device),
+                       output_hidden_states=True)
+    for handle in handles:
+        handle.remove()
+    hidden = [numpy(h) for h in output.hidden_states]
+    module = generated(arrays.name, **LLAMA)
+    inputs = arrays.put((u, keep, cast(params, dtype)))
+    trace = {}
+    logits, probs = module.transformer(*inputs, H=H, H_kv=H_kv, theta=theta, trace=trace)
+    untraced, _ = module.transformer(*inputs, H=H, H_kv=H_kv, theta=theta)
+    expected = {"Y_0": hidden[0], "logits": numpy(output.logits),
+                "untraced": numpy(output.logits),
+                "probs": numpy(torch.softmax(output.logits, dim=-1)), **captured}
+    expected |= {f"decoder.layers.{i}.Z_out": hidden[i + 1] for i in range(N - 1)}
+    ours = {**flat(trace), "logits": logits, "untraced": untraced, "probs": probs}
+    rows = assert_close(ours, expected, dtype)
+    assert len(rows) == 5 + 8 * N - 1
+    # and against Hugging Face as it ships (float32 angles and norms), within float32's reach
+    assert_close({"logits": logits}, {"logits": numpy(stock.logits)}, dtype,
+                 tolerance=max(5e-5, TOLERANCES[dtype]))
 
 
 def test_bert_map_names_what_it_cannot_place():
