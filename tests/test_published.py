@@ -1,5 +1,5 @@
 """Published models as variants: their parameter counts, reproduced exactly (GPT-2 small to
-XL, BERT-base)."""
+XL, BERT-base, Llama 3 8B)."""
 
 import numpy as np
 import pytest
@@ -78,3 +78,45 @@ def test_bert_base_count_matches_hugging_face_bert_model_built_from_its_config()
                                        {"V": 11, "d_model": 8, "N": 2, "H": 2, "d_ff": 12,
                                         "max_len": 6, "V_type": 3})
     assert {k: v.shape for k, v in mapped.items()} == expected
+
+
+LLAMA3_8B = 8_030_261_248    # Hugging Face LlamaForCausalLM of Meta-Llama-3-8B's configuration
+
+
+def test_llama3_8b_checks_clean_and_counts_the_published_parameters():
+    variant = api.load("llama3_8b")
+    assert api.check(variant).ok
+    assert variant.published.parameters == LLAMA3_8B
+    assert variant.settings == {"eps": 1e-5, "theta": 500000.0}
+    assert parameter_count("llama3_8b") == LLAMA3_8B
+
+
+def test_llama3_8b_count_matches_hugging_face_built_from_its_config():
+    """LlamaForCausalLM with 8 key-value heads for 32 query heads, SwiGLU, RMSNorm gains
+    only, an untied lm_head; the spec's parameters are its tensors under from_llama's names."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    variant = api.load("llama3_8b")
+    dims = variant.dims
+    config = transformers.LlamaConfig(
+        vocab_size=dims["V"], hidden_size=dims["d_model"], intermediate_size=dims["d_ff"],
+        num_hidden_layers=dims["N"], num_attention_heads=dims["H"],
+        num_key_value_heads=dims["H_kv"], rms_norm_eps=variant.settings["eps"],
+        rope_parameters={"rope_type": "default", "rope_theta": variant.settings["theta"]},
+        max_position_embeddings=8192, tie_word_embeddings=False)
+    with torch.device("meta"):                      # shapes only: no memory, no download
+        model = transformers.LlamaForCausalLM(config)
+    counted = sum(p.numel() for p in model.parameters())
+    assert counted == parameter_count("llama3_8b") == LLAMA3_8B
+    # the name map, on a small model of the same structure (a real one would need 32 GB)
+    small = {"d_model": 16, "H": 4, "H_kv": 2, "d_ff": 24, "N": 2, "V": 11}
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=small["V"], hidden_size=small["d_model"], intermediate_size=small["d_ff"],
+            num_hidden_layers=small["N"], num_attention_heads=small["H"],
+            num_key_value_heads=small["H_kv"], tie_word_embeddings=False))
+    expected = weights.expected_shapes(variant.spec, variant.choices, small)
+    state = {name: np.zeros(tuple(t.shape), np.float32) for name, t in model.state_dict().items()}
+    mapped = checkpoints.from_llama(state)
+    assert {name: array.shape for name, array in mapped.items()} == \
+        {name: tuple(shape) for name, shape in expected.items()}
