@@ -5,25 +5,17 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from command_line import ROOT, run
 
 from spec import api, cli
 from spec.findings import KINDS
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def columns(line):
     """The cells of one row of the shapes table (cells are separated by two spaces or more)."""
     return re.split(r" {2,}", line.strip())
-
-
-def run(capsys, *argv):
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_check_with_no_arguments_proves_the_builtin_spec(capsys):

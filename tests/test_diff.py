@@ -2,26 +2,18 @@
 
 import json
 import re
-from pathlib import Path
 
 import pytest
+from command_line import ROOT, run
 
 import spec
 from codegen import docs
-from spec import api, cli
-
-ROOT = Path(__file__).resolve().parent.parent
+from spec import api
 
 
 @pytest.fixture(autouse=True)
 def in_checkout(monkeypatch):
     monkeypatch.chdir(ROOT)          # paths in the output are relative to the checkout
-
-
-def run(capsys, *argv):
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def base_with(tmp_path, name, old, new):

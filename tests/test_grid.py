@@ -6,9 +6,9 @@ import csv
 import io
 import json
 import time
-from pathlib import Path
 
 import pytest
+from command_line import ROOT, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,19 +19,12 @@ from spec.counts import DTYPE, costs, evaluate, used_dims
 from spec.errors import GridError, UsageError
 from spec.grid import MAX_COMBINATIONS
 
-ROOT = Path(__file__).resolve().parent.parent
 SYNTAX = "expected NAME=START:STOP:STEP, NAME=A,B,C or NAME=VALUE"
 
 
 @pytest.fixture(autouse=True)
 def in_checkout(monkeypatch):
     monkeypatch.chdir(ROOT)          # paths in the output are relative to the checkout
-
-
-def run(capsys, *argv):
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # ---------------------------------------------------------------------------------------------
