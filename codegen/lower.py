@@ -40,7 +40,7 @@ from spec.model import (
 )
 from spec.model import lets as derived_dims
 from spec.model import outputs as model_outputs
-from spec.ops import ATOM, OPS, SETTINGS, Operand, Unchecked, Value, wrap
+from spec.ops import ACTIVATIONS, ATOM, OPS, SETTINGS, Operand, Unchecked, Value, wrap
 from spec.shape import Shape, format_expr
 
 LINE_LENGTH = 96      # 100 less the function body's indent
@@ -123,8 +123,8 @@ HELPER_ORDER = ("subtrace", "parallel", "project", "embed", "positional_encoding
 HELPER_NEEDS: dict[str, tuple[str, ...]] = {"query_blocks": ("parallel",)}
 # with a thread pool (Backend.thread_pool), these helpers run in chunks of rows on it
 THREAD_POOL_NEEDS: dict[str, tuple[str, ...]] = {
-    name: ("parallel",) for name in ("project", "softmax", "layer_norm", "rms_norm", "relu",
-                                     "gelu", "gelu_tanh", "silu")}
+    name: ("parallel",) for name in ("project", "softmax", "layer_norm", "rms_norm")
+    + ACTIVATIONS}
 
 
 @dataclass

@@ -200,6 +200,19 @@ def require_dtype(ctx: Context, value: Value, dtypes: tuple[str, ...], what: str
         raise ctx.error(f"{op} needs {what} of dtype {' or '.join(dtypes)}, got {value.dtype}")
 
 
+def normalised(ctx: Context, x: Value, params: dict[str, Value], op: str) -> Value:
+    """A normalisation over the last axis (LayerNorm, RMSNorm): the input's shape, with each
+    parameter (gain, bias) a vector of the input's last axis's width."""
+    shape = ctx.shape(x, 1, "input")
+    require_rank(ctx, shape, 1, "an input", op)
+    for name, param in params.items():
+        vector = ctx.shape(param, 1, name)
+        if vector.rank != 1:
+            raise ctx.error(f"{op} {name} must be a vector, got {vector.text()}")
+        ctx.equal(vector.dims[0], shape.dims[-1], f"{op} {name} width vs input's last axis")
+    return Value(shape, "float")
+
+
 def axis_index(ctx: Context, axis: int, rank: int, op: str) -> int:
     if not -rank <= axis < rank:
         raise ctx.error(f"{op}: axis {axis} does not exist in a tensor of rank {rank}")
@@ -534,15 +547,7 @@ class LayerNorm(Op):
 
     def infer(self, ctx, args, attrs):
         x, gamma, beta = args
-        shape = ctx.shape(x, 1, "input")
-        require_rank(ctx, shape, 1, "an input", "layer_norm")
-        width = shape.dims[-1]
-        for name, param in (("gain", gamma), ("bias", beta)):
-            p = ctx.shape(param, 1, name)
-            if p.rank != 1:
-                raise ctx.error(f"layer_norm {name} must be a vector, got {p.text()}")
-            ctx.equal(p.dims[0], width, f"layer_norm {name} width vs input's last axis")
-        return Value(shape, "float")
+        return normalised(ctx, x, {"gain": gamma, "bias": beta}, "layer_norm")
 
     def latex(self, args, attrs):
         return f"\\mathrm{{LayerNorm}}\\left({args[0]};\\, {args[1]}, {args[2]}\\right)"
@@ -566,13 +571,7 @@ class RMSNorm(Op):
 
     def infer(self, ctx, args, attrs):
         x, gamma = args
-        shape = ctx.shape(x, 1, "input")
-        require_rank(ctx, shape, 1, "an input", "rms_norm")
-        gain = ctx.shape(gamma, 1, "gain")
-        if gain.rank != 1:
-            raise ctx.error(f"rms_norm gain must be a vector, got {gain.text()}")
-        ctx.equal(gain.dims[0], shape.dims[-1], "rms_norm gain width vs input's last axis")
-        return Value(shape, "float")
+        return normalised(ctx, x, {"gain": gamma}, "rms_norm")
 
     def latex(self, args, attrs):
         return f"\\mathrm{{RMSNorm}}\\left({args[0]};\\, {args[1]}\\right)"

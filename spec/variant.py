@@ -128,10 +128,15 @@ def _choice_value(spec: Spec, name: str, value, where: str, file=None, line=None
 
 
 def _unknown(name: str, spec: Spec) -> str:
-    known = list(spec.dims) + list(spec.choices) + list(SETTINGS)
+    return _unknown_among(name, spec, "dim, choice or setting",
+                          list(spec.dims) + list(spec.choices) + list(SETTINGS))
+
+
+def _unknown_among(name: str, spec: Spec, what: str, known: list[str]) -> str:
+    """'unknown WHAT NAME in spec S', with the closest known name as a suggestion."""
     close = difflib.get_close_matches(name, known, n=1)
     suggestion = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown dim, choice or setting {name!r} in spec {spec.name}{suggestion}"
+    return f"unknown {what} {name!r} in spec {spec.name}{suggestion}"
 
 
 def _line_of(text: str, section: str | None, key: str) -> int | None:
@@ -261,6 +266,4 @@ def _published(table, text: str, file: str) -> Published | None:
 
 
 def unknown_dim(name: str, spec: Spec) -> str:
-    close = difflib.get_close_matches(name, list(spec.dims), n=1)
-    suggestion = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown dim {name!r} in spec {spec.name}{suggestion}"
+    return _unknown_among(name, spec, "dim", list(spec.dims))
