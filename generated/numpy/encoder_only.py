@@ -333,7 +333,7 @@ def layer_norm(
     """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance),
     into ``out`` when given (which may be x itself)."""
     centred = np.subtract(x, x.mean(axis=-1, keepdims=True), out=out)  # *batch d
-    variance = np.square(centred).mean(axis=-1, keepdims=True)  # *batch 1
+    variance = np.vecdot(centred, centred)[..., None] / x.shape[-1]  # *batch 1
     centred *= 1.0 / np.sqrt(variance + eps)  # *batch d, normalised in place
     centred *= gamma
     centred += beta
