@@ -144,7 +144,9 @@ class Attribute(Node):
 
 @dataclass(frozen=True)
 class Slice(Node):
+    """Rows ``start:stop`` of a table (``P[:n]``, ``P[a:b]``); ``start`` None when absent."""
     stop: Node
+    start: Node | None = None
 
 
 @dataclass(frozen=True)
@@ -270,10 +272,11 @@ class Parser:
             return Attribute(token.line, token.column, left, attr.text)
         if token.text == "[":
             if self.accept(":"):
-                stop = self.expression()
-                index: Node = Slice(token.line, token.column, stop)
+                index: Node = Slice(token.line, token.column, self.expression())
             else:
                 index = self.expression()
+                if self.accept(":"):
+                    index = Slice(token.line, token.column, self.expression(), index)
             self.expect("]")
             return Subscript(token.line, token.column, left, index)
         # a call: only a plain name can be called
@@ -343,9 +346,13 @@ def _text(node: Node, outer: int) -> str:
             _text(node.value, _POSTFIX_POWER)
         return f"{value}.{node.attr}"
     if isinstance(node, Subscript):
-        index = (":" + _text(node.index.stop, 0)) if isinstance(node.index, Slice) \
-            else _text(node.index, 0)
-        return f"{_text(node.value, _POSTFIX_POWER)}[{index}]"
+        index = node.index
+        if isinstance(index, Slice):
+            start = "" if index.start is None else _text(index.start, 0)
+            text = f"{start}:{_text(index.stop, 0)}"
+        else:
+            text = _text(index, 0)
+        return f"{_text(node.value, _POSTFIX_POWER)}[{text}]"
     raise TypeError(f"not an expression node: {node!r}")
 
 

@@ -638,10 +638,13 @@ class _Lowering:
         if isinstance(node, ex.Subscript):
             value = self.tensor_arg(node.value, "indexing")
             if isinstance(node.index, ex.Slice):
-                stop = self.lower(node.index.stop)
-                if not isinstance(stop, ScalarExpr):
-                    raise self.error("a slice [:n] takes a dim expression", node.index)
-                return OpNode("slice_rows", (value, stop), (), node.line, node.column)
+                # slice_rows(P, stop) for P[:n], slice_rows(P, stop, start) for P[a:b]
+                bounds = [node.index.stop] + ([] if node.index.start is None
+                                              else [node.index.start])
+                lowered = tuple(self.lower(bound) for bound in bounds)
+                if not all(isinstance(bound, ScalarExpr) for bound in lowered):
+                    raise self.error("a slice [:n] or [a:b] takes dim expressions", node.index)
+                return OpNode("slice_rows", (value,) + lowered, (), node.line, node.column)
             index = self.tensor_arg(node.index, "an index")
             return OpNode("gather", (value, index), (), node.line, node.column)
         raise self.error(f"unsupported expression {ex.to_text(node)!r}", node)
@@ -709,9 +712,8 @@ class _Lowering:
                 raise self.error("einsum needs at least one operand", node)
             return OpNode("einsum", lowered, tuple(sorted(attrs.items())), node.line,
                           node.column)
-        if len(args) != len(op.params):
-            raise self.error(f"{node.func}() takes {len(op.params)} argument"
-                             f"{'s' if len(op.params) != 1 else ''}, got {len(args)}", node)
+        if not len(op.params) - op.optional <= len(args) <= len(op.params):
+            raise self.error(f"{node.func}() takes {op.arity()}, got {len(args)}", node)
         lowered = []
         for kind, arg in zip(op.params, args):
             term = self.lower(arg)

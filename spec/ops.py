@@ -253,6 +253,11 @@ def numel(value: Value) -> sympy.Basic:
     return size if value.shape.family is None else size * value.shape.family
 
 
+def _shift(offset: str) -> str:
+    """An offset's LaTeX as a shift: ``+T_{\\mathrm{past}}``, ``-1``."""
+    return offset if offset.startswith("-") else f"+{offset}"
+
+
 # ---------------------------------------------------------------------------------------------
 # The catalogue
 
@@ -261,15 +266,25 @@ class Op:
     """One op: how it is written and its shape rule; subclasses fill in ``infer`` and ``latex``.
 
     ``params`` gives each positional argument's kind: 'tensor', 'dim' (a dim expression), or
-    'value' (either); ``attrs`` gives keyword attributes and their defaults.
+    'value' (either), the last ``optional`` of them may be left out (``rotary(X)`` beside
+    ``rotary(X, T_past)``); ``attrs`` gives keyword attributes and their defaults.
     """
     name: str
     summary: str
     params: tuple[str, ...] = ()
     attrs: dict = field(default_factory=dict)
+    optional: int = 0          # how many of the last params may be left out
     precedence: int = 100      # for LaTeX parentheses: 100 atoms/functions, 50 products, 40 sums
     group_right: bool = False  # a right operand of equal precedence is bracketed: a - (b - c)
     per_element: int = 0       # FLOPs per output element (0: data movement, no arithmetic)
+
+    def arity(self) -> str:
+        """How many positional arguments the op takes, in words ("1 or 2 arguments")."""
+        most = len(self.params)
+        least = most - self.optional
+        count = str(most) if least == most else \
+            f"{least} or {most}" if least + 1 == most else f"{least} to {most}"
+        return f"{count} argument{'' if most == 1 else 's'}"
 
     def fraction(self, attrs: dict) -> bool:
         """Whether the LaTeX form is a \\frac, whose parts need no brackets."""
@@ -583,19 +598,22 @@ class RMSNorm(Op):
 
 @dataclass(frozen=True)
 class Rotary(Op):
-    """rotary(X): each position p of X (..., T, d) turned by p times d/2 angles (RoPE).
+    """rotary(X) or rotary(X, offset): each position p of X (..., T, d) turned by p times d/2
+    angles (RoPE).
 
     The last axis is two halves: pair i is (x_i, x_{i + d/2}), turned by p * theta^(-2i/d),
-    theta a run-time setting (10000 in RoFormer and Llama 2). Positions count from 0 along
-    the second-to-last axis. Queries and keys turned so make every score depend on their
-    positions' difference alone.
+    theta a run-time setting (10000 in RoFormer and Llama 2). Positions count from ``offset``
+    (a dim expression, 0 when absent) along the second-to-last axis: a decoding step's T_new
+    rows after T_past cached ones are rotary(X_new, T_past), the last rows of rotary of the
+    whole sequence. Queries and keys turned so make every score depend on their positions'
+    difference alone.
     """
 
     def flops(self, args, out, attrs):
         return 3 * numel(out)           # x cos, the partner's x sin, and their sum
 
     def infer(self, ctx, args, attrs):
-        (x,) = args
+        x = args[0]                      # the offset, a scalar, changes no shape
         shape = ctx.shape(x, 2, "input")
         require_rank(ctx, shape, 2, "an input (positions, width)", "rotary")
         ctx.divides(sympy.Integer(2), shape.dims[-1],
@@ -603,10 +621,12 @@ class Rotary(Op):
         return Value(shape, "float")
 
     def latex(self, args, attrs):
-        return f"\\mathrm{{RoPE}}\\left({args[0]}\\right)"
+        offset = f"_{{{_shift(args[1])}}}" if len(args) > 1 else ""
+        return f"\\mathrm{{RoPE}}{offset}\\left({args[0]}\\right)"
 
     def code(self, ctx, args, attrs):
-        return f"{ctx.helper('rotary')}({args[0].code}, {ctx.runtime('theta')})", ATOM
+        offset = f", offset={ctx.dim(args[1].value.scalar)}" if len(args) > 1 else ""
+        return f"{ctx.helper('rotary')}({args[0].code}, {ctx.runtime('theta')}{offset})", ATOM
 
 
 @dataclass(frozen=True)
@@ -661,21 +681,38 @@ class Gather(Op):
 
 @dataclass(frozen=True)
 class SliceRows(Op):
-    """P[:n]: the first n rows of a table; n must not exceed its length."""
+    """P[:n]: the first n rows of a table; n must not exceed its length. P[a:b]: rows
+    a .. b - 1, (L, ...) -> (b - a, ...), with 0 <= a, a + 1 <= b (a row at least) and
+    b <= L.
+
+    Its arguments are the table, the stop, and the start where the slice has one
+    (slice_rows(P, b, a)): the start is the optional last argument, as an offset is.
+    """
 
     def infer(self, ctx, args, attrs):
-        table, n = args
+        table, stop, *start = args
         shape = ctx.shape(table, 2, "table")
         require_rank(ctx, shape, 1, "a table", "slice")
-        ctx.at_most(n.scalar, shape.dims[0], "rows taken vs table length")
-        return Value(Shape((n.scalar,) + shape.dims[1:], shape.family), table.dtype)
+        if not start:
+            ctx.at_most(stop.scalar, shape.dims[0], "rows taken vs table length")
+            return Value(Shape((stop.scalar,) + shape.dims[1:], shape.family), table.dtype)
+        first = start[0].scalar
+        ctx.at_most(sympy.Integer(0), first, "slice start (rows skipped)")
+        ctx.at_most(first + 1, stop.scalar, "slice start vs stop (a row at least)")
+        ctx.at_most(stop.scalar, shape.dims[0], "slice stop vs table length")
+        return Value(Shape((stop.scalar - first,) + shape.dims[1:], shape.family), table.dtype)
 
     def latex(self, args, attrs):
-        return f"{{{args[0]}}}_{{1:{args[1]}}}"
+        if len(args) < 3:
+            return f"{{{args[0]}}}_{{1:{args[1]}}}"
+        start = args[2]         # rows count from 1 here: rows a .. b - 1 are a + 1 .. b
+        first = str(int(start) + 1) if start.isdigit() else f"{start} + 1"
+        return f"{{{args[0]}}}_{{{first}:{args[1]}}}"
 
     def code(self, ctx, args, attrs):
-        table, n = args
-        rows = f":{ctx.dim(n.value.scalar)}"
+        table, stop, *start = args
+        first = ctx.dim(start[0].value.scalar) if start else ""
+        rows = f"{first}:{ctx.dim(stop.value.scalar)}"
         index = f":, {rows}" if table.value.shape.family is not None else rows
         return f"{wrap(table, ATOM)}[{index}]", ATOM
 
@@ -772,10 +809,18 @@ class Concat(Op):
 
 @dataclass(frozen=True)
 class CausalMask(Op):
-    """causal_mask(T_q, T_kv): M[i, j] = 1 where key j is not after query i, else 0."""
+    """causal_mask(T_q, T_kv): M[i, j] = 1 where key j is not after query i, else 0.
+
+    Bottom-right aligned: the T_q queries are the last T_q of the T_kv positions (a decoding
+    step's new rows after T_kv - T_q cached ones), so query i sits at position
+    i + (T_kv - T_q) and M[i, j] = 1 iff j <= i + (T_kv - T_q); T_q <= T_kv. With T_q = T_kv
+    it is the lower triangle.
+    """
 
     def infer(self, ctx, args, attrs):
         t_q, t_kv = args
+        ctx.at_most(t_q.scalar, t_kv.scalar,
+                    "causal mask: queries (the last positions of the keys) vs keys")
         return Value(Shape((t_q.scalar, t_kv.scalar)), "bool")
 
     def latex(self, args, attrs):
@@ -808,29 +853,37 @@ class PaddingMask(Op):
 
 @dataclass(frozen=True)
 class Sinusoidal(Op):
-    """sinusoidal_encoding(T, d): P[pos, 2i] = sin(pos / 10000^(2i/d)), P[pos, 2i+1] = cos(...)."""
+    """sinusoidal_encoding(T, d) or sinusoidal_encoding(T, d, offset): the rows of positions
+    pos = offset .. offset + T - 1 (offset a dim expression, 0 when absent) of the table
+    P[pos, 2i] = sin(pos / 10000^(2i/d)), P[pos, 2i+1] = cos(...)."""
 
     def infer(self, ctx, args, attrs):
-        length, width = args
+        length, width = args[:2]        # the offset, a scalar, changes no shape
         ctx.divides(sympy.Integer(2), width.scalar,
                     "sinusoidal encoding pairs sin and cos columns, so its width must be even")
         return Value(Shape((length.scalar, width.scalar)), "float")
 
     def latex(self, args, attrs):
-        return f"\\mathrm{{PE}}_{{{args[0]} \\times {args[1]}}}"
+        offset = f"^{{{_shift(args[2])}}}" if len(args) > 2 else ""
+        return f"\\mathrm{{PE}}_{{{args[0]} \\times {args[1]}}}{offset}"
 
     def code(self, ctx, args, attrs):
-        length, width = (ctx.dim(a.value.scalar) for a in args)
-        return f"{ctx.helper('positional_encoding')}({length}, {width}, {ctx.dtype()})", ATOM
+        length, width, *offset = (ctx.dim(a.value.scalar) for a in args)
+        shift = f", offset={offset[0]}" if offset else ""
+        return (f"{ctx.helper('positional_encoding')}({length}, {width}, {ctx.dtype()}{shift})",
+                ATOM)
 
 
 @dataclass(frozen=True)
 class RelativeBias(Op):
-    """relative_position_bias(R, T_q, T_kv): R[(j - i) + c] for query i and key j.
+    """relative_position_bias(R, T_q, T_kv): R[(j - i - (T_kv - T_q)) + c] for query i and
+    key j.
 
     R holds one learned value per relative offset, centred: entry c = (len(R) - 1) / 2 is
-    offset 0, so the same entry means the same offset at every length. Offsets run from
-    -(T_q - 1) to T_kv - 1, so 2*T_q - 1 and 2*T_kv - 1 must not exceed len(R).
+    offset 0, so the same entry means the same offset at every length. Bottom-right aligned,
+    as causal_mask: the T_q queries are the last T_q of the T_kv positions, query i at
+    position i + (T_kv - T_q), so with T_q = T_kv the offset is j - i. Offsets run from
+    -(T_kv - 1) to T_q - 1; with T_q <= T_kv, 2*T_kv - 1 <= len(R) covers them all.
     """
 
     def infer(self, ctx, args, attrs):
@@ -839,12 +892,17 @@ class RelativeBias(Op):
         if shape.rank != 1:
             raise ctx.error(f"relative_position_bias needs a vector of offsets, got "
                             f"{shape.text()}")
-        for length in dict.fromkeys((t_q.scalar, t_kv.scalar)):
-            ctx.at_most(2 * length - 1, shape.dims[0], "relative offsets needed vs table length")
+        ctx.at_most(t_q.scalar, t_kv.scalar,
+                    "relative position bias: queries (the last positions of the keys) vs keys")
+        ctx.at_most(2 * t_kv.scalar - 1, shape.dims[0],
+                    "relative offsets needed vs table length")
         return Value(Shape((t_q.scalar, t_kv.scalar), shape.family), "float")
 
     def latex(self, args, attrs):
-        return f"{{{args[0]}}}_{{j - i}}"
+        table, t_q, t_kv = args
+        if t_q == t_kv:
+            return f"{{{table}}}_{{j - i}}"
+        return f"{{{table}}}_{{j - i - \\left({t_kv} - {t_q}\\right)}}"
 
     def code(self, ctx, args, attrs):
         table, t_q, t_kv = args
@@ -956,12 +1014,14 @@ OPS: dict[str, Op] = _ops(
     RMSNorm("rms_norm", "divide the last axis by its root mean square, then scale",
             ("tensor", "tensor")),
     Rotary("rotary", "turn each position's feature pairs by angles proportional to the "
-           "position (RoPE)", ("tensor",)),
+           "position (RoPE), positions counted from an optional offset", ("tensor", "dim"),
+           optional=1),
     RepeatHeads("repeat_heads", "share each of G key-value heads among H / G query heads",
                 ("tensor", "dim")),
     Gather("gather", "embedding lookup: rows of a table by integer ids", ("tensor", "tensor"),
            precedence=90),
-    SliceRows("slice_rows", "the first n rows of a table", ("tensor", "dim"), precedence=90),
+    SliceRows("slice_rows", "rows of a table: the first n (P[:n]), or a to b - 1 (P[a:b])",
+              ("tensor", "dim", "dim"), optional=1, precedence=90),
     FirstPosition("first_position", "the first position of each sequence: (..., T, d) -> "
                   "(..., d)", ("tensor",), precedence=90),
     SplitHeads("split_heads", "reshape the last axis into H heads (reshape + transpose)",
@@ -969,13 +1029,15 @@ OPS: dict[str, Op] = _ops(
     ConcatHeads("concat_heads", "concatenate a family's members along the last axis",
                 ("tensor",)),
     Concat("concat", "join two tensors along an axis", ("tensor", "tensor"), {"axis": -1}),
-    CausalMask("causal_mask", "lower-triangular 0/1 mask: no attending to later keys",
-               ("dim", "dim")),
+    CausalMask("causal_mask", "0/1 mask, no attending to later keys: the queries are the "
+               "last positions of the keys (bottom-right aligned)", ("dim", "dim")),
     PaddingMask("padding_mask", "0/1 key mask broadcast over queries", ("tensor", "dim")),
     # the angle (a division) and its sine or cosine
-    Sinusoidal("sinusoidal_encoding", "the fixed sine/cosine position table", ("dim", "dim"),
+    Sinusoidal("sinusoidal_encoding", "the fixed sine/cosine position table, positions "
+               "counted from an optional offset", ("dim", "dim", "dim"), optional=1,
                per_element=2),
-    RelativeBias("relative_position_bias", "a learned bias per relative offset j - i",
+    RelativeBias("relative_position_bias", "a learned bias per relative offset of key and "
+                 "query positions, queries the last of the keys (bottom-right aligned)",
                  ("tensor", "dim", "dim")),
 )
 

@@ -298,6 +298,15 @@ def test_op_applied_to_the_wrong_rank_or_axis(body, expected):
     ('Y "B T d" = relu(d)\n', "t.tspec:5:18: relu(): 'd' must be a tensor"),
     ('Y "B T d" = softmax(X, axis=d)\n', ("t.tspec:5:29: softmax(axis=...) takes an integer "
      "literal")),
+    # an offset is an optional last argument, and a dim expression
+    ('Y "B T d" = rotary(X, T, T)\n', "t.tspec:5:13: rotary() takes 1 or 2 arguments, got 3"),
+    ('Y "B T d" = rotary(X, X)\n', "t.tspec:5:23: rotary(): 'X' must be a dim expression"),
+    ('Y "T d" = sinusoidal_encoding(T)\n', ("t.tspec:5:11: sinusoidal_encoding() takes 2 or 3 "
+     "arguments, got 1")),
+    ('Y "T d" = sinusoidal_encoding(T, d, X)\n', ("t.tspec:5:37: sinusoidal_encoding(): 'X' "
+     "must be a dim expression")),
+    ('Y "B T d" = X[X:T]\n', "t.tspec:5:14: a slice [:n] or [a:b] takes dim expressions"),
+    ('Y "B T d" = X[:X]\n', "t.tspec:5:14: a slice [:n] or [a:b] takes dim expressions"),
 ])
 def test_wrong_arity_or_argument_kind(body, expected):
     with raises(SpecError, expected):

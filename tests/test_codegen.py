@@ -314,8 +314,114 @@ def test_exact_and_tanh_gelu_against_the_normal_cdf():
 def test_relative_position_bias_indexes_the_centred_table():
     module = generated(positional="relative")
     R = np.arange(2 * 4 - 1, dtype=np.float64)[None]          # offsets -3..3 at 0..6
-    P = module.relative_position_bias(R, 3, 4)
-    assert P.tolist() == [[[3, 4, 5, 6], [2, 3, 4, 5], [1, 2, 3, 4]]]
+    assert module.relative_position_bias(R, 4, 4).tolist() == [
+        [[3, 4, 5, 6], [2, 3, 4, 5], [1, 2, 3, 4], [0, 1, 2, 3]]]
+    # bottom-right aligned: the 3 queries are positions 1..3 of the 4 keys
+    assert module.relative_position_bias(R, 3, 4).tolist() == [
+        [[2, 3, 4, 5], [1, 2, 3, 4], [0, 1, 2, 3]]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Positions after T_past decoded ones (a decoding step): the helpers against formulas written
+# here, in float64, and each against the last rows of its whole-sequence form
+
+STEPS = [(0, 1), (0, 5), (1, 1), (3, 1), (4, 3), (7, 2)]      # (T_past, T_new)
+
+
+def rotary_formula(X, offset, theta=10000.0):
+    """RoPE by its definition: position p = offset + row turns (x_i, x_{i + d/2}) by
+    p * theta^(-2i/d)."""
+    T, d = X.shape[-2:]
+    out = np.empty_like(X)
+    for row in range(T):
+        for i in range(d // 2):
+            angle = (offset + row) * theta ** (-2 * i / d)
+            c, s = math.cos(angle), math.sin(angle)
+            x, y = X[..., row, i], X[..., row, i + d // 2]
+            out[..., row, i] = x * c - y * s
+            out[..., row, i + d // 2] = y * c + x * s
+    return out
+
+
+@pytest.mark.parametrize("T_past, T_new", STEPS)
+def test_rotary_with_an_offset_is_the_last_rows_of_the_whole_sequence(T_past, T_new):
+    rotary = generated(positional="rotary").rotary
+    X_full = np.random.default_rng(T_past).standard_normal((2, 3, T_past + T_new, 6))
+    X_new = X_full[..., T_past:, :]
+    turned = rotary(X_new, 10000.0, offset=T_past)
+    np.testing.assert_allclose(turned, rotary(X_full, 10000.0)[..., T_past:, :], rtol=0,
+                               atol=1e-14)
+    np.testing.assert_allclose(turned, rotary_formula(X_new, T_past), rtol=0, atol=1e-14)
+    np.testing.assert_array_equal(rotary(X_new, 500.0), rotary(X_new, 500.0, offset=0))
+
+
+@pytest.mark.parametrize("T_past, T_new", STEPS)
+def test_sinusoidal_encoding_with_an_offset_is_the_last_rows_of_the_longer_table(T_past, T_new):
+    table = generated().positional_encoding
+    P = table(T_new, 6, np.float64, offset=T_past)
+    expected = np.array([[math.sin(pos / 10000 ** (2 * (k // 2) / 6)) if k % 2 == 0 else
+                          math.cos(pos / 10000 ** (2 * (k // 2) / 6)) for k in range(6)]
+                         for pos in range(T_past, T_past + T_new)])
+    np.testing.assert_allclose(P, expected, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(P, table(T_past + T_new, 6, np.float64)[T_past:])
+
+
+@pytest.mark.parametrize("T_past, T_new", STEPS)
+def test_causal_mask_is_the_last_rows_of_the_square_mask(T_past, T_new):
+    causal_mask = generated().causal_mask
+    T_kv = T_past + T_new
+    M = causal_mask(T_new, T_kv)
+    expected = np.array([[j <= i + (T_kv - T_new) for j in range(T_kv)] for i in range(T_new)])
+    np.testing.assert_array_equal(M, expected.reshape(T_new, T_kv))
+    np.testing.assert_array_equal(M, causal_mask(T_kv, T_kv)[T_kv - T_new:])
+    assert M.dtype == bool and M[-1].all()          # the newest position sees every key
+
+
+@pytest.mark.parametrize("T_past, T_new", STEPS)
+def test_relative_position_bias_is_the_last_rows_of_the_square_bias(T_past, T_new):
+    bias = generated(positional="relative").relative_position_bias
+    T_kv = T_past + T_new
+    R = np.random.default_rng(T_kv).standard_normal((2, 2 * T_kv + 1))    # longer than needed
+    centre = (R.shape[-1] - 1) // 2
+    P = bias(R, T_new, T_kv)
+    expected = np.array([[R[:, (j - i - (T_kv - T_new)) + centre] for j in range(T_kv)]
+                         for i in range(T_new)]).transpose(2, 0, 1)
+    np.testing.assert_array_equal(P, expected.reshape(2, T_new, T_kv))
+    np.testing.assert_array_equal(P, bias(R, T_kv, T_kv)[:, T_kv - T_new:])
+
+
+def test_a_decoding_step_spec_generates_offsets_and_row_ranges():
+    text = ('dim B "batch"\ndim T_past "positions decoded"\ndim T "new positions"\n'
+            'dim d "width"\ndim max_len "positions the table covers"\ndim H "heads"\n'
+            'require T_past + T <= max_len\nrequire d % 2 == 0\n'
+            'input X "B T d"\nparam P_table "max_len d"\nparam P_h[H] "max_len d"\n'
+            'P "T d" = P_table[T_past:T_past + T]\n'
+            'P_new_h[H] "T d" = P_h[T_past:T_past + T]\n'
+            'Q "B T d" = rotary(X + P, T_past)\n'
+            'S "T d" = sinusoidal_encoding(T, d, T_past)\n'
+            'M "T T_past+T" bool = causal_mask(T, T_past + T)\n'
+            'output Q, S, M, P_new_h\n')
+    code = source(parse(text, file="step.tspec"), {})
+    for line in ('    P = params["P_table"][T_past:T + T_past]  # T d\n',
+                 '    P_new_h = params["P_h"][:, T_past:T + T_past]  # [H] T d\n',
+                 '    Q = rotary(X + P, theta, offset=T_past)  # B T d\n',
+                 '    S = positional_encoding(T, d, X.dtype, offset=T_past)  # T d\n',
+                 '    M = causal_mask(T, T + T_past)  # T T+T_past\n'):
+        assert line in code, line
+    module = load_source(code)
+    rng = np.random.default_rng(0)
+    B, T_past, T, d, max_len, H = 2, 3, 2, 4, 6, 3
+    X = rng.standard_normal((B, T, d))
+    table, tables = rng.standard_normal((max_len, d)), rng.standard_normal((H, max_len, d))
+    trace = {}
+    Q, S, M, P_new = module.step(X, {"P_table": table, "P_h": tables}, T_past=T_past,
+                                 trace=trace)
+    np.testing.assert_array_equal(trace["P"], table[T_past:T_past + T])
+    np.testing.assert_array_equal(P_new, tables[:, T_past:T_past + T])
+    np.testing.assert_allclose(Q, rotary_formula(X + table[T_past:T_past + T], T_past),
+                               rtol=0, atol=1e-14)
+    np.testing.assert_array_equal(S, module.positional_encoding(T_past + T, d, X.dtype)[T_past:])
+    np.testing.assert_array_equal(M, np.tri(T_past + T, dtype=bool)[T_past:])
 
 
 # ---------------------------------------------------------------------------------------------

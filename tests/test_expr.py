@@ -62,6 +62,10 @@ def test_newline_inside_brackets_does_not_end_the_line():
     ("(Q_h @ K_h).T", "(Q_h @ K_h).T"),
     ("softmax(S_h,axis=-1)", "softmax(S_h, axis=-1)"),
     ("E[t]+P[:T]", "E[t] + P[:T]"),
+    ("P_table[ T_past : T_past+T ]", "P_table[T_past:T_past + T]"),
+    ("P[a:b]", "P[a:b]"),
+    ("P[(a+1):-b]", "P[a + 1:-b]"),
+    ("P[2:n]+P[:n]", "P[2:n] + P[:n]"),
     ("d_model % H == 0", "d_model % H == 0"),
     ("(a < b) + c", "(a < b) + c"),
     ('einsum("ij,jk->ik",A,B)', 'einsum("ij,jk->ik", A, B)'),
@@ -91,10 +95,25 @@ def _shape_of(node):
     if isinstance(node, ex.Attribute):
         return ("attr", _shape_of(node.value), node.attr)
     if isinstance(node, ex.Subscript):
-        index = ("slice", _shape_of(node.index.stop)) if isinstance(node.index, ex.Slice) \
+        index = ("slice", None if node.index.start is None else _shape_of(node.index.start),
+                 _shape_of(node.index.stop)) if isinstance(node.index, ex.Slice) \
             else _shape_of(node.index)
         return ("sub", _shape_of(node.value), index)
     raise TypeError(node)
+
+
+def test_row_slices_with_and_without_a_start():
+    # P[:n] has no start (None), as before starts existed; P[a:b] holds both bounds
+    whole = parse("P[:n]")
+    assert whole == ex.Subscript(1, 2, ex.Name(1, 1, "P"),
+                                 ex.Slice(1, 2, ex.Name(1, 4, "n")))
+    assert whole.index.start is None and ex.to_text(whole) == "P[:n]"
+    ranged = parse("P[a:b]")
+    assert ranged == ex.Subscript(1, 2, ex.Name(1, 1, "P"),
+                                  ex.Slice(1, 2, ex.Name(1, 5, "b"), ex.Name(1, 3, "a")))
+    assert ex.to_text(ranged) == "P[a:b]"
+    for text in ("P[:n]", "P[a:b]", "P_table[T_past:T_past + T]"):
+        assert ex.to_text(parse(ex.to_text(parse(text)))) == text
 
 
 def test_multiplication_binds_tighter_than_addition():
@@ -147,7 +166,9 @@ def test_attention_scores_tree():
     ("a.T(b)", "only a function name can be called", 1, 4),
     ("f(a=1, a=2)", "keyword argument 'a' given twice", 1, 10),
     ("f(a=1, b)", "positional argument after a keyword argument", 1, 8),
-    ("x[1:2]", "expected ']', found ':'", 1, 4),
+    ("x[1:2:3]", "expected ']', found ':'", 1, 6),
+    ("x[1:]", "expected an expression, found ']'", 1, 5),
+    ("x[::2]", "expected an expression, found ':'", 1, 4),
     ("f(,)", "expected an expression, found ','", 1, 3),
 ])
 def test_syntax_errors(text, message, line, column):

@@ -162,6 +162,89 @@ def test_out_of_range_is_proved_away_by_a_constraint():
                        'S "T T" = relative_position_bias(R, T, T)\n') == []
 
 
+# a decoding step: T new positions after T_past decoded ones, within a table of max_len
+STEP = ('dim B "batch"\ndim T_past "positions decoded"\ndim T "new positions"\n'
+        'dim d "width"\ndim max_len "positions the table covers"\n'
+        'require T_past + T <= max_len\nrequire d % 2 == 0\n'
+        'input X "B T d"\nparam P_table "max_len d"\nparam R "2*max_len-1"\n')
+
+
+def test_a_decoding_step_with_offsets_and_row_ranges_proves_clean():
+    assert findings_of(STEP + 'P "T d" = P_table[T_past:T_past + T]\n'
+                       'Q "B T d" = rotary(X + P, T_past)\n'
+                       'S "T d" = sinusoidal_encoding(T, d, T_past)\n'
+                       'M "T T_past+T" bool = causal_mask(T, T_past + T)\n'
+                       'L "T T_past+T" = relative_position_bias(R, T, T_past + T)\n'
+                       'F "T d" = P_table[:T]\n'
+                       'output Q, S, M, L, F\n') == []
+    # the same with block-local dims, bound at the call: queries the last of the keys
+    assert findings_of('dim B "b"\ndim T "t"\ndim U "u"\nrequire T <= U\n'
+                       'block attend(X "B T_q", Y "B T_kv") -> M:\n'
+                       '    dim T_q "q"\n    dim T_kv "k"\n'
+                       '    M "T_q T_kv" bool = causal_mask(T_q, T_kv)\n'
+                       'input X "B T"\ninput Y "B U"\nZ "T U" bool = attend(X, Y)\n'
+                       'output Z\n') == []
+
+
+def test_out_of_range_slice_past_the_table():
+    finding = only(STEP + 'Y "max_len+1 d" = P_table[:max_len+1]\n')
+    expect(finding, kind="out-of-range", message="rows taken vs table length: max_len+1 must "
+           "not exceed max_len", line=11, equation="Y = P_table[:max_len + 1]", tensor="Y",
+           hint="add the constraint `require max_len+1 <= max_len`")
+
+
+def test_out_of_range_slice_of_no_rows():
+    finding = only(STEP + 'Y "0 d" = P_table[T_past:T_past]\n')
+    expect(finding, kind="out-of-range", message="slice start vs stop (a row at least): "
+           "T_past+1 must not exceed T_past", line=11, equation="Y = P_table[T_past:T_past]",
+           tensor="Y", hint="add the constraint `require T_past+1 <= T_past`")
+
+
+def test_out_of_range_slice_from_before_the_first_row():
+    finding = only(STEP + 'Y "3 d" = P_table[T - 3:T]\n')
+    expect(finding, kind="out-of-range", message="slice start (rows skipped): 0 must not "
+           "exceed T-3", line=11, equation="Y = P_table[T - 3:T]", tensor="Y",
+           counterexample={"T_past": 1, "T": 1, "max_len": 2},
+           hint="add the constraint `require 0 <= T-3`")
+
+
+def test_out_of_range_slice_stop_past_the_table():
+    finding = only(STEP + 'Y "T d" = P_table[T_past + 1:T_past + T + 1]\n')
+    expect(finding, kind="out-of-range", message="slice stop vs table length: T+T_past+1 must "
+           "not exceed max_len", line=11, equation="Y = P_table[T_past + 1:T_past + T + 1]",
+           tensor="Y", counterexample={"T_past": 1, "T": 1, "max_len": 2},
+           hint="add the constraint `require T+T_past+1 <= max_len`")
+
+
+def test_out_of_range_causal_mask_with_more_queries_than_keys():
+    finding = only(HEADER + 'dim T_q "q"\ndim T_kv "k"\n'
+                   'M "T_kv T_q" bool = causal_mask(T_kv, T_q)\n')
+    expect(finding, kind="out-of-range", message="causal mask: queries (the last positions of "
+           "the keys) vs keys: T_kv must not exceed T_q", line=6,
+           equation="M = causal_mask(T_kv, T_q)", tensor="M",
+           counterexample={"T_q": 1, "T_kv": 2}, hint="add the constraint `require T_kv <= T_q`")
+
+
+def test_out_of_range_relative_position_bias_with_more_queries_than_keys():
+    finding = only(HEADER + 'dim T_q "q"\ndim T_kv "k"\nrequire T_q <= T_kv\n'
+                   'param R "2*T_q-1"\nL "T_kv T_q" = relative_position_bias(R, T_kv, T_q)\n')
+    expect(finding, kind="out-of-range", message="relative position bias: queries (the last "
+           "positions of the keys) vs keys: T_kv must not exceed T_q", line=8,
+           equation="L = relative_position_bias(R, T_kv, T_q)", tensor="L",
+           counterexample={"T_q": 1, "T_kv": 2}, hint="add the constraint `require T_kv <= T_q`")
+
+
+def test_out_of_range_relative_position_bias_offsets_need_the_keys_length():
+    # queries the last of the keys: offsets from -(T_kv - 1) to T_q - 1, so 2*T_kv - 1 entries
+    finding = only(HEADER + 'dim T_q "q"\ndim T_kv "k"\nrequire T_q <= T_kv\n'
+                   'param R "2*T_q-1"\nL "T_q T_kv" = relative_position_bias(R, T_q, T_kv)\n')
+    expect(finding, kind="out-of-range", message="relative offsets needed vs table length: "
+           "2*T_kv-1 must not exceed 2*T_q-1", line=8,
+           equation="L = relative_position_bias(R, T_q, T_kv)", tensor="L",
+           counterexample={"T_q": 1, "T_kv": 2},
+           hint="add the constraint `require 2*T_kv-1 <= 2*T_q-1`")
+
+
 def test_unproved():
     # T <= T**2 holds for every positive T, but it is neither linear nor in canonical form:
     # no proof, and (rightly) no counterexample

@@ -50,3 +50,28 @@ def test_parentheses_only_where_needed():
                         'Z "B d" = (X - (Y - X)) * 2 + -X\noutput Z\n', file="t.tspec")
     assert equations(parsed)["Z"].text == "(X - (Y - X)) * 2 + -X"
     assert equations(parsed)["Z"].latex == "Z = 2 \\left(X - \\left(Y - X\\right)\\right) + -X"
+
+
+def test_offsets_row_ranges_and_bottom_right_alignment():
+    parsed = spec.parse('dim B "b"\ndim T_past "p"\ndim T "t"\ndim d "d"\ndim L "l"\n'
+                        'input X "B T d"\nparam P_table "L d"\nparam R "2*L-1"\n'
+                        'Q "B T d" = rotary(X, T_past)\n'
+                        'S "T d" = sinusoidal_encoding(T, d, T_past)\n'
+                        'P "T d" = P_table[T_past:T_past + T]\n'
+                        'F "T d" = P_table[2:T + 2]\n'
+                        'Z "T d" = P_table[0:T]\n'
+                        'M "T T_past+T" bool = causal_mask(T, T_past + T)\n'
+                        'O "T T_past+T" = relative_position_bias(R, T, T_past + T)\n'
+                        'output Q, S, P, F, Z, M, O\n', file="t.tspec")
+    found = {name: equation.latex for name, equation in equations(parsed).items()}
+    past = "T_{\\mathrm{past}}"
+    assert found == {
+        "Q": f"Q = \\mathrm{{RoPE}}_{{+{past}}}\\left(X\\right)",
+        "S": f"S = \\mathrm{{PE}}_{{T \\times d}}^{{+{past}}}",
+        # rows count from 1 in the LaTeX: rows a .. b - 1 are a + 1 .. b
+        "P": (f"P = {{P_{{\\mathrm{{table}}}}}}_{{{past} + 1:\\left(T + {past}\\right)}}"),
+        "F": "F = {P_{\\mathrm{table}}}_{3:\\left(T + 2\\right)}",
+        "Z": "Z = {P_{\\mathrm{table}}}_{1:T}",
+        "M": f"M = M^{{\\mathrm{{causal}}}}_{{T \\times T + {past}}}",
+        "O": f"O = {{R}}_{{j - i - \\left(T + {past} - T\\right)}}",
+    }

@@ -96,12 +96,15 @@ def embed(
 
 
 @typechecked
-def positional_encoding(T: int, d_model: int, dtype) -> Float[cp.ndarray, "T d_model"]:
-    """The sinusoidal table: P[pos, 2i] = sin(pos / 10000^(2i/d_model)), P[pos, 2i+1] = cos(...).
+def positional_encoding(
+    T: int, d_model: int, dtype, offset: int = 0
+) -> Float[cp.ndarray, "T d_model"]:
+    """The sinusoidal table's rows pos = offset .. offset + T - 1:
+    P[pos, 2i] = sin(pos / 10000^(2i/d_model)), P[pos, 2i+1] = cos(...).
 
     Computed in float64, then stored in the model's dtype.
     """
-    position = cp.arange(T, dtype=cp.float64)[:, None]  # T 1
+    position = cp.arange(offset, offset + T, dtype=cp.float64)[:, None]  # T 1
     two_i = cp.arange(0, d_model, 2, dtype=cp.float64)  # d_model/2
     angle = position / 10000.0 ** (two_i / d_model)  # T d_model/2
     P = cp.empty((T, d_model), dtype=dtype)  # T d_model

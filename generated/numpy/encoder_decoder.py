@@ -209,12 +209,15 @@ def embed(
 
 
 @typechecked
-def positional_encoding(T: int, d_model: int, dtype) -> Float[np.ndarray, "T d_model"]:
-    """The sinusoidal table: P[pos, 2i] = sin(pos / 10000^(2i/d_model)), P[pos, 2i+1] = cos(...).
+def positional_encoding(
+    T: int, d_model: int, dtype, offset: int = 0
+) -> Float[np.ndarray, "T d_model"]:
+    """The sinusoidal table's rows pos = offset .. offset + T - 1:
+    P[pos, 2i] = sin(pos / 10000^(2i/d_model)), P[pos, 2i+1] = cos(...).
 
     Computed in float64, then stored in the model's dtype.
     """
-    position = np.arange(T, dtype=np.float64)[:, None]  # T 1
+    position = np.arange(offset, offset + T, dtype=np.float64)[:, None]  # T 1
     two_i = np.arange(0, d_model, 2, dtype=np.float64)  # d_model/2
     angle = position / 10000.0 ** (two_i / d_model)  # T d_model/2
     P = np.empty((T, d_model), dtype=dtype)  # T d_model
@@ -235,8 +238,12 @@ def log_mask(M: Bool[np.ndarray, " *shape"], dtype) -> Float[np.ndarray, " *shap
 
 @typechecked
 def causal_mask(T_q: int, T_kv: int) -> Bool[np.ndarray, "T_q T_kv"]:
-    """M[i, j] = True where key j is not after query i: no attending to later positions."""
-    return np.tri(T_q, T_kv, dtype=bool)  # T_q T_kv
+    """M[i, j] = True where key j is not after query i: no attending to later positions.
+
+    Bottom-right aligned: the T_q queries are the last T_q of the T_kv positions, query i at
+    position i + (T_kv - T_q), so M[i, j] = True iff j <= i + (T_kv - T_q) (T_q <= T_kv).
+    """
+    return np.tri(T_q, T_kv, k=T_kv - T_q, dtype=bool)  # T_q T_kv
 
 
 @typechecked

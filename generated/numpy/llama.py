@@ -220,8 +220,12 @@ def log_mask(M: Bool[np.ndarray, " *shape"], dtype) -> Float[np.ndarray, " *shap
 
 @typechecked
 def causal_mask(T_q: int, T_kv: int) -> Bool[np.ndarray, "T_q T_kv"]:
-    """M[i, j] = True where key j is not after query i: no attending to later positions."""
-    return np.tri(T_q, T_kv, dtype=bool)  # T_q T_kv
+    """M[i, j] = True where key j is not after query i: no attending to later positions.
+
+    Bottom-right aligned: the T_q queries are the last T_q of the T_kv positions, query i at
+    position i + (T_kv - T_q), so M[i, j] = True iff j <= i + (T_kv - T_q) (T_q <= T_kv).
+    """
+    return np.tri(T_q, T_kv, k=T_kv - T_q, dtype=bool)  # T_q T_kv
 
 
 @typechecked
@@ -243,14 +247,19 @@ def split_heads(X: Float[np.ndarray, "*batch width"], H: int) -> Float[np.ndarra
 
 
 @typechecked
-def rotary(x: Float[np.ndarray, "*batch T d"], theta: float) -> Float[np.ndarray, "*batch T d"]:
-    """RoPE: position p (counted from 0 along the second-to-last axis) turns the feature pair
-    (x_i, x_{i + d/2}) by the angle p * theta^(-2i/d), for i < d/2.
+def rotary(
+    x: Float[np.ndarray, "*batch T d"],
+    theta: float,
+    offset: int = 0,
+) -> Float[np.ndarray, "*batch T d"]:
+    """RoPE: position p turns the feature pair (x_i, x_{i + d/2}) by the angle
+    p * theta^(-2i/d), for i < d/2. Positions count from ``offset`` along the second-to-last
+    axis: p = offset .. offset + T - 1 (a decoding step's rows after ``offset`` cached ones).
 
     The angles, their cosines and sines are computed in float64, then stored in x's dtype.
     """
     T, d = x.shape[-2:]
-    position = np.arange(T, dtype=np.float64)[:, None]  # T 1
+    position = np.arange(offset, offset + T, dtype=np.float64)[:, None]  # T 1
     frequency = theta ** -(np.arange(0, d, 2, dtype=np.float64) / d)  # d/2
     angle = position * frequency  # T d/2
     cos, sin = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)  # T d/2
