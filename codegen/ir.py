@@ -63,12 +63,15 @@ class Function:
     equations: tuple[EquationDoc, ...]
     arguments: tuple[Argument, ...]
     params_class: str | None
+    cache: bool                # takes its instance's key-value cache (a dict of states)
     keywords: tuple[Keyword, ...]
     returns: str               # the return annotation
     prologue: tuple[str, ...]  # dims read from array shapes
     steps: tuple[Step, ...]
     traced: tuple[str, ...]    # names recorded in the trace
     result: str                # the return expression
+    traces: bool = True        # takes a trace argument
+    notes: tuple[str, ...] = ()  # paragraphs of the docstring after the equations
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ Layout: a family of H tensors (``[H] B T d_k``) is one array with the family axi
 and is shared by every member.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import sympy
@@ -24,6 +25,7 @@ from spec.attention import AttentionCore, attention_core
 from spec.check import check, topological
 from spec.errors import CodegenError
 from spec.files import shown, where
+from spec.latex import name_latex
 from spec.model import (
     Block,
     BlockCall,
@@ -33,6 +35,8 @@ from spec.model import (
     Spec,
     TensorDecl,
     TensorRef,
+    Update,
+    bodies_consulting,
     choices_in_force,
     declarations,
     local_binding,
@@ -47,22 +51,144 @@ LINE_LENGTH = 96      # 100 less the function body's indent
 DTYPE_CLASS = {"float": "Float", "int": "Int", "bool": "Bool"}
 
 
+# The choice that turns a model into one step of incremental decoding: under its option "step"
+# the decoder's self-attention keeps its keys and values as states (a key-value cache).
+DECODING = "decoding"
+
+
 def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
-    """The IR of ``spec`` under ``choices`` (the rest at their defaults) for ``backend``."""
+    """The IR of ``spec`` under ``choices`` (the rest at their defaults) for ``backend``.
+
+    A model that can decode incrementally (the spec has the choice ``decoding = full |
+    step``, and under ``step`` the model keeps states) also gets ``decode_step``, the model
+    under ``decoding=step`` (its functions that differ named ``..._step``), and ``prefill``:
+    the full forward, whose keys and values start the cache."""
     chosen = spec.choice_values(choices)
+    _require_proved(spec, chosen)
+    module = _Lowerer(spec, chosen, backend).module()
+    if chosen.get(DECODING) != "full" or "step" not in spec.choices[DECODING].options:
+        return module
+    step = chosen | {DECODING: "step"}
+    renamed = {name: "decode_step" if name is None else f"{name}_step"
+               for name in bodies_consulting(spec, step, DECODING)}
+    clash = sorted(set(renamed.values()) & (set(spec.blocks) | {spec.name}))
+    if clash:
+        raise CodegenError(f"block {clash[0]} has the name code generation gives a decoding "
+                           "step's function; rename it", file=spec.file)
+    stepping = _Lowerer(spec, step, backend, renamed).module()
+    if not any(function.cache for function in stepping.functions):
+        return module                       # nothing to keep between steps: no decoder
+    _require_proved(spec, step)
+    return _with_decoding(module, stepping, _cache_starts(spec, step))
+
+
+def _require_proved(spec: Spec, chosen: dict[str, str]) -> None:
     result = check(spec, chosen)
     if result.findings:
         raise CodegenError(f"spec {spec.name} is not proved under {_describe(chosen)}: "
                            f"{len(result.findings)} finding(s); run `tspec check`",
                            file=spec.file)
-    return _Lowerer(spec, chosen, backend).module()
+
+
+def _cache_starts(spec: Spec, choices: dict[str, str]) -> dict:
+    """Where each state of the model under ``choices`` starts: nested like the trace (by
+    instance name; a one-item list for every layer of a stack), a state's name mapping to the
+    full model's tensor that prefill keeps for it (its ``from``)."""
+
+    def body(block: Block | None) -> dict:
+        starts: dict = {}
+        for s in select(block.body if block else spec.body, choices):
+            if isinstance(s, TensorDecl) and s.role == "state":
+                starts[s.name] = s.start
+            elif isinstance(s, BlockCall):
+                inner = body(spec.blocks[s.block])
+                if inner:
+                    starts[s.instance] = [inner] if s.repeat is not None else inner
+        return starts
+
+    return body(None)
+
+
+def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Module:
+    """The full model's module with the decoding step's functions (those it lacks) and
+    ``prefill``, which runs the full forward and keeps what the step's states start from;
+    inputs of the step the full forward computes (the encoder output) are kept too."""
+    entry = next(f for f in full.functions if f.name == full.entry)
+    step = next(f for f in stepping.functions if f.name == stepping.entry)
+    known = {f.name: f for f in full.functions}
+    functions = list(full.functions)
+    for function in stepping.functions:
+        if function.name not in known:
+            functions.append(function)
+        elif function != known[function.name]:
+            raise CodegenError(f"function {function.name} differs between the full model and "
+                               "its decoding step but was not renamed")
+    full_inputs = {a.name for a in entry.arguments}
+    carried = sorted(a.name for a in step.arguments if a.name not in full_inputs)
+    for name in carried:
+        starts = starts | {name: name}
+    call = [a.name for a in entry.arguments] + (["params"] if entry.params_class else []) + \
+        [f"{k.name}={k.name}" for k in entry.keywords] + ["trace=recorder"]
+    lines = ("recorder = StateRecorder(",
+             *_literal(starts, "    ", first="    "),
+             ")  # the tensors the states start as, nested like params",
+             *_call(f"{entry.result} = {entry.name}", call, "the full forward"),
+             "cache = recorder.states()")
+    returns = entry.returns[:-1] + ", dict]" if entry.returns.startswith("Tuple[") else \
+        f"Tuple[{entry.returns}, dict]"
+    carried_text = "".join(f"; cache[{name!r}] is the {name} it takes" for name in carried)
+    prefill = ir.Function(
+        name="prefill",
+        summary=f"Prefill: {entry.name} over the prompt, and the cache that {step.name} "
+                "extends.",
+        source="", where=entry.where,
+        equations=(), arguments=entry.arguments, params_class=entry.params_class, cache=False,
+        keywords=entry.keywords, returns=returns, prologue=(), steps=(ir.Step(lines),),
+        traced=(), result=f"{entry.result}, cache", traces=False,
+        notes=((f"The cache holds, for every layer, the keys and values {step.name} appends "
+                f"to{carried_text}. Call {step.name} with the next positions' ids and this "
+                "cache, which it extends in place."),))
+    helpers = {h.name: h for h in full.helpers} | {h.name: h for h in stepping.helpers}
+    helpers["decoding"] = ir.Helper("decoding", full.backend.template("decoding"))
+    classes = list(full.params_classes) + [
+        c for c in stepping.params_classes
+        if c.name not in {known.name for known in full.params_classes}]
+    step = dataclasses.replace(
+        step, summary=f"One decoding step: the {step.name.split('_')[0]} of T_new positions "
+        "after the T_past whose keys and values the cache holds.")
+    functions = [step if f.name == step.name else f for f in functions]
+    return ir.Module(
+        spec_name=full.spec_name, title=full.title, spec_file=full.spec_file,
+        spec_hash=full.spec_hash, choices=full.choices, backend=full.backend,
+        helpers=[helpers[h] for h in HELPER_ORDER if h in helpers],
+        params_classes=classes, functions=functions + [prefill], entry=full.entry)
+
+
+def _literal(value: dict | list | str, indent: str, first: str = "") -> list[str]:
+    """A nested dict of names (a one-item list for every layer of a stack) as Python lines,
+    one item a line; the first line starts with ``first``, the closing one with ``indent``."""
+    if isinstance(value, str):
+        return [f'{first}"{value}"']
+    if isinstance(value, list):
+        lines = _literal(value[0], indent, first + "[")
+        lines[-1] += "]"
+        return lines
+    lines = [first + "{"]
+    for key, item in value.items():
+        inner = _literal(item, indent + "    ", f'{indent}    "{key}": ')
+        inner[-1] += ","
+        lines += inner
+    return lines + [indent + "}"]
 
 
 class _Lowerer:
-    def __init__(self, spec: Spec, choices: dict, backend: Backend):
+    def __init__(self, spec: Spec, choices: dict, backend: Backend,
+                 rename: dict[str | None, str] | None = None):
         self.spec = spec
         self.choices = choices
         self.backend = backend
+        self.rename = rename or {}          # function names other than the block's (None: the
+        #                                     model's entry)
         symbols = spec.symbols()
         self.lets = {symbols[let.dim]: let.expr for let in derived_dims(spec, choices)}
         self.functions: dict[str, tuple[ir.Function, _Signature]] = {}
@@ -76,7 +202,7 @@ class _Lowerer:
             raise CodegenError(f"block {block.name} has the spec's name, which the model's own "
                                "function takes in generated code; rename one",
                                file=block.file, line=block.line)
-        entry, _ = self.lower_body(self.spec.name, None)
+        entry, _ = self.lower_body(self.rename.get(None, self.spec.name), None)
         helper_order = [h for h in HELPER_ORDER if h in self.helpers]
         functions = [f for f, _ in self.functions.values()]
         return ir.Module(
@@ -89,9 +215,10 @@ class _Lowerer:
             params_classes=self.params_classes, functions=functions, entry=entry.name)
 
     def function(self, block: Block) -> tuple[ir.Function, "_Signature"]:
-        if block.name not in self.functions:
-            self.lower_body(block.name, block)
-        return self.functions[block.name]
+        name = self.rename.get(block.name, block.name)
+        if name not in self.functions:
+            self.lower_body(name, block)
+        return self.functions[name]
 
     def lower_body(self, name: str, block: Block | None):
         if name in self.active:
@@ -115,7 +242,7 @@ class _Lowerer:
 
 # helpers in the order the module defines them, and the helpers each one needs (the attention
 # code that calls query_blocks also calls in_parallel)
-HELPER_ORDER = ("subtrace", "parallel", "project", "embed", "positional_encoding", "log_mask",
+HELPER_ORDER = ("subtrace", "decoding", "parallel", "project", "embed", "positional_encoding", "log_mask",
                 "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
                 "rotary", "repeat_heads", "concat_heads", "kernel_support", "batched_matmul",
                 "softmax", "masked_softmax", "query_blocks", "layer_norm", "rms_norm", "relu",
@@ -134,6 +261,7 @@ class _Signature:
     runtime: tuple[str, ...]
     params_class: str | None
     output: TensorDecl
+    cache: bool = False           # takes its instance's key-value cache (states inside)
 
 
 class _Printer(PythonCodePrinter):
@@ -156,6 +284,7 @@ class _Body:
         self.values: dict[str, Operand] = {}
         self.decls: dict[str, TensorDecl] = {}
         self.sources: dict[sympy.Symbol, str] = {}
+        self.sums: dict[sympy.Expr, str] = {}       # axes whose size is a sum of dims
         self.needed: list[sympy.Symbol] = []
         self.runtimes: list[str] = []
         self.float_source: str | None = None
@@ -165,6 +294,7 @@ class _Body:
         self.equations: list[ir.EquationDoc] = []
         self.sources_text: list[str] = []
         self.record = None                  # the equation being lowered, for errors
+        self.cache = False                  # whether the function takes a cache
         self.comment_names: dict = {}       # dims the shape comments show by another name
 
     # -- the CodeContext protocol of spec.ops
@@ -233,6 +363,13 @@ class _Body:
                 self.add_sources(code, shape, family_source=True)
                 if decl.dtype == "float" and self.float_source is None:
                     self.float_source = code
+            elif decl.role == "state":
+                shape = self.require_shape(decl)
+                code = f'cache["{decl.name}"]'
+                self.values[decl.name] = Operand(code, Value(shape, decl.dtype,
+                                                             tensor=decl.name))
+                self.add_sources(code, shape, family_source=True)
+                self.cache = True
         producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
         core = attention_core(block, producers, self.decls)
         blocking = core if self.lowerer.backend.attention == "query_blocks" else None
@@ -250,6 +387,14 @@ class _Body:
             self.loop_over_query_blocks(blocking)
         elif core is not None:
             self.fuse_softmax(core, producers[core.scores])
+        for update in (s for s in statements if isinstance(s, Update)):
+            shape = self.values[update.value].value.shape
+            self.steps.append(ir.Step(_commented(f'cache["{update.state}"] = {update.value}',
+                                                 f"next call's {update.state}: {shape.text()}")))
+            self.equations.append(ir.EquationDoc(
+                f"{update.state} <- {update.value} (the next step's)",
+                f"{name_latex(update.state)} \\leftarrow {name_latex(update.value)}",
+                where(update)))
         outputs = [block.output] if block else model_outputs(spec, self.lowerer.choices)
         return self.finish(arguments, outputs)
 
@@ -318,13 +463,26 @@ class _Body:
         return decl.shape
 
     def add_sources(self, code: str, shape: Shape, family_source: bool) -> None:
-        """Dims an array reveals: each plain-symbol axis, read from its shape."""
+        """Dims an array reveals: each plain-symbol axis, read from its shape; a sum of dims
+        (``T_past + T_new``) reveals one of them once the others are known."""
         for index, dim in enumerate(shape.dims):
             if isinstance(dim, sympy.Symbol) and dim not in self.sources:
                 self.sources[dim] = f"{code}.shape[{index - shape.rank}]"
+            elif isinstance(dim, sympy.Add) and dim not in self.sums:
+                self.sums[dim] = f"{code}.shape[{index - shape.rank}]"
         if family_source and isinstance(shape.family, sympy.Symbol) and \
                 shape.family not in self.sources:
             self.sources[shape.family] = f"{code}.shape[0]"
+
+    def sum_revealing(self, symbol: sympy.Symbol) -> tuple[str, sympy.Expr] | None:
+        """An axis of size ``symbol + rest``, every dim of ``rest`` read from an array: its
+        size's code and ``rest``."""
+        for total, code in self.sums.items():
+            rest = total - symbol
+            if symbol not in rest.free_symbols and total.coeff(symbol) == 1 and \
+                    all(s in self.sources for s in rest.free_symbols):
+                return code, rest
+        return None
 
     def annotation(self, decl: TensorDecl, shape: Shape, bound: set[str] | None = None) -> str:
         """jaxtyping's annotation: dims by name, the family axis first (#: may be shared).
@@ -384,7 +542,7 @@ class _Body:
 
     def call(self, record: BlockCall) -> None:
         block = self.spec.blocks[record.block]
-        _, signature = self.lowerer.function(block)
+        function, signature = self.lowerer.function(block)
         args = []
         for decl, name in zip(block.inputs, record.args):
             operand = self.values[name]
@@ -406,23 +564,25 @@ class _Body:
         dtype = signature.output.dtype
         instance = record.instance
         has_params = signature.params_class is not None
+        self.cache |= signature.cache
         self.helper("subtrace")
         if record.repeat is None:
             params = [f'params["{instance}"]'] if has_params else []
+            params += [f'cache["{instance}"]'] if signature.cache else []
             trace = f'trace=subtrace(trace, "{instance}")'
             parts = args + params + keywords + [trace]
             self.assign(record.output, "", shape, dtype,
-                        _call(f"{record.output} = {block.name}", parts, shape.text()))
+                        _call(f"{record.output} = {function.name}", parts, shape.text()))
         else:
             first, rest = args[0], args[1:]
             trace = f'trace=subtrace(trace, "{instance}", i)'
-            parts = [record.output] + rest + (["layer"] if has_params else []) + keywords + \
-                [trace]
+            parts = [record.output] + rest + (["layer"] if has_params else []) + \
+                ([f'cache["{instance}"][i]'] if signature.cache else []) + keywords + [trace]
             comment = shape.text()
             loop = f'for i, layer in enumerate(params["{instance}"]):' if has_params else \
                 f"for i in range({self.dim(record.repeat)}):"
             lines = _commented(f"{record.output} = {first}", comment) + (loop,) + tuple(
-                "    " + line for line in _call(f"{record.output} = {block.name}", parts,
+                "    " + line for line in _call(f"{record.output} = {function.name}", parts,
                                                 comment, LINE_LENGTH - 4))
             self.values[record.output] = Operand(record.output, Value(shape, dtype,
                                                                       tensor=record.output))
@@ -452,6 +612,12 @@ class _Body:
                 for inner in sorted(expr.free_symbols, key=str):
                     resolve(inner)
                 prologue.append(f"{symbol} = {self.dim(expr)}")
+            elif (found := self.sum_revealing(symbol)) is not None:
+                total, rest = found
+                for inner in sorted(rest.free_symbols, key=str):
+                    resolve(inner)
+                rest_code = self.dim(rest) if rest.is_Atom else f"({self.dim(rest)})"
+                prologue.append(f"{symbol} = {total} - {rest_code}")
             else:
                 keywords.append(symbol)
 
@@ -483,12 +649,12 @@ class _Body:
         function = ir.Function(
             name=self.name, summary=summary, source="; ".join(self.sources_text),
             where=where(record), equations=tuple(self.equations),
-            arguments=tuple(arguments), params_class=params_class,
+            arguments=tuple(arguments), params_class=params_class, cache=self.cache,
             keywords=tuple(keyword_records), returns=returns, prologue=tuple(prologue),
             steps=tuple(self.steps), traced=tuple(self.traced),
             result=", ".join(outputs))
         signature = _Signature(tuple(keywords), tuple(self.runtimes), params_class,
-                               output_decls[0])
+                               output_decls[0], self.cache)
         return function, signature
 
 

@@ -89,11 +89,14 @@ def _function_view(function: ir.Function) -> dict:
     signature = [f"{a.name}: {a.annotation}," for a in function.arguments]
     if function.params_class:
         signature.append(f"params: {function.params_class},")
+    if function.cache:
+        signature.append("cache: dict,")
     signature.append("*,")
     for keyword in function.keywords:
         default = f" = {keyword.default}" if keyword.default is not None else ""
         signature.append(f"{keyword.name}: {keyword.annotation}{default},")
-    signature.append("trace: dict | None = None,")
+    if function.traces:
+        signature.append("trace: dict | None = None,")
 
     doc = []
     if function.source:
@@ -104,10 +107,16 @@ def _function_view(function: ir.Function) -> dict:
         doc += ["", "Equations (plain, then LaTeX), one per line of code:"]
         for equation in function.equations:
             doc += ["    " + equation.plain, "        " + equation.latex]
+    for note in function.notes:
+        doc += [""] + _wrap(note, 96)
+    if function.cache:
+        doc += ["", "cache: this call's key-value cache, nested like params: each state is read,",
+                "then replaced by its value for the next decoding step (in place)."]
     doc += ["", "Keyword arguments:"]
     for keyword in function.keywords:
         doc += _wrap(f"{keyword.name}: {keyword.meaning}", 92, "    ", "        ")
-    doc += ["    trace: a dict that receives every named intermediate of this call"]
+    if function.traces:
+        doc += ["    trace: a dict that receives every named intermediate of this call"]
     raw = any("\\" in line for line in doc)
 
     body = list(function.prologue)

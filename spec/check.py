@@ -27,6 +27,7 @@ from spec.model import (
     Spec,
     TensorDecl,
     TensorRef,
+    Update,
     When,
     outputs,
     select,
@@ -430,12 +431,12 @@ class _Run:
             if isinstance(s, TensorDecl):
                 previous = decls.get(s.name)
                 if previous is not None:
-                    if previous.role in ("input", "param") and \
+                    if previous.role in ("input", "param", "state") and \
                             s.role in ("intermediate", "output"):
                         raise SpecError(f"{previous.role} {s.name} (line {previous.line}) "
                                         "cannot also be computed by an equation", file=s.file,
                                         line=s.line)
-                    if previous.role in ("input", "param") or (previous.shape is not None
+                    if previous.role in ("input", "param", "state") or (previous.shape is not None
                                                                and s.shape is not None):
                         raise SpecError(f"tensor {s.name} is declared twice in {where} "
                                         f"(first at line {previous.line})", file=s.file,
@@ -447,7 +448,7 @@ class _Run:
                 if s.output in producers:
                     raise SpecError(f"tensor {s.output} is defined twice in {where} (first at "
                                     f"line {producers[s.output].line})", file=s.file, line=s.line)
-                if s.output in decls and decls[s.output].role in ("input", "param"):
+                if s.output in decls and decls[s.output].role in ("input", "param", "state"):
                     raise SpecError(f"{decls[s.output].role} {s.output} cannot also be "
                                     "computed by an equation", file=s.file, line=s.line)
                 producers[s.output] = s
@@ -461,6 +462,16 @@ class _Run:
                         used not in producers:
                     raise SpecError(f"tensor {used} is declared but never computed in "
                                     f"{where}", file=decls[used].file, line=decls[used].line)
+        for update in (s for s in statements if isinstance(s, Update)):
+            state = decls.get(update.state)
+            if state is None or state.role != "state":
+                raise SpecError(f"update {update.state}: {update.state} is not a state of "
+                                f"{where} under {_describe(self.choices)} (declare it: state "
+                                f"{update.state} \"shape\" from ...)", file=update.file,
+                                line=update.line)
+            if update.value not in producers:
+                raise SpecError(f"update {update.state} = {update.value}: {update.value} is "
+                                f"not computed in {where}", file=update.file, line=update.line)
         for name in outputs:
             if name not in producers and name not in decls:
                 raise SpecError(f"output {name} is not defined in {where} under "
@@ -480,7 +491,7 @@ class _Run:
                 statements, inputs, outputs, where)
         decls, order = structure
         for decl in decls.values():
-            if decl.role in ("input", "param"):
+            if decl.role in ("input", "param", "state"):
                 shape = None if decl.shape is None else decl.shape.subs(scope.binding)
                 scope.values[decl.name] = Value(shape, decl.dtype, tensor=decl.name)
                 if shape is not None:
@@ -519,10 +530,45 @@ class _Run:
             if key is not None and not self.fresh.symbols:
                 self.record_cache[key] = (scope.values[record.output], self.findings[start:],
                                           scope.rows[rows_start:])
+        for update in (s for s in statements if isinstance(s, Update)):
+            self.check_update(scope, update, decls[update.state])
         for name, shape in scope.unstated.items():
             # reported at the end of the run: a caller may still pin these widths down
             self.pending.append((scope.qualified(name), decls[name], shape,
                                  scope.unstated_like.get(name), {}))
+
+    def check_update(self, scope: _Scope, update: Update, state: TensorDecl) -> None:
+        """A state's next value is the state grown along its positions (the second-to-last
+        axis): the same family, rank and dtype, and every other axis equal."""
+        scope.equation = update
+        value = scope.values[update.value]
+        current = state.shape.subs(scope.binding)
+        grown = scope.resolve_shape(value.shape)
+        hint = (f"update {state.name} with a tensor shaped like {current.text()} except "
+                "along the positions axis (concat the state and the new positions' values, axis=-2)")
+        if grown.rank != current.rank or (grown.family is None) != (current.family is None):
+            scope.finding("shape-mismatch", f"update {state.name} = {update.value}: "
+                          f"{update.value} is {grown.text()}, which cannot replace "
+                          f"{state.name} {current.text()}", None,
+                          list(current.dims) + list(grown.dims), hint, current.text(),
+                          grown.text())
+            return
+        pairs = [(a, b) for i, (a, b) in enumerate(zip(current.dims, grown.dims))
+                 if i != current.rank - 2]
+        if current.family is not None:
+            pairs.append((current.family, grown.family))
+        verdict = self.prover.equal_all(pairs)
+        if not verdict.proved:
+            scope.finding("unproved" if verdict.unknown else "shape-mismatch",
+                          f"update {state.name} = {update.value}: {update.value} is "
+                          f"{grown.text()}, which differs from {state.name} "
+                          f"{current.text()} beyond the positions axis", verdict,
+                          [e for pair in pairs for e in pair], hint, current.text(),
+                          grown.text())
+        if value.dtype != state.dtype:
+            scope.finding("dtype-mismatch", f"update {state.name} = {update.value}: "
+                          f"{update.value} is {value.dtype}, the state {state.dtype}", None, [],
+                          hint=f"update {state.name} with a {state.dtype} tensor")
 
     def report_unstated(self, qualified: str, decl: TensorDecl, shape: Shape,
                         like: Shape | None, selection: dict) -> TensorRow:

@@ -150,7 +150,7 @@ class _Costing:
         statements = select(block.body if block else self.spec.body, self.choices)
         decls, inputs = declarations(statements, block)
         values = {d.name: Value(d.shape, d.dtype, tensor=d.name) for d in decls.values()
-                  if d.role in ("input", "param")}
+                  if d.role in ("input", "param", "state")}
         params = {d.name for d in decls.values() if d.role == "param"}
         producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
         core = attention_core(block, producers, decls)

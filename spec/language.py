@@ -13,6 +13,12 @@ A spec is a sequence of lines; a line ending in ':' opens an indented body (``bl
     when NAME == a:  /  when NAME in a | b:  /  else:
     input NAME[FAMILY] "shape" DTYPE "meaning"
     param NAME[FAMILY] "shape" "meaning"    a learned parameter ("?" leaves the shape unstated)
+    state NAME[FAMILY] "shape" "meaning" from TENSOR
+                                            in a block: a tensor kept between calls (a decoding
+                                            step's key-value cache), one per instance like a
+                                            parameter; prefill starts it as the full model's
+                                            TENSOR at the same place
+    update STATE = TENSOR                   in a block: the state's value for the next call
     tensor NAME[FAMILY] "shape" "meaning"   an intermediate declared ahead of its equation
     output NAME, NAME                       the model's outputs (top level, or under a
                                             top-level `when`: outputs that differ by choice)
@@ -49,6 +55,7 @@ from spec.model import (
     Spec,
     TensorDecl,
     TensorRef,
+    Update,
     When,
 )
 from spec.names import check_name
@@ -131,7 +138,7 @@ class _RawEquation:
 
 
 _KEYWORDS = ("spec", "source", "note", "dim", "let", "require", "choice", "when", "input",
-             "param", "tensor", "output", "block")
+             "param", "state", "update", "tensor", "output", "block")
 
 
 class _Reader:
@@ -324,6 +331,30 @@ class _Reader:
     def stmt_param(self, parser, token, line, scope, local_dims):
         return self.declaration(parser, token, "param", scope)
 
+    def stmt_state(self, parser, token, line, scope, local_dims):
+        if scope not in ("block", "when-block"):
+            raise self.error("'state' belongs in a block: each instance keeps its own",
+                             token.line)
+        parts = self.decl_parts(parser, parser.peek)
+        name, line_number = parts[0], parts[6]
+        if parts[2] is None:
+            raise self.error(f"state {name} needs a shape in double quotes", line_number)
+        if not parser.accept("from"):
+            raise parser.error(f"state {name}: expected 'from' and the full model's tensor "
+                               "that prefill starts it as")
+        start = parser.expect_name("a tensor name after 'from'").text
+        self.end(parser)
+        return ("decl", "state", parts, start)
+
+    def stmt_update(self, parser, token, line, scope, local_dims):
+        if scope not in ("block", "when-block"):
+            raise self.error("'update' belongs in a block, beside its state", token.line)
+        state = parser.expect_name("a state's name").text
+        parser.expect("=", "'='")
+        value = parser.expect_name("a tensor name").text
+        self.end(parser)
+        return Update(state, value, self.file, token.line)
+
     def stmt_tensor(self, parser, token, line, scope, local_dims):
         return self.declaration(parser, token, "intermediate", scope)
 
@@ -481,6 +512,8 @@ class _Builder:
             for s in statements:
                 if isinstance(s, tuple) and s[0] == "decl":
                     tensors.setdefault(s[2][0], s[2][6])
+                elif isinstance(s, Update):
+                    pass
                 elif isinstance(s, _RawEquation):
                     tensors.setdefault(s.name, s.line)
                 elif isinstance(s, When):
@@ -509,8 +542,16 @@ class _Builder:
                     s.otherwise = convert(s.otherwise)
                     out.append(s)
                 elif isinstance(s, tuple) and s[0] == "decl":
-                    role = s[1]
-                    out.append(self.tensor_decl(role, s[2], symbols))
+                    decl = self.tensor_decl(s[1], s[2], symbols)
+                    if s[1] == "state":
+                        decl.start = s[3]
+                    out.append(decl)
+                elif isinstance(s, Update):
+                    for name in (s.state, s.value):
+                        if name not in tensors:
+                            raise self.error(f"update: {name!r} is not a tensor of {where}"
+                                             f"{_suggest(name, tensors)}", s.line)
+                    out.append(s)
                 elif isinstance(s, tuple) and s[0] == "let":
                     _, name, node, line = s
                     if name not in symbols:

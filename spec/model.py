@@ -12,7 +12,7 @@ import sympy
 from spec.errors import SpecError
 from spec.shape import Dim, Shape
 
-ROLES = ("input", "param", "intermediate", "output")
+ROLES = ("input", "param", "state", "intermediate", "output")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,6 +138,8 @@ class TensorDecl:
     file: str | None = None
     line: int | None = None
     unstated_family: sympy.Basic | None = None   # the family size of an unstated shape
+    start: str | None = None         # a state's first value: the full model's tensor of this
+    #                                  name at the same place (what prefill keeps)
 
     @property
     def family(self) -> sympy.Basic | None:
@@ -192,6 +194,24 @@ class BlockCall:
 
 
 @dataclass
+class Update:
+    """``update K_past = K_all``: a block's state (a cache kept between decoding steps) takes
+    the value of one of the block's tensors when the call ends."""
+    state: str
+    value: str
+    file: str | None = None
+    line: int | None = None
+
+    @property
+    def output(self) -> str:        # findings name the state, and the update as an equation
+        return self.state
+
+    @property
+    def text(self) -> str:
+        return self.value
+
+
+@dataclass
 class When:
     """Statements that apply only under some choice values; ``otherwise`` under the rest."""
     choice: str
@@ -203,7 +223,7 @@ class When:
     negate: bool = False        # `when x != a`; resolved to the other options when built
 
 
-Statement = Constraint | Let | Note | Output | TensorDecl | Equation | BlockCall | When
+Statement = Constraint | Let | Note | Output | TensorDecl | Equation | BlockCall | Update | When
 
 
 @dataclass
@@ -292,6 +312,32 @@ def choices_in_force(spec: "Spec", choices: dict[str, str]) -> dict[str, str]:
                 walk(body if choices[name] in options else otherwise)
     walk(skeleton[None])
     return {name: value for name, value in choices.items() if name in found}
+
+
+def bodies_consulting(spec: Spec, choices: dict[str, str], choice: str) -> set[str | None]:
+    """The bodies (None: the model's) that consult ``choice`` under these choices, themselves
+    or through the blocks they call: the functions whose code the choice changes."""
+    skeleton = _when_skeleton(spec)
+    memo: dict[str | None, bool] = {}
+
+    def consults(body: str | None) -> bool:
+        if body not in memo:
+            memo[body] = False              # a block calling itself is refused later
+            memo[body] = walk(skeleton[body])
+        return memo[body]
+
+    def walk(nodes) -> bool:
+        found = False
+        for node in nodes:
+            if node[0] == "call":
+                found = consults(node[1]) or found
+            else:
+                _, name, options, body, otherwise = node
+                found = walk(body if choices[name] in options else otherwise) or \
+                    name == choice or found
+        return found
+
+    return {body for body in [None, *spec.blocks] if consults(body)}
 
 
 def selections(spec: "Spec", block: str | None, fixed: dict[str, str]) -> list[dict[str, str]]:

@@ -13,6 +13,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 RESERVED = frozenset({
     "spec", "source", "note", "dim", "let", "require", "choice", "when", "else", "input",
     "param", "tensor", "output", "block", "as", "in", "repeat", "float", "int", "bool",
+    "state", "update", "cache", "prefill", "decode_step", "StateRecorder", "recorder",
     "params", "np", "xp", "cp", "numpy", "cupy", "scipy", "special", "math", "os", "sys",
     "torch", "typing", "jaxtyping", "jaxtyped", "typechecker", "beartype", "Float", "Int",
     "Bool", "Shaped", "Array", "Params", "dataclass", "dataclasses", "annotations", "self",

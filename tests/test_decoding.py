@@ -1,0 +1,242 @@
+"""Incremental decoding: the key-value cache in the spec, prefill and decode_step.
+
+The numbers: decoding a sequence step by step (one position at a time, then several at once)
+gives the full forward's logits at every position, for decoder-only models (the seeds',
+GPT-2-like, Llama-like with grouped-query attention and rotary positions, relative
+positions) and the encoder-decoder; the cache grows by the new positions at each step. The
+shapes: the cache's states and the step's tensors are proved by the checker like every other
+tensor, and a cache that does not grow along its positions is a finding.
+"""
+
+import functools
+import inspect
+
+import numpy as np
+import pytest
+from compare import assert_close
+
+from codegen import weights
+from codegen.generate import source
+from codegen.runtime import load_source
+from spec import api
+from spec.check import check
+from spec.errors import SpecError, SpecSyntaxError
+from spec.language import parse
+
+SPEC = api.read_spec(api.BUILTIN_SPEC)
+
+# decoder-only models as the seeds, GPT-2, Llama and T5-style relative positions have them
+DECODERS = {
+    "seeds": {"arch": "decoder_only"},
+    "gpt2": {"arch": "decoder_only", "norm": "pre", "activation": "gelu_tanh",
+             "positional": "learned", "attention_bias": "all", "output_embedding": "tied"},
+    "llama": {"arch": "decoder_only", "norm": "pre", "activation": "swiglu",
+              "positional": "rotary", "normalization": "rms_norm",
+              "key_value_heads": "grouped", "feed_forward_bias": "none"},
+    "multi_query": {"arch": "decoder_only", "positional": "rotary", "key_value_heads": "grouped",
+                    "attention_bias": "all"},
+    "relative": {"arch": "decoder_only", "norm": "pre", "positional": "relative"},
+}
+SIZES = {"d_model": 8, "H": 2, "d_ff": 12, "N": 2, "V": 11, "max_len": 12}
+
+
+@functools.cache
+def module(**choices):
+    return load_source(source(SPEC, choices))
+
+
+def params_for(choices, dtype, **dims):
+    sizes = SIZES | dims
+    shapes = weights.expected_shapes(SPEC, choices, sizes)
+    return weights.nest(weights.random_params(shapes, seed=1, dtype=dtype))
+
+
+def keywords(function, **given):
+    """The keyword arguments a generated function requires, from ``given``."""
+    names = [p.name for p in inspect.signature(function).parameters.values()
+             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is inspect.Parameter.empty]
+    return {name: given[name] for name in names}
+
+
+def by_position(logits):
+    """The logits at each position, as named tensors for a per-position comparison."""
+    return {f"logits at position {t}": logits[:, t] for t in range(logits.shape[1])}
+
+
+def decode_in_steps(model, full_inputs, step_inputs, params, prompt, steps, dims):
+    """Logits of prefill over the first ``prompt`` positions, then of decode_step over the
+    rest, ``steps`` positions a step; and the length of the first layer's cached keys after
+    each step."""
+    forward = keywords(model.prefill, **dims)
+    logits, _, cache = model.prefill(*full_inputs(0, prompt), params, **forward)
+    pieces, lengths = [logits], []
+    start = prompt
+    for size in steps:
+        step_logits, _ = model.decode_step(*step_inputs(start, start + size, cache), params,
+                                           cache, **keywords(model.decode_step, **dims))
+        pieces.append(step_logits)
+        lengths.append(cache["decoder"]["layers"][0]["self_attention"]["K_past"].shape[-2])
+        start += size
+    return np.concatenate(pieces, axis=1), lengths
+
+
+@pytest.mark.parametrize("name", sorted(DECODERS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_decoding_step_by_step_gives_the_full_forwards_logits(name, dtype):
+    choices = DECODERS[name]
+    model = module(**choices)
+    dims = {"H": 2, "H_kv": 1}
+    params = params_for(choices, dtype, H_kv=1)
+    B, T = 2, 9
+    rng = np.random.default_rng(7)
+    u = rng.integers(0, SIZES["V"], (B, T))
+    m = np.ones((B, T), dtype=bool)
+    m[1, :2] = False                      # the second sequence is padded on the left
+    reference, _ = model.transformer(u, m, params, **keywords(model.transformer, **dims))
+
+    def full_inputs(start, stop):
+        return u[:, start:stop], m[:, start:stop]
+
+    def step_inputs(start, stop, cache):
+        return u[:, start:stop], m[:, :stop]       # the key mask covers every position so far
+
+    logits, lengths = decode_in_steps(model, full_inputs, step_inputs, params, prompt=4,
+                                      steps=(1, 1, 3), dims=dims)
+    assert lengths == [5, 6, 9]                      # the cache grows by each step's positions
+    assert logits.dtype == dtype
+    assert_close(by_position(logits), by_position(reference), np.dtype(dtype).name)
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "relative"])
+def test_encoder_decoder_decoding_gives_the_full_forwards_logits(positional):
+    choices = {"arch": "encoder_decoder", "positional": positional, "norm": "pre"}
+    model = module(**choices)
+    params = params_for(choices, np.float64)
+    B, T, T_dec = 2, 6, 7
+    rng = np.random.default_rng(3)
+    t, u = rng.integers(0, SIZES["V"], (B, T)), rng.integers(0, SIZES["V"], (B, T_dec))
+    m_src, m_tgt = np.ones((B, T), dtype=bool), np.ones((B, T_dec), dtype=bool)
+    m_src[0, -2:] = False
+    reference, _ = model.transformer(t, m_src, u, m_tgt, params,
+                                     **keywords(model.transformer, H=2))
+    caches = []
+
+    def full_inputs(start, stop):
+        return t, m_src, u[:, start:stop], m_tgt[:, start:stop]
+
+    def step_inputs(start, stop, cache):
+        caches.append(cache)
+        return u[:, start:stop], m_tgt[:, :stop], cache["Z_enc"], m_src
+
+    logits, lengths = decode_in_steps(model, full_inputs, step_inputs, params, prompt=3,
+                                      steps=(1, 2, 1), dims={"H": 2})
+    assert lengths == [4, 6, 7]
+    assert caches[0]["Z_enc"].shape == (B, T, SIZES["d_model"])
+    assert_close(by_position(logits), by_position(reference), "float64")
+
+
+def test_the_cache_holds_each_layers_keys_and_values_per_key_value_head():
+    choices = DECODERS["llama"]
+    model = module(**choices)
+    params = params_for(choices, np.float64, H=4, H_kv=2, d_model=16)
+    u = np.random.default_rng(0).integers(0, SIZES["V"], (3, 5))
+    m = np.ones((3, 5), dtype=bool)
+    _, _, cache = model.prefill(u, m, params, H=4, H_kv=2)
+    layers = cache["decoder"]["layers"]
+    assert sorted(layers) == [0, 1]
+    for layer in layers.values():
+        states = layer["self_attention"]
+        assert sorted(states) == ["K_past", "V_past"]
+        # (H_kv, B, T_past, d_k): the family axis first, as every family in generated code
+        assert states["K_past"].shape == (2, 3, 5, 4)
+        assert states["V_past"].shape == (2, 3, 5, 4)
+    model.decode_step(u[:, :1], np.ones((3, 6), dtype=bool), params, cache, H=4)
+    assert layers[1]["self_attention"]["V_past"].shape == (2, 3, 6, 4)
+
+
+def test_only_models_with_a_decoder_get_decoding_functions():
+    for name, choices in [("encoder_only", {"arch": "encoder_only"}),
+                          ("bert", {"arch": "encoder_only", "encoder_io": "bert"})]:
+        text = source(SPEC, choices)
+        assert "def prefill(" not in text and "def decode_step(" not in text, name
+    text = source(SPEC, {"arch": "encoder_decoder"})
+    for name in ("cached_self_attention", "decoder_layer_step", "decoder_step", "decode_step",
+                 "prefill"):
+        assert f"\ndef {name}(" in text, name
+    # the encoder, cross-attention and the sublayers the step shares with the full model are
+    # generated once
+    for name in ("encoder_step", "multi_head_attention_step", "feed_forward_step"):
+        assert f"\ndef {name}(" not in text, name
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec: states and their updates are proved like every other tensor
+
+def test_the_cache_shapes_are_proved_symbolically():
+    choices = DECODERS["llama"] | {"decoding": "step"}
+    result = check(SPEC, SPEC.choice_values(choices))
+    assert result.findings == []
+    rows = {row.name: row for row in result.tensors}
+    state = rows["decoder.layers[i].self_attention.K_past"]
+    assert (state.role, state.shape.text()) == ("state", "[H_kv] B T_past d_k")
+    grown = rows["decoder.layers[i].self_attention.K_all"]
+    assert grown.shape.text() == "[H_kv] B T_new+T_past d_k"
+    assert rows["logits"].shape.text() == "B T_new V"
+    assert rows["M_self"].shape.text() == "B T_new T_new+T_past"
+
+
+CACHED = """\
+spec cached "a cache"
+dim B "batch"
+dim T_past "past"
+dim T_new "new"
+dim d "width"
+
+block step(X "B T_new d") -> Y:
+    param W "d d" "weight"
+    state K_past "B T_past d" "keys so far" from K
+    K "B T_new d" "new keys" = X @ W
+    K_all "B T_past+T_new d" "all keys" = concat(K_past, K, axis=-2)
+    update K_past = {value}
+    Y "B T_new T_past+T_new" "scores" = X @ K_all.T
+
+input X "B T_new d" "new positions"
+Y "B T_new T_past+T_new" "scores" = step(X) as first
+output Y
+"""
+
+
+def test_a_cache_that_does_not_grow_along_its_positions_is_a_finding():
+    assert check(parse(CACHED.format(value="K_all"))).findings == []
+    (finding,) = check(parse(CACHED.format(value="Y"))).findings
+    assert finding.kind == "shape-mismatch"
+    assert finding.message == ("update K_past = Y: Y is B T_new T_new+T_past, which differs "
+                               "from K_past B T_past d beyond the positions axis")
+    assert finding.line == 12
+    assert finding.hint == ("update K_past with a tensor shaped like B T_past d except along "
+                            "the positions axis (concat the state and the new positions' "
+                            "values, axis=-2)")
+
+
+@pytest.mark.parametrize("text, message", [
+    (CACHED.format(value="K_all").replace("update K_past =", "update K_pas ="),
+     "update: 'K_pas' is not a tensor of block step; did you mean 'K_past'?"),
+    (CACHED.replace(" from K\n", "\n").format(value="K_all"),
+     "state K_past: expected 'from' and the full model's tensor that prefill starts it as"),
+    (CACHED.replace('state K_past "B T_past d" "keys so far"', "state K_past")
+     .format(value="K_all"),
+     "state K_past needs a shape in double quotes"),
+    (CACHED.format(value="K_all") + 'state S "B d" "top" from Y\n',
+     "'state' belongs in a block: each instance keeps its own"),
+    (CACHED.format(value="K_all") + "update Y = Y\n",
+     "'update' belongs in a block, beside its state"),
+    (CACHED.format(value="K_all").replace("    update K_past = K_all",
+                                           "    update K_past = K_all\n    update W = K_all"),
+     "update W: W is not a state of block step under the spec as written (declare it: state W "
+     '"shape" from ...)'),
+])
+def test_bad_states_and_updates_say_what_and_where(text, message):
+    with pytest.raises((SpecError, SpecSyntaxError)) as raised:
+        check(parse(text, "cached.tspec"))
+    assert message in str(raised.value)
+    assert "cached.tspec:" in str(raised.value)
