@@ -10,7 +10,7 @@ A spec is a sequence of lines; a line ending in ':' opens an indented body (``bl
     let NAME = EXPR                         a derived dim: let d_k = d_model / H
     require EXPR                            a constraint: d_model % H == 0, T <= max_len
     choice NAME = a | b | c "meaning"       a design choice; the first option is the default
-    when NAME == a:  /  when NAME in a | b:  /  else:
+    when NAME == a:  /  when NAME in a | b:  /  when NAME == a and OTHER != b:  /  else:
     input NAME[FAMILY] "shape" DTYPE "meaning"
     param NAME[FAMILY] "shape" "meaning"    a learned parameter ("?" leaves the shape unstated)
     state NAME[FAMILY] "shape" "meaning" from TENSOR
@@ -213,7 +213,9 @@ class _Reader:
             if keyword == "else" and len(line.tokens) == 3 and line.tokens[1].text == ":":
                 if previous_when is None:
                     raise self.error("'else:' without a 'when' just before it", first.line)
-                previous_when.otherwise = self.statements(line.children, scope, local_dims)
+                otherwise = self.statements(line.children, scope, local_dims)
+                for when in (previous_when, *previous_when.chain):
+                    when.otherwise = otherwise
                 previous_when = None
                 continue
             previous_when = None
@@ -309,21 +311,35 @@ class _Reader:
         self.choices[name] = Choice(name, tuple(options), meaning, self.file, token.line)
 
     def stmt_when(self, parser, token, line, scope, local_dims):
-        name = parser.expect_name("a choice name").text
-        if parser.accept("=="):
-            options, negate = [parser.expect_name("an option").text], False
-        elif parser.accept("!="):
-            options, negate = [parser.expect_name("an option").text], True
-        else:
-            parser.expect("in", "'==', '!=' or 'in'")
-            options, negate = [parser.expect_name("an option").text], False
-            while parser.accept("|"):
-                options.append(parser.expect_name("an option").text)
-        parser.expect(":")
+        conditions = [self.condition(parser)]
+        while parser.accept("and"):
+            conditions.append(self.condition(parser))
+        parser.expect(":", "':' or 'and'")
         self.end(parser)
         inner = "when-block" if scope in ("block", "when-block") else "when"
         body = self.statements(line.children, inner, local_dims)
-        return When(name, frozenset(options), body, [], self.file, token.line, negate)
+        # `when a == x and b == y:` is `when a == x:` around `when b == y:`; an `else:` after
+        # it belongs to each of them (one list, shared)
+        whens = [When(name, frozenset(options), [], [], self.file, token.line, negate)
+                 for name, options, negate in conditions]
+        for outer, nested in zip(whens, whens[1:]):
+            outer.body = [nested]
+        whens[-1].body = body
+        whens[0].chain = whens[1:]
+        return whens[0]
+
+    def condition(self, parser) -> tuple[str, list[str], bool]:
+        """CHOICE == a, CHOICE != a, or CHOICE in a | b: the name, the options, negated."""
+        name = parser.expect_name("a choice name").text
+        if parser.accept("=="):
+            return name, [parser.expect_name("an option").text], False
+        if parser.accept("!="):
+            return name, [parser.expect_name("an option").text], True
+        parser.expect("in", "'==', '!=' or 'in'")
+        options = [parser.expect_name("an option").text]
+        while parser.accept("|"):
+            options.append(parser.expect_name("an option").text)
+        return name, options, False
 
     def stmt_input(self, parser, token, line, scope, local_dims):
         return self.declaration(parser, token, "input", scope)
@@ -528,8 +544,13 @@ class _Builder:
         lowering = _Lowering(self.file, symbols, set(tensors), blocks)
         output_set = set(outputs)
 
+        converted: dict[int, tuple[list, list]] = {}   # a shared `else:` list, once
+
         def convert(statements):
+            if id(statements) in converted:
+                return converted[id(statements)][1]
             out = []
+            converted[id(statements)] = (statements, out)
             for s in statements:
                 if isinstance(s, (Note, Output)):
                     out.append(s)

@@ -221,6 +221,8 @@ class When:
     file: str | None = None
     line: int | None = None
     negate: bool = False        # `when x != a`; resolved to the other options when built
+    # `when x == a and y == b` is this when around the next; the `else:` belongs to each
+    chain: list = field(default_factory=list, repr=False, compare=False)
 
 
 Statement = Constraint | Let | Note | Output | TensorDecl | Equation | BlockCall | Update | When

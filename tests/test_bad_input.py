@@ -8,7 +8,7 @@ import spec
 from spec import api
 from spec.check import check
 from spec.errors import SpecError, SpecSyntaxError, TspecError, UsageError, VariantError
-from spec.model import outputs
+from spec.model import outputs, select
 from spec.variant import Variant
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
@@ -691,3 +691,29 @@ def test_a_description_with_a_control_character(tmp_path):
 def test_an_empty_target_name(name):
     with raises(UsageError, "an empty name is no spec or variant"):
         api.load(name)
+
+
+def test_when_with_and_nests_and_its_else_belongs_to_each_condition():
+    text = (HEADER + 'choice act = relu | gelu\nchoice wide = no | yes\ninput X "B d"\n'
+            'when act == gelu and wide != no:\n    Y "B d" = gelu(X)\nelse:\n'
+            '    Y "B d" = relu(X)\noutput Y\n')
+    parsed = parse(text)
+    for act, wide, op in [("gelu", "yes", "gelu"), ("gelu", "no", "relu"),
+                          ("relu", "yes", "relu"), ("relu", "no", "relu")]:
+        selected = select(parsed.body, {"act": act, "wide": wide})
+        (equation,) = [s for s in selected if type(s).__name__ == "Equation"]
+        assert equation.expr.op == op, (act, wide)
+        assert check_text(text, {"act": act, "wide": wide}).ok
+    assert check_text(text, all_choices=True).ok
+
+
+@pytest.mark.parametrize("condition, message", [
+    ("act == gelu and", "t.tspec:6:21: expected a choice name, found ':'"),
+    ("act == gelu or wide == no", "t.tspec:6:18: expected ':' or 'and', found 'or'"),
+    ("act == gelu and wdie == no", "t.tspec:6: 'when' names unknown choice 'wdie'; did you "
+                                   "mean 'wide'?"),
+])
+def test_bad_conjunctions_in_when(condition, message):
+    with raises((SpecError, SpecSyntaxError), message):
+        parse(HEADER + f'choice act = relu | gelu\nchoice wide = no | yes\nwhen {condition}:\n'
+                       '    input X "B T d"\n')

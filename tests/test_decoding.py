@@ -126,7 +126,7 @@ def test_encoder_decoder_decoding_gives_the_full_forwards_logits(positional):
 
     def step_inputs(start, stop, cache):
         caches.append(cache)
-        return u[:, start:stop], m_tgt[:, :stop], cache["Z_enc"], m_src
+        return m_src, cache["Z_enc"], u[:, start:stop], m_tgt[:, :stop]
 
     logits, lengths = decode_in_steps(model, full_inputs, step_inputs, params, prompt=3,
                                       steps=(1, 2, 1), dims={"H": 2})
@@ -232,8 +232,8 @@ def test_a_cache_that_does_not_grow_along_its_positions_is_a_finding():
      "'update' belongs in a block, beside its state"),
     (CACHED.format(value="K_all").replace("    update K_past = K_all",
                                            "    update K_past = K_all\n    update W = K_all"),
-     "update W: W is not a state of block step under the spec as written (declare it: state W "
-     '"shape" from ...)'),
+     ("update W: W is not a state of block step under the spec as written (declare it: "
+      'state W "shape" from ...)')),
 ])
 def test_bad_states_and_updates_say_what_and_where(text, message):
     with pytest.raises((SpecError, SpecSyntaxError)) as raised:
