@@ -32,6 +32,7 @@ Nothing here evaluates text: expressions go through ``spec.expr``'s parser and w
 
 import difflib
 import hashlib
+import itertools
 import unicodedata
 from dataclasses import dataclass
 from fractions import Fraction
@@ -322,7 +323,7 @@ class _Reader:
         # it belongs to each of them (one list, shared)
         whens = [When(name, frozenset(options), [], [], self.file, token.line, negate)
                  for name, options, negate in conditions]
-        for outer, nested in zip(whens, whens[1:]):
+        for outer, nested in itertools.pairwise(whens):
             outer.body = [nested]
         whens[-1].body = body
         whens[0].chain = whens[1:]

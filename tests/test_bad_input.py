@@ -451,7 +451,7 @@ def test_bad_dim_values_in_toml(tmp_path, value, shown):
     ('spec = "transformer"\n[choices]\nnrom = "pre"\n', 3,
      ("[choices] unknown choice 'nrom'; the spec's choices: arch, norm, activation, "
      "positional, output_embedding, head_dims, attention_bias, encoder_io, normalization, "
-     "key_value_heads, feed_forward_bias")),
+     "key_value_heads, feed_forward_bias, decoding")),
     ('spec = "transformer"\n[dims]\nH = 8\n[choices]\nH = "x"\n', 5,
      "H is set in both [dims] and [choices]"),
 ])
@@ -710,8 +710,8 @@ def test_when_with_and_nests_and_its_else_belongs_to_each_condition():
 @pytest.mark.parametrize("condition, message", [
     ("act == gelu and", "t.tspec:6:21: expected a choice name, found ':'"),
     ("act == gelu or wide == no", "t.tspec:6:18: expected ':' or 'and', found 'or'"),
-    ("act == gelu and wdie == no", "t.tspec:6: 'when' names unknown choice 'wdie'; did you "
-                                   "mean 'wide'?"),
+    ("act == gelu and wdie == no",
+     "t.tspec:6: 'when' names unknown choice 'wdie'; did you mean 'wide'?"),
 ])
 def test_bad_conjunctions_in_when(condition, message):
     with raises((SpecError, SpecSyntaxError), message):

@@ -24,7 +24,7 @@ def test_check_with_no_arguments_proves_the_builtin_spec(capsys):
     assert err == ""
     assert "proved" in out
     assert ("   proved: every shape agrees for all sizes the constraints allow "
-            "(12288 choice combinations)") in out.splitlines()
+            "(24576 choice combinations)") in out.splitlines()
     assert out.startswith("== transformer (")
 
 
@@ -97,7 +97,7 @@ def test_shapes_base(capsys):
         ("   choices: arch=encoder_decoder, norm=post, activation=relu, positional=sinusoidal, "
          "output_embedding=separate (default), head_dims=split, attention_bias=none (default), "
          "normalization=layer_norm (default), key_value_heads=all (default), "
-         "feed_forward_bias=all (default)"),
+         "feed_forward_bias=all (default), decoding=full (default)"),
         ("   dims: d_model=512, H=8, d_ff=2048, N=6; d_k = d_model / H, d_v = d_model / H; "
          "symbolic: B, T, T_dec, V"),
         ""]
@@ -140,7 +140,8 @@ def test_shapes_of_a_bare_spec_says_its_choices_are_defaults(capsys):
         "   choices: arch=decoder_only, norm=post (default), activation=relu (default), "
         "positional=sinusoidal (default), output_embedding=separate (default), "
         "head_dims=split (default), attention_bias=none (default), normalization=layer_norm "
-        "(default), key_value_heads=all (default), feed_forward_bias=all (default)")
+        "(default), key_value_heads=all (default), feed_forward_bias=all (default), "
+        "decoding=full (default)")
 
 
 def test_list(capsys):
@@ -242,14 +243,14 @@ def test_shapes_of_a_variant_that_breaks_a_constraint_exits_1_without_a_table(ca
     code, out, err = run(capsys, "shapes", "base", "--set", "H=10")
     assert code == 1
     assert out == ""
-    assert err.splitlines()[0] == ("spec/transformer.tspec:37: constraint-violated: "
+    assert err.splitlines()[0] == ("spec/transformer.tspec:40: constraint-violated: "
                                    "d_model=512 is not divisible by H=10")
 
 
 def test_a_spec_with_some_choices_set_is_proved_under_every_other_combination(capsys):
     code, out, _err = run(capsys, "check", "transformer", "--set", "norm=pre")
     assert code == 0
-    assert "(6144 choice combinations)" in out
+    assert "(12288 choice combinations)" in out
 
 
 def test_a_reader_that_goes_away_gets_no_traceback():

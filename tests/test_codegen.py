@@ -522,6 +522,7 @@ def test_weights_file_of_another_kind_is_refused(tmp_path):
 def variants(draw):
     choices = {name: draw(st.sampled_from(choice.options))
                for name, choice in SPEC.choices.items()}
+    choices["decoding"] = "full"      # the step is drawn in test_decoding, against this forward
     H = draw(st.integers(1, 3))
     d_model = H * 2 * draw(st.integers(1, 3))
     T, T_dec = draw(st.integers(1, 5)), draw(st.integers(1, 5))

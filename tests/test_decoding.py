@@ -14,6 +14,8 @@ import inspect
 import numpy as np
 import pytest
 from compare import assert_close
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from codegen import weights
 from codegen.generate import source
@@ -240,3 +242,74 @@ def test_bad_states_and_updates_say_what_and_where(text, message):
         check(parse(text, "cached.tspec"))
     assert message in str(raised.value)
     assert "cached.tspec:" in str(raised.value)
+
+
+@st.composite
+def decoding_variants(draw):
+    """A model with a decoder under random choices and small sizes, a sequence length, the
+    prompt's length and the steps' sizes."""
+    choices = {name: draw(st.sampled_from(choice.options))
+               for name, choice in SPEC.choices.items() if name != "decoding"}
+    choices["arch"] = draw(st.sampled_from(["decoder_only", "encoder_decoder"]))
+    H = draw(st.integers(1, 3))
+    dims = {"B": draw(st.integers(1, 3)), "T": draw(st.integers(1, 4)), "H": H,
+            "d_model": H * 2 * draw(st.integers(1, 2)), "d_ff": draw(st.integers(1, 6)),
+            "V": draw(st.integers(2, 9)), "N": draw(st.integers(1, 2)), "V_type": 1}
+    if choices["head_dims"] == "free":
+        dims |= {"d_k": draw(st.sampled_from([2, 4])), "d_v": draw(st.integers(1, 3))}
+    if choices["key_value_heads"] == "grouped":
+        dims["H_kv"] = draw(st.sampled_from([g for g in range(1, H + 1) if H % g == 0]))
+    steps = draw(st.lists(st.integers(1, 3), min_size=1, max_size=3))
+    prompt = draw(st.integers(1, 3))
+    dims["T_dec"] = prompt + sum(steps)
+    dims["max_len"] = max(dims["T"], dims["T_dec"]) + draw(st.integers(0, 2))
+    return choices, dims, prompt, steps
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(decoding_variants())
+def test_random_models_decode_to_the_full_forwards_logits_in_the_proved_shapes(drawn):
+    choices, dims, prompt, steps = drawn
+    assert api.check(api.load("transformer", [f"{k}={v}" for k, v in
+                                              {**choices, **dims}.items()])).ok
+    model = module(**choices)
+    params = weights.nest(weights.random_params(
+        weights.expected_shapes(SPEC, choices, dims), 4, np.float64))
+    rng = np.random.default_rng(5)
+    B, T, T_dec = dims["B"], dims["T"], dims["T_dec"]
+    t, u = rng.integers(0, dims["V"], (B, T)), rng.integers(0, dims["V"], (B, T_dec))
+    m_src, m_tgt = rng.random((B, T)) < 0.8, rng.random((B, T_dec)) < 0.8
+    m_src[:, 0] = True
+    encoder = choices["arch"] == "encoder_decoder"
+    sources = (t, m_src) if encoder else ()
+    reference, _ = model.transformer(*sources, u, m_tgt, params,
+                                     **keywords(model.transformer, **dims))
+    after = []
+
+    def full_inputs(start, stop):
+        return *sources, u[:, start:stop], m_tgt[:, start:stop]
+
+    def step_inputs(start, stop, cache):
+        after.append((start, cache))
+        inputs = (m_src, cache["Z_enc"]) if encoder else ()
+        return *inputs, u[:, start:stop], m_tgt[:, :stop]
+
+    logits, _ = decode_in_steps(model, full_inputs, step_inputs, params, prompt, steps, dims)
+    assert_close(by_position(logits), by_position(reference), "float64")
+    # the last step's cache, layer by layer, in the shapes the checker proved for the step
+    start, cache = after[-1]
+    step = api.load("transformer", [f"{k}={v}" for k, v in {
+        **choices, **dims, "decoding": "step", "T_past": start,
+        "T_new": T_dec - start}.items()])
+    proved = {row.name: row.concrete for row in api.shapes(step) if row.role == "state"}
+    assert proved
+    for name, concrete in proved.items():
+        path = name.replace("[i]", "").split(".")
+        for index in range(dims["N"]):
+            states = cache
+            for part in path[:-1]:
+                states = states[part][index] if part == "layers" else states[part]
+            # the state after the step: T_past + T_new positions where T_past was proved
+            shape = [int(x) for x in concrete.replace("[", "").replace("]", "").split()]
+            shape[-2] = T_dec
+            assert states[path[-1]].shape == tuple(shape), name

@@ -111,7 +111,8 @@ def test_activation_memory_is_the_size_of_every_tensor_the_generated_layer_makes
     walk(trace["encoder"]["layers"][0])
     bodies = costs(SPEC, chosen)
     (path, binding, copies), = docs.call_paths(bodies, SPEC.name)["encoder_layer"]
-    assert (path, str(binding), copies) == ("encoder.layers", "{T_x: T}", SPEC.symbols()["N"])
+    assert (path, str(binding), copies) == ("encoder.layers", "{T_x: T, T_keys: T}",
+                                            SPEC.symbols()["N"])
     bytes_ = bodies["encoder_layer"].activations.subs(binding).bytes("float32")
     # per position: Q, K, V projected and split (3 x 8 twice), scores and weights (H T each),
     # O_h, O, O_proj, the first Add & LayerNorm, U (d_ff), F, the second Add & LayerNorm

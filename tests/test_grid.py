@@ -34,7 +34,7 @@ TABLE = """\
 == gpt2_small (spec/variants/gpt2_small.toml): grid over H, d_model (6 combinations)
    proved once, for every size the constraints allow (choices arch=decoder_only, norm=pre, \
 activation=gelu_tanh, positional=learned, output_embedding=tied, head_dims=split, \
-attention_bias=all, normalization=layer_norm, key_value_heads=all, feed_forward_bias=all)
+attention_bias=all, normalization=layer_norm, key_value_heads=all, feed_forward_bias=all, decoding=full)
    fixed: d_ff=3072, N=12, V=50257, max_len=1024
    counted at B=1, T_dec=1024; activation memory in float32
 
@@ -45,9 +45,9 @@ attention_bias=all, normalization=layer_norm, key_value_heads=all, feed_forward_
  8      640  yes     99,773,824  236,499,206,144     1,824,137,216
  8      768  yes    124,439,808  293,194,399,744     1,914,314,752
 12      512  no               —                —                 —  \
-require d_model % H == 0 (spec/transformer.tspec:37)
+require d_model % H == 0 (spec/transformer.tspec:40)
 12      640  no               —                —                 —  \
-require d_model % H == 0 (spec/transformer.tspec:37)
+require d_model % H == 0 (spec/transformer.tspec:40)
 12      768  yes    124,439,808  293,546,721,280     2,316,967,936
 
 6 combinations: 4 valid, 2 invalid
@@ -95,7 +95,7 @@ def test_json(capsys):
                        "flops": None, "activation_bytes": None,
                        "breaks": [{"kind": "constraint-violated",
                                    "statement": "require d_model % H == 0",
-                                   "file": "spec/transformer.tspec", "line": 37}]}
+                                   "file": "spec/transformer.tspec", "line": 40}]}
 
 
 def test_csv(capsys):
@@ -107,7 +107,7 @@ def test_csv(capsys):
                        "breaks"]
     assert rows[1] == ["8", "512", "true", "76680704", "183025238016", "1733959680", ""]
     assert rows[4] == ["12", "512", "false", "", "", "",
-                       "require d_model % H == 0 (spec/transformer.tspec:37)"]
+                       "require d_model % H == 0 (spec/transformer.tspec:40)"]
     assert len(rows) == 7
 
 
@@ -116,8 +116,8 @@ def test_a_combination_breaking_two_constraints_names_both(capsys):
                        "--format", "csv")
     assert code == 1
     assert list(csv.reader(io.StringIO(out)))[1][-1] == (
-        "require d_model % H == 0 (spec/transformer.tspec:37); "
-        "require d_model % 2 == 0 (spec/transformer.tspec:45)")
+        "require d_model % H == 0 (spec/transformer.tspec:40); "
+        "require d_model % 2 == 0 (spec/transformer.tspec:48)")
 
 
 def test_free_dims_leave_the_counts_empty_and_say_so(capsys):
