@@ -1,4 +1,5 @@
-"""`tspec run`: a variant's generated forward pass on random (seeded) weights and tokens."""
+"""`tspec run`: a variant's generated forward pass on random (seeded) weights and tokens, and
+with `--decode`, the same sequence decoded step by step from a prompt."""
 
 import time
 from dataclasses import dataclass, replace
@@ -38,13 +39,39 @@ def with_run_defaults(variant: Variant) -> Variant:
     return replace(variant, dims={**free, **variant.dims})
 
 
-def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "float32",
-        typecheck: bool = False) -> RunResult:
-    """Run a variant that ``with_run_defaults`` completed and the checker passed."""
+@dataclass
+class DecodeResult:
+    prompt: int                                  # positions prefill takes
+    steps: int                                   # positions decoded after it, one a step
+    prefill_seconds: float
+    step_seconds: list[float]
+    cache: list[tuple[str, tuple[int, ...]]]     # the first layer's states after the last step
+    difference: float                            # max |step logits - full forward logits|
+
+
+@dataclass
+class _Prepared:
+    """A variant's generated module with random weights and inputs, ready to call."""
+    spec: object
+    choices: dict[str, str]
+    sizes: dict[str, int]
+    lowered: object
+    module: object
+    params: dict
+    shapes: dict
+    inputs: dict[str, np.ndarray]
+    settings: dict
+
+
+def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
+             typecheck: bool) -> _Prepared:
     spec = variant.spec
     if seed < 0:
         raise UsageError(f"--seed must be a non-negative integer, got {seed}")
     choices = spec.choice_values(variant.choices)
+    if choices.get("decoding") == "step":
+        raise UsageError("tspec run runs a model whole; a decoding step needs the cache a "
+                         "prefill makes: leave decoding=full and pass --decode STEPS")
     sizes = dict(variant.dims)
     chosen = backend_named(backend)
     try:
@@ -54,35 +81,120 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
                          "installed") from None
     lowered = lower(spec, choices, chosen)
     module = load_source(render(lowered), typecheck=typecheck)
-    entry_ir = next(f for f in lowered.functions if f.name == lowered.entry)
     shapes = weights.expected_shapes(spec, choices, sizes)
     params = weights.random_params(shapes, seed, np.dtype(dtype))
     rng = np.random.default_rng(seed + 1)
-    arguments = []
-    entry = getattr(module, spec.name)
+    inputs = {}
     for name, shape, kind, rows in _inputs(spec, choices, sizes):
         if kind == "int":
-            arguments.append(rng.integers(0, rows, shape))
+            inputs[name] = rng.integers(0, rows, shape)
         elif kind == "bool":
-            arguments.append(np.ones(shape, dtype=bool))
+            inputs[name] = np.ones(shape, dtype=bool)
         else:
-            arguments.append(rng.standard_normal(shape).astype(dtype))
-    required = [k.name for k in entry_ir.keywords if k.default is None]
+            inputs[name] = rng.standard_normal(shape).astype(dtype)
+    return _Prepared(spec, choices, sizes, lowered, module, params, shapes, inputs,
+                     dict(variant.settings))
+
+
+def _keywords(prepared: _Prepared, name: str, sizes: dict[str, int]) -> dict:
+    """The keyword arguments generated function ``name`` needs: dims no array reveals, and
+    the variant's run-time settings."""
+    function = next(f for f in prepared.lowered.functions if f.name == name)
+    required = [k.name for k in function.keywords if k.default is None]
     missing = [k for k in required if k not in sizes]
     if missing:
         raise UsageError(f"{', '.join(missing)} must have a value to run: --set {missing[0]}=...")
-    keywords = {k: sizes[k] for k in required}
-    keywords |= {k.name: variant.settings[k.name] for k in entry_ir.keywords
-                 if k.name in variant.settings}
+    return {k: sizes[k] for k in required} | {
+        k.name: prepared.settings[k.name] for k in function.keywords
+        if k.name in prepared.settings}
+
+
+def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "float32",
+        typecheck: bool = False) -> RunResult:
+    """Run a variant that ``with_run_defaults`` completed and the checker passed."""
+    prepared = _prepare(variant, backend, seed, dtype, typecheck)
+    spec = prepared.spec
+    entry = getattr(prepared.module, spec.name)
+    keywords = _keywords(prepared, prepared.lowered.entry, prepared.sizes)
     trace: dict = {}
     start = time.perf_counter()
-    result = entry(*arguments, params, **keywords, trace=trace)
+    result = entry(*prepared.inputs.values(), prepared.params, **keywords, trace=trace)
     seconds = time.perf_counter() - start
     outputs = result if isinstance(result, tuple) else (result,)
     flat = weights.flatten(trace)
-    return RunResult(sizes, [(n, tuple(v.shape)) for n, v in flat.items()],
-                     dict(zip(model_outputs(spec, choices), outputs)), seconds,
-                     sum(int(np.prod(s)) for s in shapes.values()))
+    return RunResult(prepared.sizes, [(n, tuple(v.shape)) for n, v in flat.items()],
+                     dict(zip(model_outputs(spec, prepared.choices), outputs)), seconds,
+                     sum(int(np.prod(s)) for s in prepared.shapes.values()))
+
+
+def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
+           dtype: str = "float32", typecheck: bool = False) -> DecodeResult:
+    """The variant's random sequence of T_dec positions: the full forward over all of it,
+    then prefill over the first T_dec - ``steps`` and decode_step for each of the rest, one
+    position a step; the steps' logits against the full forward's at the same positions."""
+    prepared = _prepare(variant, backend, seed, dtype, typecheck)
+    spec, module, sizes = prepared.spec, prepared.module, prepared.sizes
+    if not hasattr(module, "decode_step"):
+        raise UsageError(f"{variant.name} has no decoder to decode with (arch="
+                         f"{prepared.choices.get('arch')}, decoding="
+                         f"{prepared.choices.get('decoding')}); --decode needs a decoder-only "
+                         "or encoder-decoder model under decoding=full")
+    length = sizes.get("T_dec", 0)
+    if not 1 <= steps < length:
+        raise UsageError(f"--decode takes 1 to T_dec - 1 = {length - 1} steps (the rest of the "
+                         f"T_dec={length} positions are the prompt), got {steps}")
+    entry = getattr(module, spec.name)
+    full_logits = entry(*prepared.inputs.values(), prepared.params,
+                        **_keywords(prepared, prepared.lowered.entry, sizes))[0]
+    prompt = length - steps
+    prompt_sizes = sizes | {"T_dec": prompt}
+    arguments = [_positions(prepared, name, array, 0, prompt, prompt_sizes)
+                 for name, array in prepared.inputs.items()]
+    start = time.perf_counter()
+    logits, _, cache = module.prefill(*arguments, prepared.params,
+                                      **_keywords(prepared, "prefill", sizes))
+    prefill_seconds = time.perf_counter() - start
+    step = next(f for f in prepared.lowered.functions if f.name == "decode_step")
+    differences = [np.max(np.abs(logits - full_logits[:, :prompt]))]
+    step_seconds = []
+    for position in range(prompt, length):
+        at = sizes | {"T_past": position, "T_new": 1}
+        arguments = [_positions(prepared, a.name, prepared.inputs.get(a.name), position,
+                                position + 1, at) if a.name in prepared.inputs
+                     else cache[a.name] for a in step.arguments]
+        start = time.perf_counter()
+        logits, _ = module.decode_step(*arguments, prepared.params, cache,
+                                       **_keywords(prepared, "decode_step", at))
+        step_seconds.append(time.perf_counter() - start)
+        differences.append(np.max(np.abs(logits - full_logits[:, position:position + 1])))
+    first = weights.flatten(cache)
+    layer = [(name, tuple(array.shape)) for name, array in first.items()
+             if ".0." in f".{name}." and hasattr(array, "shape")]
+    return DecodeResult(prompt, steps, prefill_seconds, step_seconds, layer,
+                        float(max(differences)))
+
+
+def _positions(prepared: _Prepared, name: str, array: np.ndarray, start: int, stop: int,
+               sizes: dict[str, int]) -> np.ndarray:
+    """The part of a full-sequence input a call takes: its declared shape under ``sizes``
+    says, axis by axis, all of it, the positions before ``stop``, or those from ``start``."""
+    step = prepared.choices | {"decoding": "step"} if "T_past" in sizes else prepared.choices
+    (decl,) = [s for s in select(prepared.spec.body, step)
+               if isinstance(s, TensorDecl) and s.role == "input" and s.name == name]
+    values = concrete_values(prepared.spec, step, sizes)
+    index = []
+    for axis, dim in enumerate(decl.shape.dims):
+        wanted, whole = int(evaluate(dim, values)), array.shape[axis]
+        if wanted == whole:
+            index.append(slice(None))
+        elif wanted == stop:
+            index.append(slice(0, stop))
+        elif wanted == stop - start:
+            index.append(slice(start, stop))
+        else:
+            raise UsageError(f"input {name}: axis {axis} is {whole} long in the full sequence "
+                             f"and {wanted} in the call; cannot tell which positions it takes")
+    return array[tuple(index)]
 
 
 def _inputs(spec, choices, sizes):
@@ -99,6 +211,11 @@ def _inputs(spec, choices, sizes):
                     indexed.setdefault(ids, tables[table].shape.dims[0])
     for s in statements:
         if isinstance(s, TensorDecl) and s.role == "input":
+            unknown = sorted(str(x) for d in s.shape.dims for x in d.free_symbols
+                             if x not in values)
+            if unknown:
+                raise UsageError(f"input {s.name} ({s.shape.text()}) needs a value for "
+                                 f"{', '.join(unknown)} to run: --set {unknown[0]}=...")
             shape = tuple(int(evaluate(d, values)) for d in s.shape.dims)
             rows = indexed.get(s.name)
             if s.dtype == "int" and rows is None:

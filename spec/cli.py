@@ -9,6 +9,7 @@
     tspec audit [--check] [--out PATH]
     tspec generate [--backend numpy|cupy] [--out DIR] [--check]
     tspec run VARIANT [--set NAME=VALUE ...] [--backend numpy] [--seed N] [--typecheck]
+              [--decode STEPS]
 
 Exit status: 0 when everything is proved, 1 when there are findings (or, for `audit --check`,
 a stale report; for a grid, an invalid combination; for `diff`, a difference), 2 on bad usage
@@ -101,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     run.add_argument("--typecheck", action="store_true",
                      help="check every array's shape at run time (jaxtyping)")
+    run.add_argument("--decode", type=int, metavar="STEPS",
+                     help="then decode the last STEPS positions one at a time from a prefill "
+                          "of the rest, against the full forward's logits")
 
     docs = commands.add_parser("docs", help="write each variant's documentation: dims, "
                                             "shapes, parameters, FLOPs, memory, diagrams")
@@ -374,7 +378,7 @@ def _docs(args) -> int:
 
 
 def _run(args) -> int:
-    from codegen.run import run, with_run_defaults
+    from codegen.run import decode, run, with_run_defaults
     variant = with_run_defaults(api.load(args.target, args.settings))
     report = api.check(variant)
     if not report.ok:
@@ -384,6 +388,8 @@ def _run(args) -> int:
               file=sys.stderr)
         return EXIT_FINDINGS
     result = run(variant, args.backend, args.seed, args.dtype, args.typecheck)
+    decoded = None if args.decode is None else decode(
+        variant, args.decode, args.backend, args.seed, args.dtype, args.typecheck)
     for line in _variant_header(variant):
         print(line)
     print(f"   {result.parameters:,} parameters ({args.dtype}), seed {args.seed}, "
@@ -395,6 +401,20 @@ def _run(args) -> int:
             print(f"{name:<{width}}  {' x '.join(map(str, shape))}")
     print()
     print(f"forward pass: {result.seconds * 1000:.1f} ms")
+    if decoded is not None:
+        times = sorted(decoded.step_seconds)
+        print()
+        print(f"decoding: prefill of {decoded.prompt} positions "
+              f"{decoded.prefill_seconds * 1000:.1f} ms, then {decoded.steps} steps of one "
+              f"position: median "
+              f"{times[len(times) // 2] * 1000:.1f} ms a step (fastest {times[0] * 1000:.1f}, "
+              f"slowest {times[-1] * 1000:.1f})")
+        print("cache of the first layer after the last step:")
+        width = max(len(name) for name, _ in decoded.cache)
+        for name, shape in decoded.cache:
+            print(f"   {name:<{width}}  {' x '.join(map(str, shape))}")
+        print(f"logits of prefill and every step against the full forward: max abs difference "
+              f"{decoded.difference:.1e}")
     return EXIT_OK
 
 

@@ -13,12 +13,14 @@ import inspect
 
 import numpy as np
 import pytest
+from command_line import run
 from compare import assert_close
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codegen import weights
 from codegen.generate import source
+from codegen.run import decode, with_run_defaults
 from codegen.runtime import load_source
 from spec import api
 from spec.check import check
@@ -313,3 +315,49 @@ def test_random_models_decode_to_the_full_forwards_logits_in_the_proved_shapes(d
             shape = [int(x) for x in concrete.replace("[", "").replace("]", "").split()]
             shape[-2] = T_dec
             assert states[path[-1]].shape == tuple(shape), name
+
+
+# ---------------------------------------------------------------------------------------------
+# From the command line and the API
+
+def test_tspec_run_decode_checks_every_step_against_the_full_forward(capsys):
+    code, out, err = run(capsys, "run", "gpt2_small", "--set", "N=2", "--set", "V=97",
+                         "--set", "T_dec=9", "--decode", "3", "--dtype", "float64")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    decoding = next(i for i, line in enumerate(lines) if line.startswith("decoding:"))
+    assert lines[decoding].startswith("decoding: prefill of 6 positions ")
+    assert "then 3 steps of one position: median " in lines[decoding]
+    assert lines[decoding + 1:decoding + 4] == [
+        "cache of the first layer after the last step:",
+        "   decoder.layers.0.self_attention.K_past  12 x 2 x 9 x 64",
+        "   decoder.layers.0.self_attention.V_past  12 x 2 x 9 x 64"]
+    prefix = "logits of prefill and every step against the full forward: max abs difference "
+    assert lines[decoding + 4].startswith(prefix)
+    assert float(lines[decoding + 4][len(prefix):]) < 1e-10
+
+
+def test_the_decode_api_reports_the_steps_and_the_largest_difference():
+    variant = with_run_defaults(api.load("llama3_8b", [
+        "N=2", "d_model=32", "H=4", "H_kv=2", "d_ff=24", "V=50", "T_dec=7"]))
+    result = decode(variant, 4, dtype="float64")
+    assert (result.prompt, result.steps, len(result.step_seconds)) == (3, 4, 4)
+    assert result.cache == [("decoder.layers.0.self_attention.K_past", (2, 2, 7, 8)),
+                            ("decoder.layers.0.self_attention.V_past", (2, 2, 7, 8))]
+    assert result.difference < 1e-10
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bert_base", "--decode", "3"],
+     ("tspec: error: bert_base has no decoder to decode with (arch=encoder_only, decoding=full); "
+     "--decode needs a decoder-only or encoder-decoder model under decoding=full\n")),
+    (["base", "--decode", "32"],
+     ("tspec: error: --decode takes 1 to T_dec - 1 = 31 steps (the rest of the T_dec=32 "
+     "positions are the prompt), got 32\n")),
+    (["base", "--set", "decoding=step"],
+     ("tspec: error: tspec run runs a model whole; a decoding step needs the cache a prefill "
+     "makes: leave decoding=full and pass --decode STEPS\n")),
+])
+def test_tspec_run_decode_refuses_what_it_cannot_decode(capsys, argv, message):
+    code, out, err = run(capsys, "run", *argv)
+    assert (code, out, err) == (2, "", message)
