@@ -28,7 +28,15 @@ from spec.errors import UsageError
 from spec.files import shown, stale_diff, write_atomic
 from spec.files import where as spec_line
 from spec.latex import name_latex
-from spec.model import BlockCall, Constraint, Let, choices_in_force, concrete_values, select
+from spec.model import (
+    BlockCall,
+    Constraint,
+    Let,
+    TensorDecl,
+    choices_in_force,
+    concrete_values,
+    select,
+)
 from spec.prove import evaluate as prove_evaluate
 from spec.variant import Variant
 
@@ -82,7 +90,17 @@ class Page:
     memory: list[Row]
     published: list[str]
     scaling_rows: list[Row]
+    decoding: "Decoding | None"
     bodies: list[BodyView]
+
+
+@dataclass
+class Decoding:
+    """Incremental decoding under the spec's ``decoding=step``: the cache and one step."""
+    positions: int             # T_past the figures take: a cache of the sequence's positions
+    states: list[Row]          # state, shape, copies, elements, bytes at these sizes
+    total: list[str]           # the cache: formula, bytes at these sizes, bytes a position
+    step_flops: list[str]      # one step of one position: formula (T_new = 1), number
 
 
 def sizes_for(variant: Variant, used: set[str]) -> dict[str, int]:
@@ -126,6 +144,7 @@ def page(variant: Variant) -> Page:
         memory=_memory_rows(bodies, paths, number),
         published=_published(variant, number(model.parameters)),
         scaling_rows=_scaling_rows(spec, choices, model, number, values),
+        decoding=_decoding(spec, choices, dims),
         bodies=views)
 
 
@@ -222,6 +241,45 @@ def _memory_rows(bodies, paths, number) -> list[Row]:
     total = model.activations.bytes(DTYPE)
     rows.append(Row(["the whole model", _latex(total), _bytes(number(total))]))
     return rows
+
+
+def _decoding(spec, choices, dims) -> Decoding | None:
+    """The decoding step's cache (every state, at T_past = the sequence's positions) and
+    FLOPs of one step of one position; None for a model that does not decode."""
+    decoding = spec.choices.get("decoding")
+    if decoding is None or "step" not in decoding.options or choices["decoding"] != "full":
+        return None
+    step = choices | {"decoding": "step"}
+    bodies = costs(spec, step)
+    paths = call_paths(bodies, spec.name)
+    symbols = spec.symbols()
+    positions = dims.get("T_dec")
+    if positions is None:
+        return None
+    values = concrete_values(spec, step, dims | {"T_past": positions, "T_new": 1})
+    rows, total = [], sympy.Integer(0)
+    for name, body in bodies.items():
+        if body.block is None:
+            continue
+        states = [s for s in select(body.block.body, step)
+                  if isinstance(s, TensorDecl) and s.role == "state"]
+        for state in states:
+            for path, binding, copies in paths.get(name, []):
+                shape = state.shape.subs(binding)
+                size = copies * sympy.Mul(*shape.dims) * (shape.family or 1)
+                total += size
+                rows.append(Row([f"`{path}.{state.name}`", f"`{shape.text()}`",
+                                 _latex(copies), _latex(size),
+                                 _bytes(_number(size * BYTES[DTYPE], values))]))
+    if not rows:
+        return None
+    per_position = sympy.simplify(total / (symbols["B"] * symbols["T_past"]))
+    flops = bodies[spec.name].flops.total.subs(symbols["T_new"], 1)
+    return Decoding(
+        positions, rows,
+        [_latex(total * BYTES[DTYPE]), _bytes(_number(total * BYTES[DTYPE], values)),
+         _bytes(_number(per_position * BYTES[DTYPE], values))],
+        [_latex(flops), f"{_number(flops, values):,}"])
 
 
 def _published(variant: Variant, ours: int) -> list[str]:

@@ -18,7 +18,7 @@ from compare import assert_close
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from codegen import weights
+from codegen import docs, weights
 from codegen.generate import source
 from codegen.run import decode, with_run_defaults
 from codegen.runtime import load_source
@@ -361,3 +361,19 @@ def test_the_decode_api_reports_the_steps_and_the_largest_difference():
 def test_tspec_run_decode_refuses_what_it_cannot_decode(capsys, argv, message):
     code, out, err = run(capsys, "run", *argv)
     assert (code, out, err) == (2, "", message)
+
+
+def test_the_docs_give_the_cache_per_layer_and_per_position():
+    llama = docs.page(api.load("llama3_8b")).decoding
+    assert llama.positions == 512
+    assert [row.cells[:3] for row in llama.states] == [
+        ["`decoder.layers.self_attention.K_past`", "`[H_kv] B T_past d_k`", "$N$"],
+        ["`decoder.layers.self_attention.V_past`", "`[H_kv] B T_past d_v`", "$N$"]]
+    # keys and values, 32 layers, 8 key-value heads of 128, float32: 256 KiB a position
+    assert llama.total[2] == f"256.0 KiB ({2 * 32 * 8 * 128 * 4:,} bytes)"
+    assert llama.total[1] == f"128.0 MiB ({512 * 2 * 32 * 8 * 128 * 4:,} bytes)"
+    base = docs.page(api.load("base")).decoding
+    assert base.total[2] == f"24.0 KiB ({2 * 6 * 512 * 4:,} bytes)"
+    assert docs.page(api.load("bert_base")).decoding is None
+    text = (api.SPEC_DIR.parent / "docs" / "variants" / "llama3_8b.md").read_text()
+    assert "## Decoding with a key-value cache" in text
