@@ -154,8 +154,7 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
         c for c in stepping.params_classes
         if c.name not in {known.name for known in full.params_classes}]
     step = dataclasses.replace(
-        step, summary=f"One decoding step: the {step.name.split('_')[0]} of T_new positions "
-        "after the T_past whose keys and values the cache holds.")
+        step, summary="One decoding step: T_new positions after the T_past the cache holds.")
     functions = [step if f.name == step.name else f for f in functions]
     return ir.Module(
         spec_name=full.spec_name, title=full.title, spec_file=full.spec_file,

@@ -1196,7 +1196,7 @@ def decode_step(
     eps: float = 1e-5,
     trace: dict | None = None,
 ) -> Tuple[Float[cp.ndarray, "B T_new V"], Float[cp.ndarray, "B T_new V"]]:  # noqa: UP006
-    r"""One decoding step: the decode of T_new positions after the T_past whose keys and values the cache holds.
+    r"""One decoding step: T_new positions after the T_past the cache holds.
 
     From incremental decoding (not in the seeds): a step's positions T_past to T_past+T_new-1 attend
     to the cached ones and to each other, never to later ones; seed 004, Decoder 3. Cross-Attention
