@@ -273,7 +273,8 @@ def _decoding(spec, choices, dims) -> Decoding | None:
                                  _bytes(_number(size * BYTES[DTYPE], values))]))
     if not rows:
         return None
-    per_position = sympy.simplify(total / (symbols["B"] * symbols["T_past"]))
+    # what one more position adds (a cross-attention's source keys do not grow)
+    per_position = sympy.diff(total, symbols["T_past"]) / symbols["B"]
     flops = bodies[spec.name].flops.total.subs(symbols["T_new"], 1)
     return Decoding(
         positions, rows,

@@ -130,12 +130,14 @@ def test_encoder_decoder_decoding_gives_the_full_forwards_logits(positional):
 
     def step_inputs(start, stop, cache):
         caches.append(cache)
-        return m_src, cache["Z_enc"], u[:, start:stop], m_tgt[:, :stop]
+        return m_src, u[:, start:stop], m_tgt[:, :stop]
 
     logits, lengths = decode_in_steps(model, full_inputs, step_inputs, params, prompt=3,
                                       steps=(1, 2, 1), dims={"H": 2})
     assert lengths == [4, 6, 7]
-    assert caches[0]["Z_enc"].shape == (B, T, SIZES["d_model"])
+    # the source's keys and values, computed once by prefill: (H, B, T, d_k)
+    cross = caches[0]["decoder"]["layers"][1]["cross_attention"]
+    assert cross["K_src"].shape == cross["V_src"].shape == (2, B, T, 4)
     assert_close(by_position(logits), by_position(reference), "float64")
 
 
@@ -164,12 +166,12 @@ def test_only_models_with_a_decoder_get_decoding_functions():
         text = source(SPEC, choices)
         assert "def prefill(" not in text and "def decode_step(" not in text, name
     text = source(SPEC, {"arch": "encoder_decoder"})
-    for name in ("cached_self_attention", "decoder_layer_step", "decoder_step", "decode_step",
-                 "prefill"):
+    for name in ("cached_self_attention", "cached_cross_attention", "decoder_layer_step",
+                 "decoder_step", "decode_step", "prefill"):
         assert f"\ndef {name}(" in text, name
-    # the encoder, cross-attention and the sublayers the step shares with the full model are
-    # generated once
-    for name in ("encoder_step", "multi_head_attention_step", "feed_forward_step"):
+    # the encoder and the sublayers the step shares with the full model are generated once
+    for name in ("encoder_step", "multi_head_attention_step", "feed_forward_step",
+                 "decoder_layer_step_step"):
         assert f"\ndef {name}(" not in text, name
 
 
@@ -293,7 +295,7 @@ def test_random_models_decode_to_the_full_forwards_logits_in_the_proved_shapes(d
 
     def step_inputs(start, stop, cache):
         after.append((start, cache))
-        inputs = (m_src, cache["Z_enc"]) if encoder else ()
+        inputs = (m_src,) if encoder else ()
         return *inputs, u[:, start:stop], m_tgt[:, :stop]
 
     logits, _ = decode_in_steps(model, full_inputs, step_inputs, params, prompt, steps, dims)
@@ -303,17 +305,20 @@ def test_random_models_decode_to_the_full_forwards_logits_in_the_proved_shapes(d
     step = api.load("transformer", [f"{k}={v}" for k, v in {
         **choices, **dims, "decoding": "step", "T_past": start,
         "T_new": T_dec - start}.items()])
-    proved = {row.name: row.concrete for row in api.shapes(step) if row.role == "state"}
+    proved = {row.name: (row.symbolic, row.concrete) for row in api.shapes(step)
+              if row.role == "state"}
     assert proved
-    for name, concrete in proved.items():
+    for name, (symbolic, concrete) in proved.items():
         path = name.replace("[i]", "").split(".")
         for index in range(dims["N"]):
             states = cache
             for part in path[:-1]:
                 states = states[part][index] if part == "layers" else states[part]
-            # the state after the step: T_past + T_new positions where T_past was proved
+            # after the step a growing state holds T_past + T_new positions where T_past was
+            # proved; the source's keys and values stay as they are
             shape = [int(x) for x in concrete.replace("[", "").replace("]", "").split()]
-            shape[-2] = T_dec
+            if "T_past" in symbolic:
+                shape[-2] = T_dec
             assert states[path[-1]].shape == tuple(shape), name
 
 

@@ -255,12 +255,11 @@ def test_removing_the_divisibility_constraint_is_caught():
          "head_dims=split"))]
     # and the key-value heads' parameters, H_kv*d_k and H_kv*d_v wide, are then fractional,
     # in the attention of the full models and in the decoding step's cached self-attention
-    # (in an encoder-decoder's step, multi_head_attention is only the cross-attention)
     assert {(f.message, f.choices) for f in not_integral[2:]} == {
         ((f"size H_kv*d_{x} in the declared shape of {p}_{y} is not a whole number for every "
          "allowed size"), choices)
         for x, y in (("k", "K"), ("v", "V"))
-        for p, bias, count in (("W", "", 3840), ("b", "attention_bias=all, ", 1920))
+        for p, bias, count in (("W", "", 3072), ("b", "attention_bias=all, ", 1536))
         for choices in (
             (f"positional=sinusoidal|learned|relative, head_dims=split, {bias}"
              f"key_value_heads=grouped ({count} of 24576 combinations)"),
