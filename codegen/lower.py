@@ -75,11 +75,11 @@ def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
     if clash:
         raise CodegenError(f"block {clash[0]} has the name code generation gives a decoding "
                            "step's function; rename it", file=spec.file)
+    _require_proved(spec, step)
     stepping = _Lowerer(spec, step, backend, renamed).module()
     if not any(function.cache for function in stepping.functions):
         return module                       # nothing to keep between steps: no decoder
-    _require_proved(spec, step)
-    return _with_decoding(module, stepping, _cache_starts(spec, step))
+    return _with_decoding(module, stepping, _cache_starts(spec, step, chosen))
 
 
 def _require_proved(spec: Spec, chosen: dict[str, str]) -> None:
@@ -90,29 +90,43 @@ def _require_proved(spec: Spec, chosen: dict[str, str]) -> None:
                            file=spec.file)
 
 
-def _cache_starts(spec: Spec, choices: dict[str, str]) -> dict:
+def _cache_starts(spec: Spec, choices: dict[str, str], full: dict[str, str]) -> dict:
     """Where each state of the model under ``choices`` starts: nested like the trace (by
     instance name; a one-item list for every layer of a stack), a state's name mapping to the
-    full model's tensor that prefill keeps for it (its ``from``)."""
+    full model's tensor that prefill keeps for it (its ``from``), which the full model under
+    ``full`` must compute at the same place."""
 
-    def body(block: Block | None) -> dict:
+    def statements(block: Block | None, chosen: dict[str, str]) -> list:
+        return select(block.body if block else spec.body, chosen)
+
+    def body(block: Block | None, twin: Block | None, path: str) -> dict:
+        computed = {s.output: s for s in statements(twin, full)
+                    if isinstance(s, (Equation, BlockCall))} if twin or path == "" else {}
         starts: dict = {}
-        for s in select(block.body if block else spec.body, choices):
+        for s in statements(block, choices):
             if isinstance(s, TensorDecl) and s.role == "state":
+                if s.start not in computed:
+                    raise CodegenError(
+                        f"state {s.name} starts from {s.start}, which the full model does not "
+                        f"compute at {path.rstrip('.') or 'its top level'} under "
+                        f"{_describe(full)}",
+                        file=s.file, line=s.line)
                 starts[s.name] = s.start
             elif isinstance(s, BlockCall):
-                inner = body(spec.blocks[s.block])
+                call = next((c for c in computed.values() if isinstance(c, BlockCall)
+                             and c.instance == s.instance), None)
+                inner = body(spec.blocks[s.block], call and spec.blocks[call.block],
+                             f"{path}{s.instance}{'[i]' if s.repeat is not None else ''}.")
                 if inner:
                     starts[s.instance] = [inner] if s.repeat is not None else inner
         return starts
 
-    return body(None)
+    return body(None, None, "")
 
 
 def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Module:
     """The full model's module with the decoding step's functions (those it lacks) and
-    ``prefill``, which runs the full forward and keeps what the step's states start from;
-    inputs of the step the full forward computes (the encoder output) are kept too."""
+    ``prefill``, which runs the full forward and keeps what the step's states start from."""
     entry = next(f for f in full.functions if f.name == full.entry)
     step = next(f for f in stepping.functions if f.name == stepping.entry)
     known = {f.name: f for f in full.functions}
@@ -124,9 +138,10 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
             raise CodegenError(f"function {function.name} differs between the full model and "
                                "its decoding step but was not renamed")
     full_inputs = {a.name for a in entry.arguments}
-    carried = sorted(a.name for a in step.arguments if a.name not in full_inputs)
-    for name in carried:
-        starts = starts | {name: name}
+    foreign = [a.name for a in step.arguments if a.name not in full_inputs]
+    if foreign:
+        raise CodegenError(f"the decoding step takes {foreign[0]}, which the full model does "
+                           "not: keep it in the cache as a state (`state ... from ...`)")
     call = [a.name for a in entry.arguments] + (["params"] if entry.params_class else []) + \
         [f"{k.name}={k.name}" for k in entry.keywords] + ["trace=recorder"]
     lines = ("recorder = StateRecorder(",
@@ -136,7 +151,6 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
              "cache = recorder.states()")
     returns = entry.returns[:-1] + ", dict]" if entry.returns.startswith("Tuple[") else \
         f"Tuple[{entry.returns}, dict]"
-    carried_text = "".join(f"; cache[{name!r}] is the {name} it takes" for name in carried)
     prefill = ir.Function(
         name="prefill",
         summary=f"Prefill: {entry.name} over the prompt, and the cache that {step.name} "
@@ -146,7 +160,7 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
         keywords=entry.keywords, returns=returns, prologue=(), steps=(ir.Step(lines),),
         traced=(), result=f"{entry.result}, cache", traces=False,
         notes=((f"The cache holds, for every layer, the keys and values {step.name} appends "
-                f"to{carried_text}. Call {step.name} with the next positions' ids and this "
+                f"to. Call {step.name} with the next positions' ids and this "
                 "cache, which it extends in place."),))
     helpers = {h.name: h for h in full.helpers} | {h.name: h for h in stepping.helpers}
     helpers["decoding"] = ir.Helper("decoding", full.backend.template("decoding"))

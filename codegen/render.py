@@ -91,12 +91,12 @@ def _function_view(function: ir.Function) -> dict:
         signature.append(f"params: {function.params_class},")
     if function.cache:
         signature.append("cache: dict,")
-    signature.append("*,")
-    for keyword in function.keywords:
-        default = f" = {keyword.default}" if keyword.default is not None else ""
-        signature.append(f"{keyword.name}: {keyword.annotation}{default},")
+    keywords = [f"{k.name}: {k.annotation}{'' if k.default is None else ' = ' + k.default},"
+                for k in function.keywords]
     if function.traces:
-        signature.append("trace: dict | None = None,")
+        keywords.append("trace: dict | None = None,")
+    if keywords:
+        signature += ["*,", *keywords]
 
     doc = []
     if function.source:
@@ -112,7 +112,8 @@ def _function_view(function: ir.Function) -> dict:
     if function.cache:
         doc += ["", "cache: this call's key-value cache, nested like params: each state is read,",
                 "then replaced by its value for the next decoding step (in place)."]
-    doc += ["", "Keyword arguments:"]
+    if keywords:
+        doc += ["", "Keyword arguments:"]
     for keyword in function.keywords:
         doc += _wrap(f"{keyword.name}: {keyword.meaning}", 92, "    ", "        ")
     if function.traces:

@@ -24,7 +24,7 @@ from codegen.run import decode, with_run_defaults
 from codegen.runtime import load_source
 from spec import api
 from spec.check import check
-from spec.errors import SpecError, SpecSyntaxError
+from spec.errors import CodegenError, SpecError, SpecSyntaxError
 from spec.language import parse
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
@@ -382,3 +382,84 @@ def test_the_docs_give_the_cache_per_layer_and_per_position():
     assert docs.page(api.load("bert_base")).decoding is None
     text = (api.SPEC_DIR.parent / "docs" / "variants" / "llama3_8b.md").read_text()
     assert "## Decoding with a key-value cache" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Code generation for any spec with the choice `decoding`
+
+TINY = """\
+spec tiny "a decoder of one cached layer"
+dim B "batch"
+dim T "length"
+dim T_past "positions decoded before"
+dim T_new "positions a step adds"
+dim d "width"
+choice decoding = full | step "the whole sequence, or one step"
+
+block attend(X "B T_x d") -> Y:
+    dim T_x "length"
+    param W "d d" "weight"
+    K "B T_x d" "keys" = X @ W
+    Y "B T_x d" "output" = K + X
+
+block attend_cached(X "B T_x d") -> Y:
+    dim T_x "positions this step adds"
+    param W "d d" "weight"
+    state K_past "B T_past d" "keys so far" from K
+    K "B T_x d" "new keys" = X @ W
+    K_all "B T_past+T_x d" "every key" = concat(K_past, K, axis=-2)
+    update K_past = K_all
+    Y "B T_x d" "output" = K + X
+
+when decoding == full:
+    input X "B T d" "input"
+    Y "B T d" "output" = attend(X) as first
+else:
+    input X "B T_new d" "the new positions' input"
+    Y "B T_new d" "output at the new positions" = attend_cached(X) as first
+output Y
+"""
+
+
+def test_any_spec_with_states_gets_prefill_and_decode_step():
+    model = load_source(source(parse(TINY, "tiny.tspec"), {}))
+    rng = np.random.default_rng(0)
+    W, X = rng.standard_normal((3, 3)), rng.standard_normal((2, 5, 3))
+    params = {"first": {"W": W}}
+    _Y, cache = model.prefill(X[:, :4], params)
+    assert cache == {"first": {"K_past": cache["first"]["K_past"]}}
+    np.testing.assert_array_equal(cache["first"]["K_past"], X[:, :4] @ W)
+    model.decode_step(X[:, 4:], params, cache)
+    np.testing.assert_allclose(cache["first"]["K_past"], X @ W, rtol=1e-15)
+
+
+@pytest.mark.parametrize("change, message", [
+    (("from K\n", "from K_gone\n"),
+     ("tiny.tspec:18: state K_past starts from K_gone, which the full model does not compute "
+     "at first under decoding=full")),
+    (('X "B T_new d" "the new positions\' input"',
+      'X "B T_new d" "the new input"\n    input Z "B T_new d" "more"'),
+     ("the decoding step takes Z, which the full model does not: keep it in the cache as a "
+     "state (`state ... from ...`)")),
+])
+def test_decoding_code_refuses_a_step_it_cannot_start(change, message):
+    old, new = change
+    text = TINY.replace(old, new)
+    assert text != TINY
+    with pytest.raises(CodegenError) as raised:
+        source(parse(text, "tiny.tspec"), {})
+    assert str(raised.value) == message
+
+
+def test_a_block_named_like_a_steps_function_is_refused():
+    old = '    Y "B T_x d" "output" = K + X\n\nblock attend_cached'
+    new = ('    when decoding == step:\n        Y "B T_x d" "output" = K - X\n'
+           '    else:\n        Y "B T_x d" "output" = K + X\n\n'
+           'block attend_step(X "B T_x d") -> Y:\n    dim T_x "length"\n'
+           '    Y "B T_x d" "output" = X + X\n\nblock attend_cached')
+    text = TINY.replace(old, new)
+    assert text != TINY
+    with pytest.raises(CodegenError) as raised:
+        source(parse(text, "tiny.tspec"), {})
+    assert str(raised.value) == ("tiny.tspec: block attend_step has the name code generation "
+                                 "gives a decoding step's function; rename it")
