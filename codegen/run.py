@@ -155,7 +155,7 @@ def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
                                       **_keywords(prepared, "prefill", sizes))
     prefill_seconds = time.perf_counter() - start
     step = next(f for f in prepared.lowered.functions if f.name == "decode_step")
-    differences = [np.max(np.abs(logits - full_logits[:, :prompt]))]
+    differences = [float(abs(logits - full_logits[:, :prompt]).max())]  # NumPy or CuPy
     step_seconds = []
     for position in range(prompt, length):
         at = sizes | {"T_past": position, "T_new": 1}
@@ -166,7 +166,7 @@ def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
         logits, _ = module.decode_step(*arguments, prepared.params, cache,
                                        **_keywords(prepared, "decode_step", at))
         step_seconds.append(time.perf_counter() - start)
-        differences.append(np.max(np.abs(logits - full_logits[:, position:position + 1])))
+        differences.append(float(abs(logits - full_logits[:, position:position + 1]).max()))
     first = weights.flatten(cache)
     layer = [(name, tuple(array.shape)) for name, array in first.items()
              if ".0." in f".{name}." and hasattr(array, "shape")]

@@ -13,6 +13,7 @@ import inspect
 
 import numpy as np
 import pytest
+from arrays import CUPY, needs_cupy, to_numpy
 from command_line import run
 from compare import assert_close
 from hypothesis import HealthCheck, given, settings
@@ -426,7 +427,7 @@ def test_any_spec_with_states_gets_prefill_and_decode_step():
     rng = np.random.default_rng(0)
     W, X = rng.standard_normal((3, 3)), rng.standard_normal((2, 5, 3))
     params = {"first": {"W": W}}
-    _Y, cache = model.prefill(X[:, :4], params)
+    _, cache = model.prefill(X[:, :4], params)
     assert cache == {"first": {"K_past": cache["first"]["K_past"]}}
     np.testing.assert_array_equal(cache["first"]["K_past"], X[:, :4] @ W)
     model.decode_step(X[:, 4:], params, cache)
@@ -463,3 +464,26 @@ def test_a_block_named_like_a_steps_function_is_refused():
         source(parse(text, "tiny.tspec"), {})
     assert str(raised.value) == ("tiny.tspec: block attend_step has the name code generation "
                                  "gives a decoding step's function; rename it")
+
+
+@needs_cupy
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_cupy_decoding_matches_the_numpy_full_forward(name):
+    """The CuPy module's prefill and decode_step, on the GPU, against NumPy's full forward."""
+    choices = DECODERS[name]
+    model = load_source(source(SPEC, choices, "cupy"))
+    reference_model = module(**choices)
+    dims = {"H": 2, "H_kv": 1}
+    params = params_for(choices, np.float64, H_kv=1)
+    u = np.random.default_rng(2).integers(0, SIZES["V"], (2, 7))
+    m = np.ones((2, 7), dtype=bool)
+    reference, _ = reference_model.transformer(u, m, params,
+                                               **keywords(reference_model.transformer, **dims))
+    logits, _, cache = model.prefill(*CUPY.put((u[:, :4], m[:, :4], params)),
+                                     **keywords(model.prefill, **dims))
+    pieces = [to_numpy(logits)]
+    for t in range(4, 7):
+        step, _ = model.decode_step(*CUPY.put((u[:, t:t + 1], m[:, :t + 1], params)), cache,
+                                    **keywords(model.decode_step, **dims))
+        pieces.append(to_numpy(step))
+    assert_close(by_position(np.concatenate(pieces, axis=1)), by_position(reference), "float64")
