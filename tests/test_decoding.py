@@ -487,3 +487,43 @@ def test_cupy_decoding_matches_the_numpy_full_forward(name):
                                     **keywords(model.decode_step, **dims))
         pieces.append(to_numpy(step))
     assert_close(by_position(np.concatenate(pieces, axis=1)), by_position(reference), "float64")
+
+
+# ---------------------------------------------------------------------------------------------
+# Against an independent key-value cache: Hugging Face GPT-2 with past_key_values
+
+def test_decoding_matches_hugging_face_gpt2_with_its_own_cache_step_by_step():
+    """Hugging Face's GPT2LMHeadModel decodes with its own cache (DynamicCache); ours with
+    prefill and decode_step. Every step's logits and every layer's cached keys and values
+    agree (its cache is (B, H, T_past, d_k), ours (H, B, T_past, d_k))."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from codegen import checkpoints
+    torch.manual_seed(5)
+    config = transformers.GPT2Config(vocab_size=SIZES["V"], n_positions=12, n_embd=8, n_layer=2,
+                                     n_head=2, resid_pdrop=0.0, embd_pdrop=0.0,
+                                     attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    reference = transformers.GPT2LMHeadModel(config).double().eval()
+    params = weights.nest(checkpoints.from_gpt2(reference.state_dict()))
+    model = module(**DECODERS["gpt2"])
+    u = np.random.default_rng(6).integers(0, SIZES["V"], (2, 9))
+    m = np.ones(u.shape, dtype=bool)
+    with torch.no_grad():
+        output = reference(torch.tensor(u[:, :5]), use_cache=True)
+        theirs, past = [output.logits.numpy()], output.past_key_values
+        ours, _, cache = model.prefill(u[:, :5], m[:, :5], params, H=2)
+        ours = [ours]
+        for t in range(5, 9):
+            step = reference(torch.tensor(u[:, t:t + 1]), past_key_values=past, use_cache=True)
+            theirs.append(step.logits.numpy())
+            logits, _ = model.decode_step(u[:, t:t + 1], m[:, :t + 1], params, cache)
+            ours.append(logits)
+    compared = by_position(np.concatenate(ours, axis=1))
+    expected = by_position(np.concatenate(theirs, axis=1))
+    for i, layer in enumerate(past.layers):
+        states = cache["decoder"]["layers"][i]["self_attention"]
+        compared |= {f"layer {i} K_past": states["K_past"], f"layer {i} V_past": states["V_past"]}
+        expected |= {f"layer {i} K_past": layer.keys.numpy().transpose(1, 0, 2, 3),
+                     f"layer {i} V_past": layer.values.numpy().transpose(1, 0, 2, 3)}
+    rows = assert_close(compared, expected, "float64")
+    assert len(rows) == 9 + 4
