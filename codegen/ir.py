@@ -75,6 +75,14 @@ class Function:
 
 
 @dataclass(frozen=True)
+class Constant:
+    """A module-level name the functions share: its comment and its value's lines."""
+    name: str
+    comment: str
+    lines: tuple[str, ...]     # the value, the first line right after "NAME = "
+
+
+@dataclass(frozen=True)
 class Helper:
     name: str                  # the function's name
     template: str              # the template it is rendered from (the backend's choice)
@@ -93,3 +101,4 @@ class Module:
     params_classes: list[ParamsClass] = field(default_factory=list)
     functions: list[Function] = field(default_factory=list)
     entry: str = ""            # the model's function
+    constants: list[Constant] = field(default_factory=list)

@@ -66,6 +66,12 @@ def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
     chosen = spec.choice_values(choices)
     _require_proved(spec, chosen)
     module = _Lowerer(spec, chosen, backend).module()
+    reading = [f.name for f in module.functions if f.cache]
+    if reading and chosen.get(DECODING) != "step":
+        raise CodegenError(f"{reading[0]} reads states (a cache) under {_describe(chosen)}: "
+                           "a model's full forward keeps none; declare states in the blocks "
+                           f"its decoding step calls (under `{DECODING} = step`)",
+                           file=spec.file)
     if chosen.get(DECODING) != "full" or "step" not in spec.choices[DECODING].options:
         return module
     step = chosen | {DECODING: "step"}
@@ -100,8 +106,11 @@ def _cache_starts(spec: Spec, choices: dict[str, str], full: dict[str, str]) -> 
         return select(block.body if block else spec.body, chosen)
 
     def body(block: Block | None, twin: Block | None, path: str) -> dict:
-        computed = {s.output: s for s in statements(twin, full)
-                    if isinstance(s, (Equation, BlockCall))} if twin or path == "" else {}
+        full_statements = statements(twin, full) if twin or path == "" else []
+        computed = {s.output: s for s in full_statements
+                    if isinstance(s, (Equation, BlockCall))}
+        shapes = {s.name: s.shape for s in full_statements
+                  if isinstance(s, TensorDecl) and s.shape is not None}
         starts: dict = {}
         for s in statements(block, choices):
             if isinstance(s, TensorDecl) and s.role == "state":
@@ -110,6 +119,13 @@ def _cache_starts(spec: Spec, choices: dict[str, str], full: dict[str, str]) -> 
                         f"state {s.name} starts from {s.start}, which the full model does not "
                         f"compute at {path.rstrip('.') or 'its top level'} under "
                         f"{_describe(full)}",
+                        file=s.file, line=s.line)
+                start = shapes.get(s.start)
+                if start is None or not _same_but_positions(s.shape, start):
+                    shown = "no stated shape" if start is None else start.text()
+                    raise CodegenError(
+                        f"state {s.name} ({s.shape.text()}) starts from {s.start} ({shown}), "
+                        "which must have its shape but for the positions axis",
                         file=s.file, line=s.line)
                 starts[s.name] = s.start
             elif isinstance(s, BlockCall):
@@ -122,6 +138,12 @@ def _cache_starts(spec: Spec, choices: dict[str, str], full: dict[str, str]) -> 
         return starts
 
     return body(None, None, "")
+
+
+def _same_but_positions(a: Shape, b: Shape) -> bool:
+    """Two shapes that agree on the family and every axis but the second-to-last."""
+    return a.rank == b.rank >= 2 and a.family == b.family and \
+        a.dims[:-2] + a.dims[-1:] == b.dims[:-2] + b.dims[-1:]
 
 
 def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Module:
@@ -144,9 +166,7 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
                            "not: keep it in the cache as a state (`state ... from ...`)")
     call = [a.name for a in entry.arguments] + (["params"] if entry.params_class else []) + \
         [f"{k.name}={k.name}" for k in entry.keywords] + ["trace=recorder"]
-    lines = ("recorder = StateRecorder(",
-             *_literal(starts, "    ", first="    "),
-             ")  # the tensors the states start as, nested like params",
+    lines = ("recorder = StateRecorder(CACHE_STATES)  # keeps what the states start as",
              *_call(f"{entry.result} = {entry.name}", call, "the full forward"),
              "cache = recorder.states()")
     returns = entry.returns[:-1] + ", dict]" if entry.returns.startswith("Tuple[") else \
@@ -167,14 +187,20 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
     classes = list(full.params_classes) + [
         c for c in stepping.params_classes
         if c.name not in {known.name for known in full.params_classes}]
+    check = ir.Step(("check_cache(cache, params, CACHE_STATES)  # the cache prefill made",))
     step = dataclasses.replace(
-        step, summary="One decoding step: T_new positions after the T_past the cache holds.")
+        step, summary="One decoding step: T_new positions after the T_past the cache holds.",
+        steps=(check, *step.steps))
+    states = _literal(starts, "")
     functions = [step if f.name == step.name else f for f in functions]
     return ir.Module(
         spec_name=full.spec_name, title=full.title, spec_file=full.spec_file,
         spec_hash=full.spec_hash, choices=full.choices, backend=full.backend,
         helpers=[helpers[h] for h in HELPER_ORDER if h in helpers],
-        params_classes=classes, functions=functions + [prefill], entry=full.entry)
+        params_classes=classes, functions=functions + [prefill], entry=full.entry,
+        constants=[ir.Constant("CACHE_STATES", "each state of the cache, nested like params (a "
+                               "stack's layers one list item), and the full forward's tensor "
+                               "it starts as", (states[0].lstrip(), *states[1:]))])
 
 
 def _literal(value: dict | list | str, indent: str, first: str = "") -> list[str]:
@@ -255,7 +281,7 @@ class _Lowerer:
 
 # helpers in the order the module defines them, and the helpers each one needs (the attention
 # code that calls query_blocks also calls in_parallel)
-HELPER_ORDER = ("subtrace", "decoding", "parallel", "project", "embed", "positional_encoding", "log_mask",
+HELPER_ORDER = ("subtrace", "decoding", "require_size", "parallel", "project", "embed", "positional_encoding", "log_mask",
                 "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
                 "rotary", "repeat_heads", "concat_heads", "kernel_support", "batched_matmul",
                 "softmax", "masked_softmax", "query_blocks", "layer_norm", "rms_norm", "relu",
@@ -297,7 +323,12 @@ class _Body:
         self.values: dict[str, Operand] = {}
         self.decls: dict[str, TensorDecl] = {}
         self.sources: dict[sympy.Symbol, str] = {}
-        self.sums: dict[sympy.Expr, str] = {}       # axes whose size is a sum of dims
+        self.sums: dict[sympy.Expr, tuple[str, str, int]] = {}  # axes sized by a sum of dims:
+        #                                            their size's code, the array, the axis
+        self.agreements: list[tuple[str, sympy.Symbol, str, int]] = []  # a state's axes that
+        #                                            another array reveals first: checked
+        self.states = False                 # whether the function reads states of its own
+        self.revealing: set[str] = set()    # the sums that reveal a dim (not checked)
         self.needed: list[sympy.Symbol] = []
         self.runtimes: list[str] = []
         self.float_source: str | None = None
@@ -381,8 +412,8 @@ class _Body:
                 code = f'cache["{decl.name}"]'
                 self.values[decl.name] = Operand(code, Value(shape, decl.dtype,
                                                              tensor=decl.name))
-                self.add_sources(code, shape, family_source=True)
-                self.cache = True
+                self.add_sources(code, shape, family_source=True, state=decl.name)
+                self.cache = self.states = True
         producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
         core = attention_core(block, producers, self.decls)
         blocking = core if self.lowerer.backend.attention == "query_blocks" else None
@@ -475,14 +506,19 @@ class _Body:
                                file=decl.file, line=decl.line)
         return decl.shape
 
-    def add_sources(self, code: str, shape: Shape, family_source: bool) -> None:
+    def add_sources(self, code: str, shape: Shape, family_source: bool,
+                    state: str | None = None) -> None:
         """Dims an array reveals: each plain-symbol axis, read from its shape; a sum of dims
-        (``T_past + T_new``) reveals one of them once the others are known."""
+        (``T_past + T_new``) reveals one of them once the others are known. A state's axis
+        that an argument revealed first is checked against it where the function starts."""
         for index, dim in enumerate(shape.dims):
+            axis = index - shape.rank
             if isinstance(dim, sympy.Symbol) and dim not in self.sources:
-                self.sources[dim] = f"{code}.shape[{index - shape.rank}]"
+                self.sources[dim] = f"{code}.shape[{axis}]"
+            elif isinstance(dim, sympy.Symbol) and state is not None:
+                self.agreements.append((f"{code}.shape[{axis}]", dim, state, axis))
             elif isinstance(dim, sympy.Add) and dim not in self.sums:
-                self.sums[dim] = f"{code}.shape[{index - shape.rank}]"
+                self.sums[dim] = (f"{code}.shape[{axis}]", state or code, axis)
         if family_source and isinstance(shape.family, sympy.Symbol) and \
                 shape.family not in self.sources:
             self.sources[shape.family] = f"{code}.shape[0]"
@@ -490,12 +526,36 @@ class _Body:
     def sum_revealing(self, symbol: sympy.Symbol) -> tuple[str, sympy.Expr] | None:
         """An axis of size ``symbol + rest``, every dim of ``rest`` read from an array: its
         size's code and ``rest``."""
-        for total, code in self.sums.items():
+        for total, (code, _, _) in self.sums.items():
             rest = total - symbol
             if symbol not in rest.free_symbols and total.coeff(symbol) == 1 and \
                     all(s in self.sources for s in rest.free_symbols):
+                self.revealing.add(code)
                 return code, rest
         return None
+
+    def agreement_checks(self) -> list[str]:
+        """Where a function reads states (a cache), the sizes its arguments and the cache
+        both give must agree: a mask of the wrong length would otherwise be cut or broadcast
+        silently. One ``require_size`` for each such axis."""
+        if not self.states:
+            return []
+        lines: list[str] = []
+
+        def check(what: str, actual: str, name: str, expected: str) -> None:
+            self.helper("require_size")
+            lines.extend(_call("require_size", [f'"{what}"', actual, f'"{name}"', expected],
+                               ""))
+
+        for total, (code, name, axis) in self.sums.items():
+            if code in self.revealing or not all(s in self.sources for s in total.free_symbols):
+                continue
+            check(f"{name} axis {axis}", code, format_expr(total).replace("+", " + "),
+                  self.dim(total))
+        for code, symbol, state, axis in self.agreements:
+            self.need(symbol)
+            check(f"cache {state} axis {axis}", code, str(symbol), str(symbol))
+        return lines
 
     def annotation(self, decl: TensorDecl, shape: Shape, bound: set[str] | None = None) -> str:
         """jaxtyping's annotation: dims by name, the family axis first (#: may be shared).
@@ -638,6 +698,11 @@ class _Body:
         while index < len(self.needed):      # resolving may need more dims
             resolve(self.needed[index])
             index += 1
+        checks = self.agreement_checks()
+        while index < len(self.needed):      # and the checks may need more
+            resolve(self.needed[index])
+            index += 1
+        prologue += checks
         dims = self.spec.dims
         keyword_records = [ir.Keyword(str(s), "int", None, dims[str(s)].meaning
                                       if str(s) in dims else "") for s in keywords]
@@ -725,13 +790,14 @@ def _broken(statement: str, width: int) -> tuple[str, ...]:
 def _call(head: str, parts: list[str], comment: str,
           width: int = LINE_LENGTH) -> tuple[str, ...]:
     """``head(parts)`` with its shape comment; arguments on their own line when long."""
-    line = f"{head}({', '.join(parts)})  # {comment}"
+    end = f"  # {comment}" if comment else ""
+    line = f"{head}({', '.join(parts)}){end}"
     if len(line) <= width:
         return (line,)
     inner = "    " + ", ".join(parts)
     if len(inner) <= width:
-        return (f"{head}(", inner, f")  # {comment}")
-    return (f"{head}(",) + tuple(f"    {part}," for part in parts) + (f")  # {comment}",)
+        return (f"{head}(", inner, f"){end}")
+    return (f"{head}(",) + tuple(f"    {part}," for part in parts) + (f"){end}",)
 
 
 def _describe(choices: dict) -> str:

@@ -38,6 +38,8 @@ def render(module: ir.Module) -> str:
         "functions": [_function_view(f) for f in module.functions],
         "params_classes": [_params_view(p) for p in module.params_classes],
         "helpers": module.helpers,
+        "constants": [{"name": c.name, "comment": _wrap(c.comment, LINE_LENGTH, "# ", "# "),
+                       "first": c.lines[0], "rest": c.lines[1:]} for c in module.constants],
     }
     template = environment().get_template("module.py.j2")
     draft = template.render(**context, imports=[])

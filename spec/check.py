@@ -37,6 +37,7 @@ from spec.ops import OPS, Value, join_family
 from spec.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
 from spec.shape import Shape, format_expr
 
+DECLARED = ("input", "param", "state")   # roles given, not computed by an equation
 NEAREST_WINDOW = 4096     # how far to look for valid values near a violating one
 MAX_COMBINATIONS = 1 << 16   # choice combinations proved in one check
 
@@ -431,12 +432,12 @@ class _Run:
             if isinstance(s, TensorDecl):
                 previous = decls.get(s.name)
                 if previous is not None:
-                    if previous.role in ("input", "param", "state") and \
+                    if previous.role in DECLARED and \
                             s.role in ("intermediate", "output"):
                         raise SpecError(f"{previous.role} {s.name} (line {previous.line}) "
                                         "cannot also be computed by an equation", file=s.file,
                                         line=s.line)
-                    if previous.role in ("input", "param", "state") or (previous.shape is not None
+                    if previous.role in DECLARED or (previous.shape is not None
                                                                and s.shape is not None):
                         raise SpecError(f"tensor {s.name} is declared twice in {where} "
                                         f"(first at line {previous.line})", file=s.file,
@@ -448,7 +449,7 @@ class _Run:
                 if s.output in producers:
                     raise SpecError(f"tensor {s.output} is defined twice in {where} (first at "
                                     f"line {producers[s.output].line})", file=s.file, line=s.line)
-                if s.output in decls and decls[s.output].role in ("input", "param", "state"):
+                if s.output in decls and decls[s.output].role in DECLARED:
                     raise SpecError(f"{decls[s.output].role} {s.output} cannot also be "
                                     "computed by an equation", file=s.file, line=s.line)
                 producers[s.output] = s
@@ -462,7 +463,13 @@ class _Run:
                         used not in producers:
                     raise SpecError(f"tensor {used} is declared but never computed in "
                                     f"{where}", file=decls[used].file, line=decls[used].line)
+        updated: dict[str, Update] = {}
         for update in (s for s in statements if isinstance(s, Update)):
+            if update.state in updated:
+                raise SpecError(f"update {update.state} is given twice in {where} (first at "
+                                f"line {updated[update.state].line}): a state has one next "
+                                "value", file=update.file, line=update.line)
+            updated[update.state] = update
             state = decls.get(update.state)
             if state is None or state.role != "state":
                 raise SpecError(f"update {update.state}: {update.state} is not a state of "
@@ -491,7 +498,7 @@ class _Run:
                 statements, inputs, outputs, where)
         decls, order = structure
         for decl in decls.values():
-            if decl.role in ("input", "param", "state"):
+            if decl.role in DECLARED:
                 shape = None if decl.shape is None else decl.shape.subs(scope.binding)
                 scope.values[decl.name] = Value(shape, decl.dtype, tensor=decl.name)
                 if shape is not None:
@@ -539,14 +546,17 @@ class _Run:
 
     def check_update(self, scope: _Scope, update: Update, state: TensorDecl) -> None:
         """A state's next value is the state grown along its positions (the second-to-last
-        axis): the same family, rank and dtype, and every other axis equal."""
+        axis): the same family, rank and dtype, every other axis equal, and at least one
+        position more (the old positions, then the new)."""
         scope.equation = update
         value = scope.values[update.value]
         current = state.shape.subs(scope.binding)
         grown = scope.resolve_shape(value.shape)
         hint = (f"update {state.name} with a tensor shaped like {current.text()} except "
-                "along the positions axis (concat the state and the new positions' values, axis=-2)")
-        if grown.rank != current.rank or (grown.family is None) != (current.family is None):
+                "along the positions axis (concat the state and the new positions' values, "
+                "axis=-2)")
+        if grown.rank != current.rank or grown.rank < 2 or \
+                (grown.family is None) != (current.family is None):
             scope.finding("shape-mismatch", f"update {state.name} = {update.value}: "
                           f"{update.value} is {grown.text()}, which cannot replace "
                           f"{state.name} {current.text()}", None,
@@ -565,6 +575,14 @@ class _Run:
                           f"{current.text()} beyond the positions axis", verdict,
                           [e for pair in pairs for e in pair], hint, current.text(),
                           grown.text())
+        old, new = current.dims[-2], grown.dims[-2]
+        verdict = self.prover.at_most(old + 1, new)
+        if not verdict.proved:
+            scope.finding("unproved" if verdict.unknown else "shape-mismatch",
+                          f"update {state.name} = {update.value}: {update.value} has "
+                          f"{format_expr(new)} positions where {state.name} has "
+                          f"{format_expr(old)}; a cache keeps its positions and adds the new "
+                          "ones", verdict, [old, new], hint, current.text(), grown.text())
         if value.dtype != state.dtype:
             scope.finding("dtype-mismatch", f"update {state.name} = {update.value}: "
                           f"{update.value} is {value.dtype}, the state {state.dtype}", None, [],

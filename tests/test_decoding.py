@@ -150,8 +150,8 @@ def test_the_cache_holds_each_layers_keys_and_values_per_key_value_head():
     m = np.ones((3, 5), dtype=bool)
     _, _, cache = model.prefill(u, m, params, H=4, H_kv=2)
     layers = cache["decoder"]["layers"]
-    assert sorted(layers) == [0, 1]
-    for layer in layers.values():
+    assert isinstance(layers, list) and len(layers) == 2          # nested like params
+    for layer in layers:
         states = layer["self_attention"]
         assert sorted(states) == ["K_past", "V_past"]
         # (H_kv, B, T_past, d_k): the family axis first, as every family in generated code
@@ -213,16 +213,37 @@ output Y
 """
 
 
+HINT = ("update K_past with a tensor shaped like B T_past d except along the positions "
+        "axis (concat the state and the new positions' values, axis=-2)")
+
+
 def test_a_cache_that_does_not_grow_along_its_positions_is_a_finding():
     assert check(parse(CACHED.format(value="K_all"))).findings == []
-    (finding,) = check(parse(CACHED.format(value="Y"))).findings
-    assert finding.kind == "shape-mismatch"
-    assert finding.message == ("update K_past = Y: Y is B T_new T_new+T_past, which differs "
-                               "from K_past B T_past d beyond the positions axis")
-    assert finding.line == 12
-    assert finding.hint == ("update K_past with a tensor shaped like B T_past d except along "
-                            "the positions axis (concat the state and the new positions' "
-                            "values, axis=-2)")
+    wrong_width, shrunk = check(parse(CACHED.format(value="Y"))).findings
+    assert (wrong_width.kind, wrong_width.line, wrong_width.hint) == ("shape-mismatch", 12, HINT)
+    assert wrong_width.message == ("update K_past = Y: Y is B T_new T_new+T_past, which "
+                                   "differs from K_past B T_past d beyond the positions axis")
+    assert shrunk.message == ("update K_past = Y: Y has T_new positions where K_past has "
+                              "T_past; a cache keeps its positions and adds the new ones")
+
+
+def test_a_cache_replaced_instead_of_extended_is_a_finding():
+    (finding,) = check(parse(CACHED.format(value="K"))).findings
+    assert (finding.kind, finding.line, finding.tensor, finding.hint) == (
+        "shape-mismatch", 12, "first.K_past", HINT)
+    assert finding.message == ("update K_past = K: K has T_new positions where K_past has "
+                               "T_past; a cache keeps its positions and adds the new ones")
+    assert finding.counterexample == {"T_past": 1, "T_new": 1}
+
+
+def test_a_state_updated_twice_is_refused():
+    text = CACHED.format(value="K_all").replace("    update K_past = K_all\n",
+                                                "    update K_past = K_all\n"
+                                                "    update K_past = K_all\n")
+    with pytest.raises(SpecError) as raised:
+        check(parse(text, "cached.tspec"))
+    assert str(raised.value) == ("cached.tspec:13: update K_past is given twice in block step "
+                                 "(first at line 12): a state has one next value")
 
 
 @pytest.mark.parametrize("text, message", [
@@ -527,3 +548,100 @@ def test_decoding_matches_hugging_face_gpt2_with_its_own_cache_step_by_step():
                      f"layer {i} V_past": layer.values.numpy().transpose(1, 0, 2, 3)}
     rows = assert_close(compared, expected, "float64")
     assert len(rows) == 9 + 4
+
+
+# ---------------------------------------------------------------------------------------------
+# A step given the wrong cache or mask says so instead of computing something else
+
+@pytest.fixture(scope="module")
+def gpt2_prefilled():
+    choices = DECODERS["gpt2"]
+    model = module(**choices)
+    params = params_for(choices, np.float64)
+    u = np.random.default_rng(8).integers(0, SIZES["V"], (2, 6))
+    return model, params, u
+
+
+def fresh_cache(gpt2_prefilled):
+    model, params, u = gpt2_prefilled
+    return model.prefill(u[:, :4], np.ones((2, 4), dtype=bool), params, H=2)[2]
+
+
+@pytest.mark.parametrize("mask_length, message", [
+    (4, ("L_h axis -1 is 4, not T_past + T_x = 5: pass the cache prefill made for these inputs, "
+        "and the key mask of every position so far")),
+    (6, ("L_h axis -1 is 6, not T_past + T_x = 5: pass the cache prefill made for these inputs, "
+        "and the key mask of every position so far")),
+])
+def test_a_step_with_a_mask_of_the_wrong_length_is_refused(gpt2_prefilled, mask_length,
+                                                          message):
+    model, params, u = gpt2_prefilled
+    with pytest.raises(ValueError) as raised:
+        model.decode_step(u[:, 4:5], np.ones((2, mask_length), dtype=bool), params,
+                          fresh_cache(gpt2_prefilled))
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (lambda cache: cache.clear(),
+     "cache['decoder'] is missing: pass the cache prefill returned"),
+    (lambda cache: cache["decoder"]["layers"].pop(),
+     "cache['decoder']['layers'] must be a list of 2 layers, one for each of params['layers']"),
+    (lambda cache: cache["decoder"]["layers"][1]["self_attention"].pop("V_past"),
+     ("cache['decoder']['layers'][1]['self_attention']['V_past'] is missing: pass the cache "
+     "prefill returned")),
+    (lambda cache: cache["decoder"]["layers"][0]["self_attention"].update(
+        K_past=cache["decoder"]["layers"][0]["self_attention"]["K_past"][:, :1]),
+     ("cache K_past axis -3 is 1, not B = 2: pass the cache prefill made for these inputs, and "
+     "the key mask of every position so far")),
+    (lambda cache: cache["decoder"]["layers"][0]["self_attention"].update(
+        V_past=cache["decoder"]["layers"][0]["self_attention"]["V_past"][:, :, :3]),
+     ("cache V_past axis -2 is 3, not T_past = 4: pass the cache prefill made for these "
+     "inputs, and the key mask of every position so far")),
+])
+def test_a_step_with_a_cache_that_is_not_prefills_is_refused(gpt2_prefilled, spoil, message):
+    model, params, u = gpt2_prefilled
+    cache = fresh_cache(gpt2_prefilled)
+    spoil(cache)
+    with pytest.raises(ValueError) as raised:
+        model.decode_step(u[:, 4:5], np.ones((2, 5), dtype=bool), params, cache)
+    assert str(raised.value) == message
+
+
+def test_an_encoder_decoder_step_with_another_source_length_is_refused():
+    choices = {"arch": "encoder_decoder"}
+    model = module(**choices)
+    params = params_for(choices, np.float64)
+    rng = np.random.default_rng(9)
+    t, u = rng.integers(0, SIZES["V"], (2, 5)), rng.integers(0, SIZES["V"], (2, 4))
+    _, _, cache = model.prefill(t, np.ones((2, 5), dtype=bool), u[:, :3],
+                                np.ones((2, 3), dtype=bool), params, H=2)
+    with pytest.raises(ValueError) as raised:
+        model.decode_step(np.ones((2, 3), dtype=bool), u[:, 3:], np.ones((2, 4), dtype=bool),
+                          params, cache)
+    assert str(raised.value).startswith("cache K_src axis -2 is 5, not T_x = 3: ")
+
+
+def test_the_full_forward_may_not_read_states():
+    text = TINY.replace("    Y \"B T d\" \"output\" = attend(X) as first",
+                        "    Y \"B T d\" \"output\" = attend_cached(X) as first")
+    text = text.replace('input X "B T d" "input"', 'input X "B T_new d" "input"').replace(
+        'Y "B T d" "output" = attend_cached', 'Y "B T_new d" "output" = attend_cached')
+    with pytest.raises(CodegenError) as raised:
+        source(parse(text, "tiny.tspec"), {})
+    assert str(raised.value) == (
+        "tiny.tspec: attend_cached reads states (a cache) under decoding=full: a model's full "
+        "forward keeps none; declare states in the blocks its decoding step calls (under "
+        "`decoding = step`)")
+
+
+def test_a_state_must_start_as_a_tensor_of_its_shape():
+    text = TINY.replace('    Y "B T_x d" "output" = K + X\n\nblock attend_cached',
+                        '    Kt "B d T_x" "keys, transposed" = K.T\n'
+                        '    Y "B T_x d" "output" = K + X\n\nblock attend_cached')
+    text = text.replace("from K\n", "from Kt\n")
+    with pytest.raises(CodegenError) as raised:
+        source(parse(text, "tiny.tspec"), {})
+    assert str(raised.value) == ("tiny.tspec:19: state K_past (B T_past d) starts from Kt "
+                                 "(B d T_x), which must have its shape but for the positions "
+                                 "axis")

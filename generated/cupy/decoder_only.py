@@ -76,10 +76,37 @@ class StateRecorder(dict):
             if isinstance(start, str) and start in tensors:
                 self[state] = tensors[start]
 
-    def states(self) -> dict:
-        """What was recorded, as plain nested dicts: the cache."""
-        return {key: value.states() if isinstance(value, StateRecorder) else value
-                for key, value in self.items()}
+    def states(self) -> dict | list:
+        """What was recorded, nested like params: the cache (a stack's layers a list)."""
+        plain = {key: value.states() if isinstance(value, StateRecorder) else value
+                 for key, value in self.items()}
+        return [plain[i] for i in range(len(plain))] if isinstance(self.starts, list) else plain
+
+
+def check_cache(cache: dict, params: dict, starts: dict, path: str = "cache") -> None:
+    """Refuse a cache that lacks a state the step reads, or holds another number of layers
+    than params: it must be the one prefill made (and the earlier steps extended)."""
+    for key, start in starts.items():
+        where = f"{path}[{key!r}]"
+        if not isinstance(cache, dict) or key not in cache:
+            raise ValueError(f"{where} is missing: pass the cache prefill returned")
+        if isinstance(start, list):
+            layers = params[key]
+            if not isinstance(cache[key], list) or len(cache[key]) != len(layers):
+                raise ValueError(f"{where} must be a list of {len(layers)} layers, one for each "
+                                 f"of params[{key!r}]")
+            for index, layer in enumerate(cache[key]):
+                check_cache(layer, layers[index], start[0], f"{where}[{index}]")
+        elif isinstance(start, dict):
+            check_cache(cache[key], params.get(key, {}), start, where)
+
+
+def require_size(what: str, size: int, name: str, expected: int) -> None:
+    """Refuse an array whose axis is not the size the others give it: a decoding step's
+    cache and masks must be the ones prefill and the earlier steps made for these inputs."""
+    if size != expected:
+        raise ValueError(f"{what} is {size}, not {name} = {expected}: pass the cache prefill "
+                         "made for these inputs, and the key mask of every position so far")
 
 
 @typechecked
@@ -459,6 +486,20 @@ def relu(
 ) -> Float[cp.ndarray, "*shape"]:
     """ReLU(x) = max(x, 0), into ``out`` when given (which may be x itself)."""
     return cp.maximum(x, 0, out=out)  # *shape
+
+
+# each state of the cache, nested like params (a stack's layers one list item), and the full
+# forward's tensor it starts as
+CACHE_STATES = {
+    "decoder": {
+        "layers": [{
+            "self_attention": {
+                "K_past": "K_h",
+                "V_past": "V_h",
+            },
+        }],
+    },
+}
 
 
 class MultiHeadAttentionParams(TypedDict):
@@ -880,6 +921,13 @@ def cached_self_attention(
         trace: a dict that receives every named intermediate of this call
     """
     H = cache["K_past"].shape[0]
+    T_past = cache["K_past"].shape[-2]
+    T_x = X.shape[-2]
+    B = X.shape[-3]
+    require_size("L_h axis -1", L_h.shape[-1], "T_past + T_x", T_past + T_x)
+    require_size("cache K_past axis -3", cache["K_past"].shape[-3], "B", B)
+    require_size("cache V_past axis -3", cache["V_past"].shape[-3], "B", B)
+    require_size("cache V_past axis -2", cache["V_past"].shape[-2], "T_past", T_past)
     Q_proj = project(X, params["W_Q"])  # B T_x H*d_k
     K_proj = project(X, params["W_K"])  # B T_x H*d_k
     V_proj = project(X, params["W_V"])  # B T_x H*d_v
@@ -1033,6 +1081,7 @@ def decode_step(
     T_new = u.shape[-1]
     T_past = m_tgt.shape[-1] - T_new
     d_model = params["E"].shape[-1]
+    check_cache(cache, params, CACHE_STATES)  # the cache prefill made
     M_self = padding_mask(m_tgt, T_new) * causal_mask(T_new, T_new + T_past)  # B T_new T_new+T_past
     X_dec = embed(params["E"], u)  # B T_new d_model
     P_dec = positional_encoding(T_new, d_model, params["E"].dtype, offset=T_past)  # T_new d_model
@@ -1074,18 +1123,7 @@ def prefill(
         H: number of attention heads
         eps: LayerNorm's or RMSNorm's epsilon, added to the variance or mean square
     """
-    recorder = StateRecorder(
-        {
-            "decoder": {
-                "layers": [{
-                    "self_attention": {
-                        "K_past": "K_h",
-                        "V_past": "V_h",
-                    },
-                }],
-            },
-        }
-    )  # the tensors the states start as, nested like params
+    recorder = StateRecorder(CACHE_STATES)  # keeps what the states start as
     logits, probs = transformer(u, m_tgt, params, H=H, eps=eps, trace=recorder)  # the full forward
     cache = recorder.states()
     return logits, probs, cache

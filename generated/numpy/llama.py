@@ -79,10 +79,37 @@ class StateRecorder(dict):
             if isinstance(start, str) and start in tensors:
                 self[state] = tensors[start]
 
-    def states(self) -> dict:
-        """What was recorded, as plain nested dicts: the cache."""
-        return {key: value.states() if isinstance(value, StateRecorder) else value
-                for key, value in self.items()}
+    def states(self) -> dict | list:
+        """What was recorded, nested like params: the cache (a stack's layers a list)."""
+        plain = {key: value.states() if isinstance(value, StateRecorder) else value
+                 for key, value in self.items()}
+        return [plain[i] for i in range(len(plain))] if isinstance(self.starts, list) else plain
+
+
+def check_cache(cache: dict, params: dict, starts: dict, path: str = "cache") -> None:
+    """Refuse a cache that lacks a state the step reads, or holds another number of layers
+    than params: it must be the one prefill made (and the earlier steps extended)."""
+    for key, start in starts.items():
+        where = f"{path}[{key!r}]"
+        if not isinstance(cache, dict) or key not in cache:
+            raise ValueError(f"{where} is missing: pass the cache prefill returned")
+        if isinstance(start, list):
+            layers = params[key]
+            if not isinstance(cache[key], list) or len(cache[key]) != len(layers):
+                raise ValueError(f"{where} must be a list of {len(layers)} layers, one for each "
+                                 f"of params[{key!r}]")
+            for index, layer in enumerate(cache[key]):
+                check_cache(layer, layers[index], start[0], f"{where}[{index}]")
+        elif isinstance(start, dict):
+            check_cache(cache[key], params.get(key, {}), start, where)
+
+
+def require_size(what: str, size: int, name: str, expected: int) -> None:
+    """Refuse an array whose axis is not the size the others give it: a decoding step's
+    cache and masks must be the ones prefill and the earlier steps made for these inputs."""
+    if size != expected:
+        raise ValueError(f"{what} is {size}, not {name} = {expected}: pass the cache prefill "
+                         "made for these inputs, and the key mask of every position so far")
 
 
 # Work shared out among threads: the array library releases the GIL inside matrix products
@@ -406,6 +433,20 @@ def silu(
     gate = np.tanh(half)  # *shape
     gate += 1.0
     return np.multiply(gate, half, out=gate if out is None else out)  # *shape
+
+
+# each state of the cache, nested like params (a stack's layers one list item), and the full
+# forward's tensor it starts as
+CACHE_STATES = {
+    "decoder": {
+        "layers": [{
+            "self_attention": {
+                "K_past": "K_g",
+                "V_past": "V_g",
+            },
+        }],
+    },
+}
 
 
 class NormalizeParams(TypedDict):
@@ -912,6 +953,12 @@ def cached_self_attention(
     """
     T_past = cache["K_past"].shape[-2]
     H_kv = cache["K_past"].shape[0]
+    T_x = X.shape[-2]
+    B = X.shape[-3]
+    require_size("L_h axis -1", L_h.shape[-1], "T_past + T_x", T_past + T_x)
+    require_size("cache K_past axis -3", cache["K_past"].shape[-3], "B", B)
+    require_size("cache V_past axis -3", cache["V_past"].shape[-3], "B", B)
+    require_size("cache V_past axis -2", cache["V_past"].shape[-2], "T_past", T_past)
     Q_proj = project(X, params["W_Q"])  # B T_x H*d_k
     K_proj = project(X, params["W_K"])  # B T_x H_kv*d_k
     V_proj = project(X, params["W_V"])  # B T_x H_kv*d_v
@@ -1098,6 +1145,7 @@ def decode_step(
     """
     T_new = u.shape[-1]
     T_past = m_tgt.shape[-1] - T_new
+    check_cache(cache, params, CACHE_STATES)  # the cache prefill made
     M_self = padding_mask(m_tgt, T_new) * causal_mask(T_new, T_new + T_past)  # B T_new T_new+T_past
     Y_0 = embed(params["E"], u)  # B T_new d_model
     L_self = log_mask(M_self, params["E"].dtype)  # B T_new T_new+T_past
@@ -1145,18 +1193,7 @@ def prefill(
         theta: rotary position embedding's base: position p turns feature pair i by p *
             theta^(-2i/d_k)
     """
-    recorder = StateRecorder(
-        {
-            "decoder": {
-                "layers": [{
-                    "self_attention": {
-                        "K_past": "K_g",
-                        "V_past": "V_g",
-                    },
-                }],
-            },
-        }
-    )  # the tensors the states start as, nested like params
+    recorder = StateRecorder(CACHE_STATES)  # keeps what the states start as
     logits, probs = transformer(
         u, m_tgt, params, H=H, H_kv=H_kv, eps=eps, theta=theta, trace=recorder
     )  # the full forward
