@@ -666,9 +666,10 @@ class _Body:
                 else signature.params_class
             count = f"{format_expr(record.repeat)} copies of " if record.repeat is not None \
                 else ""
-            self.fields.append(ir.Field(instance, kind, f"{count}{block.name}"))
-        self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}", record.latex,
-                                             where(record)))
+            self.fields.append(ir.Field(instance, kind, f"{count}{function.name}"))
+        renamed = f"  (calls {function.name})" if function.name != block.name else ""
+        self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}{renamed}",
+                                             record.latex, where(record)))
 
     def finish(self, arguments, outputs) -> tuple[ir.Function, _Signature]:
         # dims the body uses: from array shapes, from derived dims, else keyword arguments

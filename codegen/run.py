@@ -159,9 +159,8 @@ def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
     step_seconds = []
     for position in range(prompt, length):
         at = sizes | {"T_past": position, "T_new": 1}
-        arguments = [_positions(prepared, a.name, prepared.inputs.get(a.name), position,
-                                position + 1, at) if a.name in prepared.inputs
-                     else cache[a.name] for a in step.arguments]
+        arguments = [_positions(prepared, a.name, prepared.inputs[a.name], position,
+                                position + 1, at) for a in step.arguments]
         start = time.perf_counter()
         logits, _ = module.decode_step(*arguments, prepared.params, cache,
                                        **_keywords(prepared, "decode_step", at))

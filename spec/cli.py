@@ -404,7 +404,7 @@ def _run(args) -> int:
     if decoded is not None:
         times = sorted(decoded.step_seconds)
         print()
-        print(f"decoding: prefill of {decoded.prompt} positions "
+        print(f"decoding: prefill of {decoded.prompt} position{'s' * (decoded.prompt != 1)} "
               f"{decoded.prefill_seconds * 1000:.1f} ms, then {decoded.steps} steps of one "
               f"position: median "
               f"{times[len(times) // 2] * 1000:.1f} ms a step (fastest {times[0] * 1000:.1f}, "

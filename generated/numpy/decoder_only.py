@@ -504,7 +504,7 @@ class EncoderLayerStepParams(TypedDict):
 class EncoderStepParams(TypedDict):
     """Parameters of encoder_step, keyed by the spec's names."""
 
-    layers: list[EncoderLayerStepParams]  # N copies of encoder_layer
+    layers: list[EncoderLayerStepParams]  # N copies of encoder_layer_step
 
 
 class DecodeStepParams(TypedDict):
@@ -512,7 +512,7 @@ class DecodeStepParams(TypedDict):
 
     E: Float[np.ndarray, "V d_model"]  # token embedding, shared by source and target
     W_out: Float[np.ndarray, "d_model V"]  # output projection to the vocabulary
-    decoder: EncoderStepParams  # encoder
+    decoder: EncoderStepParams  # encoder_step
 
 
 @typechecked
@@ -954,7 +954,7 @@ def encoder_step(
     From seed 004: the encoder is repeated N times (spec/transformer.tspec:361).
 
     Equations (plain, then LaTeX), one per line of code:
-        Z_enc = repeat(N, encoder_layer, Z_0, L_h)
+        Z_enc = repeat(N, encoder_layer, Z_0, L_h)  (calls encoder_layer_step)
             Z_{\mathrm{enc}} = \operatorname{repeat}_{N}\,\operatorname{encoder\_layer}\left(Z_{0}, L_{h}\right)
 
     cache: this call's key-value cache, nested like params: each state is read,
@@ -1001,7 +1001,7 @@ def decode_step(
             Y_{0} = X_{\mathrm{dec}} + P_{\mathrm{dec}}
         L_self = log(M_self)
             L_{\mathrm{self}} = \log\left(M_{\mathrm{self}}\right)
-        Y_dec = encoder(Y_0, L_self)
+        Y_dec = encoder(Y_0, L_self)  (calls encoder_step)
             Y_{\mathrm{dec}} = \operatorname{encoder}\left(Y_{0}, L_{\mathrm{self}}\right)
         logits = Y_dec @ W_out
             \mathrm{logits} = Y_{\mathrm{dec}} W_{\mathrm{out}}
