@@ -582,6 +582,18 @@ def test_a_step_with_a_mask_of_the_wrong_length_is_refused(gpt2_prefilled, mask_
     assert str(raised.value) == message
 
 
+def test_a_step_with_a_cache_of_another_dtype_is_refused(gpt2_prefilled):
+    model, params, u = gpt2_prefilled
+    cache = fresh_cache(gpt2_prefilled)
+    states = cache["decoder"]["layers"][1]["self_attention"]
+    states["K_past"] = states["K_past"].astype(np.float32)
+    with pytest.raises(ValueError) as raised:
+        model.decode_step(u[:, 4:5], np.ones((2, 5), dtype=bool), params, cache)
+    assert str(raised.value) == ("cache['decoder']['layers'][1]['self_attention']['K_past'] is "
+                                 "float32 but the parameters are float64: pass the cache "
+                                 "prefill returned")
+
+
 @pytest.mark.parametrize("spoil, message", [
     (lambda cache: cache.clear(),
      "cache['decoder'] is missing: pass the cache prefill returned"),

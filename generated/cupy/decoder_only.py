@@ -84,8 +84,9 @@ class StateRecorder(dict):
 
 
 def check_cache(cache: dict, params: dict, starts: dict, path: str = "cache") -> None:
-    """Refuse a cache that lacks a state the step reads, or holds another number of layers
-    than params: it must be the one prefill made (and the earlier steps extended)."""
+    """Refuse a cache that lacks a state the step reads, holds another number of layers than
+    params, or another dtype: it must be the one prefill made (and the earlier steps
+    extended)."""
     for key, start in starts.items():
         where = f"{path}[{key!r}]"
         if not isinstance(cache, dict) or key not in cache:
@@ -99,6 +100,11 @@ def check_cache(cache: dict, params: dict, starts: dict, path: str = "cache") ->
                 check_cache(layer, layers[index], start[0], f"{where}[{index}]")
         elif isinstance(start, dict):
             check_cache(cache[key], params.get(key, {}), start, where)
+        else:  # a state: the dtype of the instance's parameters
+            weights = [w for w in params.values() if hasattr(w, "dtype")]
+            if weights and cache[key].dtype != weights[0].dtype:
+                raise ValueError(f"{where} is {cache[key].dtype} but the parameters are "
+                                 f"{weights[0].dtype}: pass the cache prefill returned")
 
 
 def require_size(what: str, size: int, name: str, expected: int) -> None:
