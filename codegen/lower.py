@@ -184,9 +184,9 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
                 "cache, which it extends in place."),))
     helpers = {h.name: h for h in full.helpers} | {h.name: h for h in stepping.helpers}
     helpers["decoding"] = ir.Helper("decoding", full.backend.template("decoding"))
+    full_classes = {c.name for c in full.params_classes}
     classes = list(full.params_classes) + [
-        c for c in stepping.params_classes
-        if c.name not in {known.name for known in full.params_classes}]
+        c for c in stepping.params_classes if c.name not in full_classes]
     check = ir.Step(("check_cache(cache, params, CACHE_STATES)  # the cache prefill made",))
     step = dataclasses.replace(
         step, summary="One decoding step: T_new positions after the T_past the cache holds.",
@@ -281,8 +281,8 @@ class _Lowerer:
 
 # helpers in the order the module defines them, and the helpers each one needs (the attention
 # code that calls query_blocks also calls in_parallel)
-HELPER_ORDER = ("subtrace", "decoding", "require_size", "parallel", "project", "embed", "positional_encoding", "log_mask",
-                "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
+HELPER_ORDER = ("subtrace", "decoding", "require_size", "parallel", "project", "embed",
+                "positional_encoding", "log_mask", "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
                 "rotary", "repeat_heads", "concat_heads", "kernel_support", "batched_matmul",
                 "softmax", "masked_softmax", "query_blocks", "layer_norm", "rms_norm", "relu",
                 "gelu", "gelu_tanh", "silu")

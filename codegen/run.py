@@ -8,7 +8,7 @@ import numpy as np
 
 from codegen import weights
 from codegen.backends import backend as backend_named
-from codegen.lower import lower
+from codegen.lower import DECODING, lower
 from codegen.render import render
 from codegen.runtime import load_source
 from spec.errors import UsageError
@@ -19,15 +19,6 @@ from spec.variant import Variant
 
 # sizes for the dims a variant leaves free, so that it can run
 RUN_DEFAULTS = {"B": 2, "T": 32, "T_dec": 32, "V": 1000, "max_len": 512, "V_type": 2}
-
-
-@dataclass
-class RunResult:
-    sizes: dict[str, int]
-    shapes: list[tuple[str, tuple[int, ...]]]    # every traced tensor, flat name -> shape
-    outputs: dict[str, np.ndarray]
-    seconds: float
-    parameters: int
 
 
 def with_run_defaults(variant: Variant) -> Variant:
@@ -50,6 +41,16 @@ class DecodeResult:
 
 
 @dataclass
+class RunResult:
+    sizes: dict[str, int]
+    shapes: list[tuple[str, tuple[int, ...]]]    # every traced tensor, flat name -> shape
+    outputs: dict[str, np.ndarray]
+    seconds: float
+    parameters: int
+    decoded: DecodeResult | None = None          # with decode_steps: the same sequence decoded
+
+
+@dataclass
 class _Prepared:
     """A variant's generated module with random weights and inputs, ready to call."""
     spec: object
@@ -69,7 +70,7 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
     if seed < 0:
         raise UsageError(f"--seed must be a non-negative integer, got {seed}")
     choices = spec.choice_values(variant.choices)
-    if choices.get("decoding") == "step":
+    if choices.get(DECODING) == "step":
         raise UsageError("tspec run runs a model whole; a decoding step needs the cache a "
                          "prefill makes: leave decoding=full and pass --decode STEPS")
     sizes = dict(variant.dims)
@@ -110,9 +111,12 @@ def _keywords(prepared: _Prepared, name: str, sizes: dict[str, int]) -> dict:
 
 
 def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "float32",
-        typecheck: bool = False) -> RunResult:
-    """Run a variant that ``with_run_defaults`` completed and the checker passed."""
+        typecheck: bool = False, decode_steps: int | None = None) -> RunResult:
+    """Run a variant that ``with_run_defaults`` completed and the checker passed; with
+    ``decode_steps``, decode the same sequence too (see ``decode``), against this forward."""
     prepared = _prepare(variant, backend, seed, dtype, typecheck)
+    if decode_steps is not None:
+        _can_decode(prepared, variant.name, decode_steps)
     spec = prepared.spec
     entry = getattr(prepared.module, spec.name)
     keywords = _keywords(prepared, prepared.lowered.entry, prepared.sizes)
@@ -122,9 +126,10 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
     seconds = time.perf_counter() - start
     outputs = result if isinstance(result, tuple) else (result,)
     flat = weights.flatten(trace)
+    decoded = None if decode_steps is None else _decode(prepared, decode_steps, outputs[0])
     return RunResult(prepared.sizes, [(n, tuple(v.shape)) for n, v in flat.items()],
                      dict(zip(model_outputs(spec, prepared.choices), outputs)), seconds,
-                     sum(int(np.prod(s)) for s in prepared.shapes.values()))
+                     sum(int(np.prod(s)) for s in prepared.shapes.values()), decoded)
 
 
 def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
@@ -133,22 +138,34 @@ def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
     then prefill over the first T_dec - ``steps`` and decode_step for each of the rest, one
     position a step; the steps' logits against the full forward's at the same positions."""
     prepared = _prepare(variant, backend, seed, dtype, typecheck)
-    spec, module, sizes = prepared.spec, prepared.module, prepared.sizes
-    if not hasattr(module, "decode_step"):
-        raise UsageError(f"{variant.name} has no decoder to decode with (arch="
-                         f"{prepared.choices.get('arch')}, decoding="
-                         f"{prepared.choices.get('decoding')}); --decode needs a decoder-only "
-                         "or encoder-decoder model under decoding=full")
-    length = sizes.get("T_dec", 0)
+    _can_decode(prepared, variant.name, steps)
+    entry = getattr(prepared.module, prepared.spec.name)
+    full_logits = entry(*prepared.inputs.values(), prepared.params,
+                        **_keywords(prepared, prepared.lowered.entry, prepared.sizes))[0]
+    return _decode(prepared, steps, full_logits)
+
+
+def _can_decode(prepared: _Prepared, name: str, steps: int) -> None:
+    """Refuse a model without a decoding step, or a step count the sequence cannot hold."""
+    if not hasattr(prepared.module, "decode_step"):
+        raise UsageError(f"{name} has no decoder to decode with (arch="
+                         f"{prepared.choices.get('arch')}, {DECODING}="
+                         f"{prepared.choices.get(DECODING)}); --decode needs a decoder-only "
+                         f"or encoder-decoder model under {DECODING}=full")
+    length = prepared.sizes.get("T_dec", 0)
     if not 1 <= steps < length:
         raise UsageError(f"--decode takes 1 to T_dec - 1 = {length - 1} steps (the rest of the "
                          f"T_dec={length} positions are the prompt), got {steps}")
-    entry = getattr(module, spec.name)
-    full_logits = entry(*prepared.inputs.values(), prepared.params,
-                        **_keywords(prepared, prepared.lowered.entry, sizes))[0]
+
+
+def _decode(prepared: _Prepared, steps: int, full_logits) -> DecodeResult:
+    """Prefill, then one position a step, against the full forward's ``full_logits``."""
+    module, sizes = prepared.module, prepared.sizes
+    length = sizes["T_dec"]
     prompt = length - steps
-    prompt_sizes = sizes | {"T_dec": prompt}
-    arguments = [_positions(prepared, name, array, 0, prompt, prompt_sizes)
+    stepping = prepared.choices | {DECODING: "step"}
+    arguments = [_positions(prepared, prepared.choices, name, array, 0, prompt,
+                            sizes | {"T_dec": prompt})
                  for name, array in prepared.inputs.items()]
     start = time.perf_counter()
     logits, _, cache = module.prefill(*arguments, prepared.params,
@@ -159,7 +176,7 @@ def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
     step_seconds = []
     for position in range(prompt, length):
         at = sizes | {"T_past": position, "T_new": 1}
-        arguments = [_positions(prepared, a.name, prepared.inputs[a.name], position,
+        arguments = [_positions(prepared, stepping, a.name, prepared.inputs[a.name], position,
                                 position + 1, at) for a in step.arguments]
         start = time.perf_counter()
         logits, _ = module.decode_step(*arguments, prepared.params, cache,
@@ -173,14 +190,14 @@ def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
                         float(max(differences)))
 
 
-def _positions(prepared: _Prepared, name: str, array: np.ndarray, start: int, stop: int,
-               sizes: dict[str, int]) -> np.ndarray:
-    """The part of a full-sequence input a call takes: its declared shape under ``sizes``
-    says, axis by axis, all of it, the positions before ``stop``, or those from ``start``."""
-    step = prepared.choices | {"decoding": "step"} if "T_past" in sizes else prepared.choices
-    (decl,) = [s for s in select(prepared.spec.body, step)
+def _positions(prepared: _Prepared, choices: dict[str, str], name: str, array: np.ndarray,
+               start: int, stop: int, sizes: dict[str, int]) -> np.ndarray:
+    """The part of a full-sequence input a call takes: its declared shape under ``choices``
+    and ``sizes`` says, axis by axis, all of it, the positions before ``stop``, or those from
+    ``start``."""
+    (decl,) = [s for s in select(prepared.spec.body, choices)
                if isinstance(s, TensorDecl) and s.role == "input" and s.name == name]
-    values = concrete_values(prepared.spec, step, sizes)
+    values = concrete_values(prepared.spec, choices, sizes)
     index = []
     for axis, dim in enumerate(decl.shape.dims):
         wanted, whole = int(evaluate(dim, values)), array.shape[axis]

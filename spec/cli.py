@@ -378,7 +378,7 @@ def _docs(args) -> int:
 
 
 def _run(args) -> int:
-    from codegen.run import decode, run, with_run_defaults
+    from codegen.run import run, with_run_defaults
     variant = with_run_defaults(api.load(args.target, args.settings))
     report = api.check(variant)
     if not report.ok:
@@ -387,9 +387,8 @@ def _run(args) -> int:
         print(f"tspec: {len(report.findings)} finding(s) in {variant.name}: nothing to run",
               file=sys.stderr)
         return EXIT_FINDINGS
-    result = run(variant, args.backend, args.seed, args.dtype, args.typecheck)
-    decoded = None if args.decode is None else decode(
-        variant, args.decode, args.backend, args.seed, args.dtype, args.typecheck)
+    result = run(variant, args.backend, args.seed, args.dtype, args.typecheck, args.decode)
+    decoded = result.decoded
     for line in _variant_header(variant):
         print(line)
     print(f"   {result.parameters:,} parameters ({args.dtype}), seed {args.seed}, "
