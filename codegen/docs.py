@@ -20,6 +20,7 @@ from markupsafe import Markup, escape
 
 from codegen import diagram
 from codegen.comparisons import comparisons, grid_example
+from codegen.lower import step_choices
 from codegen.render import environment
 from spec import api
 from spec.check import check
@@ -246,10 +247,9 @@ def _memory_rows(bodies, paths, number) -> list[Row]:
 def _decoding(spec, choices, dims) -> Decoding | None:
     """The decoding step's cache (every state, at T_past = the sequence's positions) and
     FLOPs of one step of one position; None for a model that does not decode."""
-    decoding = spec.choices.get("decoding")
-    if decoding is None or "step" not in decoding.options or choices["decoding"] != "full":
+    step = step_choices(spec, choices)
+    if step is None:
         return None
-    step = choices | {"decoding": "step"}
     bodies = costs(spec, step)
     paths = call_paths(bodies, spec.name)
     symbols = spec.symbols()

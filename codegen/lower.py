@@ -72,9 +72,9 @@ def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
                            "a model's full forward keeps none; declare states in the blocks "
                            f"its decoding step calls (under `{DECODING} = step`)",
                            file=spec.file)
-    if chosen.get(DECODING) != "full" or "step" not in spec.choices[DECODING].options:
+    step = step_choices(spec, chosen)
+    if step is None:
         return module
-    step = chosen | {DECODING: "step"}
     renamed = {name: "decode_step" if name is None else f"{name}_step"
                for name in bodies_consulting(spec, step, DECODING)}
     clash = sorted(set(renamed.values()) & (set(spec.blocks) | {spec.name}))
@@ -86,6 +86,14 @@ def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
     if not any(function.cache for function in stepping.functions):
         return module                       # nothing to keep between steps: no decoder
     return _with_decoding(module, stepping, _cache_starts(spec, step, chosen))
+
+
+def step_choices(spec: Spec, chosen: dict[str, str]) -> dict[str, str] | None:
+    """The choices of the decoding step of a full model (``decoding=full`` in a spec whose
+    ``decoding`` has the option ``step``), or None when it has none."""
+    if chosen.get(DECODING) != "full" or "step" not in spec.choices[DECODING].options:
+        return None
+    return chosen | {DECODING: "step"}
 
 
 def _require_proved(spec: Spec, chosen: dict[str, str]) -> None:
