@@ -529,8 +529,6 @@ class _Builder:
             for s in statements:
                 if isinstance(s, tuple) and s[0] == "decl":
                     tensors.setdefault(s[2][0], s[2][6])
-                elif isinstance(s, Update):
-                    pass
                 elif isinstance(s, _RawEquation):
                     tensors.setdefault(s.name, s.line)
                 elif isinstance(s, When):
