@@ -6,13 +6,16 @@ lines; the templates only loop and place them. The same templates serve every ba
 array module's name comes from the backend table.
 """
 
+import ast
 import functools
 import re
 import textwrap
+import unicodedata
 
 import jinja2
 
 from codegen import ir
+from spec.errors import CodegenError
 
 LINE_LENGTH = 100
 TEMPLATES = "codegen"
@@ -30,9 +33,16 @@ def environment() -> jinja2.Environment:
 
 
 def render(module: ir.Module) -> str:
-    """The module's source: rendered once to learn which names it uses, then with imports."""
+    """The module's source: rendered once to learn which names it uses, then with imports.
+
+    Spec text (titles, meanings, sources, equations, file paths) reaches the code only inside
+    docstrings and comments, through ``_docstring_text``; the result must parse."""
+    title = _docstring_text(module.title, "the spec's title")
+    spec_file = _docstring_text(module.spec_file, "the spec's path")
     context = {
-        "module": module, "backend": module.backend, "xp": module.backend.alias,
+        "module": module, "title": title, "spec_file": spec_file,
+        "module_open": _docstring_open([title, spec_file]),
+        "backend": module.backend, "xp": module.backend.alias,
         "array": module.backend.array_type,
         "choice_lines": _wrap(", ".join(f"{k}={v}" for k, v in module.choices), 96),
         "functions": [_function_view(f) for f in module.functions],
@@ -43,7 +53,36 @@ def render(module: ir.Module) -> str:
     }
     template = environment().get_template("module.py.j2")
     draft = template.render(**context, imports=[])
-    return template.render(**context, imports=_imports(draft, module))
+    text = template.render(**context, imports=_imports(draft, module))
+    try:
+        ast.parse(text)
+    except SyntaxError as error:    # a defect of tspec's, never of the spec: say so plainly
+        raise CodegenError(f"internal error: the code generated for {module.spec_name} does "
+                           f"not parse ({error.msg}, line {error.lineno}); please report it")
+    return text
+
+
+# characters that end a line of Python source or are invisible in it
+_LINE_BREAKING = ("Cc", "Cf", "Zl", "Zp")
+
+
+def _docstring_text(text: str, what: str) -> str:
+    """Spec text as a docstring or comment of generated code carries it: refused when it could
+    end its line or its docstring (the spec's parser refuses such text first; this is the
+    last gate before code)."""
+    bad = next((c for c in text if unicodedata.category(c) in _LINE_BREAKING), None)
+    if bad is not None:
+        raise CodegenError(f"{what} {text!r} holds the character U+{ord(bad):04X}, which "
+                           "generated code cannot carry in a docstring or comment")
+    if '"""' in text:
+        raise CodegenError(f'{what} {text!r} holds """, which would end a docstring in '
+                           "generated code")
+    return text
+
+
+def _docstring_open(lines: list[str]) -> str:
+    """A raw docstring where the text holds a backslash (LaTeX), so that none is an escape."""
+    return 'r"""' if any("\\" in line for line in lines) else '"""'
 
 
 def _imports(text: str, module: ir.Module) -> list[str]:
@@ -78,11 +117,12 @@ def _imports(text: str, module: ir.Module) -> list[str]:
 def _params_view(params: ir.ParamsClass) -> dict:
     lines = []
     for field in params.fields:
-        line = f"{field.name}: {field.annotation}  # {field.meaning}"
+        meaning = _docstring_text(field.meaning, f"the meaning of {field.name}")
+        line = f"{field.name}: {field.annotation}  # {meaning}"
         if len(line) + 4 <= LINE_LENGTH:
             lines.append(line)
         else:
-            lines += _wrap(field.meaning, LINE_LENGTH - 6, "# ", "# ")
+            lines += _wrap(meaning, LINE_LENGTH - 6, "# ", "# ")
             lines.append(f"{field.name}: {field.annotation}")
     return {"name": params.name, "doc": params.doc, "lines": lines}
 
@@ -120,7 +160,8 @@ def _function_view(function: ir.Function) -> dict:
         doc += _wrap(f"{keyword.name}: {keyword.meaning}", 92, "    ", "        ")
     if function.traces:
         doc += ["    trace: a dict that receives every named intermediate of this call"]
-    raw = any("\\" in line for line in doc)
+    summary = _docstring_text(function.summary, f"the summary of {function.name}")
+    doc = [_docstring_text(line, f"the docstring of {function.name}") for line in doc]
 
     body = list(function.prologue)
     for step in function.steps:
@@ -136,7 +177,7 @@ def _function_view(function: ir.Function) -> dict:
     else:
         returns += ":"
     return {"name": function.name, "signature": signature, "returns": returns,
-            "docstring_open": 'r"""' if raw else '"""', "summary": function.summary,
+            "docstring_open": _docstring_open([summary, *doc]), "summary": summary,
             "doc_lines": doc, "body": body}
 
 

@@ -3,11 +3,13 @@
 import hashlib
 import importlib.util
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
 
+from spec.errors import UsageError
 from spec.files import write_atomic
 
 _counter = 0
@@ -40,9 +42,33 @@ def load_module(path: str | Path, *, typecheck: bool = False) -> ModuleType:
 def load_source(text: str, *, typecheck: bool = False) -> ModuleType:
     """Import generated source text. It is written once per content to a cache folder, so
     tracebacks show its lines and repeated loads add no files."""
-    directory = Path(tempfile.gettempdir()) / f"tspec-generated-{os.getuid()}"
-    directory.mkdir(mode=0o700, exist_ok=True)
+    directory = _private_folder()
     path = directory / f"model_{hashlib.sha256(text.encode()).hexdigest()[:20]}.py"
     if not path.exists() or path.read_text(encoding="utf-8") != text:
         write_atomic(path, text)
     return load_module(path, typecheck=typecheck)
+
+
+def _private_folder() -> Path:
+    """The cache folder of generated modules: this user's own, and no one else's to write in,
+    since what is in it runs."""
+    directory = Path(tempfile.gettempdir()) / f"tspec-generated-{os.getuid()}"
+    try:
+        directory.mkdir(mode=0o700, exist_ok=True)
+        status = directory.lstat()
+    except OSError as error:
+        raise UsageError(f"cannot make {directory} for generated code: {error.strerror}") \
+            from None
+    remedy = "(remove it, or set TMPDIR)"
+    if stat.S_ISLNK(status.st_mode):
+        raise UsageError(f"{directory} is a symbolic link; generated code is not loaded "
+                         f"through it {remedy}")
+    if not stat.S_ISDIR(status.st_mode):
+        raise UsageError(f"{directory} is not a folder {remedy}")
+    if status.st_uid != os.getuid():
+        raise UsageError(f"{directory} belongs to another user; generated code is not loaded "
+                         f"from it {remedy}")
+    if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UsageError(f"{directory} is writable by other users; generated code is not "
+                         f"loaded from it {remedy}")
+    return directory

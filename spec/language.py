@@ -810,9 +810,16 @@ def parse(text: str, file: str | None = None) -> Spec:
     text = text.removeprefix("\ufeff")       # a byte-order mark some editors write
     for number, line in enumerate(text.split("\n"), 1):
         for column, char in enumerate(line, 1):
-            if unicodedata.category(char) in ("Cc", "Cf") and char not in "\t\r":
+            # a tab, and a carriage return ending its line (CRLF); a lone one ends a line
+            # in Python, so it could carry spec text out of a comment in generated code
+            if unicodedata.category(char) in ("Cc", "Cf") and not (
+                    char == "\t" or char == "\r" and column == len(line)):
                 raise SpecSyntaxError(f"control character U+{ord(char):04X} in the spec; specs "
                                       "are plain text", file=file, line=number, column=column)
+            if unicodedata.category(char) in ("Zl", "Zp"):
+                raise SpecSyntaxError(f"{unicodedata.name(char).lower()} U+{ord(char):04X} in "
+                                      "the spec; specs are plain text", file=file, line=number,
+                                      column=column)
     reader = _Reader(text, file)
     body, _ = reader.read()
     built = _Builder(reader).build(body)
