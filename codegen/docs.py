@@ -26,7 +26,7 @@ from spec import api
 from spec.check import check
 from spec.counts import BYTES, DTYPE, BodyCost, call_paths, costs, free_sizes, used_dims
 from spec.errors import UsageError
-from spec.files import shown, stale_diff, write_atomic
+from spec.files import inside, shown, stale_diff, write_atomic
 from spec.files import where as spec_line
 from spec.latex import name_latex
 from spec.model import (
@@ -489,13 +489,14 @@ def default_dir() -> Path:
 
 def write(out: Path, variants: list[Variant], format: str = "all") -> list[Path]:
     written = []
-    for name, text in files(variants, format).items():
-        write_atomic(out / name, text)
+    pages = files(variants, format)          # every page made before any is written
+    for name, text in pages.items():
+        write_atomic(name, text, root=out)
         written.append(out / name)
     return written
 
 
 def stale(out: Path, variants: list[Variant], format: str = "all") -> str:
     """A unified diff of every page that differs from what generation gives; '' when none."""
-    return "".join(stale_diff(out / name, text)
+    return "".join(stale_diff(inside(out, name), text)
                    for name, text in files(variants, format).items())

@@ -14,7 +14,7 @@ from codegen.backends import backend as backend_named
 from codegen.lower import lower
 from codegen.render import render
 from spec import api
-from spec.files import stale_diff, write_atomic
+from spec.files import inside, stale_diff, write_atomic
 from spec.model import Spec
 
 # generated/<backend>/<name>.py: the choices each file is generated under
@@ -54,14 +54,14 @@ def default_dir() -> Path:
 
 def write(out: Path, backends: tuple[str, ...] = tuple(BACKENDS)) -> list[Path]:
     written = []
-    for relative, text in files(backends).items():
-        path = out / relative
-        write_atomic(path, text)
-        written.append(path)
+    texts = files(backends)                 # every file made before any is written
+    for relative, text in texts.items():
+        write_atomic(relative, text, root=out)
+        written.append(out / relative)
     return written
 
 
 def stale(out: Path, backends: tuple[str, ...] = tuple(BACKENDS)) -> str:
     """A unified diff of every file that differs from what generation gives; '' when none."""
-    return "".join(stale_diff(out / relative, text)
+    return "".join(stale_diff(inside(out, relative), text)
                    for relative, text in files(backends).items())

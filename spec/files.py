@@ -6,19 +6,44 @@ import os
 import tempfile
 from pathlib import Path
 
+from spec.errors import UsageError
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write text to path through a temporary file and a rename: no half-written file."""
+
+def write_atomic(path: str | Path, text: str, *, root: str | Path | None = None) -> None:
+    """Write text to path through a temporary file and a rename: no half-written file, ever.
+    The file gets the permissions a plain write would give it (the umask's), not the
+    temporary file's private ones. With ``root``, ``path`` is relative to it and refused
+    when it lands outside."""
     path = Path(path)
+    if root is not None:
+        path = inside(root, path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
             stream.write(text)
+        os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def inside(root: str | Path, path: str | Path) -> Path:
+    """``path`` (relative to ``root``, or absolute), refused unless it lies inside ``root``
+    once every '..' and symbolic link is followed: what tspec writes stays where it is told."""
+    root = Path(root)
+    path = root / path
+    resolved_root, resolved = root.resolve(), path.resolve()
+    if resolved == resolved_root or not resolved.is_relative_to(resolved_root):
+        raise UsageError(f"{path} lies outside {root}, where tspec writes; refused")
+    return path
 
 
 def stale_diff(path: str | Path, text: str) -> str:
