@@ -32,6 +32,10 @@ class Backend:
     # exact GELU in float32 by a polynomial in tanh accurate to float32 (scipy's erf takes
     # about 20 ns an element on the CPU); off where erf is a fast kernel of its own
     float32_gelu: bool
+    # the memory a function's tensors may take at most when MEMORY_LIMIT is None: the
+    # machine's (NumPy) or the GPU's (CuPy), in bytes
+    memory_total: str
+    memory_owner: str      # whose memory that is, as the error says
     # the helper for a product of two stacks of matrices (None: the @ operator)
     batched_matmul: str | None = None
     # helpers whose template this backend replaces: helper name -> template under templates/
@@ -47,10 +51,13 @@ class Backend:
 BACKENDS: dict[str, Backend] = {
     "numpy": Backend("numpy", "numpy", "np", "np.ndarray", "from scipy.special import erf",
                      "NumPy on the CPU", attention="query_blocks", thread_pool=True,
-                     float32_gelu=True),
+                     float32_gelu=True,
+                     memory_total='os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")',
+                     memory_owner="the machine's memory"),
     "cupy": Backend(
         "cupy", "cupy", "cp", "cp.ndarray", "from cupyx.scipy.special import erf",
         "CuPy on an NVIDIA GPU", attention="fused", thread_pool=False, float32_gelu=False,
+        memory_total="cp.cuda.Device().mem_info[1]", memory_owner="the GPU's memory",
         batched_matmul="batched_matmul",
         helpers={name: f"helpers/cupy/{name}.py.j2"
                  for name in ("kernel_support", "softmax", "masked_softmax", "layer_norm",

@@ -24,7 +24,16 @@ from codegen.lower import step_choices
 from codegen.render import environment
 from spec import api
 from spec.check import check
-from spec.counts import BYTES, DTYPE, BodyCost, call_paths, costs, free_sizes, used_dims
+from spec.counts import (
+    BYTES,
+    DTYPE,
+    BodyCost,
+    call_paths,
+    costs,
+    free_sizes,
+    size_text,
+    used_dims,
+)
 from spec.errors import UsageError
 from spec.files import inside, shown, stale_diff, write_atomic
 from spec.files import where as spec_line
@@ -451,10 +460,7 @@ def rich(text: str) -> Markup:
 def _bytes(n) -> str:
     if n is FREE:
         return "—"
-    for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if n >= size:
-            return f"{n / size:,.1f} {unit} ({n:,} bytes)"
-    return f"{n:,} bytes"
+    return size_text(n) if n < 2 ** 10 else f"{size_text(n)} ({n:,} bytes)"
 
 
 # -- files

@@ -23,6 +23,7 @@ from codegen import ir
 from codegen.backends import Backend
 from spec.attention import AttentionCore, attention_core
 from spec.check import check, topological
+from spec.counts import BOOL_BYTES, INT_BYTES
 from spec.errors import CodegenError
 from spec.files import shown, where
 from spec.latex import name_latex
@@ -44,7 +45,7 @@ from spec.model import (
 )
 from spec.model import lets as derived_dims
 from spec.model import outputs as model_outputs
-from spec.ops import ACTIVATIONS, ATOM, OPS, SETTINGS, Operand, Unchecked, Value, wrap
+from spec.ops import ACTIVATIONS, ATOM, OPS, SETTINGS, Operand, Unchecked, Value, numel, wrap
 from spec.shape import Shape, format_expr
 
 LINE_LENGTH = 96      # 100 less the function body's indent
@@ -289,7 +290,7 @@ class _Lowerer:
 
 # helpers in the order the module defines them, and the helpers each one needs (the attention
 # code that calls query_blocks also calls in_parallel)
-HELPER_ORDER = ("subtrace", "decoding", "require_size", "parallel", "project", "embed",
+HELPER_ORDER = ("subtrace", "decoding", "require_size", "require_memory", "parallel", "project", "embed",
                 "positional_encoding", "log_mask", "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
                 "rotary", "repeat_heads", "concat_heads", "kernel_support", "batched_matmul",
                 "softmax", "masked_softmax", "query_blocks", "layer_norm", "rms_norm", "relu",
@@ -348,6 +349,10 @@ class _Body:
         self.record = None                  # the equation being lowered, for errors
         self.cache = False                  # whether the function takes a cache
         self.comment_names: dict = {}       # dims the shape comments show by another name
+        # elements of the tensors the body's own equations compute, by dtype class: the
+        # spec's activation count (spec.counts) for this function, checked before it runs
+        self.allocated = {"float": sympy.Integer(0), "int": sympy.Integer(0),
+                          "bool": sympy.Integer(0)}
 
     # -- the CodeContext protocol of spec.ops
     def helper(self, name: str) -> str:
@@ -565,6 +570,55 @@ class _Body:
             check(f"cache {state} axis {axis}", code, str(symbol), str(symbol))
         return lines
 
+    def memory_check(self) -> list[str]:
+        """``require_memory`` with the bytes of the body's own tensors, where a float array
+        gives their item size and every dim they need is known without a keyword argument
+        (the check never changes a function's signature)."""
+        bytes_ = self.allocated["int"] * INT_BYTES + self.allocated["bool"] * BOOL_BYTES
+        total = sympy.expand(bytes_ + self.allocated["float"] * sympy.Symbol("itemsize"))
+        if total == 0 or self.float_source is None:
+            return []
+        symbols = total.free_symbols - {sympy.Symbol("itemsize")}
+        if not all(self.knows(symbol) for symbol in symbols):
+            return []
+        self.helper("require_memory")
+        itemsize = f"{self.dtype()}.itemsize"
+        tokens: list[str] = []
+        for dtype, size in (("float", itemsize), ("int", str(INT_BYTES)),
+                            ("bool", str(BOOL_BYTES))):
+            if self.allocated[dtype] == 0:
+                continue
+            terms = _terms(self.scalar(self.allocated[dtype]))
+            if size == "1":
+                pass
+            elif len(terms) == 1:
+                terms[0] += f" * {size}"
+            else:
+                terms[0], terms[-1] = "(" + terms[0], terms[-1] + f") * {size}"
+            tokens += [terms[0] if not tokens else "+ " + terms[0].lstrip("+ ")] + terms[1:]
+        total = " ".join(tokens)
+        line = f'require_memory("{self.name}", {total})'
+        if len(line) <= LINE_LENGTH - 4:
+            return [line]
+        lines, current = [], ""
+        for token in tokens:                 # the sum over lines, broken before a + or -
+            if current and len(current) + 1 + len(token) > LINE_LENGTH - 8:
+                lines.append(current)
+                current = token
+            else:
+                current = f"{current} {token}" if current else token
+        lines.append(current + ",")
+        return ["require_memory(", f'    "{self.name}",', *("    " + t for t in lines), ")"]
+
+    def knows(self, symbol, seen: frozenset = frozenset()) -> bool:
+        """Whether a dim's value is at hand in the function without a keyword argument."""
+        if symbol in self.sources or symbol in self.needed:
+            return True
+        if symbol in self.lowerer.lets and symbol not in seen:
+            return all(self.knows(inner, seen | {symbol})
+                       for inner in self.lowerer.lets[symbol].free_symbols)
+        return self.sum_revealing(symbol) is not None
+
     def annotation(self, decl: TensorDecl, shape: Shape, bound: set[str] | None = None) -> str:
         """jaxtyping's annotation: dims by name, the family axis first (#: may be shared).
 
@@ -608,6 +662,7 @@ class _Body:
         shape = declared.shape if declared is not None and declared.shape is not None \
             else result.value.shape
         dtype = declared.dtype if declared is not None else result.value.dtype
+        self.allocated[dtype] += numel(Value(shape))
         self.assign(record.output, result.code, shape, dtype)
         self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}", record.latex,
                                              where(record)))
@@ -703,11 +758,12 @@ class _Body:
             else:
                 keywords.append(symbol)
 
+        memory = self.memory_check()
         index = 0
         while index < len(self.needed):      # resolving may need more dims
             resolve(self.needed[index])
             index += 1
-        checks = self.agreement_checks()
+        checks = self.agreement_checks() + memory
         while index < len(self.needed):      # and the checks may need more
             resolve(self.needed[index])
             index += 1
@@ -743,6 +799,18 @@ class _Body:
         signature = _Signature(tuple(keywords), tuple(self.runtimes), params_class,
                                output_decls[0], self.cache)
         return function, signature
+
+
+def _terms(code: str) -> list[str]:
+    """A sum's code split into its terms, each after the first with its sign: "+ x", "- y"."""
+    terms, depth, start = [], 0, 0
+    for index, char in enumerate(code):
+        depth += (char == "(") - (char == ")")
+        if depth == 0 and code[index:index + 3] in (" + ", " - "):
+            terms.append(code[start:index])
+            start = index + 1
+    terms.append(code[start:])
+    return [term.strip() for term in terms]
 
 
 def _scale_the_left_factor(term: OpNode) -> OpNode:

@@ -1,6 +1,7 @@
 """`tspec run`: a variant's generated forward pass on random (seeded) weights and tokens, and
 with `--decode`, the same sequence decoded step by step from a prompt."""
 
+import os
 import time
 from dataclasses import dataclass, replace
 
@@ -11,6 +12,7 @@ from codegen.backends import backend as backend_named
 from codegen.lower import DECODING, lower
 from codegen.render import render
 from codegen.runtime import load_source
+from spec import counts
 from spec.errors import UsageError
 from spec.model import Equation, OpNode, TensorDecl, TensorRef, concrete_values, select
 from spec.model import outputs as model_outputs
@@ -64,8 +66,64 @@ class _Prepared:
     settings: dict
 
 
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """What a run holds at once, in bytes: the parameters, the inputs, and every tensor the
+    forward computes (it keeps them all, to show their shapes): the spec's counts."""
+    parameters: int
+    inputs: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.inputs + self.activations
+
+
+def machine_memory() -> int:
+    """This machine's physical memory in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def estimate_memory(variant: Variant, dtype: str = "float32") -> MemoryEstimate:
+    """The memory ``run`` needs for a variant that ``with_run_defaults`` completed: from the
+    spec's parameter and activation counts (the docs' figures) and the inputs' shapes, before
+    anything is allocated."""
+    spec = variant.spec
+    choices = spec.choice_values(variant.choices)
+    model = counts.costs(spec, choices)[spec.name]
+    size = np.dtype(dtype).itemsize
+    try:
+        parameters = counts.evaluate(model.parameters, spec, choices, variant.dims)
+        activations = counts.evaluate(model.activations.float, spec, choices, variant.dims) \
+            * size + counts.evaluate(model.activations.int, spec, choices, variant.dims) \
+            * counts.INT_BYTES + counts.evaluate(model.activations.bool, spec, choices,
+                                                 variant.dims) * counts.BOOL_BYTES
+    except KeyError as missing:
+        raise UsageError(f"dim {missing.args[0]} has no value; give it with --set "
+                         f"{missing.args[0]}=VALUE") from None
+    inputs = sum(int(np.prod(shape, dtype=object)) * (
+        counts.INT_BYTES if kind == "int" else counts.BOOL_BYTES if kind == "bool" else size)
+        for _, shape, kind, _ in _inputs(spec, choices, variant.dims))
+    return MemoryEstimate(parameters * size, inputs, activations)
+
+
+def require_memory(variant: Variant, dtype: str, limit: int | None) -> MemoryEstimate:
+    """Refuse a run whose estimate is past ``limit`` bytes (None: the machine's memory)."""
+    estimate = estimate_memory(variant, dtype)
+    whose = "the limit given" if limit is not None else "this machine's memory"
+    limit = machine_memory() if limit is None else limit
+    if estimate.total > limit:
+        size = counts.size_text
+        raise UsageError(
+            f"{variant.name} needs about {size(estimate.total)} to run in {dtype} (parameters "
+            f"{size(estimate.parameters)}, inputs {size(estimate.inputs)}, activations "
+            f"{size(estimate.activations)}), more than {whose} ({size(limit)}): make its dims "
+            "smaller with --set, or raise --max-memory")
+    return estimate
+
+
 def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
-             typecheck: bool) -> _Prepared:
+             typecheck: bool, max_memory: int | None = None) -> _Prepared:
     spec = variant.spec
     if seed < 0:
         raise UsageError(f"--seed must be a non-negative integer, got {seed}")
@@ -73,6 +131,7 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
     if choices.get(DECODING) == "step":
         raise UsageError("tspec run runs a model whole; a decoding step needs the cache a "
                          "prefill makes: leave decoding=full and pass --decode STEPS")
+    require_memory(variant, dtype, max_memory)
     sizes = dict(variant.dims)
     chosen = backend_named(backend)
     try:
@@ -82,6 +141,7 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
                          "installed") from None
     lowered = lower(spec, choices, chosen)
     module = load_source(render(lowered), typecheck=typecheck)
+    module.MEMORY_LIMIT = max_memory        # the generated functions' own checks: the same
     shapes = weights.expected_shapes(spec, choices, sizes)
     params = weights.random_params(shapes, seed, np.dtype(dtype))
     rng = np.random.default_rng(seed + 1)
@@ -111,10 +171,13 @@ def _keywords(prepared: _Prepared, name: str, sizes: dict[str, int]) -> dict:
 
 
 def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "float32",
-        typecheck: bool = False, decode_steps: int | None = None) -> RunResult:
+        typecheck: bool = False, decode_steps: int | None = None,
+        max_memory: int | None = None) -> RunResult:
     """Run a variant that ``with_run_defaults`` completed and the checker passed; with
-    ``decode_steps``, decode the same sequence too (see ``decode``), against this forward."""
-    prepared = _prepare(variant, backend, seed, dtype, typecheck)
+    ``decode_steps``, decode the same sequence too (see ``decode``), against this forward.
+    A variant whose estimated memory is past ``max_memory`` bytes (None: the machine's) is
+    refused before anything is allocated."""
+    prepared = _prepare(variant, backend, seed, dtype, typecheck, max_memory)
     if decode_steps is not None:
         _can_decode(prepared, variant.name, decode_steps)
     spec = prepared.spec
@@ -133,11 +196,12 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
 
 
 def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
-           dtype: str = "float32", typecheck: bool = False) -> DecodeResult:
+           dtype: str = "float32", typecheck: bool = False,
+           max_memory: int | None = None) -> DecodeResult:
     """The variant's random sequence of T_dec positions: the full forward over all of it,
     then prefill over the first T_dec - ``steps`` and decode_step for each of the rest, one
     position a step; the steps' logits against the full forward's at the same positions."""
-    prepared = _prepare(variant, backend, seed, dtype, typecheck)
+    prepared = _prepare(variant, backend, seed, dtype, typecheck, max_memory)
     _can_decode(prepared, variant.name, steps)
     entry = getattr(prepared.module, prepared.spec.name)
     full_logits = entry(*prepared.inputs.values(), prepared.params,

@@ -9,7 +9,7 @@
     tspec audit [--check] [--out PATH]
     tspec generate [--backend numpy|cupy] [--out DIR] [--check]
     tspec run VARIANT [--set NAME=VALUE ...] [--backend numpy] [--seed N] [--typecheck]
-              [--decode STEPS]
+              [--decode STEPS] [--max-memory SIZE]
 
 Exit status: 0 when everything is proved, 1 when there are findings (or, for `audit --check`,
 a stale report; for a grid, an invalid combination; for `diff`, a difference), 2 on bad usage
@@ -19,6 +19,7 @@ output went away (`tspec check | head`).
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -105,6 +106,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--decode", type=int, metavar="STEPS",
                      help="then decode the last STEPS positions one at a time from a prefill "
                           "of the rest, against the full forward's logits")
+    run.add_argument("--max-memory", metavar="SIZE",
+                     help="refuse a variant whose parameters, inputs and activations would "
+                          "take more than SIZE (bytes, or with K, M, G, T: powers of 1024); "
+                          "default: this machine's memory")
 
     docs = commands.add_parser("docs", help="write each variant's documentation: dims, "
                                             "shapes, parameters, FLOPs, memory, diagrams")
@@ -387,7 +392,9 @@ def _run(args) -> int:
         print(f"tspec: {len(report.findings)} finding(s) in {variant.name}: nothing to run",
               file=sys.stderr)
         return EXIT_FINDINGS
-    result = run(variant, args.backend, args.seed, args.dtype, args.typecheck, args.decode)
+    max_memory = None if args.max_memory is None else _size(args.max_memory, "--max-memory")
+    result = run(variant, args.backend, args.seed, args.dtype, args.typecheck, args.decode,
+                 max_memory)
     decoded = result.decoded
     for line in _variant_header(variant):
         print(line)
@@ -415,6 +422,21 @@ def _run(args) -> int:
         print(f"logits of prefill and every step against the full forward: max abs difference "
               f"{decoded.difference:.1e}")
     return EXIT_OK
+
+
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?", re.IGNORECASE)
+
+
+def _size(text: str, option: str) -> int:
+    """A size in bytes: 1000, 512M, 1.5G, 64GiB (K, M, G, T are powers of 1024)."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None or len(match.group(1)) > 20:
+        raise UsageError(f"{option} takes a size such as 512M or 64G, got {text!r}")
+    scale = 1024 ** " KMGT".index(match.group(2).upper() or " ")
+    size = int(float(match.group(1)) * scale)
+    if size < 1:
+        raise UsageError(f"{option} must be at least one byte, got {text!r}")
+    return size
 
 
 def _list() -> int:

@@ -229,6 +229,14 @@ def _activations(shape: Shape, dtype: str) -> Activations:
     return Activations(**{dtype: size})
 
 
+def size_text(n: int) -> str:
+    """A number of bytes as the docs and errors show it: 1.5 GiB, 640.0 KiB, 12 bytes."""
+    for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,} bytes"
+
+
 def evaluate(expr, spec: Spec, choices: dict[str, str], dims: dict[str, int]) -> int:
     """A count as a number, for a variant's dim values (derived dims from their definitions);
     a KeyError names a dim with no value."""

@@ -143,17 +143,17 @@ def _definitions(text: str) -> dict[str, str]:
 @pytest.mark.parametrize("arch", ["encoder_decoder", "encoder_only", "decoder_only"])
 @pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
 def test_the_numpy_and_cupy_trees_differ_only_where_the_backend_table_says(arch, activation):
-    """With the table's strings swapped (module, alias, array type, description), a definition
-    differs between the two backends only if it is a helper one backend replaces (or a name its
-    replacement template defines), the attention strategy's (query_blocks for NumPy), or the
-    function holding the attention core."""
+    """With the table's strings swapped (module, alias, array type, description, memory), a
+    definition differs between the two backends only if it is a helper one backend replaces
+    (or a name its replacement template defines), the attention strategy's (query_blocks for
+    NumPy), or the function holding the attention core."""
     numpy_backend, cupy_backend = backend("numpy"), backend("cupy")
     choices = {"arch": arch, "activation": activation}
     definitions = {}
     for row in (numpy_backend, cupy_backend):
         definitions[row.name] = {}
         for name, text in _definitions(source(SPEC, choices, row.name)).items():
-            for field in ("description", "array_type", "module"):
+            for field in ("description", "array_type", "module", "memory_total", "memory_owner"):
                 text = text.replace(getattr(row, field), f"<{field}>")
             definitions[row.name][name] = re.sub(rf"\b{row.alias}\.", "<alias>.", text)
     numpy_defs, cupy_defs = definitions["numpy"], definitions["cupy"]

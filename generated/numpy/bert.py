@@ -57,6 +57,25 @@ def subtrace(trace: dict | None, *path: str | int) -> dict | None:
     return trace
 
 
+# the most bytes the tensors of one function's own equations may take: it refuses to start
+# beyond that; None: the machine's memory
+MEMORY_LIMIT = None
+
+
+def require_memory(function: str, needed: int) -> None:
+    """Refuse to start ``function`` when the tensors its equations compute (the spec's
+    activation count for it, in bytes) would take more than MEMORY_LIMIT: a clear error
+    before anything is allocated, instead of a failed allocation or a machine swapping."""
+    limit, owner = MEMORY_LIMIT, "MEMORY_LIMIT"
+    if limit is None:
+        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        owner = "the machine's memory"
+    if needed > limit:
+        raise MemoryError(f"{function} would allocate about {needed / 2**30:,.1f} GiB for its "
+                          f"tensors, more than {owner} ({limit / 2**30:,.1f} GiB): give it "
+                          "smaller inputs, or set MEMORY_LIMIT in this module")
+
+
 # Work shared out among threads: the array library releases the GIL inside matrix products
 # and ufuncs, so chunks of rows of a matrix product or of a row-wise pass, and the query
 # blocks of attention, run at once. As many worker threads as BLAS runs (OPENBLAS_NUM_THREADS
@@ -505,6 +524,17 @@ def multi_head_attention(
         H: number of attention heads
         trace: a dict that receives every named intermediate of this call
     """
+    B = X_q.shape[-3]
+    T_kv = X_kv.shape[-2]
+    T_q = X_q.shape[-2]
+    d_model = X_q.shape[-1]
+    d_k = d_model // H
+    d_v = d_model // H
+    require_memory(
+        "multi_head_attention",
+        (2*B*H*T_kv*d_k + 2*B*H*T_kv*d_v + 2*B*H*T_q*d_k + B*H*T_q*d_v
+        + B*T_q*d_model) * X_q.dtype.itemsize,
+    )
     Q_proj = project(X_q, params["W_Q"], params["b_Q"])  # B T_q H*d_k
     K_proj = project(X_kv, params["W_K"], params["b_K"])  # B T_kv H*d_k
     V_proj = project(X_kv, params["W_V"], params["b_V"])  # B T_kv H*d_v
@@ -543,6 +573,10 @@ def add_and_layer_norm(
         eps: LayerNorm's or RMSNorm's epsilon, added to the variance or mean square
         trace: a dict that receives every named intermediate of this call
     """
+    B = X.shape[-3]
+    T_x = X.shape[-2]
+    d_model = X.shape[-1]
+    require_memory("add_and_layer_norm", B*T_x*d_model * X.dtype.itemsize)
     Z = layer_norm(X + Y, params["gamma"], params["beta"], eps)  # B T_x d_model
     if trace is not None:
         trace.update(Z=Z)
@@ -570,6 +604,11 @@ def feed_forward(
     Keyword arguments:
         trace: a dict that receives every named intermediate of this call
     """
+    B = X.shape[-3]
+    T_x = X.shape[-2]
+    d_ff = params["W_1"].shape[-1]
+    d_model = X.shape[-1]
+    require_memory("feed_forward", (B*T_x*d_ff + B*T_x*d_model) * X.dtype.itemsize)
     U = project(X, params["W_1"], params["b_1"], activation=gelu)  # B T_x d_ff
     F = project(U, params["W_2"], params["b_2"])  # B T_x d_model
     if trace is not None:
@@ -704,6 +743,12 @@ def transformer(
         trace: a dict that receives every named intermediate of this call
     """
     T = t.shape[-1]
+    B = t.shape[-2]
+    d_model = params["E"].shape[-1]
+    require_memory(
+        "transformer",
+        (B*T**2 + 4*B*T*d_model + 2*B*d_model + T*d_model) * params["E"].dtype.itemsize + B*T**2,
+    )
     M_src = padding_mask(m_src, T)  # B T T
     X = embed(params["E"], t)  # B T d_model
     P = params["P_table"][:T]  # T d_model

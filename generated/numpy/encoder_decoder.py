@@ -118,6 +118,25 @@ def require_size(what: str, size: int, name: str, expected: int) -> None:
                          "made for these inputs, and the key mask of every position so far")
 
 
+# the most bytes the tensors of one function's own equations may take: it refuses to start
+# beyond that; None: the machine's memory
+MEMORY_LIMIT = None
+
+
+def require_memory(function: str, needed: int) -> None:
+    """Refuse to start ``function`` when the tensors its equations compute (the spec's
+    activation count for it, in bytes) would take more than MEMORY_LIMIT: a clear error
+    before anything is allocated, instead of a failed allocation or a machine swapping."""
+    limit, owner = MEMORY_LIMIT, "MEMORY_LIMIT"
+    if limit is None:
+        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        owner = "the machine's memory"
+    if needed > limit:
+        raise MemoryError(f"{function} would allocate about {needed / 2**30:,.1f} GiB for its "
+                          f"tensors, more than {owner} ({limit / 2**30:,.1f} GiB): give it "
+                          "smaller inputs, or set MEMORY_LIMIT in this module")
+
+
 # Work shared out among threads: the array library releases the GIL inside matrix products
 # and ufuncs, so chunks of rows of a matrix product or of a row-wise pass, and the query
 # blocks of attention, run at once. As many worker threads as BLAS runs (OPENBLAS_NUM_THREADS
@@ -636,6 +655,17 @@ def multi_head_attention(
         H: number of attention heads
         trace: a dict that receives every named intermediate of this call
     """
+    B = X_q.shape[-3]
+    T_kv = X_kv.shape[-2]
+    T_q = X_q.shape[-2]
+    d_model = X_q.shape[-1]
+    d_k = d_model // H
+    d_v = d_model // H
+    require_memory(
+        "multi_head_attention",
+        (2*B*H*T_kv*d_k + 2*B*H*T_kv*d_v + 2*B*H*T_q*d_k + B*H*T_q*d_v
+        + B*T_q*d_model) * X_q.dtype.itemsize,
+    )
     Q_proj = project(X_q, params["W_Q"])  # B T_q H*d_k
     K_proj = project(X_kv, params["W_K"])  # B T_kv H*d_k
     V_proj = project(X_kv, params["W_V"])  # B T_kv H*d_v
@@ -674,6 +704,10 @@ def add_and_layer_norm(
         eps: LayerNorm's or RMSNorm's epsilon, added to the variance or mean square
         trace: a dict that receives every named intermediate of this call
     """
+    B = X.shape[-3]
+    T_x = X.shape[-2]
+    d_model = X.shape[-1]
+    require_memory("add_and_layer_norm", B*T_x*d_model * X.dtype.itemsize)
     Z = layer_norm(X + Y, params["gamma"], params["beta"], eps)  # B T_x d_model
     if trace is not None:
         trace.update(Z=Z)
@@ -701,6 +735,11 @@ def feed_forward(
     Keyword arguments:
         trace: a dict that receives every named intermediate of this call
     """
+    B = X.shape[-3]
+    T_x = X.shape[-2]
+    d_ff = params["W_1"].shape[-1]
+    d_model = X.shape[-1]
+    require_memory("feed_forward", (B*T_x*d_ff + B*T_x*d_model) * X.dtype.itemsize)
     U = project(X, params["W_1"], params["b_1"], activation=relu)  # B T_x d_ff
     F = project(U, params["W_2"], params["b_2"])  # B T_x d_model
     if trace is not None:
@@ -956,6 +995,14 @@ def transformer(
     T = t.shape[-1]
     d_model = params["E"].shape[-1]
     T_dec = u.shape[-1]
+    B = t.shape[-2]
+    V = params["E"].shape[-2]
+    require_memory(
+        "transformer",
+        (B*T**2 + B*T*T_dec + 2*B*T*d_model + B*T_dec**2 + 2*B*T_dec*V + 2*B*T_dec*d_model
+        + T*d_model + T_dec*d_model) * params["E"].dtype.itemsize + B*T**2 + B*T*T_dec
+        + B*T_dec**2,
+    )
     M_src = padding_mask(m_src, T)  # B T T
     X = embed(params["E"], t)  # B T d_model
     P = positional_encoding(T, d_model, params["E"].dtype)  # T d_model
@@ -1040,13 +1087,21 @@ def cached_self_attention(
         trace: a dict that receives every named intermediate of this call
     """
     H = cache["K_past"].shape[0]
+    B = X.shape[-3]
     T_past = cache["K_past"].shape[-2]
     T_x = X.shape[-2]
-    B = X.shape[-3]
+    d_k = cache["K_past"].shape[-1]
+    d_model = X.shape[-1]
+    d_v = cache["V_past"].shape[-1]
     require_size("L_h axis -1", L_h.shape[-1], "T_past + T_x", T_past + T_x)
     require_size("cache K_past axis -3", cache["K_past"].shape[-3], "B", B)
     require_size("cache V_past axis -3", cache["V_past"].shape[-3], "B", B)
     require_size("cache V_past axis -2", cache["V_past"].shape[-2], "T_past", T_past)
+    require_memory(
+        "cached_self_attention",
+        (4*B*H*T_x*d_k + 3*B*H*T_x*d_v + B*H*d_k*(T_past + T_x) + B*H*d_v*(T_past + T_x)
+        + B*T_x*d_model) * X.dtype.itemsize,
+    )
     Q_proj = project(X, params["W_Q"])  # B T_x H*d_k
     K_proj = project(X, params["W_K"])  # B T_x H*d_k
     V_proj = project(X, params["W_V"])  # B T_x H*d_v
@@ -1102,11 +1157,19 @@ def cached_cross_attention(
     """
     H = cache["K_src"].shape[0]
     B = X_q.shape[-3]
+    T_y = X_q.shape[-2]
+    d_k = cache["K_src"].shape[-1]
+    d_model = X_q.shape[-1]
+    d_v = cache["V_src"].shape[-1]
     T_x = L_h.shape[-1]
     require_size("cache K_src axis -3", cache["K_src"].shape[-3], "B", B)
     require_size("cache K_src axis -2", cache["K_src"].shape[-2], "T_x", T_x)
     require_size("cache V_src axis -3", cache["V_src"].shape[-3], "B", B)
     require_size("cache V_src axis -2", cache["V_src"].shape[-2], "T_x", T_x)
+    require_memory(
+        "cached_cross_attention",
+        (2*B*H*T_y*d_k + B*H*T_y*d_v + B*T_y*d_model) * X_q.dtype.itemsize,
+    )
     Q_proj = project(X_q, params["W_Q"])  # B T_y H*d_k
     Q_h = split_heads(Q_proj, H)  # [H] B T_y d_k
     O_h = scaled_dot_product_attention(
@@ -1281,6 +1344,14 @@ def decode_step(
     T_new = u.shape[-1]
     T_past = m_tgt.shape[-1] - T_new
     d_model = params["E"].shape[-1]
+    B = m_src.shape[-2]
+    T = m_src.shape[-1]
+    V = params["E"].shape[-2]
+    require_memory(
+        "decode_step",
+        (B*T*T_new + 2*B*T_new*V + 2*B*T_new*d_model + B*T_new*(T_new + T_past)
+        + T_new*d_model) * params["E"].dtype.itemsize + B*T*T_new + B*T_new*(T_new + T_past),
+    )
     check_cache(cache, params, CACHE_STATES)  # the cache prefill made
     M_self = padding_mask(m_tgt, T_new) * causal_mask(T_new, T_new + T_past)  # B T_new T_new+T_past
     X_dec = embed(params["E"], u)  # B T_new d_model

@@ -118,6 +118,25 @@ def require_size(what: str, size: int, name: str, expected: int) -> None:
                          "made for these inputs, and the key mask of every position so far")
 
 
+# the most bytes the tensors of one function's own equations may take: it refuses to start
+# beyond that; None: the machine's memory
+MEMORY_LIMIT = None
+
+
+def require_memory(function: str, needed: int) -> None:
+    """Refuse to start ``function`` when the tensors its equations compute (the spec's
+    activation count for it, in bytes) would take more than MEMORY_LIMIT: a clear error
+    before anything is allocated, instead of a failed allocation or a machine swapping."""
+    limit, owner = MEMORY_LIMIT, "MEMORY_LIMIT"
+    if limit is None:
+        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        owner = "the machine's memory"
+    if needed > limit:
+        raise MemoryError(f"{function} would allocate about {needed / 2**30:,.1f} GiB for its "
+                          f"tensors, more than {owner} ({limit / 2**30:,.1f} GiB): give it "
+                          "smaller inputs, or set MEMORY_LIMIT in this module")
+
+
 # Work shared out among threads: the array library releases the GIL inside matrix products
 # and ufuncs, so chunks of rows of a matrix product or of a row-wise pass, and the query
 # blocks of attention, run at once. As many worker threads as BLAS runs (OPENBLAS_NUM_THREADS
@@ -562,6 +581,10 @@ def normalize(
         eps: LayerNorm's or RMSNorm's epsilon, added to the variance or mean square
         trace: a dict that receives every named intermediate of this call
     """
+    B = X.shape[-3]
+    T_x = X.shape[-2]
+    d_model = X.shape[-1]
+    require_memory("normalize", B*T_x*d_model * X.dtype.itemsize)
     X_norm = rms_norm(X, params["gamma"], eps)  # B T_x d_model
     if trace is not None:
         trace.update(X_norm=X_norm)
@@ -667,6 +690,17 @@ def multi_head_attention(
             theta^(-2i/d_k)
         trace: a dict that receives every named intermediate of this call
     """
+    B = X_q.shape[-3]
+    T_kv = X_kv.shape[-2]
+    T_q = X_q.shape[-2]
+    d_model = X_q.shape[-1]
+    d_k = d_model // H
+    d_v = d_model // H
+    require_memory(
+        "multi_head_attention",
+        (B*H*T_kv*d_k + B*H*T_kv*d_v + 3*B*H*T_q*d_k + B*H*T_q*d_v + 3*B*H_kv*T_kv*d_k
+        + 2*B*H_kv*T_kv*d_v + B*T_q*d_model) * X_q.dtype.itemsize,
+    )
     Q_proj = project(X_q, params["W_Q"])  # B T_q H*d_k
     K_proj = project(X_kv, params["W_K"])  # B T_kv H_kv*d_k
     V_proj = project(X_kv, params["W_V"])  # B T_kv H_kv*d_v
@@ -709,6 +743,11 @@ def feed_forward(
     Keyword arguments:
         trace: a dict that receives every named intermediate of this call
     """
+    B = X.shape[-3]
+    T_x = X.shape[-2]
+    d_ff = params["W_1"].shape[-1]
+    d_model = X.shape[-1]
+    require_memory("feed_forward", (B*T_x*d_ff + B*T_x*d_model) * X.dtype.itemsize)
     U = project(X, params["W_1"], activation=silu) * project(X, params["W_3"])  # B T_x d_ff
     F = project(U, params["W_2"])  # B T_x d_model
     if trace is not None:
@@ -756,6 +795,10 @@ def encoder_layer(
             theta^(-2i/d_k)
         trace: a dict that receives every named intermediate of this call
     """
+    B = Z.shape[-3]
+    T_x = Z.shape[-2]
+    d_model = Z.shape[-1]
+    require_memory("encoder_layer", 2*B*T_x*d_model * Z.dtype.itemsize)
     Z_n = normalize(Z, params["norm_1"], eps=eps, trace=subtrace(trace, "norm_1"))  # B T_x d_model
     A = multi_head_attention(
         Z_n,
@@ -874,6 +917,13 @@ def transformer(
         trace: a dict that receives every named intermediate of this call
     """
     T_dec = u.shape[-1]
+    B = u.shape[-2]
+    V = params["E"].shape[-2]
+    d_model = params["E"].shape[-1]
+    require_memory(
+        "transformer",
+        (B*T_dec**2 + 2*B*T_dec*V + B*T_dec*d_model) * params["E"].dtype.itemsize + B*T_dec**2,
+    )
     M_self = padding_mask(m_tgt, T_dec) * causal_mask(T_dec, T_dec)  # B T_dec T_dec
     Y_0 = embed(params["E"], u)  # B T_dec d_model
     L_self = log_mask(M_self, params["E"].dtype)  # B T_dec T_dec
@@ -959,12 +1009,21 @@ def cached_self_attention(
     """
     T_past = cache["K_past"].shape[-2]
     H_kv = cache["K_past"].shape[0]
-    T_x = X.shape[-2]
     B = X.shape[-3]
+    T_x = X.shape[-2]
+    d_k = cache["K_past"].shape[-1]
+    d_model = X.shape[-1]
+    d_v = cache["V_past"].shape[-1]
     require_size("L_h axis -1", L_h.shape[-1], "T_past + T_x", T_past + T_x)
     require_size("cache K_past axis -3", cache["K_past"].shape[-3], "B", B)
     require_size("cache V_past axis -3", cache["V_past"].shape[-3], "B", B)
     require_size("cache V_past axis -2", cache["V_past"].shape[-2], "T_past", T_past)
+    require_memory(
+        "cached_self_attention",
+        (3*B*H*T_x*d_k + B*H*T_x*d_v + B*H*d_k*(T_past + T_x) + B*H*d_v*(T_past + T_x)
+        + 3*B*H_kv*T_x*d_k + 2*B*H_kv*T_x*d_v + B*H_kv*d_k*(T_past + T_x)
+        + B*H_kv*d_v*(T_past + T_x) + B*T_x*d_model) * X.dtype.itemsize,
+    )
     Q_proj = project(X, params["W_Q"])  # B T_x H*d_k
     K_proj = project(X, params["W_K"])  # B T_x H_kv*d_k
     V_proj = project(X, params["W_V"])  # B T_x H_kv*d_v
@@ -1032,6 +1091,10 @@ def encoder_layer_step(
             theta^(-2i/d_k)
         trace: a dict that receives every named intermediate of this call
     """
+    B = Z.shape[-3]
+    T_x = Z.shape[-2]
+    d_model = Z.shape[-1]
+    require_memory("encoder_layer_step", 2*B*T_x*d_model * Z.dtype.itemsize)
     Z_n = normalize(Z, params["norm_1"], eps=eps, trace=subtrace(trace, "norm_1"))  # B T_x d_model
     A = cached_self_attention(
         Z_n,
@@ -1151,6 +1214,14 @@ def decode_step(
     """
     T_new = u.shape[-1]
     T_past = m_tgt.shape[-1] - T_new
+    B = u.shape[-2]
+    V = params["E"].shape[-2]
+    d_model = params["E"].shape[-1]
+    require_memory(
+        "decode_step",
+        (2*B*T_new*V + B*T_new*d_model + B*T_new*(T_new + T_past)) * params["E"].dtype.itemsize
+        + B*T_new*(T_new + T_past),
+    )
     check_cache(cache, params, CACHE_STATES)  # the cache prefill made
     M_self = padding_mask(m_tgt, T_new) * causal_mask(T_new, T_new + T_past)  # B T_new T_new+T_past
     Y_0 = embed(params["E"], u)  # B T_new d_model

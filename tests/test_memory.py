@@ -1,0 +1,142 @@
+"""Resource limits: `tspec run` and the generated functions estimate the memory they need
+from the spec's counts and refuse absurd sizes before allocating anything."""
+
+import numpy as np
+import pytest
+
+from codegen import run as run_module
+from codegen import weights
+from codegen.generate import source
+from codegen.run import _keywords, _prepare, estimate_memory, run, with_run_defaults
+from codegen.runtime import load_module, load_source
+from spec import api
+from spec.cli import main
+from spec.errors import UsageError
+from spec.language import parse
+
+GENERATED = api.SPEC_DIR.parent / "generated" / "numpy"
+
+
+@pytest.mark.parametrize("name, settings", [
+    ("base", []),
+    ("gpt2_small", []),
+    ("bert_base", []),
+    ("llama3_8b", ["d_model=256", "H=4", "H_kv=2", "N=2", "d_ff=512", "V=1000"]),
+    ("transformer", ["arch=decoder_only", "positional=relative", "d_model=64", "H=4", "N=2",
+                     "d_ff=128"]),
+])
+def test_the_estimate_is_what_the_traced_forward_holds(name, settings):
+    # the estimate comes from the spec's counts; the arrays come from running the generated
+    # code with a trace (which keeps every intermediate): distinct arrays, counted once
+    variant = with_run_defaults(api.load(name, settings))
+    estimate = estimate_memory(variant)
+    prepared = _prepare(variant, "numpy", 0, "float32", False)
+    trace: dict = {}
+    entry = getattr(prepared.module, prepared.spec.name)
+    entry(*prepared.inputs.values(), prepared.params,
+          **_keywords(prepared, prepared.lowered.entry, prepared.sizes), trace=trace)
+    arrays = {id(a): a.nbytes for a in weights.flatten(trace).values()}
+    assert estimate.activations == sum(arrays.values())
+    assert estimate.parameters == sum(a.nbytes for a in weights.flatten(prepared.params).values())
+    assert estimate.inputs == sum(a.nbytes for a in prepared.inputs.values())
+
+
+def test_an_absurd_variant_is_refused_before_anything_is_allocated(capsys, monkeypatch):
+    monkeypatch.setattr(run_module, "machine_memory", lambda: 16 * 2**30)
+    monkeypatch.setattr(run_module.weights, "expected_shapes", None)   # never reached
+    assert main(["run", "base", "--set", "d_model=1000000000"]) == 2
+    assert capsys.readouterr().err == (
+        "tspec: error: base needs about 268,221,142,143.0 GiB to run in float32 (parameters "
+        "268,221,092,313.5 GiB, inputs 1.1 KiB, activations 49,829.5 GiB), more than this "
+        "machine's memory (16.0 GiB): make its dims smaller with --set, or raise "
+        "--max-memory\n")
+
+
+def test_a_deep_stack_is_refused_without_building_its_layers(capsys):
+    # a billion layers: the estimate is symbolic, so the refusal takes no time and no memory
+    assert main(["run", "base", "--set", "N=1000000000", "--max-memory", "64G"]) == 2
+    assert capsys.readouterr().err == (
+        "tspec: error: base needs about 32,875,061.0 GiB to run in float32 (parameters "
+        "27,381,897.0 GiB, inputs 1.1 KiB, activations 5,493,164.1 GiB), more than the limit "
+        "given (64.0 GiB): make its dims smaller with --set, or raise --max-memory\n")
+
+
+def test_max_memory_sets_the_limit(capsys):
+    assert main(["run", "base", "--max-memory", "100M"]) == 2
+    assert capsys.readouterr().err == (
+        "tspec: error: base needs about 207.0 MiB to run in float32 (parameters 172.1 MiB, "
+        "inputs 1.1 KiB, activations 34.9 MiB), more than the limit given (100.0 MiB): make "
+        "its dims smaller with --set, or raise --max-memory\n")
+    assert main(["run", "base", "--max-memory", "0.25GiB"]) == 0
+
+
+@pytest.mark.parametrize("text, message", [
+    ("1x", "--max-memory takes a size such as 512M or 64G, got '1x'"),
+    ("-5G", "--max-memory takes a size such as 512M or 64G, got '-5G'"),
+    ("1e9", "--max-memory takes a size such as 512M or 64G, got '1e9'"),
+    ("9" * 30, f"--max-memory takes a size such as 512M or 64G, got '{'9' * 30}'"),
+    ("0.1", "--max-memory must be at least one byte, got '0.1'"),
+    ("0", "--max-memory must be at least one byte, got '0'"),
+])
+def test_bad_max_memory_values(capsys, text, message):
+    assert main(["run", "base", f"--max-memory={text}"]) == 2
+    assert capsys.readouterr().err == f"tspec: error: {message}\n"
+
+
+def test_the_api_refuses_with_a_usage_error():
+    variant = with_run_defaults(api.load("gpt2_small"))
+    with pytest.raises(UsageError, match=r"^gpt2_small needs about 542\.7 MiB to run in "
+                                         r"float32 \(parameters 474\.7 MiB, inputs 576 bytes, "
+                                         r"activations 68\.0 MiB\), more than the limit given "
+                                         r"\(1\.0 MiB\)"):
+        run(variant, max_memory=2**20)
+
+
+# -- the generated functions' own checks
+
+def test_a_generated_function_refuses_inputs_past_its_memory_limit(monkeypatch):
+    model = load_module(GENERATED / "decoder_only.py")
+    variant = with_run_defaults(api.load("transformer", ["arch=decoder_only", "d_model=64",
+                                                         "H=4", "N=1", "d_ff=128"]))
+    prepared = _prepare(variant, "numpy", 0, "float32", False)
+    u, m = prepared.inputs.values()
+    monkeypatch.setattr(model, "MEMORY_LIMIT", 100_000)
+    with pytest.raises(MemoryError) as caught:
+        model.transformer(u, m, prepared.params, H=4)
+    assert str(caught.value) == (
+        "transformer would allocate about 0.0 GiB for its tensors, more than MEMORY_LIMIT "
+        "(0.0 GiB): give it smaller inputs, or set MEMORY_LIMIT in this module")
+    monkeypatch.setattr(model, "MEMORY_LIMIT", None)
+    logits, _ = model.transformer(u, m, prepared.params, H=4)
+    assert logits.shape == (2, 32, 1000)
+
+
+def test_absurd_inputs_are_refused_before_they_are_materialised():
+    # a broadcast view claims a million sequences of a million tokens without holding them:
+    # the attention scores alone would be 10^12 times larger than the machine
+    model = load_module(GENERATED / "decoder_only.py")
+    variant = with_run_defaults(api.load("transformer", ["arch=decoder_only", "d_model=64",
+                                                         "H=4", "N=1", "d_ff=128"]))
+    params = _prepare(variant, "numpy", 0, "float32", False).params
+    u = np.broadcast_to(np.zeros((1, 1), dtype=np.int64), (10**6, 10**6))
+    m = np.broadcast_to(np.ones((1, 1), dtype=bool), (10**6, 10**6))
+    with pytest.raises(MemoryError, match=r"^transformer would allocate about [0-9,.]+ GiB "
+                                          r"for its tensors, more than the machine's memory "):
+        model.transformer(u, m, params, H=4)
+
+
+def test_each_function_checks_its_own_tensors():
+    text = source(parse('dim B "b"\ndim d "d"\ndim f "f"\n'
+                        'block ff(X "B d") -> Y:\n'
+                        '    param W_1 "d f"\n    param W_2 "f d"\n'
+                        '    U "B f" = relu(X @ W_1)\n    Y "B d" = U @ W_2\n'
+                        'input X "B d"\nY "B d" = ff(X) as layer_1\noutput Y\n', "t.tspec"), {})
+    assert '    require_memory("ff", (B*d + B*f) * X.dtype.itemsize)\n' in text
+    model = load_source(text)
+    X = np.ones((4, 3))
+    params = {"layer_1": {"W_1": np.ones((3, 5)), "W_2": np.ones((5, 3))}}
+    model.MEMORY_LIMIT = (4 * 3 + 4 * 5) * 8
+    np.testing.assert_array_equal(model.t(X, params), np.full((4, 3), 15.0))
+    model.MEMORY_LIMIT -= 1
+    with pytest.raises(MemoryError, match="^ff would allocate about"):
+        model.t(X, params)
