@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spec import limits
 from spec.check import Result, TensorRow
 from spec.check import check as check_spec
 from spec.diff import Diff, compare, profile
@@ -141,14 +142,17 @@ def _variant(target: Variant | Spec | str | Path, settings: list[str] | None) ->
     return target.with_settings(settings) if settings else target
 
 
-def check(target: Variant | Spec | str, settings: list[str] | None = None) -> Report:
-    """Check a spec (every choice combination) or a variant (its choices, then its values)."""
+def check(target: Variant | Spec | str, settings: list[str] | None = None, *,
+          time_limit: float | None = limits.TIME_LIMIT) -> Report:
+    """Check a spec (every choice combination) or a variant (its choices, then its values),
+    within ``time_limit`` seconds (None: no limit; past it, a LimitError)."""
     target = _variant(target, settings)
     spec = target.spec
     every = target.is_spec
-    proof = check_spec(spec, target.choices, all_choices=every)
-    concrete = check_spec(spec, target.choices, target.dims, all_choices=every) \
-        if target.dims else None
+    with limits.time_limit(time_limit):
+        proof = check_spec(spec, target.choices, all_choices=every)
+        concrete = check_spec(spec, target.choices, target.dims, all_choices=every) \
+            if target.dims else None
     findings = list(proof.findings)
     if concrete is not None:
         seen = {(f.kind, f.file, f.line, f.tensor) for f in findings}

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field, replace
 
 import sympy
 
+from spec import limits
 from spec.errors import SpecError
 from spec.findings import Finding, format_value
+from spec.limits import TIME_LIMIT, require_tensor_count
 from spec.model import (
     Block,
     BlockCall,
@@ -274,6 +276,7 @@ class _Run:
         if self.constraints and not self.unsatisfiable():
             return []
         for let in self.lets:
+            limits.reached(let.file, let.line, f"let {let.dim} = {let.text}"[:80])
             if not self.prover.norm(let.expr).free_symbols:
                 continue      # a value: check_constraints has judged it
             failure = self.size_failure(let.expr, derived_whole=False)
@@ -499,6 +502,7 @@ class _Run:
         decls, order = structure
         for decl in decls.values():
             if decl.role in DECLARED:
+                limits.reached(decl.file, decl.line, f"{decl.role} {decl.name}")
                 shape = None if decl.shape is None else decl.shape.subs(scope.binding)
                 scope.values[decl.name] = Value(shape, decl.dtype, tensor=decl.name)
                 if shape is not None:
@@ -512,6 +516,7 @@ class _Run:
                                                 decl.line))
         binding_key = tuple(sorted((k.name, v) for k, v in scope.binding.items()))
         for record in order:
+            limits.reached(record.file, record.line, f"{record.output} = {record.text}"[:80])
             declared = decls.get(record.output)
             # the same record with the same inputs under the same constraints gives the same
             # answer: remembered across choice combinations (not while widths are unknown)
@@ -1071,11 +1076,20 @@ def combinations(spec: Spec, fixed: dict | None = None) -> list[dict]:
 
 
 def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *,
-          all_choices: bool = False) -> Result:
+          all_choices: bool = False, time_limit: float | None = TIME_LIMIT) -> Result:
     """Check a spec: under the given choices (defaults for the rest), or under all of them.
 
     ``values`` binds dims to sizes (a variant): shapes and constraints are then evaluated too.
+    Past ``time_limit`` seconds, or for a spec that expands past ``limits.MAX_TENSORS``
+    tensors, a LimitError (see spec.limits).
     """
+    require_tensor_count(spec)
+    with limits.time_limit(time_limit):
+        return _check(spec, choices, values, all_choices)
+
+
+def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: bool) -> Result:
+    limits.reached(spec.file, None, "its set-up")
     given = dict(values or {})
     for name, dim in spec.dims.items():
         if dim.value is not None:

@@ -1,6 +1,7 @@
 """The `tspec` command line.
 
     tspec check [SPEC_OR_VARIANT ...] [--set NAME=VALUE ...] [--format text|json]
+                [--time-limit SECONDS]
     tspec check SPEC_OR_VARIANT --grid NAME=VALUES ... [--set ...] [--only valid|invalid]
                 [--format text|json|csv]
     tspec diff VARIANT_A VARIANT_B [--set NAME=VALUE ...] [--format text|json]
@@ -23,7 +24,7 @@ import re
 import sys
 from pathlib import Path
 
-from spec import api, counts
+from spec import api, counts, limits
 from spec.errors import GridError, TspecError, UsageError
 from spec.findings import KINDS, display_path, to_json
 from spec.grid import MAX_COMBINATIONS, parse_axis
@@ -67,6 +68,10 @@ def _parser() -> argparse.ArgumentParser:
                             "(the summary still counts all)")
     check.add_argument("--format", choices=("text", "json", "csv"), default="text",
                        help="csv: with --grid only")
+    check.add_argument("--time-limit", type=float, default=limits.TIME_LIMIT,
+                       metavar="SECONDS",
+                       help="stop a proof that takes longer, naming the statement it reached "
+                            f"(default {limits.TIME_LIMIT:g})")
 
     diff = commands.add_parser(
         "diff", help="what changes from one variant to another: choices, dims, shapes, and "
@@ -179,7 +184,8 @@ def _check(args) -> int:
     if args.only:
         raise UsageError("--only is for grids: give --grid NAME=VALUES")
     targets = args.targets or ["transformer"]
-    reports = [api.check(api.load(target, args.settings)) for target in targets]
+    reports = [api.check(api.load(target, args.settings), time_limit=args.time_limit)
+               for target in targets]
     if args.format == "json":
         print(to_json([_report_json(r) for r in reports]))
     else:

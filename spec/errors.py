@@ -49,3 +49,8 @@ class CodegenError(TspecError):
 class GridError(UsageError):
     """A grid that cannot be evaluated: bad --grid syntax, an unknown, derived or doubly given
     dim, values that are not positive integers, an empty range, or too many combinations."""
+
+
+class LimitError(TspecError):
+    """Work past a bound tspec sets so that no input can make it hang or exhaust the machine:
+    the checker's time limit, the number of tensors a spec expands to."""

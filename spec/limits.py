@@ -1,0 +1,145 @@
+"""Bounds on the checker's work, so that no spec (thousands of equations, shape expressions
+that sympy takes long to compare, blocks that call blocks exponentially often) can make it
+hang or exhaust the machine: a time limit, and a limit on the tensors a spec expands to.
+
+The time limit interrupts even one long sympy computation where it can (SIGALRM, in the main
+thread on POSIX), and the checker looks at the clock before each statement too.
+"""
+
+import math
+import signal
+import threading
+import time
+
+from spec.errors import LimitError, UsageError
+from spec.model import BlockCall, Equation, Spec, TensorDecl, When
+
+TIME_LIMIT = 60.0            # seconds a check may take by default (the built-in spec: ~0.6)
+MAX_TENSORS = 100_000        # tensors a spec may expand to, every block call its own
+
+
+class _Bound:
+    """The time bound in force: when it ends, and the statement the checker is at."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.at: tuple[str | None, int | None, str] = (None, None, "its set-up")
+        self.raised = False       # once raised (by the signal or the clock), never again
+
+    def error(self) -> LimitError:
+        self.raised = True
+        file, line, what = self.at
+        return LimitError(f"the check stopped at its time limit of {self.seconds:g} s, at "
+                          f"{what}: the spec has more statements, or more complex shape "
+                          "expressions, than the checker proves in that time; give it "
+                          "longer with --time-limit SECONDS", file=file, line=line)
+
+
+_bound = threading.local()
+_UNBOUNDED = object()           # time_limit(None) in force: no inner bound either
+
+
+class time_limit:
+    """``with time_limit(seconds):`` bounds the checking done inside: past ``seconds``, a
+    LimitError naming the statement reached. None: no bound, for anything inside either.
+    Inside another, the outer holds. (A class, not a generator: its exit must run even when
+    the signal fires as an error unwinds.)"""
+
+    def __init__(self, seconds: float | None):
+        if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+            raise UsageError(f"a time limit is a positive number of seconds, not {seconds:g}")
+        self.seconds = seconds
+        self.owner = False        # whether this one set the bound (the outermost)
+        self.timer = False        # whether it set a timer (and a SIGALRM handler)
+        self.previous = None      # the SIGALRM handler it replaced
+        self.bound = None
+
+    def __enter__(self):
+        if getattr(_bound, "current", None) is not None:
+            return self
+        self.owner = True
+        if self.seconds is None:
+            _bound.current = _UNBOUNDED
+            return self
+        self.bound = bound = _Bound(self.seconds)
+        _bound.current = bound
+        if threading.current_thread() is threading.main_thread() and \
+                hasattr(signal, "setitimer") and \
+                signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0):
+            def expired(signum, frame):
+                if not bound.raised:
+                    raise bound.error()
+            self.previous = signal.signal(signal.SIGALRM, expired)
+            self.timer = True
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exception) -> bool:
+        if not self.owner:
+            return False
+        while True:
+            try:          # the signal may fire while this runs: then it runs again
+                if self.bound is not None:
+                    self.bound.raised = True          # no signal raises from here on
+                if self.timer:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                    signal.signal(signal.SIGALRM, self.previous)
+                    self.timer = False
+                _bound.current = None
+                return False
+            except LimitError:
+                continue
+
+
+def reached(file: str | None, line: int | None, what: str) -> None:
+    """The checker is at this statement: remembered for the error, and past the deadline an
+    error at once (where no signal interrupts, or its error was swallowed: one raised while
+    Python runs a finaliser is printed and dropped)."""
+    bound = getattr(_bound, "current", None)
+    if bound is None or bound is _UNBOUNDED:
+        return
+    bound.at = (file, line, what)
+    if time.monotonic() > bound.deadline:
+        raise bound.error()
+
+
+def tensor_count(spec: Spec) -> int:
+    """The tensors a spec expands to when every block call is its own copy (a repeat counts
+    once: its layers share their shapes), taking the larger branch of every `when`: what the
+    shapes table lists at most. A block that calls itself counts nothing for that call (the
+    checker names the cycle)."""
+    counted: dict[str, int] = {}
+
+    def body(statements: list, active: tuple[str, ...]) -> int:
+        names, total = set(), 0         # a declared tensor and its equation: one tensor
+        for statement in statements:
+            if isinstance(statement, When):
+                total += max(body(statement.body, active), body(statement.otherwise, active))
+            elif isinstance(statement, TensorDecl):
+                names.add(statement.name)
+            elif isinstance(statement, (Equation, BlockCall)):
+                names.add(statement.output)
+                if isinstance(statement, BlockCall):
+                    total += block(statement.block, active)
+        return len(names) + total
+
+    def block(name: str, active: tuple[str, ...]) -> int:
+        if name in active or name not in spec.blocks:
+            return 0
+        if name not in counted:
+            counted[name] = body(spec.blocks[name].body, active + (name,))
+        return counted[name]
+
+    return body(spec.body, ())
+
+
+def require_tensor_count(spec: Spec) -> None:
+    """Refuse a spec past MAX_TENSORS before checking it (blocks calling blocks twice, a
+    hundred deep, expand to 2**100 tensors)."""
+    count = tensor_count(spec)
+    if count > MAX_TENSORS:
+        shown = f"{count:,}" if count < 10 ** 15 else f"about 10^{len(str(count)) - 1}"
+        raise LimitError(f"the spec expands to {shown} tensors, every block call its own copy; "
+                         f"the checker takes at most {MAX_TENSORS:,}: call blocks fewer times "
+                         "(a repeat counts once)", file=spec.file)

@@ -1,0 +1,151 @@
+"""The checker's bounds: a time limit that stops any spec (between statements, or inside one
+long sympy computation), and a limit on the tensors a spec expands to."""
+
+import re
+import signal
+import threading
+import time
+
+import pytest
+
+from spec import api, limits
+from spec.check import check
+from spec.cli import main
+from spec.errors import LimitError, UsageError
+from spec.language import parse
+from spec.limits import tensor_count
+
+
+def nested(depth: int) -> str:
+    """Blocks that each call the one below twice: 3 * 2^(depth-1) tensors expanded."""
+    lines = ['dim B "b"', 'dim d "d"', 'block f0(X "B d") -> Y:', '    Y "B d" = relu(X)']
+    for i in range(1, depth):
+        lines += [f'block f{i}(X "B d") -> Y:', f'    A "B d" = f{i - 1}(X)',
+                  f'    Y "B d" = f{i - 1}(A)']
+    lines += ['input X "B d"', f'Y "B d" = f{depth - 1}(X)', "output Y"]
+    return "\n".join(lines) + "\n"
+
+
+def chain(length: int) -> str:
+    lines = ['dim B "b"', 'dim d "d"', 'input X0 "B d"']
+    lines += [f'X{i} "B d" = relu(X{i - 1}) + X{i - 1}' for i in range(1, length + 1)]
+    return "\n".join(lines + [f"output X{length}"]) + "\n"
+
+
+# shapes whose comparison takes sympy seconds: one statement, long
+SLOW = ('dim a "a"\ndim b "b"\ndim c "c"\n'
+        'input X "(a+b+c)**60 (a*b+c)**40"\n'
+        'Y "(a+b+c)**60 (a*b+c)**40" = X * 2\noutput Y\n')
+
+
+@pytest.mark.parametrize("depth, count", [(1, 3), (2, 6), (3, 12), (19, 786_432)])
+def test_tensor_count_expands_every_block_call(depth, count):
+    assert tensor_count(parse(nested(depth))) == count
+
+
+def test_a_repeat_counts_once_and_a_when_its_larger_branch():
+    spec = parse('dim B "b"\ndim N "layers"\nchoice c = one | two\n'
+                 'block f(X "B") -> Y:\n    Y "B" = relu(X)\n'
+                 'input X "B"\n'
+                 'when c == one:\n    Y "B" = repeat(N, f, X)\n'
+                 'else:\n    Z "B" = f(X) as first\n    Y "B" = f(Z) as second\n'
+                 'output Y\n')
+    assert tensor_count(spec) == 1 + max(1 + 1, 2 + 2 * 1)
+
+
+def test_a_spec_that_expands_past_the_tensor_limit_is_refused_at_once():
+    with pytest.raises(LimitError) as caught:
+        check(parse(nested(200), "n.tspec"))
+    assert str(caught.value) == (
+        "n.tspec: the spec expands to about 10^60 tensors, every block call its own copy; the "
+        "checker takes at most 100,000: call blocks fewer times (a repeat counts once)")
+    with pytest.raises(LimitError, match=r"^n\.tspec: the spec expands to 196,608 tensors"):
+        check(parse(nested(17), "n.tspec"))
+    assert check(parse(nested(12), "n.tspec")).findings == []
+
+
+@pytest.fixture(scope="module")
+def long_chain():
+    """20,000 equations: about half a second to check, without a limit."""
+    return parse(chain(20_000), "c.tspec")
+
+
+def test_thousands_of_equations_are_proved():
+    result = check(parse(chain(3000), "c.tspec"))
+    assert result.findings == [] and len(result.tensors) == 3001
+
+
+MESSAGE = (": the spec has more statements, or more complex shape expressions, than the "
+           "checker proves in that time; give it longer with --time-limit SECONDS")
+
+
+REACHED = r"at (its set-up|input X0|X(\d+) = relu\(X\d+\) \+ X\d+)"
+
+
+def test_the_time_limit_stops_between_statements_and_names_the_one_reached(long_chain):
+    with pytest.raises(LimitError) as caught:
+        check(long_chain, time_limit=0.1)
+    found = re.fullmatch(r"c\.tspec(:\d+)?: the check stopped at its time limit of 0\.1 s, "
+                         + REACHED + re.escape(MESSAGE), str(caught.value))
+    assert found, str(caught.value)
+    if found.group(3):                   # an equation: its own line
+        assert int(found.group(1)[1:]) == int(found.group(3)) + 3
+
+
+def test_the_time_limit_interrupts_one_long_computation():
+    # one statement whose shape comparison takes sympy seconds: the signal stops it inside
+    start = time.monotonic()
+    with pytest.raises(LimitError) as caught:
+        check(parse(SLOW, "s.tspec"), time_limit=0.2)
+    assert time.monotonic() - start < 1.5
+    assert re.fullmatch(r"s\.tspec:(4: the check stopped at its time limit of 0\.2 s, at input X"
+                        r"|5: the check stopped at its time limit of 0\.2 s, at Y = X \* 2)"
+                        + re.escape(MESSAGE), str(caught.value))
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
+
+
+def test_outside_the_main_thread_the_limit_holds_between_statements(long_chain):
+    errors = []
+
+    def work():
+        try:
+            check(long_chain, time_limit=0.1)
+        except LimitError as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert len(errors) == 1
+    assert re.fullmatch(r"c\.tspec(:\d+)?: the check stopped at its time limit of 0\.1 s, "
+                        + REACHED + re.escape(MESSAGE), str(errors[0])), str(errors[0])
+
+
+def test_no_limit_holds_for_everything_inside():
+    with limits.time_limit(None), limits.time_limit(0.001):   # the inner does not bound it
+        time.sleep(0.01)
+        limits.reached("x.tspec", 1, "Y = X")
+
+
+def test_the_builtin_spec_checks_well_inside_the_default_limit():
+    report = api.check("transformer", time_limit=limits.TIME_LIMIT)
+    assert report.ok
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_a_time_limit_must_be_a_positive_number_of_seconds(capsys, value):
+    assert main(["check", f"--time-limit={value}"]) == 2
+    assert capsys.readouterr().err == (f"tspec: error: a time limit is a positive number of "
+                                       f"seconds, not {float(value):g}\n")
+    with pytest.raises(UsageError), limits.time_limit(float(value)):
+        pass
+
+
+def test_the_cli_stops_at_its_time_limit_with_exit_2(tmp_path, capsys):
+    path = tmp_path / "c.tspec"
+    path.write_text(chain(20_000))
+    assert main(["check", str(path), "--time-limit", "0.1"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"tspec: error: {path}:")
+    assert error.endswith(MESSAGE + "\n")
