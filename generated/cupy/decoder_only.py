@@ -215,9 +215,10 @@ def split_heads(X: Float[cp.ndarray, "*batch width"], H: int) -> Float[cp.ndarra
 
 @typechecked
 def concat_heads(O_h: Float[cp.ndarray, "H *batch d"]) -> Float[cp.ndarray, "*batch H*d"]:
-    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1."""
+    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1
+    (the width named, not -1: an empty batch has no size to infer it from)."""
     side_by_side = cp.moveaxis(O_h, 0, -2)  # *batch H d
-    return side_by_side.reshape(O_h.shape[1:-1] + (-1,))  # *batch H*d
+    return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
 
 
 # What the kernels share. Arithmetic in float32 for float16 and float32 arrays, in float64 for

@@ -205,7 +205,7 @@ def in_row_chunks(function):
 
     @functools.wraps(function)
     def in_pieces(x, *args, out=None, **kwargs):
-        whole = x.ndim < 2 or kwargs.get("axis", -1) not in (-1, x.ndim - 1) or (
+        whole = x.ndim < 2 or x.size == 0 or kwargs.get("axis", -1) not in (-1, x.ndim - 1) or (
             out is not None and not out.flags.c_contiguous)
         if whole:
             return function(x, *args, out=out, **kwargs)
@@ -328,9 +328,10 @@ def split_heads(X: Float[np.ndarray, "*batch width"], H: int) -> Float[np.ndarra
 
 @typechecked
 def concat_heads(O_h: Float[np.ndarray, "H *batch d"]) -> Float[np.ndarray, "*batch H*d"]:
-    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1."""
+    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1
+    (the width named, not -1: an empty batch has no size to infer it from)."""
     side_by_side = np.moveaxis(O_h, 0, -2)  # *batch H d
-    return side_by_side.reshape(O_h.shape[1:-1] + (-1,))  # *batch H*d
+    return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
 
 
 @in_row_chunks
@@ -346,7 +347,7 @@ def softmax(
     A row that is -inf everywhere (every key masked) gets weights 0, not NaN: it attends to
     nothing.
     """
-    peak = x.max(axis=axis, keepdims=True)  # *shape, 1 on axis
+    peak = x.max(axis=axis, keepdims=True, initial=-np.inf)  # *shape, 1 on axis
     peak[~np.isfinite(peak)] = 0  # a fully masked row
     e = np.subtract(x, peak, out=out)  # *shape
     np.exp(e, out=e)
@@ -369,10 +370,11 @@ def query_blocks(
     A key after that one is -inf in every row of the block: its weight exp(-inf) = 0 exactly,
     so dropping it changes no result (under a causal mask, a block skips every later key). A
     block whose rows are all fully masked keeps one key, so its rows still get weights 0.
-    ``size`` None: one block of all rows and all keys, the whole score matrix at once.
+    ``size`` None, or no query rows (T_q = 0): one block of all rows and all keys, the whole
+    score matrix at once.
     """
     T_q, T_kv = L.shape[-2:]
-    if size is None:
+    if size is None or T_q == 0:
         return [(slice(0, T_q), slice(0, T_kv))]
     blocks = []
     for start in range(0, T_q, size):
