@@ -3,6 +3,8 @@
 Each test pins the defined result (README.md, "Numerical edge cases"; the helpers' docstrings)
 and fails without the protection that gives it:
 
+- float16: softmax, LayerNorm and RMSNorm work in float32 and return float16 (a sum of 128256
+  weights near 1, or a square of 256, overflows float16); GELU returns float16 too;
 - an empty batch (B = 0); one position (T = 1), and decoding one position after a prompt of
   one position or of none.
 
@@ -14,14 +16,17 @@ them (as in CI).
 import functools
 import importlib
 import inspect
+import warnings
 
 import numpy as np
 import pytest
 from arrays import CUPY, NUMPY, needs_cupy, to_numpy
 from compare import assert_close, flat
+from scipy.special import erf
 
 from codegen import weights
-from codegen.generate import BUILTIN_MODELS
+from codegen.generate import BUILTIN_MODELS, source
+from codegen.runtime import load_source
 from spec import api
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
@@ -41,10 +46,20 @@ def model(backend: str, name: str):
     return importlib.import_module(f"generated.{backend}.{name}")
 
 
-def params(arrays, name, dtype, seed=0):
-    """Seeded random weights at SIZES."""
+@functools.cache
+def generated(backend: str, **choices):
+    """A module generated now, for a helper that no committed one has (tanh GELU)."""
+    return load_source(source(SPEC, choices, backend))
+
+
+def params(arrays, name, dtype, seed=0, feed_forward_scale=1.0):
+    """Seeded random weights at SIZES; every feed-forward output (W_2, b_2) scaled by
+    ``feed_forward_scale``."""
     shapes = weights.expected_shapes(SPEC, BUILTIN_MODELS[name], SIZES)
     flat_params = weights.flatten(weights.random_params(shapes, seed, np.float64))
+    for key in flat_params:
+        if key.endswith(("feed_forward.W_2", "feed_forward.b_2")):
+            flat_params[key] = flat_params[key] * feed_forward_scale
     return arrays.put(weights.nest({k: v.astype(dtype) for k, v in flat_params.items()}))
 
 
@@ -90,6 +105,128 @@ def traced(trace: dict, suffix: str) -> dict:
     found = {k: to_numpy(v) for k, v in flat(trace).items() if k.endswith(suffix)}
     assert found, f"nothing traced ends in {suffix}"
     return found
+
+
+def softmax_reference(x, axis=-1):
+    """softmax in float64, 0 for rows that are -inf everywhere."""
+    x = np.asarray(x, dtype=np.float64)
+    peak = x.max(axis=axis, keepdims=True)
+    peak[~np.isfinite(peak)] = 0
+    with np.errstate(over="ignore"):
+        e = np.exp(x - peak)
+    total = e.sum(axis=axis, keepdims=True)
+    total[total == 0] = 1
+    return e / total
+
+
+def no_warnings(function, *args):
+    """function(*args), a warning (an overflow, an invalid value) raised as an error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return function(*args)
+
+
+# ---------------------------------------------------------------------------------------------
+# float16: statistics in float32, float16 out
+
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_float16_softmax_sums_in_float32(arrays):
+    """Llama 3's 128256 logits, close together: the sum of their exponentials (about 8e4)
+    overflows float16, which made every weight 0. Summed in float32, each weight is float64's
+    rounded to float16: within 2^-10 relative, or 2^-24 absolute below float16's smallest
+    normal (6.1e-5, where the weights near 1/128256 lie)."""
+    x = (np.random.default_rng(0).standard_normal((2, 128256)) * 0.1).astype(np.float16)
+    y = to_numpy(no_warnings(model(arrays.name, "llama").softmax, arrays.put(x)))
+    assert y.dtype == np.float16
+    expected = softmax_reference(x)
+    np.testing.assert_allclose(y.astype(np.float64), expected, rtol=2.0 ** -10, atol=2.0 ** -24)
+    np.testing.assert_allclose(y.astype(np.float64).sum(-1), 1.0, rtol=1e-2)
+
+
+def large_activations(d=64, seed=0):
+    """float16 rows of the sizes float16 models meet: +-300 (a variance past 65504), 1000
+    plus a little (a large mean, a small spread), normal values with one outlier of 5000,
+    and values of thousands."""
+    rng = np.random.default_rng(seed)
+    rows = [np.tile([300.0, -300.0], d // 2),
+            1000.0 + rng.integers(-3, 4, d),
+            np.where(np.arange(d) == 5, 5000.0, rng.standard_normal(d)),
+            rng.standard_normal(d) * 3000.0]
+    return np.array(rows).astype(np.float16)
+
+
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_float16_layer_norm_of_large_activations(arrays):
+    """The mean, the variance and the normalised values in float32, the result rounded to
+    float16 once: float64's LayerNorm of the same float16 numbers, within float16's rounding
+    (2^-10 relative, 1e-3 absolute near 0). The variance summed in float16 overflowed, which
+    made the rows beta."""
+    x = large_activations()
+    rng = np.random.default_rng(1)
+    gamma = (1.0 + 0.1 * rng.standard_normal(64)).astype(np.float16)
+    beta = (0.1 * rng.standard_normal(64)).astype(np.float16)
+    module = model(arrays.name, "encoder_only")
+    y = to_numpy(no_warnings(module.layer_norm, *arrays.put([x, gamma, beta]), 1e-5))
+    assert y.dtype == np.float16
+    x64 = x.astype(np.float64)
+    centred = x64 - x64.mean(-1, keepdims=True)
+    expected = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-5) * \
+        gamma.astype(np.float64) + beta.astype(np.float64)
+    np.testing.assert_allclose(y.astype(np.float64), expected, rtol=2.0 ** -10, atol=1e-3)
+
+
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_float16_rms_norm_of_large_activations(arrays):
+    """The mean square and the normalised values in float32, rounded to float16 once:
+    float64's RMSNorm within float16's rounding. Squares in float16 overflowed, which made the
+    rows 0."""
+    x = large_activations()
+    gamma = (1.0 + 0.1 * np.random.default_rng(1).standard_normal(64)).astype(np.float16)
+    y = to_numpy(no_warnings(model(arrays.name, "llama").rms_norm,
+                             *arrays.put([x, gamma]), 1e-5))
+    assert y.dtype == np.float16
+    x64 = x.astype(np.float64)
+    expected = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-5) * gamma
+    np.testing.assert_allclose(y.astype(np.float64), expected, rtol=2.0 ** -10, atol=1e-3)
+
+
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_float16_gelu_stays_float16(arrays):
+    """Exact and tanh GELU of float16 give float16 (exact GELU gave float64), computed in
+    float32 without overflow (x * x overflows float16 past 256): within float16's rounding of
+    float64's, relative to max(1, |x|)."""
+    x = np.concatenate([np.linspace(-8, 8, 161), [-60000.0, -1000.0, -300.0, 300.0, 1000.0,
+                                                   60000.0]]).astype(np.float16)
+    xs = x.astype(np.float64)
+    exact = 0.5 * xs * (1 + erf(xs / np.sqrt(2)))
+    tanh_form = 0.5 * xs * (1 + np.tanh(np.sqrt(2 / np.pi) * (xs + 0.044715 * xs ** 3)))
+    gelu = model(arrays.name, "bert").gelu
+    gelu_tanh = generated(arrays.name, arch="decoder_only", activation="gelu_tanh").gelu_tanh
+    for function, expected in ((gelu, exact), (gelu_tanh, tanh_form)):
+        y = to_numpy(no_warnings(function, arrays.put(x)))
+        assert y.dtype == np.float16, function.__name__
+        error = np.abs(y.astype(np.float64) - expected) / np.maximum(1.0, np.abs(xs))
+        assert error.max() <= 2.0 ** -10, function.__name__
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_float16_models_with_large_activations_match_float64(arrays, name):
+    """Every traced tensor of a float16 forward whose feed-forward outputs are a thousand
+    times larger (residual streams of thousands, as float16 models meet: their norms'
+    variance overflowed float16, which made the norms' outputs beta or 0, silently finite)
+    against the float64 forward of the same float16 weights, within compare.TOLERANCES' 1e-2
+    for float16 (relative to each tensor's scale); the outputs float16 and finite."""
+    module = model(arrays.name, name)
+    P16 = params(NUMPY, name, "float16", feed_forward_scale=1000.0)
+    P64 = {k: v.astype(np.float64) for k, v in weights.flatten(P16).items()}
+    args = inputs(module.transformer, 2, 5, T_src=4)
+    trace16, trace64 = {}, {}
+    outputs = no_warnings(run, arrays, module, args, arrays.put(P16), trace16)
+    run(arrays, module, args, arrays.put(weights.nest(P64)), trace64)
+    assert all(o.dtype == np.float16 and np.isfinite(o).all() for o in outputs)
+    floats = {k: v for k, v in flat(trace16).items() if v.dtype != bool}
+    assert_close(floats, {k: flat(trace64)[k] for k in floats}, "float16")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -463,11 +463,23 @@ def rms_norm(
     out: Optional[Float[cp.ndarray, "*batch d"]] = None,  # noqa: UP045
 ) -> Float[cp.ndarray, "*batch d"]:
     """x / sqrt(mean(x^2) + eps) * gamma over the last axis (no centring, no bias), into
-    ``out`` when given (which may be x itself)."""
-    mean_square = cp.square(x).mean(axis=-1, keepdims=True)  # *batch 1
-    normalised = cp.multiply(x, 1.0 / cp.sqrt(mean_square + eps), out=out)  # *batch d
+    ``out`` when given (which may be x itself).
+
+    float16 is computed in float32 (the mean square and the normalised values: a square of
+    256 or more would overflow float16) and rounded to float16 once: float16 in, float16 out.
+    """
+    wide = x.dtype == cp.float16
+    work = x.astype(cp.float32) if wide else x  # *batch d
+    mean_square = cp.square(work).mean(axis=-1, keepdims=True)  # *batch 1
+    normalised = cp.multiply(work, 1.0 / cp.sqrt(mean_square + eps),
+                                   out=work if wide else out)  # *batch d
     normalised *= gamma
-    return normalised
+    if not wide:
+        return normalised
+    if out is None:
+        return normalised.astype(cp.float16)  # *batch d
+    out[...] = normalised
+    return out
 
 
 @typechecked

@@ -345,16 +345,26 @@ def softmax(
     when given (which may be x itself).
 
     A row that is -inf everywhere (every key masked) gets weights 0, not NaN: it attends to
-    nothing.
+    nothing. float16 is computed in float32 (the maximum, the exponentials and their sum,
+    which would overflow float16 past 65504 weights near 1) and rounded to float16 once:
+    float16 in, float16 out.
     """
+    wide = x.dtype == np.float16
+    if wide:
+        x = x.astype(np.float32)  # *shape, a copy to work in
     peak = x.max(axis=axis, keepdims=True, initial=-np.inf)  # *shape, 1 on axis
     peak[~np.isfinite(peak)] = 0  # a fully masked row
-    e = np.subtract(x, peak, out=out)  # *shape
+    e = np.subtract(x, peak, out=x if wide else out)  # *shape
     np.exp(e, out=e)
     total = e.sum(axis=axis, keepdims=True)  # *shape, 1 on axis
     total[total == 0] = 1
     e /= total
-    return e
+    if not wide:
+        return e
+    if out is None:
+        return e.astype(np.float16)  # *shape
+    out[...] = e
+    return out
 
 
 QUERY_BLOCK = 32  # query rows attention computes at once (None: all rows and keys at once)
@@ -408,13 +418,25 @@ def layer_norm(
     out: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
 ) -> Float[np.ndarray, "*batch d"]:
     """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance),
-    into ``out`` when given (which may be x itself)."""
-    centred = np.subtract(x, x.mean(axis=-1, keepdims=True), out=out)  # *batch d
+    into ``out`` when given (which may be x itself).
+
+    float16 is computed in float32 (the mean, the variance, the normalised values: a square of
+    256 or more would overflow float16) and rounded to float16 once: float16 in, float16 out.
+    """
+    wide = x.dtype == np.float16
+    work = x.astype(np.float32) if wide else x  # *batch d
+    centred = np.subtract(work, work.mean(axis=-1, keepdims=True),
+                                out=work if wide else out)  # *batch d
     variance = np.vecdot(centred, centred)[..., None] / x.shape[-1]  # *batch 1
     centred *= 1.0 / np.sqrt(variance + eps)  # *batch d, normalised in place
     centred *= gamma
     centred += beta
-    return centred
+    if not wide:
+        return centred
+    if out is None:
+        return centred.astype(np.float16)  # *batch d
+    out[...] = centred
+    return out
 
 
 @in_row_chunks

@@ -360,16 +360,26 @@ def softmax(
     when given (which may be x itself).
 
     A row that is -inf everywhere (every key masked) gets weights 0, not NaN: it attends to
-    nothing.
+    nothing. float16 is computed in float32 (the maximum, the exponentials and their sum,
+    which would overflow float16 past 65504 weights near 1) and rounded to float16 once:
+    float16 in, float16 out.
     """
+    wide = x.dtype == np.float16
+    if wide:
+        x = x.astype(np.float32)  # *shape, a copy to work in
     peak = x.max(axis=axis, keepdims=True, initial=-np.inf)  # *shape, 1 on axis
     peak[~np.isfinite(peak)] = 0  # a fully masked row
-    e = np.subtract(x, peak, out=out)  # *shape
+    e = np.subtract(x, peak, out=x if wide else out)  # *shape
     np.exp(e, out=e)
     total = e.sum(axis=axis, keepdims=True)  # *shape, 1 on axis
     total[total == 0] = 1
     e /= total
-    return e
+    if not wide:
+        return e
+    if out is None:
+        return e.astype(np.float16)  # *shape
+    out[...] = e
+    return out
 
 
 QUERY_BLOCK = 32  # query rows attention computes at once (None: all rows and keys at once)
@@ -422,11 +432,23 @@ def rms_norm(
     out: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
 ) -> Float[np.ndarray, "*batch d"]:
     """x / sqrt(mean(x^2) + eps) * gamma over the last axis (no centring, no bias), into
-    ``out`` when given (which may be x itself)."""
-    mean_square = np.square(x).mean(axis=-1, keepdims=True)  # *batch 1
-    normalised = np.multiply(x, 1.0 / np.sqrt(mean_square + eps), out=out)  # *batch d
+    ``out`` when given (which may be x itself).
+
+    float16 is computed in float32 (the mean square and the normalised values: a square of
+    256 or more would overflow float16) and rounded to float16 once: float16 in, float16 out.
+    """
+    wide = x.dtype == np.float16
+    work = x.astype(np.float32) if wide else x  # *batch d
+    mean_square = np.square(work).mean(axis=-1, keepdims=True)  # *batch 1
+    normalised = np.multiply(work, 1.0 / np.sqrt(mean_square + eps),
+                                   out=work if wide else out)  # *batch d
     normalised *= gamma
-    return normalised
+    if not wide:
+        return normalised
+    if out is None:
+        return normalised.astype(np.float16)  # *batch d
+    out[...] = normalised
+    return out
 
 
 @in_row_chunks
