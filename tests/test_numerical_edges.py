@@ -5,6 +5,7 @@ and fails without the protection that gives it:
 
 - float16: softmax, LayerNorm and RMSNorm work in float32 and return float16 (a sum of 128256
   weights near 1, or a square of 256, overflows float16); GELU returns float16 too;
+- a constant LayerNorm row: beta exactly, under any eps >= 0; an RMSNorm row of zeros: zeros;
 - an empty batch (B = 0); one position (T = 1), and decoding one position after a prompt of
   one position or of none.
 
@@ -227,6 +228,40 @@ def test_float16_models_with_large_activations_match_float64(arrays, name):
     assert all(o.dtype == np.float16 and np.isfinite(o).all() for o in outputs)
     floats = {k: v for k, v in flat(trace16).items() if v.dtype != bool}
     assert_close(floats, {k: flat(trace64)[k] for k in floats}, "float16")
+
+
+# ---------------------------------------------------------------------------------------------
+# Zero variance
+
+@pytest.mark.parametrize("eps", [1e-5, 1e-12, 0.0])
+@pytest.mark.parametrize("arrays, dtype", BACKEND_FLOATS)
+def test_layer_norm_of_a_constant_row_is_beta_exactly(arrays, dtype, eps):
+    """Constant rows (zero variance) of any value and width give beta exactly, under BERT's
+    eps 1e-12 and eps 0 too. Their mean's rounding error (0.1 summed 768 times is not 76.8)
+    divided by sqrt(that error squared + eps) was up to +-1, and eps 0 (or 1e-12, 0 in
+    float16) gave 0 / 0 = NaN."""
+    values = [0.0, 5.0, 0.1, 1 / 3, 0.7, -2.5, 1e4] + ([1e10] if dtype != "float16" else [])
+    module = model(arrays.name, "encoder_only")
+    for width in (8, 768, 1000):
+        x = np.repeat(np.array(values)[:, None], width, axis=1).astype(dtype)
+        rng = np.random.default_rng(width)
+        gamma = rng.standard_normal(width).astype(dtype)
+        beta = rng.standard_normal(width).astype(dtype)
+        y = to_numpy(no_warnings(module.layer_norm, *arrays.put([x, gamma, beta]), eps))
+        assert y.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(y, np.broadcast_to(beta, x.shape), err_msg=str(width))
+
+
+@pytest.mark.parametrize("eps", [1e-6, 1e-12, 0.0])
+@pytest.mark.parametrize("arrays, dtype", BACKEND_FLOATS)
+def test_rms_norm_of_a_row_of_zeros_is_zeros(arrays, dtype, eps):
+    """RMSNorm of zeros is 0 exactly, under eps 0 too (0 / 0 was NaN; so was eps 1e-12,
+    which is 0 in float16)."""
+    x = np.zeros((3, 16), dtype=dtype)
+    gamma = np.random.default_rng(0).standard_normal(16).astype(dtype)
+    y = to_numpy(no_warnings(model(arrays.name, "llama").rms_norm, *arrays.put([x, gamma]), eps))
+    assert y.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(y, 0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -371,6 +371,8 @@ def masked_softmax(
 LAYER_NORM_SOURCE = r"""
 // y = (x - mean) / sqrt(variance + eps) * gamma + beta over each row of n entries (biased
 // variance), a warp per row: a pass for the mean, one for the variance about it, one to write.
+// A constant row's mean is its value exactly (not the sum's rounding), so it gives beta
+// exactly, under eps 0 too (the scale of a row with no spread and no eps is 0, not inf).
 template <typename T>
 __global__ void layer_norm_rows(const T* x, const T* gamma, const T* beta, T* y,
                                 long long rows, long long n, double eps) {
@@ -379,15 +381,23 @@ __global__ void layer_norm_rows(const T* x, const T* gamma, const T* beta, T* y,
     if (row >= rows) return;
     const int lane = threadIdx.x % 32;
     const T* in = x + row * n;
+    const A first = load(in);
     A total = 0;
-    for (long long j = lane; j < n; j += 32) total += load(in + j);
-    const A mean = warp_sum(total) / A(n);
+    bool same = true;
+    for (long long j = lane; j < n; j += 32) {
+        const A v = load(in + j);
+        total += v;
+        same = same && v == first;
+    }
+    const A sum = warp_sum(total);
+    const A mean = __all_sync(0xffffffffu, same) ? first : sum / A(n);
     A squares = 0;
     for (long long j = lane; j < n; j += 32) {
         const A centred = load(in + j) - mean;
         squares += centred * centred;
     }
-    const A scale = A(1) / sqrt(warp_sum(squares) / A(n) + A(eps));
+    const A root = sqrt(warp_sum(squares) / A(n) + A(eps));
+    const A scale = root > A(0) ? A(1) / root : A(0);
     T* out = y + row * n;
     for (long long j = lane; j < n; j += 32) {
         store(out + j, (load(in + j) - mean) * scale * load(gamma + j) + load(beta + j));
@@ -404,7 +414,11 @@ def layer_norm(
     eps: float,
 ) -> Float[cp.ndarray, "*batch d"]:
     """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance):
-    one kernel (layer_norm_rows), a warp per row, sums in float32 for float16."""
+    one kernel (layer_norm_rows), a warp per row, sums in float32 for float16.
+
+    A constant row (zero variance) gives beta exactly, under any eps >= 0 (0 too). float16 is
+    read into float32, normalised there and rounded to float16 once: float16 in, float16 out.
+    """
     x = cp.ascontiguousarray(x)  # *batch d
     y = cp.empty_like(x)  # *batch d
     count, n = rows_of(x)

@@ -420,15 +420,25 @@ def layer_norm(
     """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance),
     into ``out`` when given (which may be x itself).
 
-    float16 is computed in float32 (the mean, the variance, the normalised values: a square of
-    256 or more would overflow float16) and rounded to float16 once: float16 in, float16 out.
+    A constant row (zero variance) gives beta exactly, under any eps >= 0 (0 too): the
+    rounding error of its mean is not scaled up to +-gamma. float16 is computed in float32
+    (the mean, the variance, the normalised values: a square of 256 or more would overflow
+    float16) and rounded to float16 once: float16 in, float16 out.
     """
     wide = x.dtype == np.float16
     work = x.astype(np.float32) if wide else x  # *batch d
-    centred = np.subtract(work, work.mean(axis=-1, keepdims=True),
-                                out=work if wide else out)  # *batch d
+    mean = work.mean(axis=-1, keepdims=True)  # *batch 1
+    centred = np.subtract(work, mean, out=work if wide else out)  # *batch d
     variance = np.vecdot(centred, centred)[..., None] / x.shape[-1]  # *batch 1
-    centred *= 1.0 / np.sqrt(variance + eps)  # *batch d, normalised in place
+    # a constant row's centred values are all one number, its mean's rounding error: only a
+    # row whose spread is within d roundings of its mean can be one; of those, zero them
+    near = np.sqrt(variance) <= abs(mean) * (x.shape[-1] * np.finfo(work.dtype).eps)
+    if near.any():
+        same = (centred == centred[..., :1]).all(axis=-1, keepdims=True)  # *batch 1
+        np.copyto(centred, 0, where=near & same)
+    root = np.sqrt(variance + eps)  # *batch 1
+    root[root == 0] = 1  # a constant row under eps 0: its centred values are 0 already
+    centred *= 1.0 / root  # *batch d, normalised in place
     centred *= gamma
     centred += beta
     if not wide:

@@ -434,14 +434,16 @@ def rms_norm(
     """x / sqrt(mean(x^2) + eps) * gamma over the last axis (no centring, no bias), into
     ``out`` when given (which may be x itself).
 
-    float16 is computed in float32 (the mean square and the normalised values: a square of
-    256 or more would overflow float16) and rounded to float16 once: float16 in, float16 out.
+    A row of zeros gives zeros, under any eps >= 0 (0 too). float16 is computed in float32
+    (the mean square and the normalised values: a square of 256 or more would overflow
+    float16) and rounded to float16 once: float16 in, float16 out.
     """
     wide = x.dtype == np.float16
     work = x.astype(np.float32) if wide else x  # *batch d
     mean_square = np.square(work).mean(axis=-1, keepdims=True)  # *batch 1
-    normalised = np.multiply(work, 1.0 / np.sqrt(mean_square + eps),
-                                   out=work if wide else out)  # *batch d
+    root = np.sqrt(mean_square + eps)  # *batch 1
+    root[root == 0] = 1  # a row of zeros under eps 0
+    normalised = np.multiply(work, 1.0 / root, out=work if wide else out)  # *batch d
     normalised *= gamma
     if not wide:
         return normalised
