@@ -3,6 +3,8 @@
 Each test pins the defined result (README.md, "Numerical edge cases"; the helpers' docstrings)
 and fails without the protection that gives it:
 
+- very large and very small logits: softmax as in float64, without overflow or a warning; a
+  row holding +inf: the limit (its +inf entries share the weight);
 - float16: softmax, LayerNorm and RMSNorm work in float32 and return float16 (a sum of 128256
   weights near 1, or a square of 256, overflows float16); GELU returns float16 too;
 - a constant LayerNorm row: beta exactly, under any eps >= 0; an RMSNorm row of zeros: zeros;
@@ -125,6 +127,48 @@ def no_warnings(function, *args):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         return function(*args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Very large and very small logits
+
+@pytest.mark.parametrize("arrays, dtype", BACKEND_FLOATS)
+def test_softmax_of_huge_and_tiny_logits_matches_float64(arrays, dtype):
+    """Logits 1e4 apart, 1e-30 apart, and as far apart as the dtype holds (its largest and
+    its most negative value): the float64 softmax of the same numbers, without an overflow
+    or a warning. Tolerance: the dtype's rounding of a weight (weights are at most 1)."""
+    big = float(np.finfo(dtype).max)
+    x = np.array([[1e4, -1e4, 1e-30, 0.0],
+                  [-1e4, -1e4 + 8, -1e4 + 16, -1e4 + 24],
+                  [1e-30, -1e-30, 0.0, 1e-38],
+                  [big, big / 2, 0.0, -big],
+                  [-big, -big, -big, -big],
+                  [-big, -np.inf, -np.inf, -np.inf]]).astype(dtype)
+    y = to_numpy(no_warnings(model(arrays.name, "encoder_only").softmax, arrays.put(x)))
+    assert y.dtype == np.dtype(dtype)
+    tolerance = {"float64": 1e-15, "float32": 2.0 ** -23, "float16": 2.0 ** -10}[dtype]
+    np.testing.assert_allclose(y.astype(np.float64), softmax_reference(x), rtol=0,
+                               atol=tolerance)
+    np.testing.assert_array_equal(y[3], [1, 0, 0, 0])
+    np.testing.assert_array_equal(y[5], [1, 0, 0, 0])
+
+
+@pytest.mark.parametrize("arrays, dtype", BACKEND_FLOATS)
+def test_softmax_of_a_row_holding_inf_is_its_limit(arrays, dtype):
+    """A +inf logit (an overflow upstream) takes the row's weight, shared among the +inf
+    entries, instead of making the row NaN; a NaN still makes its row NaN; other rows of the
+    same call are untouched."""
+    inf = np.inf
+    x = np.array([[inf, 0.0, 1.0, inf],
+                  [inf, -inf, 5.0, -3.0],
+                  [np.nan, 0.0, 1.0, inf],
+                  [1.0, 2.0, 3.0, -inf]]).astype(dtype)
+    y = to_numpy(no_warnings(model(arrays.name, "encoder_only").softmax, arrays.put(x)))
+    assert y.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(y[0], [0.5, 0, 0, 0.5])
+    np.testing.assert_array_equal(y[1], [1, 0, 0, 0])
+    assert np.isnan(y[2]).all()
+    np.testing.assert_allclose(y[3].astype(np.float64), softmax_reference(x[3]), rtol=2e-3)
 
 
 # ---------------------------------------------------------------------------------------------

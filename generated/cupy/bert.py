@@ -259,7 +259,9 @@ SOFTMAX_SOURCE = r"""
 // The mask entry of row r: r split over x's leading axes (sizes ..., lead1, lead2, lead3; at
 // most four axes), each index times the mask's stride on that axis (0 where it broadcasts),
 // and mask_step apart along the row. masked 0: no mask (mask is not read). A row that is -inf
-// everywhere gets weights 0; a NaN anywhere in a row makes the row NaN.
+// everywhere gets weights 0; a row holding +inf gets the limit, its +inf entries sharing the
+// weight equally (an entry equal to the maximum counts exp(0) = 1 without computing inf - inf);
+// a NaN anywhere in a row makes the row NaN.
 template <typename T>
 __global__ void softmax_rows(const T* x, const T* mask, T* y, long long rows, long long n,
                              int masked, long long lead1, long long lead2, long long lead3,
@@ -289,22 +291,22 @@ __global__ void softmax_rows(const T* x, const T* mask, T* y, long long rows, lo
             total = total * exp(peak - v) + 1;
             peak = v;
         } else if (v != none) {
-            total += exp(v - peak);
+            total += v == peak ? A(1) : exp(v - peak);
         }
     }
     for (int offset = 16; offset > 0; offset /= 2) {
         const A other_peak = __shfl_xor_sync(0xffffffffu, peak, offset);
         const A other_total = __shfl_xor_sync(0xffffffffu, total, offset);
         const A top = other_peak > peak ? other_peak : peak;
-        total = top == none ? total + other_total
-                            : total * exp(peak - top) + other_total * exp(other_peak - top);
+        total = (peak == top ? total : total * exp(peak - top)) +
+                (other_peak == top ? other_total : other_total * exp(other_peak - top));
         peak = top;
     }
     T* out = y + row * n;
     const bool hidden = peak == none && total == A(0);
     for (long long j = lane; j < n; j += 32) {
         const A v = load(in + j) + (masked ? load(add + j * mask_step) : A(0));
-        store(out + j, hidden ? A(0) : exp(v - peak) / total);
+        store(out + j, hidden ? A(0) : (v == peak ? A(1) : exp(v - peak)) / total);
     }
 }
 """
@@ -315,8 +317,10 @@ def softmax(x: Float[cp.ndarray, " *shape"], axis: int = -1) -> Float[cp.ndarray
     """exp(x) / sum(exp(x)) along an axis, with the row maximum subtracted first: one kernel
     (softmax_rows), a warp per row, sums in float32 for float16.
 
-    A row that is -inf everywhere (every key masked) gets weights 0, not NaN: it attends to
-    nothing.
+    Defined for every row: one that is -inf everywhere (every key masked) gets weights 0, not
+    NaN: it attends to nothing. One holding +inf (an overflow before it) gets the limit: its
+    +inf entries share the weight equally, the others get 0. A NaN makes its row NaN. float16
+    is read into float32, summed and divided there, and rounded to float16 once.
     """
     rows = cp.ascontiguousarray(cp.moveaxis(x, axis, -1))  # *shape, the axis last
     y = cp.empty_like(rows)  # *shape, the axis last
@@ -334,7 +338,7 @@ def masked_softmax(
     L (broadcast to X's shape) to each row as it reads it, so X + L is never stored.
 
     The same numbers as softmax(X + L), the sum formed in float32 for float16. A row that L
-    masks everywhere gets weights 0.
+    masks everywhere gets weights 0, one holding +inf the limit (as softmax).
     """
     if X.ndim > 5:  # the kernel follows at most four leading axes
         return softmax(X + L)

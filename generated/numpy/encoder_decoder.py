@@ -344,17 +344,27 @@ def softmax(
     """exp(x) / sum(exp(x)) along an axis, with the row maximum subtracted first; into ``out``
     when given (which may be x itself).
 
-    A row that is -inf everywhere (every key masked) gets weights 0, not NaN: it attends to
-    nothing. float16 is computed in float32 (the maximum, the exponentials and their sum,
-    which would overflow float16 past 65504 weights near 1) and rounded to float16 once:
-    float16 in, float16 out.
+    Defined for every row: one that is -inf everywhere (every key masked) gets weights 0, not
+    NaN: it attends to nothing. One holding +inf (an overflow before it) gets the limit: its
+    +inf entries share the weight equally, the others get 0. A NaN makes its row NaN. Logits
+    as far apart as the dtype allows (-max and max) give 0 and 1, without a warning. float16
+    is computed in float32 (the maximum, the exponentials and their sum, which would overflow
+    float16 past 65504 weights near 1) and rounded to float16 once: float16 in, float16 out.
     """
     wide = x.dtype == np.float16
     if wide:
         x = x.astype(np.float32)  # *shape, a copy to work in
     peak = x.max(axis=axis, keepdims=True, initial=-np.inf)  # *shape, 1 on axis
-    peak[~np.isfinite(peak)] = 0  # a fully masked row
-    e = np.subtract(x, peak, out=x if wide else out)  # *shape
+    infinite = peak == np.inf  # *shape, 1 on axis: rows holding +inf
+    if infinite.any():  # such a row as 0 at its +inf entries and -inf elsewhere: the limit
+        top = x == np.inf  # *shape
+        x = x if wide else x.copy()  # *shape
+        np.copyto(x, -np.inf, where=infinite & ~top)
+        np.copyto(x, 0, where=top)
+        peak[infinite] = 0
+    peak[~np.isfinite(peak)] = 0  # a fully masked row (or one with a NaN)
+    with np.errstate(over="ignore"):  # below the dtype's range: -inf, weight 0
+        e = np.subtract(x, peak, out=x if wide else out)  # *shape
     np.exp(e, out=e)
     total = e.sum(axis=axis, keepdims=True)  # *shape, 1 on axis
     total[total == 0] = 1
