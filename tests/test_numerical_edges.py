@@ -3,13 +3,16 @@
 Each test pins the defined result (README.md, "Numerical edge cases"; the helpers' docstrings)
 and fails without the protection that gives it:
 
+- a fully masked attention row: weights 0 and attention output 0, never NaN;
 - very large and very small logits: softmax as in float64, without overflow or a warning; a
   row holding +inf: the limit (its +inf entries share the weight);
 - float16: softmax, LayerNorm and RMSNorm work in float32 and return float16 (a sum of 128256
   weights near 1, or a square of 256, overflows float16); GELU returns float16 too;
 - a constant LayerNorm row: beta exactly, under any eps >= 0; an RMSNorm row of zeros: zeros;
 - an empty batch (B = 0); one position (T = 1), and decoding one position after a prompt of
-  one position or of none.
+  one position or of none;
+- token ids V - 1 (the table's last row) work; V and -1 are refused, naming the table, the id
+  and the range.
 
 The models are the committed generated modules (generated/<backend>/<model>.py) at small sizes
 with seeded random weights. The CuPy cases need CuPy and a GPU, and skip saying why without
@@ -127,6 +130,57 @@ def no_warnings(function, *args):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         return function(*args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fully masked rows
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_a_fully_masked_sequence_attends_to_nothing(arrays, name):
+    """Sequence 1 is padding only: every key of every attention is masked for its queries.
+    Their weights A_h and attention outputs O_h are 0 exactly (not NaN), every output is
+    finite, the untraced forward (query blocks on NumPy, the fused kernel on CuPy) gives the
+    traced one's numbers, and sequence 0 gets what it gets alone."""
+    module = model(arrays.name, name)
+    P = params(arrays, name, "float64")
+    args = inputs(module.transformer, 2, 4, T_src=3)
+    for value in args.values():
+        if value.dtype == bool:
+            value[1] = False
+    trace = {}
+    outputs = run(arrays, module, args, P, trace)
+    untraced = run(arrays, module, args, P)
+    alone = run(arrays, module, {k: v[:1] for k, v in args.items()}, P)
+    for tensor_name, weights_ in traced(trace, ".A_h").items():
+        assert (weights_[:, 1] == 0).all(), tensor_name
+        np.testing.assert_allclose(weights_[:, 0].sum(-1), 1.0, rtol=1e-12, err_msg=tensor_name)
+    for tensor_name, output in traced(trace, ".O_h").items():
+        assert (output[:, 1] == 0).all(), tensor_name
+    for index, output in enumerate(outputs):
+        assert np.isfinite(output).all(), index
+    assert_close(named(untraced), named(outputs), "float64", 1e-12)
+    assert_close(named([output[:1] for output in outputs]), named(alone), "float64", 1e-12)
+
+
+@pytest.mark.parametrize("name", DECODERS)
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_a_query_whose_visible_keys_are_all_padding_gets_zero_weights(arrays, name):
+    """Under the causal mask, a padded first target position leaves query 0 no key at all:
+    its self-attention weights are 0; the later queries attend to the positions after it."""
+    module = model(arrays.name, name)
+    args = inputs(module.transformer, 2, 4, T_src=3)
+    args["m_tgt"][:, 0] = False
+    trace = {}
+    outputs = run(arrays, module, args, params(arrays, name, "float64"), trace)
+    self_attention = {k: v for k, v in traced(trace, ".A_h").items()
+                      if k.startswith("decoder.") and "self_attention" in k}
+    assert self_attention
+    for tensor_name, weights_ in self_attention.items():
+        assert (weights_[..., 0, :] == 0).all(), tensor_name
+        assert (weights_[..., 1:, 0] == 0).all(), tensor_name
+        np.testing.assert_allclose(weights_[..., 1:, :].sum(-1), 1.0, rtol=1e-12)
+    assert all(np.isfinite(output).all() for output in outputs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,3 +443,62 @@ def test_decoding_one_position(arrays, name, prompt):
         assert layer["self_attention"]["K_past"].shape[-2] == prompt + 1
 
 
+# ---------------------------------------------------------------------------------------------
+# Token ids at the ends of the table
+
+# (model, id input, its traced embedding, the table, the messages for id V (or V_type) and -1)
+E_MESSAGES = ("id 11 at index (1, 2) is out of range: ids index the 11 rows of E (0..10)",
+              "id -1 at index (1, 2) is out of range: ids index the 11 rows of E (0..10)")
+E_TYPE_MESSAGES = ("id 2 at index (1, 2) is out of range: ids index the 2 rows of E_type (0..1)",
+                   "id -1 at index (1, 2) is out of range: ids index the 2 rows of E_type (0..1)")
+ID_INPUTS = [
+    ("encoder_decoder", "t", "X", "E", E_MESSAGES),
+    ("encoder_decoder", "u", "X_dec", "E", E_MESSAGES),
+    ("encoder_only", "t", "X", "E", E_MESSAGES),
+    ("decoder_only", "u", "X_dec", "E", E_MESSAGES),
+    ("bert", "t", "X", "E", E_MESSAGES),
+    ("bert", "s", "X_type", "E_type", E_TYPE_MESSAGES),
+    ("llama", "u", "Y_0", "E", E_MESSAGES),
+]
+
+
+@pytest.mark.parametrize("name, ids, embedded, table, messages", ID_INPUTS,
+                         ids=[f"{row[0]}-{row[1]}" for row in ID_INPUTS])
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_token_ids_at_the_ends_of_the_table(arrays, name, ids, embedded, table, messages):
+    """Id V - 1 embeds as the table's last row; V and -1 are refused with a ValueError naming
+    the id, where it is, the table and its range (NumPy raised an IndexError for V, and took
+    the last row for -1 silently)."""
+    module = model(arrays.name, name)
+    P = params(arrays, name, "float32")
+    args = inputs(module.transformer, 2, 4, T_src=4)
+    rows = SIZES["V_type" if table == "E_type" else "V"]
+    args[ids][1, 2] = rows - 1
+    trace = {}
+    run(arrays, module, args, P, trace)
+    np.testing.assert_array_equal(to_numpy(trace[embedded])[1, 2], to_numpy(P[table])[rows - 1])
+    for bad, message in zip((rows, -1), messages):
+        args[ids][1, 2] = bad
+        with pytest.raises(ValueError) as error:
+            run(arrays, module, args, P)
+        assert str(error.value) == message
+
+
+@pytest.mark.parametrize("name", DECODERS)
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_token_ids_out_of_range_in_a_decoding_step(arrays, name):
+    """A decoding step's new ids are checked as the full forward's are."""
+    module = model(arrays.name, name)
+    P = params(arrays, name, "float32")
+    full = inputs(module.transformer, 2, 3, T_src=4)
+    prompt_args = {k: v[:, :2] if k in ("u", "m_tgt") else v for k, v in full.items()}
+    _, _, cache = module.prefill(*arrays.put(list(prompt_args.values())), P,
+                                 **keywords(module.prefill))
+    messages = ("id 11 at index (1, 0) is out of range: ids index the 11 rows of E (0..10)",
+                "id -1 at index (1, 0) is out of range: ids index the 11 rows of E (0..10)")
+    for bad, message in zip((11, -1), messages):
+        full["u"][1, 2] = bad
+        with pytest.raises(ValueError) as error:
+            module.decode_step(*arrays.put(step_arguments(module, full, 2)), P, cache,
+                               **keywords(module.decode_step))
+        assert str(error.value) == message

@@ -145,7 +145,12 @@ def embed(
     table: str = "E",
 ) -> Float[cp.ndarray, "*batch d_model"]:
     """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` names
-    E in errors (E_type: token types)."""
+    E in errors (E_type: token types).
+
+    Every id must lie in 0 .. V - 1: the first that does not (V, -1) is refused with a
+    ValueError naming it, its index, the table and the range, before the lookup, which would
+    take -1 as the last row silently (CuPy any id out of range).
+    """
     if t.dtype.kind not in "iu":
         raise TypeError(f"ids into {table} must be integers, got dtype {t.dtype}")
     V = E.shape[0]
