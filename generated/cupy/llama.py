@@ -164,7 +164,12 @@ def embed(
     table: str = "E",
 ) -> Float[cp.ndarray, "*batch d_model"]:
     """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` names
-    E in errors (E_type: token types)."""
+    E in errors (E_type: token types).
+
+    Every id must lie in 0 .. V - 1: the first that does not (V, -1) is refused with a
+    ValueError naming it, its index, the table and the range, before the lookup, which would
+    take -1 as the last row silently (CuPy any id out of range).
+    """
     if t.dtype.kind not in "iu":
         raise TypeError(f"ids into {table} must be integers, got dtype {t.dtype}")
     V = E.shape[0]
@@ -249,9 +254,10 @@ def repeat_heads(x: Float[cp.ndarray, "G *batch T d"], H: int) -> Float[cp.ndarr
 
 @typechecked
 def concat_heads(O_h: Float[cp.ndarray, "H *batch d"]) -> Float[cp.ndarray, "*batch H*d"]:
-    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1."""
+    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1
+    (the width named, not -1: an empty batch has no size to infer it from)."""
     side_by_side = cp.moveaxis(O_h, 0, -2)  # *batch H d
-    return side_by_side.reshape(O_h.shape[1:-1] + (-1,))  # *batch H*d
+    return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
 
 
 # What the kernels share. Arithmetic in float32 for float16 and float32 arrays, in float64 for
@@ -382,7 +388,9 @@ SOFTMAX_SOURCE = r"""
 // The mask entry of row r: r split over x's leading axes (sizes ..., lead1, lead2, lead3; at
 // most four axes), each index times the mask's stride on that axis (0 where it broadcasts),
 // and mask_step apart along the row. masked 0: no mask (mask is not read). A row that is -inf
-// everywhere gets weights 0; a NaN anywhere in a row makes the row NaN.
+// everywhere gets weights 0; a row holding +inf gets the limit, its +inf entries sharing the
+// weight equally (an entry equal to the maximum counts exp(0) = 1 without computing inf - inf);
+// a NaN anywhere in a row makes the row NaN.
 template <typename T>
 __global__ void softmax_rows(const T* x, const T* mask, T* y, long long rows, long long n,
                              int masked, long long lead1, long long lead2, long long lead3,
@@ -412,22 +420,22 @@ __global__ void softmax_rows(const T* x, const T* mask, T* y, long long rows, lo
             total = total * exp(peak - v) + 1;
             peak = v;
         } else if (v != none) {
-            total += exp(v - peak);
+            total += v == peak ? A(1) : exp(v - peak);
         }
     }
     for (int offset = 16; offset > 0; offset /= 2) {
         const A other_peak = __shfl_xor_sync(0xffffffffu, peak, offset);
         const A other_total = __shfl_xor_sync(0xffffffffu, total, offset);
         const A top = other_peak > peak ? other_peak : peak;
-        total = top == none ? total + other_total
-                            : total * exp(peak - top) + other_total * exp(other_peak - top);
+        total = (peak == top ? total : total * exp(peak - top)) +
+                (other_peak == top ? other_total : other_total * exp(other_peak - top));
         peak = top;
     }
     T* out = y + row * n;
     const bool hidden = peak == none && total == A(0);
     for (long long j = lane; j < n; j += 32) {
         const A v = load(in + j) + (masked ? load(add + j * mask_step) : A(0));
-        store(out + j, hidden ? A(0) : exp(v - peak) / total);
+        store(out + j, hidden ? A(0) : (v == peak ? A(1) : exp(v - peak)) / total);
     }
 }
 """
@@ -438,8 +446,10 @@ def softmax(x: Float[cp.ndarray, " *shape"], axis: int = -1) -> Float[cp.ndarray
     """exp(x) / sum(exp(x)) along an axis, with the row maximum subtracted first: one kernel
     (softmax_rows), a warp per row, sums in float32 for float16.
 
-    A row that is -inf everywhere (every key masked) gets weights 0, not NaN: it attends to
-    nothing.
+    Defined for every row: one that is -inf everywhere (every key masked) gets weights 0, not
+    NaN: it attends to nothing. One holding +inf (an overflow before it) gets the limit: its
+    +inf entries share the weight equally, the others get 0. A NaN makes its row NaN. float16
+    is read into float32, summed and divided there, and rounded to float16 once.
     """
     rows = cp.ascontiguousarray(cp.moveaxis(x, axis, -1))  # *shape, the axis last
     y = cp.empty_like(rows)  # *shape, the axis last
@@ -457,7 +467,7 @@ def masked_softmax(
     L (broadcast to X's shape) to each row as it reads it, so X + L is never stored.
 
     The same numbers as softmax(X + L), the sum formed in float32 for float16. A row that L
-    masks everywhere gets weights 0.
+    masks everywhere gets weights 0, one holding +inf the limit (as softmax).
     """
     if X.ndim > 5:  # the kernel follows at most four leading axes
         return softmax(X + L)
@@ -481,11 +491,25 @@ def rms_norm(
     out: Optional[Float[cp.ndarray, "*batch d"]] = None,  # noqa: UP045
 ) -> Float[cp.ndarray, "*batch d"]:
     """x / sqrt(mean(x^2) + eps) * gamma over the last axis (no centring, no bias), into
-    ``out`` when given (which may be x itself)."""
-    mean_square = cp.square(x).mean(axis=-1, keepdims=True)  # *batch 1
-    normalised = cp.multiply(x, 1.0 / cp.sqrt(mean_square + eps), out=out)  # *batch d
+    ``out`` when given (which may be x itself).
+
+    A row of zeros gives zeros, under any eps >= 0 (0 too). float16 is computed in float32
+    (the mean square and the normalised values: a square of 256 or more would overflow
+    float16) and rounded to float16 once: float16 in, float16 out.
+    """
+    wide = x.dtype == cp.float16
+    work = x.astype(cp.float32) if wide else x  # *batch d
+    mean_square = cp.square(work).mean(axis=-1, keepdims=True)  # *batch 1
+    root = cp.sqrt(mean_square + eps)  # *batch 1
+    root[root == 0] = 1  # a row of zeros under eps 0
+    normalised = cp.multiply(work, 1.0 / root, out=work if wide else out)  # *batch d
     normalised *= gamma
-    return normalised
+    if not wide:
+        return normalised
+    if out is None:
+        return normalised.astype(cp.float16)  # *batch d
+    out[...] = normalised
+    return out
 
 
 @typechecked

@@ -162,7 +162,7 @@ def in_row_chunks(function):
 
     @functools.wraps(function)
     def in_pieces(x, *args, out=None, **kwargs):
-        whole = x.ndim < 2 or kwargs.get("axis", -1) not in (-1, x.ndim - 1) or (
+        whole = x.ndim < 2 or x.size == 0 or kwargs.get("axis", -1) not in (-1, x.ndim - 1) or (
             out is not None and not out.flags.c_contiguous)
         if whole:
             return function(x, *args, out=out, **kwargs)
@@ -215,7 +215,12 @@ def embed(
     table: str = "E",
 ) -> Float[np.ndarray, "*batch d_model"]:
     """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` names
-    E in errors (E_type: token types)."""
+    E in errors (E_type: token types).
+
+    Every id must lie in 0 .. V - 1: the first that does not (V, -1) is refused with a
+    ValueError naming it, its index, the table and the range, before the lookup, which would
+    take -1 as the last row silently (CuPy any id out of range).
+    """
     if t.dtype.kind not in "iu":
         raise TypeError(f"ids into {table} must be integers, got dtype {t.dtype}")
     V = E.shape[0]
@@ -275,9 +280,10 @@ def split_heads(X: Float[np.ndarray, "*batch width"], H: int) -> Float[np.ndarra
 
 @typechecked
 def concat_heads(O_h: Float[np.ndarray, "H *batch d"]) -> Float[np.ndarray, "*batch H*d"]:
-    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1."""
+    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1
+    (the width named, not -1: an empty batch has no size to infer it from)."""
     side_by_side = np.moveaxis(O_h, 0, -2)  # *batch H d
-    return side_by_side.reshape(O_h.shape[1:-1] + (-1,))  # *batch H*d
+    return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
 
 
 @in_row_chunks
@@ -290,17 +296,37 @@ def softmax(
     """exp(x) / sum(exp(x)) along an axis, with the row maximum subtracted first; into ``out``
     when given (which may be x itself).
 
-    A row that is -inf everywhere (every key masked) gets weights 0, not NaN: it attends to
-    nothing.
+    Defined for every row: one that is -inf everywhere (every key masked) gets weights 0, not
+    NaN: it attends to nothing. One holding +inf (an overflow before it) gets the limit: its
+    +inf entries share the weight equally, the others get 0. A NaN makes its row NaN. Logits
+    as far apart as the dtype allows (-max and max) give 0 and 1, without a warning. float16
+    is computed in float32 (the maximum, the exponentials and their sum, which would overflow
+    float16 past 65504 weights near 1) and rounded to float16 once: float16 in, float16 out.
     """
-    peak = x.max(axis=axis, keepdims=True)  # *shape, 1 on axis
-    peak[~np.isfinite(peak)] = 0  # a fully masked row
-    e = np.subtract(x, peak, out=out)  # *shape
+    wide = x.dtype == np.float16
+    if wide:
+        x = x.astype(np.float32)  # *shape, a copy to work in
+    peak = x.max(axis=axis, keepdims=True, initial=-np.inf)  # *shape, 1 on axis
+    infinite = peak == np.inf  # *shape, 1 on axis: rows holding +inf
+    if infinite.any():  # such a row as 0 at its +inf entries and -inf elsewhere: the limit
+        top = x == np.inf  # *shape
+        x = x if wide else x.copy()  # *shape
+        np.copyto(x, -np.inf, where=infinite & ~top)
+        np.copyto(x, 0, where=top)
+        peak[infinite] = 0
+    peak[~np.isfinite(peak)] = 0  # a fully masked row (or one with a NaN)
+    with np.errstate(over="ignore"):  # below the dtype's range: -inf, weight 0
+        e = np.subtract(x, peak, out=x if wide else out)  # *shape
     np.exp(e, out=e)
     total = e.sum(axis=axis, keepdims=True)  # *shape, 1 on axis
     total[total == 0] = 1
     e /= total
-    return e
+    if not wide:
+        return e
+    if out is None:
+        return e.astype(np.float16)  # *shape
+    out[...] = e
+    return out
 
 
 QUERY_BLOCK = 32  # query rows attention computes at once (None: all rows and keys at once)
@@ -316,10 +342,11 @@ def query_blocks(
     A key after that one is -inf in every row of the block: its weight exp(-inf) = 0 exactly,
     so dropping it changes no result (under a causal mask, a block skips every later key). A
     block whose rows are all fully masked keeps one key, so its rows still get weights 0.
-    ``size`` None: one block of all rows and all keys, the whole score matrix at once.
+    ``size`` None, or no query rows (T_q = 0): one block of all rows and all keys, the whole
+    score matrix at once.
     """
     T_q, T_kv = L.shape[-2:]
-    if size is None:
+    if size is None or T_q == 0:
         return [(slice(0, T_q), slice(0, T_kv))]
     blocks = []
     for start in range(0, T_q, size):
@@ -353,13 +380,35 @@ def layer_norm(
     out: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
 ) -> Float[np.ndarray, "*batch d"]:
     """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance),
-    into ``out`` when given (which may be x itself)."""
-    centred = np.subtract(x, x.mean(axis=-1, keepdims=True), out=out)  # *batch d
+    into ``out`` when given (which may be x itself).
+
+    A constant row (zero variance) gives beta exactly, under any eps >= 0 (0 too): the
+    rounding error of its mean is not scaled up to +-gamma. float16 is computed in float32
+    (the mean, the variance, the normalised values: a square of 256 or more would overflow
+    float16) and rounded to float16 once: float16 in, float16 out.
+    """
+    wide = x.dtype == np.float16
+    work = x.astype(np.float32) if wide else x  # *batch d
+    mean = work.mean(axis=-1, keepdims=True)  # *batch 1
+    centred = np.subtract(work, mean, out=work if wide else out)  # *batch d
     variance = np.vecdot(centred, centred)[..., None] / x.shape[-1]  # *batch 1
-    centred *= 1.0 / np.sqrt(variance + eps)  # *batch d, normalised in place
+    # a constant row's centred values are all one number, its mean's rounding error: only a
+    # row whose spread is within d roundings of its mean can be one; of those, zero them
+    near = np.sqrt(variance) <= abs(mean) * (x.shape[-1] * np.finfo(work.dtype).eps)
+    if near.any():
+        same = (centred == centred[..., :1]).all(axis=-1, keepdims=True)  # *batch 1
+        np.copyto(centred, 0, where=near & same)
+    root = np.sqrt(variance + eps)  # *batch 1
+    root[root == 0] = 1  # a constant row under eps 0: its centred values are 0 already
+    centred *= 1.0 / root  # *batch d, normalised in place
     centred *= gamma
     centred += beta
-    return centred
+    if not wide:
+        return centred
+    if out is None:
+        return centred.astype(np.float16)  # *batch d
+    out[...] = centred
+    return out
 
 
 @in_row_chunks

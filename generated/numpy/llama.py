@@ -224,7 +224,7 @@ def in_row_chunks(function):
 
     @functools.wraps(function)
     def in_pieces(x, *args, out=None, **kwargs):
-        whole = x.ndim < 2 or kwargs.get("axis", -1) not in (-1, x.ndim - 1) or (
+        whole = x.ndim < 2 or x.size == 0 or kwargs.get("axis", -1) not in (-1, x.ndim - 1) or (
             out is not None and not out.flags.c_contiguous)
         if whole:
             return function(x, *args, out=out, **kwargs)
@@ -277,7 +277,12 @@ def embed(
     table: str = "E",
 ) -> Float[np.ndarray, "*batch d_model"]:
     """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` names
-    E in errors (E_type: token types)."""
+    E in errors (E_type: token types).
+
+    Every id must lie in 0 .. V - 1: the first that does not (V, -1) is refused with a
+    ValueError naming it, its index, the table and the range, before the lookup, which would
+    take -1 as the last row silently (CuPy any id out of range).
+    """
     if t.dtype.kind not in "iu":
         raise TypeError(f"ids into {table} must be integers, got dtype {t.dtype}")
     V = E.shape[0]
@@ -362,9 +367,10 @@ def repeat_heads(x: Float[np.ndarray, "G *batch T d"], H: int) -> Float[np.ndarr
 
 @typechecked
 def concat_heads(O_h: Float[np.ndarray, "H *batch d"]) -> Float[np.ndarray, "*batch H*d"]:
-    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1."""
+    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1
+    (the width named, not -1: an empty batch has no size to infer it from)."""
     side_by_side = np.moveaxis(O_h, 0, -2)  # *batch H d
-    return side_by_side.reshape(O_h.shape[1:-1] + (-1,))  # *batch H*d
+    return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
 
 
 @in_row_chunks
@@ -377,17 +383,37 @@ def softmax(
     """exp(x) / sum(exp(x)) along an axis, with the row maximum subtracted first; into ``out``
     when given (which may be x itself).
 
-    A row that is -inf everywhere (every key masked) gets weights 0, not NaN: it attends to
-    nothing.
+    Defined for every row: one that is -inf everywhere (every key masked) gets weights 0, not
+    NaN: it attends to nothing. One holding +inf (an overflow before it) gets the limit: its
+    +inf entries share the weight equally, the others get 0. A NaN makes its row NaN. Logits
+    as far apart as the dtype allows (-max and max) give 0 and 1, without a warning. float16
+    is computed in float32 (the maximum, the exponentials and their sum, which would overflow
+    float16 past 65504 weights near 1) and rounded to float16 once: float16 in, float16 out.
     """
-    peak = x.max(axis=axis, keepdims=True)  # *shape, 1 on axis
-    peak[~np.isfinite(peak)] = 0  # a fully masked row
-    e = np.subtract(x, peak, out=out)  # *shape
+    wide = x.dtype == np.float16
+    if wide:
+        x = x.astype(np.float32)  # *shape, a copy to work in
+    peak = x.max(axis=axis, keepdims=True, initial=-np.inf)  # *shape, 1 on axis
+    infinite = peak == np.inf  # *shape, 1 on axis: rows holding +inf
+    if infinite.any():  # such a row as 0 at its +inf entries and -inf elsewhere: the limit
+        top = x == np.inf  # *shape
+        x = x if wide else x.copy()  # *shape
+        np.copyto(x, -np.inf, where=infinite & ~top)
+        np.copyto(x, 0, where=top)
+        peak[infinite] = 0
+    peak[~np.isfinite(peak)] = 0  # a fully masked row (or one with a NaN)
+    with np.errstate(over="ignore"):  # below the dtype's range: -inf, weight 0
+        e = np.subtract(x, peak, out=x if wide else out)  # *shape
     np.exp(e, out=e)
     total = e.sum(axis=axis, keepdims=True)  # *shape, 1 on axis
     total[total == 0] = 1
     e /= total
-    return e
+    if not wide:
+        return e
+    if out is None:
+        return e.astype(np.float16)  # *shape
+    out[...] = e
+    return out
 
 
 QUERY_BLOCK = 32  # query rows attention computes at once (None: all rows and keys at once)
@@ -403,10 +429,11 @@ def query_blocks(
     A key after that one is -inf in every row of the block: its weight exp(-inf) = 0 exactly,
     so dropping it changes no result (under a causal mask, a block skips every later key). A
     block whose rows are all fully masked keeps one key, so its rows still get weights 0.
-    ``size`` None: one block of all rows and all keys, the whole score matrix at once.
+    ``size`` None, or no query rows (T_q = 0): one block of all rows and all keys, the whole
+    score matrix at once.
     """
     T_q, T_kv = L.shape[-2:]
-    if size is None:
+    if size is None or T_q == 0:
         return [(slice(0, T_q), slice(0, T_kv))]
     blocks = []
     for start in range(0, T_q, size):
@@ -439,11 +466,25 @@ def rms_norm(
     out: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
 ) -> Float[np.ndarray, "*batch d"]:
     """x / sqrt(mean(x^2) + eps) * gamma over the last axis (no centring, no bias), into
-    ``out`` when given (which may be x itself)."""
-    mean_square = np.square(x).mean(axis=-1, keepdims=True)  # *batch 1
-    normalised = np.multiply(x, 1.0 / np.sqrt(mean_square + eps), out=out)  # *batch d
+    ``out`` when given (which may be x itself).
+
+    A row of zeros gives zeros, under any eps >= 0 (0 too). float16 is computed in float32
+    (the mean square and the normalised values: a square of 256 or more would overflow
+    float16) and rounded to float16 once: float16 in, float16 out.
+    """
+    wide = x.dtype == np.float16
+    work = x.astype(np.float32) if wide else x  # *batch d
+    mean_square = np.square(work).mean(axis=-1, keepdims=True)  # *batch 1
+    root = np.sqrt(mean_square + eps)  # *batch 1
+    root[root == 0] = 1  # a row of zeros under eps 0
+    normalised = np.multiply(work, 1.0 / root, out=work if wide else out)  # *batch d
     normalised *= gamma
-    return normalised
+    if not wide:
+        return normalised
+    if out is None:
+        return normalised.astype(np.float16)  # *batch d
+    out[...] = normalised
+    return out
 
 
 @in_row_chunks
