@@ -1,0 +1,25 @@
+"""What a plain (non-editable) install carries: every data file the code reads at run time
+must match the package data that pyproject.toml declares."""
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+
+
+@pytest.mark.parametrize("package, suffixes", [
+    ("codegen", (".j2",)),
+    ("spec", (".tspec", ".toml")),
+])
+def test_every_data_file_is_declared_as_package_data(package, suffixes):
+    base = ROOT / package
+    files = [p for p in base.rglob("*") if p.suffix in suffixes]
+    assert files
+    missing = [str(p.relative_to(base)) for p in files
+               if not any(p.relative_to(base).match(pattern) and
+                          len(p.relative_to(base).parts) == len(Path(pattern).parts)
+                          for pattern in DATA[package])]
+    assert missing == []
