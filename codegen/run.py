@@ -157,6 +157,13 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
                      dict(variant.settings))
 
 
+def _params(prepared: _Prepared, name: str) -> list:
+    """The parameters argument of generated function ``name``: none if it takes none (a spec
+    without parameters)."""
+    function = next(f for f in prepared.lowered.functions if f.name == name)
+    return [prepared.params] if function.params_class else []
+
+
 def _keywords(prepared: _Prepared, name: str, sizes: dict[str, int]) -> dict:
     """The keyword arguments generated function ``name`` needs: dims no array reveals, and
     the variant's run-time settings."""
@@ -185,7 +192,8 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
     keywords = _keywords(prepared, prepared.lowered.entry, prepared.sizes)
     trace: dict = {}
     start = time.perf_counter()
-    result = entry(*prepared.inputs.values(), prepared.params, **keywords, trace=trace)
+    result = entry(*prepared.inputs.values(), *_params(prepared, prepared.lowered.entry),
+                   **keywords, trace=trace)
     seconds = time.perf_counter() - start
     outputs = result if isinstance(result, tuple) else (result,)
     flat = weights.flatten(trace)
@@ -204,7 +212,7 @@ def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
     prepared = _prepare(variant, backend, seed, dtype, typecheck, max_memory)
     _can_decode(prepared, variant.name, steps)
     entry = getattr(prepared.module, prepared.spec.name)
-    full_logits = entry(*prepared.inputs.values(), prepared.params,
+    full_logits = entry(*prepared.inputs.values(), *_params(prepared, prepared.lowered.entry),
                         **_keywords(prepared, prepared.lowered.entry, prepared.sizes))[0]
     return _decode(prepared, steps, full_logits)
 

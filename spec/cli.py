@@ -407,10 +407,11 @@ def _run(args) -> int:
     print(f"   {result.parameters:,} parameters ({args.dtype}), seed {args.seed}, "
           f"backend {args.backend}")
     print()
-    width = max(len(name) for name, _ in result.shapes)
-    for name, shape in result.shapes:
-        if name.count(".") <= 1 or name.rsplit(".", 1)[-1] in ("Z_out", "Y_out"):
-            print(f"{name:<{width}}  {' x '.join(map(str, shape))}")
+    shown = [(name, shape) for name, shape in result.shapes
+             if name.count(".") <= 1 or name.rsplit(".", 1)[-1] in ("Z_out", "Y_out")]
+    width = max((len(name) for name, _ in shown), default=0)
+    for name, shape in shown:
+        print(f"{name:<{width}}  {' x '.join(map(str, shape))}")
     print()
     print(f"forward pass: {result.seconds * 1000:.1f} ms")
     if decoded is not None:

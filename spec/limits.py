@@ -16,6 +16,7 @@ from spec.model import BlockCall, Equation, Spec, TensorDecl, When
 
 TIME_LIMIT = 60.0            # seconds a check may take by default (the built-in spec: ~0.6)
 MAX_TENSORS = 100_000        # tensors a spec may expand to, every block call its own
+MAX_CALL_DEPTH = 64          # blocks calling blocks calling blocks...
 
 
 class _Bound:
@@ -108,7 +109,7 @@ def tensor_count(spec: Spec) -> int:
     """The tensors a spec expands to when every block call is its own copy (a repeat counts
     once: its layers share their shapes), taking the larger branch of every `when`: what the
     shapes table lists at most. A block that calls itself counts nothing for that call (the
-    checker names the cycle)."""
+    checker names the cycle); calls nested past MAX_CALL_DEPTH are a LimitError."""
     counted: dict[str, int] = {}
 
     def body(statements: list, active: tuple[str, ...]) -> int:
@@ -127,6 +128,11 @@ def tensor_count(spec: Spec) -> int:
     def block(name: str, active: tuple[str, ...]) -> int:
         if name in active or name not in spec.blocks:
             return 0
+        if len(active) == MAX_CALL_DEPTH:
+            chain = " -> ".join(active[:3] + ("...",) + active[-2:] + (name,))
+            raise LimitError(f"blocks call blocks more than {MAX_CALL_DEPTH} deep ({chain}); "
+                             f"the checker follows at most {MAX_CALL_DEPTH}",
+                             file=spec.blocks[name].file, line=spec.blocks[name].line)
         if name not in counted:
             counted[name] = body(spec.blocks[name].body, active + (name,))
         return counted[name]

@@ -55,9 +55,9 @@ def test_a_repeat_counts_once_and_a_when_its_larger_branch():
 
 def test_a_spec_that_expands_past_the_tensor_limit_is_refused_at_once():
     with pytest.raises(LimitError) as caught:
-        check(parse(nested(200), "n.tspec"))
+        check(parse(nested(60), "n.tspec"))
     assert str(caught.value) == (
-        "n.tspec: the spec expands to about 10^60 tensors, every block call its own copy; the "
+        "n.tspec: the spec expands to about 10^18 tensors, every block call its own copy; the "
         "checker takes at most 100,000: call blocks fewer times (a repeat counts once)")
     with pytest.raises(LimitError, match=r"^n\.tspec: the spec expands to 196,608 tensors"):
         check(parse(nested(17), "n.tspec"))
@@ -68,6 +68,35 @@ def test_a_spec_that_expands_past_the_tensor_limit_is_refused_at_once():
 def long_chain():
     """20,000 equations: about half a second to check, without a limit."""
     return parse(chain(20_000), "c.tspec")
+
+
+def linear(depth: int) -> str:
+    """Blocks that each call the one below once."""
+    lines = ['dim B "b"', 'dim d "d"', 'block f0(X "B d") -> Y:', '    Y "B d" = relu(X)']
+    for i in range(1, depth):
+        lines += [f'block f{i}(X "B d") -> Y:', f'    Y "B d" = f{i - 1}(X)']
+    lines += ['input X "B d"', f'Y "B d" = f{depth - 1}(X)', "output Y"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("depth", [65, 5000])
+def test_calls_nested_past_the_depth_limit_are_refused_by_name(depth):
+    with pytest.raises(LimitError) as caught:
+        check(parse(linear(depth), "l.tspec"))
+    top = depth - 1
+    assert str(caught.value) == (
+        f"l.tspec:{2 * depth - 127}: blocks call blocks more than 64 deep (f{top} -> "
+        f"f{top - 1} -> f{top - 2} -> ... -> f{top - 62} -> f{top - 63} -> f{top - 64}); the "
+        "checker follows at most 64")
+
+
+def test_calls_nested_to_the_depth_limit_check_generate_and_run(capsys, tmp_path):
+    path = tmp_path / "l.tspec"
+    path.write_text(linear(64))
+    assert main(["check", str(path)]) == 0
+    assert main(["run", str(path), "--set", "B=2", "--set", "d=3"]) == 0   # no parameters
+    out = capsys.readouterr().out
+    assert "\nf63.Y  2 x 3\nY      2 x 3\n" in out
 
 
 def test_thousands_of_equations_are_proved():
