@@ -674,8 +674,11 @@ class Gather(Op):
         table, ids = args
         if table.value.shape.family is not None or ids.value.shape.family is not None:
             raise ctx.error("code generation does not gather from families of tables or ids")
-        name = table.value.tensor
-        named = "" if name in (None, "E") else f', "{name}"'     # for its errors
+        named = ""                                   # the table and the ids, for its errors
+        if table.value.tensor not in (None, "E"):
+            named += f', table="{table.value.tensor}"'
+        if ids.value.tensor not in (None, "t"):
+            named += f', ids="{ids.value.tensor}"'
         return f"{ctx.helper('embed')}({table.code}, {ids.code}{named})", ATOM
 
 

@@ -271,7 +271,7 @@ def test_bert_under_other_choices_matches_the_plain_reference(choices):
 def test_token_types_out_of_range_name_their_table():
     t, keep, s = bert_inputs()
     s[0, 2] = 2
-    with pytest.raises(ValueError, match=r"^id 2 at index \(0, 2\) is out of range: ids index "
+    with pytest.raises(ValueError, match=r"^s: id 2 at index \(0, 2\) is out of range: ids index "
                                          r"the 2 rows of E_type \(0\.\.1\)$"):
         generated(**BERT).transformer(t, keep, s, small_params(BERT, V_type=2), H=2)
 
@@ -431,7 +431,7 @@ def test_token_ids_out_of_range_are_named():
     module = generated(arch="encoder_only")
     t, keep, _, _ = encoder_decoder_inputs()
     t[1, 3] = 11
-    with pytest.raises(ValueError, match=r"^id 11 at index \(1, 3\) is out of range: ids "
+    with pytest.raises(ValueError, match=r"^t: id 11 at index \(1, 3\) is out of range: ids "
                                          r"index the 11 rows of E \(0\.\.10\)$"):
         module.transformer(t, keep, small_params({"arch": "encoder_only"}), H=2)
 
@@ -439,7 +439,7 @@ def test_token_ids_out_of_range_are_named():
 def test_token_ids_of_a_float_dtype_are_refused():
     module = generated(arch="encoder_only")
     t, keep, _, _ = encoder_decoder_inputs()
-    with pytest.raises(TypeError, match=r"^ids into E must be integers, got dtype float64$"):
+    with pytest.raises(TypeError, match=r"^t: ids into E must be integers, got dtype float64$"):
         module.transformer(t.astype(float), keep, small_params({"arch": "encoder_only"}), H=2)
 
 

@@ -205,7 +205,7 @@ def test_token_ids_out_of_range_are_named_on_the_gpu():
         0, np.float32))
     t = np.zeros((2, 5), dtype=np.int64)
     t[1, 3] = 11
-    with pytest.raises(ValueError, match=r"^id 11 at index \(1, 3\) is out of range: ids "
+    with pytest.raises(ValueError, match=r"^t: id 11 at index \(1, 3\) is out of range: ids "
                                          r"index the 11 rows of E \(0..10\)$"):
         module.transformer(cupy.asarray(t), cupy.ones((2, 5), dtype=bool), params, H=2)
 

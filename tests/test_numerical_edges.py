@@ -481,7 +481,7 @@ def test_token_ids_at_the_ends_of_the_table(arrays, name, ids, embedded, table, 
         args[ids][1, 2] = bad
         with pytest.raises(ValueError) as error:
             run(arrays, module, args, P)
-        assert str(error.value) == message
+        assert str(error.value) == f"{ids}: {message}"   # which input: t and u share E
 
 
 @pytest.mark.parametrize("name", DECODERS)
@@ -494,8 +494,8 @@ def test_token_ids_out_of_range_in_a_decoding_step(arrays, name):
     prompt_args = {k: v[:, :2] if k in ("u", "m_tgt") else v for k, v in full.items()}
     _, _, cache = module.prefill(*arrays.put(list(prompt_args.values())), P,
                                  **keywords(module.prefill))
-    messages = ("id 11 at index (1, 0) is out of range: ids index the 11 rows of E (0..10)",
-                "id -1 at index (1, 0) is out of range: ids index the 11 rows of E (0..10)")
+    messages = ("u: id 11 at index (1, 0) is out of range: ids index the 11 rows of E (0..10)",
+                "u: id -1 at index (1, 0) is out of range: ids index the 11 rows of E (0..10)")
     for bad, message in zip((11, -1), messages):
         full["u"][1, 2] = bad
         with pytest.raises(ValueError) as error:

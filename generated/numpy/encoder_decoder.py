@@ -275,21 +275,22 @@ def embed(
     E: Float[np.ndarray, "V d_model"],
     t: Int[np.ndarray, " *batch"],
     table: str = "E",
+    ids: str = "t",
 ) -> Float[np.ndarray, "*batch d_model"]:
-    """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` names
-    E in errors (E_type: token types).
+    """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` and
+    ``ids`` name E and t in errors (E_type: token types; u: a decoder's ids).
 
     Every id must lie in 0 .. V - 1: the first that does not (V, -1) is refused with a
     ValueError naming it, its index, the table and the range, before the lookup, which would
     take -1 as the last row silently (CuPy any id out of range).
     """
     if t.dtype.kind not in "iu":
-        raise TypeError(f"ids into {table} must be integers, got dtype {t.dtype}")
+        raise TypeError(f"{ids}: ids into {table} must be integers, got dtype {t.dtype}")
     V = E.shape[0]
     outside = (t < 0) | (t >= V)  # *batch
     if outside.any():
         first = tuple(int(i) for i in np.argwhere(outside)[0])
-        raise ValueError(f"id {int(t[first])} at index {first} is out of range: "
+        raise ValueError(f"{ids}: id {int(t[first])} at index {first} is out of range: "
                          f"ids index the {V} rows of {table} (0..{V - 1})")
     return E[t]  # *batch d_model
 
@@ -1061,7 +1062,7 @@ def transformer(
         Z_0, L_enc[None], params["encoder"], H=H, eps=eps, trace=subtrace(trace, "encoder")
     )  # B T d_model
     M_self = padding_mask(m_tgt, T_dec) * causal_mask(T_dec, T_dec)  # B T_dec T_dec
-    X_dec = embed(params["E"], u)  # B T_dec d_model
+    X_dec = embed(params["E"], u, ids="u")  # B T_dec d_model
     P_dec = positional_encoding(T_dec, d_model, params["E"].dtype)  # T_dec d_model
     Y_0 = X_dec + P_dec  # B T_dec d_model
     L_self = log_mask(M_self, params["E"].dtype)  # B T_dec T_dec
@@ -1403,7 +1404,7 @@ def decode_step(
     )
     check_cache(cache, params, CACHE_STATES)  # the cache prefill made
     M_self = padding_mask(m_tgt, T_new) * causal_mask(T_new, T_new + T_past)  # B T_new T_new+T_past
-    X_dec = embed(params["E"], u)  # B T_new d_model
+    X_dec = embed(params["E"], u, ids="u")  # B T_new d_model
     P_dec = positional_encoding(T_new, d_model, params["E"].dtype, offset=T_past)  # T_new d_model
     Y_0 = X_dec + P_dec  # B T_new d_model
     L_self = log_mask(M_self, params["E"].dtype)  # B T_new T_new+T_past

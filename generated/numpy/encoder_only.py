@@ -213,21 +213,22 @@ def embed(
     E: Float[np.ndarray, "V d_model"],
     t: Int[np.ndarray, " *batch"],
     table: str = "E",
+    ids: str = "t",
 ) -> Float[np.ndarray, "*batch d_model"]:
-    """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` names
-    E in errors (E_type: token types).
+    """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` and
+    ``ids`` name E and t in errors (E_type: token types; u: a decoder's ids).
 
     Every id must lie in 0 .. V - 1: the first that does not (V, -1) is refused with a
     ValueError naming it, its index, the table and the range, before the lookup, which would
     take -1 as the last row silently (CuPy any id out of range).
     """
     if t.dtype.kind not in "iu":
-        raise TypeError(f"ids into {table} must be integers, got dtype {t.dtype}")
+        raise TypeError(f"{ids}: ids into {table} must be integers, got dtype {t.dtype}")
     V = E.shape[0]
     outside = (t < 0) | (t >= V)  # *batch
     if outside.any():
         first = tuple(int(i) for i in np.argwhere(outside)[0])
-        raise ValueError(f"id {int(t[first])} at index {first} is out of range: "
+        raise ValueError(f"{ids}: id {int(t[first])} at index {first} is out of range: "
                          f"ids index the {V} rows of {table} (0..{V - 1})")
     return E[t]  # *batch d_model
 
