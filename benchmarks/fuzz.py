@@ -461,6 +461,37 @@ def gen_axis(rng: random.Random, names: list[str]) -> str:
     return f"{name}={values}"
 
 
+def gen_values(rng: random.Random) -> list:
+    """An API grid axis's values, described as JSON (made Python by ``grid_values``)."""
+    kind = rng.choice(["range", "range", "list", "list", "text", "array", "set", "tuple"])
+    if kind == "range":
+        start = rng.choice([1, 2, 4, 8, 64, 0, -4, 10 ** 40])
+        stop = start + rng.choice([0, 1, 8, 64, 1000, -8, 10 ** 7, 10 ** 50])
+        return ["range", start, stop, rng.choice([1, 2, 8, 64, -1, -4])]
+    if kind == "text":
+        return ["text", gen_axis(rng, ["H"]).partition("=")[2]]
+    values = [rng.choice([1, 2, 4, 8, 16, 64]) if rng.random() < 0.8 else
+              rng.choice([0, -1, 1.5, 2.0, True, None, "8", 10 ** 40, 10 ** 39, 2 ** 63])
+              for _ in range(rng.randint(0, 5))]
+    return [kind, values]
+
+
+def grid_values(described: list):
+    kind, *rest = described
+    if kind == "range":
+        return range(*rest)
+    if kind == "text":
+        return rest[0]
+    values = rest[0]
+    if kind == "array":
+        try:
+            return np.array(values)
+        except (ValueError, OverflowError):
+            return values
+    return {"set": set, "tuple": tuple}.get(kind, list)(
+        v for v in values if kind != "set" or v is None or not isinstance(v, list))
+
+
 # ---------------------------------------------------------------------------------------------
 # Weight files
 
@@ -782,6 +813,12 @@ def make_case(target: str, seed: int, index: int, ctx: Context) -> Case:
         return Case(target, index, settings, extra={"variant": which})
     if target == "grid":
         which = rng.choice(["base", "base", "small"])
+        if rng.random() < 0.3:          # the API's form: dim name -> Python values
+            axes = [[rng.choice(ctx.names[which][:12]) if rng.random() < 0.9 else
+                     rng.choice(NAMES + ["", "1x"]), gen_values(rng)]
+                    for _ in range(rng.randint(1, 3))]
+            return Case(target, index, axes, extra={"variant": which, "settings": [],
+                                                    "mapping": True})
         axes = [gen_axis(rng, ctx.names[which][:12]) for _ in range(rng.randint(1, 3))]
         settings = [gen_setting(rng, ctx.names[which]) if rng.random() < 0.3 else
                     f"{rng.choice(ctx.names[which][:12])}={rng.choice([1, 2, 4, 8, 64, 512])}"
@@ -903,8 +940,10 @@ def run_case(case: Case, ctx: Context):
         return api.check(base.with_settings(data))
     if target == "grid":
         base = ctx.base if case.extra["variant"] == "base" else ctx.small_variant
-        axes = [parse_axis(text) for text in data]
-        grid = api.grid(base, axes, case.extra["settings"])
+        if case.extra.get("mapping"):
+            grid = api.grid(base, {name: grid_values(values) for name, values in data})
+        else:
+            grid = api.grid(base, [parse_axis(text) for text in data], case.extra["settings"])
         if len(grid) <= 2000:
             grid.text(), grid.csv("valid"), grid.as_dict("invalid")
         return grid

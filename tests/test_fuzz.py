@@ -20,11 +20,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sympy
 from command_line import run
+from test_grid import assert_agrees
 
 from codegen import weights
 from spec import api, cli, language
 from spec.errors import SpecError, UsageError
+from spec.evaluate import Evaluator
+from spec.grid import parse_axis
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -286,6 +290,33 @@ def test_a_variant_naming_a_spec_too_long_for_the_system(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# Grids: crashes found and fixed, and a wrong result next to them
+
+def test_grid_values_past_int64_are_judged_as_each_variant_alone():
+    # was: TypeError('not integers: float64'): NumPy made [1, 2**63] floating point
+    grid = assert_agrees("base", ["key_value_heads=grouped"], {"H_kv": [1, 2 ** 63]})
+    assert [p.valid for p in grid.points()] == [True, False]
+
+
+def test_a_range_past_int64_keeps_its_values():
+    # was: the values wrapped round to negative numbers (2**63 as -9223372036854775808)
+    grid = api.grid("base", [parse_axis("H=9223372036854775808:9223372036854775810:1")])
+    assert [p.dims["H"] for p in grid.points()] == [2 ** 63, 2 ** 63 + 1, 2 ** 63 + 2]
+
+
+def test_a_fixed_dim_past_int64_is_counted(capsys):
+    # was: AttributeError("'int' object has no attribute 'dtype'") from the evaluator
+    settings = ["N=9999999999999999999999999999999999999999", "T_dec=512"]
+    point = next(assert_agrees("base", settings, {"V": [1, 2]}).points())
+    assert point.parameters > 10 ** 40
+    code, out, _ = run(capsys, "check", "base", "--grid", "V=1", "--set", settings[0],
+                       "--set", settings[1], "--format", "csv")
+    assert code == 0
+    assert out.splitlines()[1] == (f"1,true,{point.parameters},{point.flops},"
+                                   f"{point.activation_bytes},")
+
+
+# ---------------------------------------------------------------------------------------------
 # Crashes in code this branch does not own: pinned with their input until they are fixed
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\ninput X "B T d"\n'
@@ -321,6 +352,15 @@ def test_a_constant_constraint_that_fails_is_a_finding():
 def test_a_huge_scalar_power_in_a_tensor_expression_is_refused():
     with _no_hang(1.0), pytest.raises(SpecError):
         language.parse(HEADER + 'Y "B T d" = X * 1.5 ** 1e9\n', "t.tspec")
+
+
+@pytest.mark.xfail(strict=True, raises=AttributeError, reason=(
+    "spec/evaluate.py: NumPy turns arithmetic on two 0-d arrays of Python integers into a bare "
+    "Python integer, which _wide() then reads .dtype of (the grid now hands the evaluator "
+    "one-entry arrays instead; this is the evaluator alone)"))
+def test_the_evaluator_adds_to_a_product_of_values_past_int64():
+    x, y = sympy.symbols("x y")
+    assert Evaluator({x: 10 ** 40, y: 3}).value(x * y + 1).num == 3 * 10 ** 40 + 1
 
 
 @pytest.mark.xfail(strict=True, reason=(
