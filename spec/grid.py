@@ -36,7 +36,7 @@ from spec.errors import GridError
 from spec.evaluate import Evaluator, Exact, as_integers, free_symbols
 from spec.findings import display_path, format_value
 from spec.model import Constraint, Let, choices_in_force, select
-from spec.variant import MAX_DIGITS, Variant, dim_value, unknown_dim
+from spec.variant import MAX_DIGITS, Variant, dim_value, shown, unknown_dim
 
 MAX_COMBINATIONS = 1_000_000
 SYNTAX = "NAME=START:STOP:STEP, NAME=A,B,C or NAME=VALUE"
@@ -77,7 +77,7 @@ class Axis:
 
 def parse_axis(text: str) -> Axis:
     """``NAME=START:STOP:STEP`` (STOP included), ``NAME=A,B,C`` or ``NAME=VALUE``."""
-    source = f"--grid {text}"
+    source = shown("--grid", text)
     if text.count("=") != 1:
         raise GridError(f"{source}: expected {SYNTAX}")
     name, values = (part.strip() for part in text.split("="))
