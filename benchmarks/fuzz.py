@@ -429,7 +429,8 @@ def gen_setting(rng: random.Random, names: list[str]) -> str:
     else:
         value = rng.choice(["1", "2", "4", "8", "64", "512", "0", "-1", "1.5", "1_024",
                             "9" * 40, "9" * 41, "9" * 5000, "١٢", "²", "１", "+3", "0003",
-                            " 8", "8 ", "", "8e2", "_1", "1__0", "pre", "∞"])
+                            " 8", "8 ", "", "8e2", "_1", "1__0", "pre", "∞", "8\n9", "\t8",
+                            "8\r"])
     separator = "=" if rng.random() < 0.9 else rng.choice([" = ", "==", "= ", ":"])
     return f"{name}{separator}{value}"
 
@@ -443,7 +444,8 @@ def gen_axis(rng: random.Random, names: list[str]) -> str:
 
     def number():
         return rng.choice(["1", "2", "4", "8", "16", "64", "128", "256", "0", "-1", "1.5",
-                           "9" * 40, "9" * 41, "1_0", "٣", " 2 ", "", "x", "10**3"])
+                           "9" * 40, "9" * 41, "1_0", "٣", " 2 ", "", "x", "10**3", "1\n2",
+                           "2\t", "\x0b3"])
     if r < 0.5:
         start = rng.choice([1, 2, 4, 8, 64, 256])
         stop = start + rng.choice([0, 1, 7, 64, 256, 1000, 10 ** 6, 10 ** 12])

@@ -22,11 +22,13 @@ import numpy as np
 import pytest
 import sympy
 from command_line import run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_grid import assert_agrees
 
 from codegen import weights
 from spec import api, cli, language
-from spec.errors import SpecError, UsageError
+from spec.errors import GridError, SpecError, TspecError, UsageError, VariantError
 from spec.evaluate import Evaluator
 from spec.grid import parse_axis
 
@@ -46,6 +48,7 @@ SEED = 8
 COUNT = {"parse": 300, "expr": 300, "check": 300, "variant": 300, "set": 300, "grid": 200,
          "weights": 400, "cli": 150}
 TIME_LIMIT = 60.0        # only so that a hang fails the test instead of stopping the run
+SHAPES = {"E": (11, 8), "W": (8,)}      # the parameters the weight-file tests expect
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +95,85 @@ def test_an_input_is_the_same_every_time(context):
 
 
 # ---------------------------------------------------------------------------------------------
+# Property-based (hypothesis, derandomized): any text or bytes at all
+
+def refused(error_class, message):
+    """The exact error: its class and its whole message."""
+    return pytest.raises(error_class, match=f"^{re.escape(message)}$")
+
+
+def _ends_well(call):
+    """A call that returns, or raises our error with a one-line message."""
+    try:
+        return call()
+    except TspecError as error:
+        assert error.message.strip() and "\n" not in str(error), repr(str(error))
+        return error
+
+
+SETTING_TEXT = st.text(st.sampled_from("=_ -.:,0123456789eHNTdVxalmpre_ff\n\t\u0663\u00b2"),
+                       max_size=24)
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(st.lists(SETTING_TEXT, min_size=1, max_size=3))
+def test_any_set_values_end_in_a_variant_or_our_error(values):
+    base = api.load("base")
+    _ends_well(lambda: base.with_settings(values))
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(SETTING_TEXT)
+def test_any_grid_text_ends_in_an_axis_or_our_error(text):
+    _ends_well(lambda: parse_axis(text))
+
+
+@settings(derandomize=True, max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=200))
+def test_any_bytes_as_a_variant_file_end_in_a_variant_or_our_error(tmp_path, data):
+    path = tmp_path / "v.toml"
+    path.write_bytes(b'spec = "transformer"\n' + data)
+    _ends_well(lambda: api.load(path))
+
+
+@settings(derandomize=True, max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from([".npz", ".safetensors"]), st.binary(max_size=300))
+def test_any_bytes_as_a_weights_file_end_in_weights_or_our_error(tmp_path, suffix, data):
+    path = tmp_path / f"w{suffix}"
+    path.write_bytes(data)
+    _ends_well(lambda: weights.load(path, SHAPES))
+
+
+# Found by the tests above: an error quoting a value as given was two lines when the value held
+# a line break
+
+def test_a_set_value_with_a_line_break_is_quoted(capsys):
+    with refused(VariantError, "--set 'H=8\\n9': dim values are positive integers, got "
+                               "'8\\n9'"):
+        api.load("base").with_settings(["H=8\n9"])
+    code, out, err = run(capsys, "check", "base", "--set", "H=8\n9")
+    assert (code, out) == (2, "")
+    assert err == ("tspec: error: --set 'H=8\\n9': dim values are positive integers, got "
+                   "'8\\n9'\n")
+
+
+def test_a_grid_value_with_a_line_break_is_quoted():
+    with refused(GridError, "--grid '=\\n': '' is not a dim name"):
+        parse_axis("=\n")
+    with refused(GridError, "--grid 'H=1,\\n2x': dim values are positive integers, got '2x'"):
+        parse_axis("H=1,\n2x")
+
+
+def test_a_path_with_a_line_break_is_quoted(tmp_path):
+    (tmp_path / "a\nb").mkdir()
+    with refused(UsageError, repr(str(tmp_path / "a\nb")) + " is not a file"):
+        api.read_spec(tmp_path / "a\nb")
+
+
+# ---------------------------------------------------------------------------------------------
 # Weights: crashes found and fixed (each was a bare traceback before)
-
-SHAPES = {"E": (11, 8), "W": (8,)}
-
 
 def _npy(header: str, data: bytes = b"", version: bytes = b"\x01\x00") -> bytes:
     text = header.encode("latin1")
@@ -125,10 +203,6 @@ def _safetensors(path, header, data=b""):
     text = json.dumps(header).encode()
     path.write_bytes(struct.pack("<Q", len(text)) + text + data)
     return path
-
-
-def refused(error_class, message):
-    return pytest.raises(error_class, match=f"^{re.escape(message)}$")
 
 
 def test_a_npy_file_named_npz_is_refused(tmp_path):
