@@ -19,7 +19,8 @@ Each input ends in one of:
              without exactly one ``tspec: error: ...`` line
     hang     it ran past --time-limit seconds
 
-Crashing and hanging inputs are saved under --crash-dir with their traceback. The script prints
+Crashing and hanging inputs are saved under --crash-dir (TARGET-INDEX.EXT, and the traceback in
+TARGET-INDEX.report); the default is tspec-fuzz-crashes in the temporary folder. The script prints
 a table (target, inputs, results, ours, crashes, hangs, time) and exits 1 when anything crashed
 or hung. Each worker runs under an address-space limit (--memory-limit), so an allocation a
 lying header asks for fails loudly (a MemoryError is a crash) instead of going unnoticed.
@@ -32,9 +33,11 @@ Targets:
     check    mutated and generated small specs: parse, then api.check (every choice)
     variant  mutated and generated variant TOML files: api.load, then api.check
     set      --set values: Variant.with_settings, then api.check
-    grid     --grid values: spec.grid.parse_axis, then api.grid and its text, CSV and JSON
+    grid     --grid values: spec.grid.parse_axis, then api.grid and its text, CSV and JSON; and
+             the API's mapping form (dim name -> a range, list, set or array of odd values)
     weights  codegen.weights.load on truncated, flipped and lying .safetensors and .npz files
-    cli      spec.cli.main on generated argument lists (check, shapes, diff, list)
+    cli      spec.cli.main on generated argument lists (check, shapes, diff, list, and run at
+             tiny sizes)
 """
 
 import argparse
@@ -726,7 +729,7 @@ class Case:
             Path(f"{stem}{self.suffix}").write_text(data, encoding="utf-8", errors="surrogatepass")
         else:
             Path(f"{stem}.json").write_text(json.dumps({"data": data, **self.extra}, indent=1))
-        Path(f"{stem}.txt" if self.suffix != ".txt" else f"{stem}.report").write_text(report)
+        Path(f"{stem}.report").write_text(report)
         return stem
 
 
@@ -1248,8 +1251,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--memory-limit", type=int, default=4096, metavar="MIB",
                         help="address-space limit of each worker (0: none)")
-    parser.add_argument("--crash-dir", type=Path, default=Path("fuzz-crashes"),
-                        help="where crashing and hanging inputs are saved")
+    parser.add_argument("--crash-dir", type=Path,
+                        default=Path(tempfile.gettempdir()) / "tspec-fuzz-crashes",
+                        help="where crashing and hanging inputs are saved, with their "
+                             "tracebacks (default: tspec-fuzz-crashes in the temporary folder)")
     parser.add_argument("--stats", action="store_true",
                         help="also list each target's most common errors of ours (their kinds)")
     parser.add_argument("--replay", metavar="TARGET:INDEX",
