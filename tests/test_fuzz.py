@@ -411,11 +411,13 @@ def _no_hang(seconds: float):
 
 
 @pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "spec/prove.py: a constraint between constants ('require 2 > 2') reaches sympy's linprog "
-    "with no inequalities: ValueError('A and b must both be given') from "
-    "_linear_minimum_nonnegative, not a finding"))
-def test_a_constant_constraint_that_fails_is_a_finding():
-    report = api.check(language.parse(HEADER + "require 2 > 2\n", "t.tspec"))
+    "spec/prove.py (_linear_minimum_nonnegative): constraints that no size satisfies reach "
+    "sympy's linprog in a form it refuses: with no inequalities ('require 2 > 2': "
+    "ValueError('A and b must both be given')) or with equalities only ('require T + d == 1': "
+    "ValueError('mismatched dimensions')), where 'require T == 0' gives an unproved finding"))
+@pytest.mark.parametrize("constraint", ["require 2 > 2", "require T + d == 1"])
+def test_constraints_no_size_satisfies_are_a_finding(constraint):
+    report = api.check(language.parse(f"{HEADER}{constraint}\n", "t.tspec"))
     assert not report.ok
 
 
