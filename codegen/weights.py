@@ -7,7 +7,14 @@ with its concrete shape for a variant; loaders check each array against it and n
 parameter, the expected and the actual shape on a mismatch.
 """
 
+import contextlib
+import lzma
+import math
+import os
+import re
+import tokenize
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -87,7 +94,15 @@ def flatten(nested, prefix: str = "") -> dict[str, np.ndarray]:
 
 
 def random_params(shapes: dict[str, tuple], seed: int = 0, dtype=np.float32) -> dict:
-    """Seeded random parameters: LayerNorm gains 1, biases 0, matrices N(0, 1/fan_in)."""
+    """Seeded random parameters: LayerNorm gains 1, biases 0, matrices N(0, 1/fan_in).
+    Parameters that would not fit in memory are a UsageError, not an allocation."""
+    dtype = np.dtype(dtype)
+    size = sum(math.prod(shape) for shape in shapes.values()) * dtype.itemsize
+    room = memory_bytes()
+    if room is not None and size > room:
+        raise UsageError(f"the parameters take {size:,} bytes in {dtype}, more than the "
+                         f"{room:,} bytes of memory this process may use; give smaller dims "
+                         "with --set")
     rng = np.random.default_rng(seed)
     flat = {}
     for name, shape in shapes.items():
@@ -102,54 +117,191 @@ def random_params(shapes: dict[str, tuple], seed: int = 0, dtype=np.float32) -> 
     return nest(flat)
 
 
+def memory_bytes() -> int | None:
+    """The memory this process may use: the machine's, or less under an address-space limit;
+    None where neither is known."""
+    sizes = []
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    with contextlib.suppress(ImportError, AttributeError, ValueError, OSError):
+        import resource
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            sizes.append(soft)
+    return min(sizes) if sizes else None
+
+
 def validate(flat: dict[str, np.ndarray], shapes: dict[str, tuple], where: str) -> dict:
     """Check names, shapes and dtypes against the spec; return the nested parameters."""
-    missing = [n for n in shapes if n not in flat]
-    unexpected = [n for n in flat if n not in shapes]
+    _check({name: (tuple(np.shape(array)), getattr(array, "dtype", np.asarray(array).dtype))
+            for name, array in flat.items()}, shapes, where)
+    return nest({name: flat[name] for name in shapes})
+
+
+def _check(found: dict[str, tuple], shapes: dict[str, tuple], where: str) -> None:
+    """Names, shapes and dtypes (``found``: name -> (shape, dtype), the dtype a NumPy dtype or
+    the name of one NumPy has no type for) against the spec's, before any data is read."""
+    missing = [n for n in shapes if n not in found]
+    unexpected = [n for n in found if n not in shapes]
     if missing or unexpected:
         parts = []
         if missing:
             parts.append(f"missing {', '.join(missing[:5])}"
                          + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
         if unexpected:
-            parts.append(f"unexpected {', '.join(unexpected[:5])}"
+            parts.append(f"unexpected {', '.join(_shown(n) for n in unexpected[:5])}"
                          + (f" and {len(unexpected) - 5} more" if len(unexpected) > 5 else ""))
         raise WeightsError(f"{where}: parameters do not match the spec: {'; '.join(parts)}")
     dtypes = set()
     for name, shape in shapes.items():
-        array = flat[name]
-        if tuple(array.shape) != tuple(shape):
-            raise WeightsError(f"{where}: parameter {name} has shape {tuple(array.shape)}; the "
+        actual, dtype = found[name]
+        if tuple(actual) != tuple(shape):
+            raise WeightsError(f"{where}: parameter {name} has shape {tuple(actual)}; the "
                                f"spec expects {tuple(shape)}")
-        if array.dtype.kind != "f":
-            raise WeightsError(f"{where}: parameter {name} has dtype {array.dtype}; parameters "
+        if isinstance(dtype, str):
+            raise WeightsError(f"{where}: parameter {name} has dtype {dtype}, which NumPy has "
+                               "no type for; parameters are float16, float32 or float64")
+        if dtype.kind != "f":
+            raise WeightsError(f"{where}: parameter {name} has dtype {dtype}; parameters "
                                "are floating point")
-        dtypes.add(array.dtype)
+        dtypes.add(dtype)
     if len(dtypes) > 1:
         raise WeightsError(f"{where}: parameters mix dtypes ({', '.join(sorted(map(str, dtypes)))})"
                            "; NumPy would silently compute in the widest")
-    return nest({name: flat[name] for name in shapes})
+
+
+def _shown(name: str) -> str:
+    """A name read from a file, as an error message shows it: as it is when it is a plain
+    dotted name, else quoted (an empty or odd name stays visible and on one line)."""
+    return name if _PLAIN_NAME.fullmatch(name) else repr(name)
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.]{1,200}")
+
+# safetensors' dtypes that NumPy has a type for (BF16 and the float8 kinds it has not)
+_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64",
+                       "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64",
+                       "U32": "uint32", "U16": "uint16", "U8": "uint8", "BOOL": "bool",
+                       "C64": "complex64"}
+
+# What reading a corrupt archive can raise from the standard library and NumPy: the zip
+# (BadZipFile, zlib, bz2 and lzma errors, EOFError), a .npy header (ValueError, and the
+# tokenize, syntax and nesting errors of the literal it holds), or the file itself (OSError).
+_READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, lzma.LZMAError,
+                NotImplementedError, tokenize.TokenError, SyntaxError)
+MAX_NPY_HEADER = 10_000     # bytes; NumPy's own default limit for headers it trusts
 
 
 def load(path: str | Path, shapes: dict[str, tuple]) -> dict:
-    """Parameters from a .safetensors or .npz file of flat dotted names."""
+    """Parameters from a .safetensors or .npz file of flat dotted names.
+
+    The file's own header (each array's name, shape and dtype) is checked against the spec
+    before any array is read, so a lying header costs no more memory than the spec's own
+    parameters; a file that cannot be read, or whose header and data disagree, is a UsageError
+    naming the file and what is wrong, and parameters that do not fit the spec a WeightsError."""
     path = Path(path)
     if path.suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.numpy import load_file
-        try:
-            flat = load_file(str(path))
-        except (OSError, ValueError, SafetensorError) as error:
-            raise UsageError(f"cannot read {path}: {error}") from None
-    elif path.suffix == ".npz":
-        try:
-            with np.load(path, allow_pickle=False) as archive:
-                flat = {name: archive[name] for name in archive.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-            raise UsageError(f"cannot read {path}: {error}") from None
-    else:
-        raise UsageError(f"{path}: weights are .safetensors or .npz files")
+        return _load_safetensors(path, shapes)
+    if path.suffix == ".npz":
+        return _load_npz(path, shapes)
+    raise UsageError(f"{path}: weights are .safetensors or .npz files")
+
+
+def _load_safetensors(path: Path, shapes: dict[str, tuple]) -> dict:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as file:
+            found = {}
+            names = file.keys()
+            for name in names:
+                piece = file.get_slice(name)
+                label = piece.get_dtype()
+                found[name] = (tuple(piece.get_shape()), np.dtype(_SAFETENSORS_DTYPES[label])
+                               if label in _SAFETENSORS_DTYPES else label)
+            _check(found, shapes, str(path))
+            flat = {name: file.get_tensor(name) for name in shapes}
+    except (OSError, ValueError, SafetensorError) as error:
+        raise UsageError(f"cannot read {path}: {_one_line(error)}") from None
     return validate(flat, shapes, str(path))
+
+
+def _load_npz(path: Path, shapes: dict[str, tuple]) -> dict:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            headers = _npz_headers(archive, path)
+            _check({name: header[:2] for name, header in headers.items()}, shapes, str(path))
+            flat = {name: _read_member(archive, headers[name][2]) for name in shapes}
+    except _READ_ERRORS as error:
+        raise UsageError(f"cannot read {path}: {_one_line(error) or type(error).__name__}"
+                         ) from None
+    return validate(flat, shapes, str(path))
+
+
+def _npz_headers(archive: zipfile.ZipFile, path: Path) -> dict[str, tuple]:
+    """Each member's array name -> (shape, dtype, member), from the .npy headers alone."""
+    headers: dict[str, tuple] = {}
+    for info in archive.infolist():
+        member = info.filename
+        if not member.endswith(".npy") or info.is_dir():
+            raise UsageError(f"cannot read {path}: member {member!r} is not a .npy array")
+        if info.flag_bits & 0x1:
+            raise UsageError(f"cannot read {path}: member {member!r} is encrypted")
+        if info.compress_type not in _COMPRESSIONS:
+            raise UsageError(f"cannot read {path}: member {member!r} is compressed with "
+                             f"method {info.compress_type}, which is not one zip files of "
+                             "arrays use (stored, deflate, bzip2, lzma)")
+        name = member[:-len(".npy")]
+        if name in headers:
+            raise UsageError(f"cannot read {path}: member {member!r} appears twice")
+        with archive.open(info) as stream:
+            shape, dtype, offset = _npy_header(stream, path, member)
+        if dtype.hasobject:
+            raise UsageError(f"cannot read {path}: member {member!r} holds Python objects "
+                             "(a pickle), which weights never are")
+        size = math.prod(shape) * dtype.itemsize
+        if info.file_size != offset + size:
+            raise UsageError(f"cannot read {path}: member {member!r} holds "
+                             f"{info.file_size - offset:,} bytes of data; its header (shape "
+                             f"{shape}, dtype {dtype}) needs {size:,}")
+        headers[name] = (shape, dtype, info)
+    return headers
+
+
+_COMPRESSIONS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
+
+
+def _npy_header(stream, path: Path, member: str) -> tuple[tuple[int, ...], np.dtype, int]:
+    """A .npy header's shape, dtype and length, with NumPy's own readers (formats 1 and 2)."""
+    try:
+        version = np.lib.format.read_magic(stream)
+        if version not in _NPY_READERS:
+            raise UsageError(f"cannot read {path}: member {member!r} is a .npy file of format "
+                             f"{version[0]}.{version[1]}; weights are in formats 1.0 and 2.0")
+        shape, _, dtype = _NPY_READERS[version](stream, max_header_size=MAX_NPY_HEADER)
+    except (ValueError, SyntaxError, tokenize.TokenError) as error:
+        detail = error.args[0] if isinstance(error, tokenize.TokenError) else _one_line(error)
+        raise UsageError(f"cannot read {path}: member {member!r} has a malformed .npy header "
+                         f"({detail})") from None
+    if any(n < 0 for n in shape):
+        raise UsageError(f"cannot read {path}: member {member!r} has the shape {shape}, with "
+                         "a negative size")
+    return tuple(shape), dtype, stream.tell()
+
+
+_NPY_READERS = {(1, 0): np.lib.format.read_array_header_1_0,
+                (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    """One array whose header was checked against the spec: its size is the spec's."""
+    with archive.open(info) as stream:
+        return np.lib.format.read_array(stream, allow_pickle=False,
+                                        max_header_size=MAX_NPY_HEADER)
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
 
 
 def save(path: str | Path, params: dict) -> None:

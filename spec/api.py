@@ -52,9 +52,9 @@ def read_spec(path: str | Path) -> Spec:
     try:
         stat = path.stat()
     except OSError as error:
-        raise UsageError(f"cannot read {path}: {error.strerror}") from None
+        raise UsageError(f"cannot read {_shown(path)}: {error.strerror}") from None
     if not path.is_file():
-        raise UsageError(f"{path} is not a file")
+        raise UsageError(f"{_shown(path)} is not a file")
     return _parse_cached(str(path), stat.st_mtime_ns, stat.st_size)
 
 
@@ -75,6 +75,22 @@ def in_checkout(relative: str | Path, what: str, option: str) -> Path:
     return root / relative
 
 
+def _exists(path: Path) -> bool:
+    """Whether a path names a file or folder; a name the system refuses outright (one too long)
+    is a UsageError, as an unreadable spec is."""
+    try:
+        return path.exists()
+    except OSError as error:
+        raise UsageError(f"cannot read {_shown(path)}: {error.strerror}") from None
+
+
+def _shown(path: Path) -> str:
+    """A path as an error names it: as it is, or quoted when it holds a line break or another
+    character that does not print (an error is one line)."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
 def resolve_spec(name: str, base_dir: Path | None = None) -> Spec:
     """A spec by built-in name, or by path (relative to base_dir when given)."""
     builtin = builtin_specs()
@@ -83,7 +99,7 @@ def resolve_spec(name: str, base_dir: Path | None = None) -> Spec:
     path = Path(name)
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
-    if not path.exists():
+    if not _exists(path):
         raise UsageError(f"no spec named {name!r}: not a file, and not a built-in spec "
                          f"({', '.join(builtin)})")
     return read_spec(path)
@@ -102,7 +118,7 @@ def load(target: str | Path, settings: list[str] | None = None) -> Variant:
     elif target in specs:
         variant = Variant(target, read_spec(specs[target]), file=str(specs[target]),
                           is_spec=True)
-    elif path.exists():
+    elif _exists(path):
         if path.suffix == ".toml":
             variant = load_variant(path, resolve_spec)
         else:

@@ -36,7 +36,7 @@ from spec.errors import GridError
 from spec.evaluate import Evaluator, Exact, as_integers, free_symbols
 from spec.findings import display_path, format_value
 from spec.model import Constraint, Let, choices_in_force, select
-from spec.variant import MAX_DIGITS, Variant, dim_value, unknown_dim
+from spec.variant import MAX_DIGITS, Variant, dim_value, shown, unknown_dim
 
 MAX_COMBINATIONS = 1_000_000
 SYNTAX = "NAME=START:STOP:STEP, NAME=A,B,C or NAME=VALUE"
@@ -65,15 +65,19 @@ class Axis:
         return len(values)
 
     def array(self) -> np.ndarray:
+        """The values in order: int64 while every one is below 2**62, else Python integers
+        (NumPy would make 2**63 and up unsigned or floating point)."""
         values = self.values
-        if isinstance(values, range) and max(values[0], values[-1]) < 2 ** 62:
+        if max(values[0], values[-1]) if isinstance(values, range) else max(values) >= 2 ** 62:
+            return np.array(list(values), dtype=object)
+        if isinstance(values, range):
             return np.arange(values.start, values.stop, values.step, dtype=np.int64)
-        return as_integers(list(values))
+        return np.array(values, dtype=np.int64)
 
 
 def parse_axis(text: str) -> Axis:
     """``NAME=START:STOP:STEP`` (STOP included), ``NAME=A,B,C`` or ``NAME=VALUE``."""
-    source = f"--grid {text}"
+    source = shown("--grid", text)
     if text.count("=") != 1:
         raise GridError(f"{source}: expected {SYNTAX}")
     name, values = (part.strip() for part in text.split("="))
@@ -411,7 +415,11 @@ def judge(plan: Plan, axes: list[Axis]) -> Grid:
                 np.zeros((len(reasons), count), dtype=bool), {}, dict.fromkeys(COUNTS))
     if not plan.proof.ok:
         return grid
-    values = {symbols[name]: value for name, value in {**fixed, **columns}.items()}
+    # fixed values as one-entry arrays: NumPy turns arithmetic on two 0-d arrays of Python
+    # integers (values past int64) into a bare Python integer, which the evaluator cannot use
+    values = {symbols[name]: np.array([value], dtype=object if value >= 2 ** 62 else np.int64)
+              for name, value in fixed.items()}
+    values |= {symbols[name]: column for name, column in columns.items()}
     evaluator = Evaluator(values)
     derived = _derive(evaluator, lets, symbols, set(values))
     grid.derived = {let.dim: derived[symbols[let.dim]] for let in lets
@@ -482,7 +490,7 @@ def _counts(plan: Plan, values: dict, fixed: dict, valid: np.ndarray):
     FLOPs and activation bytes at the valid combinations (values, and where counted)."""
     spec = plan.variant.spec
     symbols = spec.symbols()
-    at_valid = {symbol: value if np.ndim(value) == 0 else value[valid]
+    at_valid = {symbol: value if np.size(value) == 1 else value[valid]     # fixed: as they are
                 for symbol, value in values.items()}
     evaluator = Evaluator(at_valid)
     known = set(at_valid) | set(_derive(evaluator, plan.lets, symbols, set(at_valid)))

@@ -56,15 +56,16 @@ class Variant:
         seen: set[str] = set()
         for setting in settings:
             name, value = parse_setting(setting)
+            where = shown("--set", setting)
             if name in seen:
                 raise VariantError(f"--set {name} is given twice")
             seen.add(name)
             if name in self.spec.choices:
-                choices[name] = _choice_value(self.spec, name, value, f"--set {setting}")
+                choices[name] = _choice_value(self.spec, name, value, where)
             elif name in self.spec.dims:
-                dims[name] = dim_value(value, f"--set {setting}")
+                dims[name] = dim_value(value, where)
             elif name in SETTINGS:
-                numbers[name] = _setting_text(value, f"--set {setting}")
+                numbers[name] = _setting_text(value, where)
             else:
                 raise VariantError(f"--set {name}: {_unknown(name, self.spec)}")
         return Variant(self.name, self.spec, dims, choices, self.file, self.description,
@@ -77,6 +78,12 @@ class Published:
     parameters: int
     source: str
     note: str = ""
+
+
+def shown(option: str, text: str) -> str:
+    """A command-line value as an error names it: ``--set H=8`` as given, or quoted when it
+    holds a line break or another character that does not print (an error is one line)."""
+    return f"{option} {text}" if text.isprintable() else f"{option} {text!r}"
 
 
 def parse_setting(setting: str) -> tuple[str, str]:
