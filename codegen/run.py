@@ -1,7 +1,6 @@
 """`tspec run`: a variant's generated forward pass on random (seeded) weights and tokens, and
 with `--decode`, the same sequence decoded step by step from a prompt."""
 
-import os
 import time
 from dataclasses import dataclass, replace
 
@@ -79,11 +78,6 @@ class MemoryEstimate:
         return self.parameters + self.inputs + self.activations
 
 
-def machine_memory() -> int:
-    """This machine's physical memory in bytes."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
 def estimate_memory(variant: Variant, dtype: str = "float32") -> MemoryEstimate:
     """The memory ``run`` needs for a variant that ``with_run_defaults`` completed: from the
     spec's parameter and activation counts (the docs' figures) and the inputs' shapes, before
@@ -108,11 +102,12 @@ def estimate_memory(variant: Variant, dtype: str = "float32") -> MemoryEstimate:
 
 
 def require_memory(variant: Variant, dtype: str, limit: int | None) -> MemoryEstimate:
-    """Refuse a run whose estimate is past ``limit`` bytes (None: the machine's memory)."""
+    """Refuse a run whose estimate is past ``limit`` bytes (None: the memory this process may
+    use, weights.memory_bytes)."""
     estimate = estimate_memory(variant, dtype)
-    whose = "the limit given" if limit is not None else "this machine's memory"
-    limit = machine_memory() if limit is None else limit
-    if estimate.total > limit:
+    whose = "the limit given" if limit is not None else "the memory this process may use"
+    limit = weights.memory_bytes() if limit is None else limit
+    if limit is not None and estimate.total > limit:
         size = counts.size_text
         raise UsageError(
             f"{variant.name} needs about {size(estimate.total)} to run in {dtype} (parameters "

@@ -114,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-memory", metavar="SIZE",
                      help="refuse a variant whose parameters, inputs and activations would "
                           "take more than SIZE (bytes, or with K, M, G, T: powers of 1024); "
-                          "default: this machine's memory")
+                          "default: the memory this process may use")
 
     docs = commands.add_parser("docs", help="write each variant's documentation: dims, "
                                             "shapes, parameters, FLOPs, memory, diagrams")

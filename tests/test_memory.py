@@ -42,13 +42,13 @@ def test_the_estimate_is_what_the_traced_forward_holds(name, settings):
 
 
 def test_an_absurd_variant_is_refused_before_anything_is_allocated(capsys, monkeypatch):
-    monkeypatch.setattr(run_module, "machine_memory", lambda: 16 * 2**30)
+    monkeypatch.setattr(run_module.weights, "memory_bytes", lambda: 16 * 2**30)
     monkeypatch.setattr(run_module.weights, "expected_shapes", None)   # never reached
     assert main(["run", "base", "--set", "d_model=1000000000"]) == 2
     assert capsys.readouterr().err == (
         "tspec: error: base needs about 268,221,142,143.0 GiB to run in float32 (parameters "
-        "268,221,092,313.5 GiB, inputs 1.1 KiB, activations 49,829.5 GiB), more than this "
-        "machine's memory (16.0 GiB): make its dims smaller with --set, or raise "
+        "268,221,092,313.5 GiB, inputs 1.1 KiB, activations 49,829.5 GiB), more than the "
+        "memory this process may use (16.0 GiB): make its dims smaller with --set, or raise "
         "--max-memory\n")
 
 
