@@ -22,6 +22,7 @@ import argparse
 import os
 import re
 import sys
+import unicodedata
 from pathlib import Path
 
 from spec import api, counts, limits
@@ -35,10 +36,17 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 141     # 128 + SIGPIPE, as a shell reports `yes | head`
 
 
+def _one_line(message: str) -> str:
+    """An error as one line: any line break or other control character in it (a user's
+    argument or path, quoted as given) shown as its escape."""
+    return "".join(ascii(c)[1:-1] if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")
+                   else c for c in message)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):            # argparse's own usage errors: exit 2, no traceback
         self.print_usage(sys.stderr)
-        print(f"tspec: error: {message}", file=sys.stderr)
+        print(f"tspec: error: {_one_line(message)}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
@@ -165,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     except TspecError as error:
         if error.file:
             error.file = display_path(error.file)
-        print(f"tspec: error: {error}", file=sys.stderr)
+        print(f"tspec: error: {_one_line(str(error))}", file=sys.stderr)
         return EXIT_USAGE
     except RecursionError:
         print("tspec: error: the spec nests too deeply to check", file=sys.stderr)

@@ -75,24 +75,31 @@ def _objects(*arrays) -> list:
     return [a.astype(object) for a in arrays]
 
 
+def _exact(result) -> np.ndarray:
+    """The result of arithmetic on object arrays as an array again: on 0-d arrays NumPy
+    returns a bare Python integer, which has no dtype."""
+    return result if isinstance(result, np.ndarray | np.generic) else \
+        np.asarray(result, dtype=object)
+
+
 def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if not _wide(a, b) and np.all(_float(a) * _float(b) < INT64_SAFE):
         return a * b
     a, b = _objects(a, b)
-    return a * b
+    return _exact(a * b)
 
 
 def _sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if not _wide(a, b) and np.all(_float(a) + _float(b) < INT64_SAFE):
         return a + b
     a, b = _objects(a, b)
-    return a + b
+    return _exact(a + b)
 
 
 def _power(a: np.ndarray, exponent: int) -> np.ndarray:
     if not _wide(a) and np.all(_float(a) ** exponent < INT64_SAFE):
         return a ** exponent
-    return a.astype(object) ** exponent
+    return _exact(a.astype(object) ** exponent)
 
 
 def _reduced(num: np.ndarray, den: np.ndarray) -> Exact:
@@ -105,7 +112,7 @@ def _reduced(num: np.ndarray, den: np.ndarray) -> Exact:
     num, den = num * sign, den * sign
     divisor = np.gcd(num, den)
     divisor = np.where(divisor == 0, 1, divisor)       # 0 / 0: undefined, left as it is
-    num, den = num // divisor, den // divisor
+    num, den = _exact(num // divisor), _exact(den // divisor)
     return Exact(num, ONE if np.all(den == 1) else den)
 
 

@@ -717,6 +717,17 @@ class _Lowering:
                              f"{ex.to_text(node)!r}", node)
         return term
 
+    def require_small_power(self, base, exponent, node: ex.Binary) -> None:
+        """A power's exponent is a number from -64 to 64 (dim expressions: 0 to 64), and a
+        number raised to it stays within the digits a constant may have: ``1.5 ** 1e9``
+        would otherwise be computed, exactly, for as long as it takes."""
+        if not (exponent.is_number and abs(exponent) <= 64):
+            raise self.error(f"{ex.to_text(node)}: exponents are numbers from -64 to 64", node)
+        if base is not None and base.is_Rational and base != 0 and abs(exponent) * (
+                len(str(abs(base.p))) + len(str(base.q))) > ex.MAX_RESULT_DIGITS:
+            raise self.error(f"{ex.to_text(node)} has more than {ex.MAX_RESULT_DIGITS} digits",
+                             node)
+
     def binary(self, node: ex.Binary):
         left, right = self.lower(node.left), self.lower(node.right)
         scalar_left, scalar_right = isinstance(left, ScalarExpr), isinstance(right, ScalarExpr)
@@ -728,6 +739,8 @@ class _Lowering:
                 raise self.error("'@' needs tensors", node)
             if node.op == "/" and b == 0:
                 raise self.error("division by zero", node)
+            if node.op == "**":
+                self.require_small_power(a, b, node)
             value = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
                      "/": lambda: a / b, "**": lambda: a ** b}[node.op]()
             return ScalarExpr(value, node.line, node.column)
@@ -742,6 +755,8 @@ class _Lowering:
                           node.line, node.column)
         if node.op == "**" and not scalar_right:
             raise self.error("'**' raises a tensor to a scalar power", node)
+        if node.op == "**":
+            self.require_small_power(None, right.expr, node)
         return OpNode(OPERATORS[node.op], (left, right), (), node.line, node.column)
 
     def call(self, node: ex.Call):

@@ -290,8 +290,11 @@ class Prover:
         order = sorted(set(gap.free_symbols).union(*(f.free_symbols for f in facts)), key=str)
 
         def row(expr):
+            # in y = x - 1 >= 0, linprog's own domain: every dim >= 1 without its bounds
+            # argument (which sympy does not honour together with equalities)
             zero = dict.fromkeys(order, 0)
-            return [expr.coeff(s) for s in order], expr.xreplace(zero)
+            coefficients = [expr.coeff(s) for s in order]
+            return coefficients, expr.xreplace(zero) + sum(coefficients)
 
         upper, upper_bounds, equal, equal_bounds = [], [], [], []
         for fact in facts:
@@ -306,12 +309,19 @@ class Prover:
                 upper.append(coefficients)
                 upper_bounds.append(-constant)
         objective, offset = row(gap)
+        if not order:       # no dims: every fact is a number, true or not
+            if any(bound < 0 for bound in upper_bounds) or any(equal_bounds):
+                if feasibility:
+                    raise InfeasibleLPError("constant constraints that do not hold")
+                return False
+            return offset >= 0
+        if not upper:       # linprog wants inequalities when it has equalities: 0 <= 0
+            upper, upper_bounds = [[0] * len(order)], [0]
         try:
             minimum, _ = linprog(
-                sympy.Matrix([objective]), sympy.Matrix(upper) if upper else None,
-                sympy.Matrix(upper_bounds) if upper else None,
+                sympy.Matrix([objective]), sympy.Matrix(upper), sympy.Matrix(upper_bounds),
                 sympy.Matrix(equal) if equal else None,
-                sympy.Matrix(equal_bounds) if equal else None, bounds=(1, None))
+                sympy.Matrix(equal_bounds) if equal else None)
         except UnboundedLPError:     # no proof this way
             return False
         except InfeasibleLPError:

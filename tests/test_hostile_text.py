@@ -199,3 +199,11 @@ def test_generated_code_is_not_loaded_through_a_symlinked_folder(tmp_path, monke
     assert str(caught.value) == (f"{tmp_path / f'tspec-generated-{os.getuid()}'} is a "
                                  "symbolic link; generated code is not loaded through it "
                                  "(remove it, or set TMPDIR)")
+
+
+def test_an_error_naming_a_path_with_a_line_break_is_one_line(tmp_path, capsys):
+    path = tmp_path / "x\ny.tspec"
+    path.write_text('dim B "b"\ndim B "b"\n')
+    assert main(["check", str(path)]) == 2
+    shown = str(path).replace("\n", "\\n")
+    assert capsys.readouterr().err == f"tspec: error: {shown}:2: dim B is declared twice (first at line 1)\n"
