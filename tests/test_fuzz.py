@@ -1,10 +1,9 @@
-"""Fuzzing (issue 8): a seeded subset of ``benchmarks/fuzz.py``'s inputs for every entry point
-that reads user input, and one test per crash the fuzzer found.
+"""Fuzzing: a seeded subset of ``benchmarks/fuzz.py``'s inputs for every entry point that
+reads user input, and one test per crash the fuzzer found.
 
 Every input must end in a result or in one of our own errors with a one-line message. A failure
 names the input (TARGET:INDEX); ``python benchmarks/fuzz.py --seed 8 --replay TARGET:INDEX``
-runs it again. Crashes in code this branch could not change are pinned as strict xfails with
-the input that fails.
+runs it again.
 """
 
 import contextlib
