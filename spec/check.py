@@ -276,7 +276,7 @@ class _Run:
         if self.constraints and not self.unsatisfiable():
             return []
         for let in self.lets:
-            limits.reached(let.file, let.line, f"let {let.dim} = {let.text}"[:80])
+            limits.reached(let)
             if not self.prover.norm(let.expr).free_symbols:
                 continue      # a value: check_constraints has judged it
             failure = self.size_failure(let.expr, derived_whole=False)
@@ -502,7 +502,7 @@ class _Run:
         decls, order = structure
         for decl in decls.values():
             if decl.role in DECLARED:
-                limits.reached(decl.file, decl.line, f"{decl.role} {decl.name}")
+                limits.reached(decl)
                 shape = None if decl.shape is None else decl.shape.subs(scope.binding)
                 scope.values[decl.name] = Value(shape, decl.dtype, tensor=decl.name)
                 if shape is not None:
@@ -516,7 +516,7 @@ class _Run:
                                                 decl.line))
         binding_key = tuple(sorted((k.name, v) for k, v in scope.binding.items()))
         for record in order:
-            limits.reached(record.file, record.line, f"{record.output} = {record.text}"[:80])
+            limits.reached(record)
             declared = decls.get(record.output)
             # the same record with the same inputs under the same constraints gives the same
             # answer: remembered across choice combinations (not while widths are unknown)
@@ -1089,7 +1089,7 @@ def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *
 
 
 def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: bool) -> Result:
-    limits.reached(spec.file, None, "its set-up")
+    limits.reached(spec)
     given = dict(values or {})
     for name, dim in spec.dims.items():
         if dim.value is not None:

@@ -12,7 +12,7 @@ import threading
 import time
 
 from spec.errors import LimitError, UsageError
-from spec.model import BlockCall, Equation, Spec, TensorDecl, When
+from spec.model import BlockCall, Equation, Let, Spec, TensorDecl, When
 
 TIME_LIMIT = 60.0            # seconds a check may take by default (the built-in spec: ~0.6)
 MAX_TENSORS = 100_000        # tensors a spec may expand to, every block call its own
@@ -25,12 +25,12 @@ class _Bound:
     def __init__(self, seconds: float):
         self.seconds = seconds
         self.deadline = time.monotonic() + seconds
-        self.at: tuple[str | None, int | None, str] = (None, None, "its set-up")
+        self.at = None            # the statement reached: a Let, TensorDecl, Equation, ...
         self.raised = False       # once raised (by the signal or the clock), never again
 
     def error(self) -> LimitError:
         self.raised = True
-        file, line, what = self.at
+        file, line, what = _described(self.at)
         return LimitError(f"the check stopped at its time limit of {self.seconds:g} s, at "
                           f"{what}: the spec has more statements, or more complex shape "
                           "expressions, than the checker proves in that time; give it "
@@ -93,16 +93,30 @@ class time_limit:
                 continue
 
 
-def reached(file: str | None, line: int | None, what: str) -> None:
-    """The checker is at this statement: remembered for the error, and past the deadline an
-    error at once (where no signal interrupts, or its error was swallowed: one raised while
-    Python runs a finaliser is printed and dropped)."""
+def reached(statement) -> None:
+    """The checker is at this statement (a spec for its set-up, a let, a declaration, an
+    equation or a block call): remembered for the error, and past the deadline an error at
+    once (where no signal interrupts, or its error was swallowed: one raised while Python runs
+    a finaliser is printed and dropped)."""
     bound = getattr(_bound, "current", None)
     if bound is None or bound is _UNBOUNDED:
         return
-    bound.at = (file, line, what)
+    bound.at = statement
     if time.monotonic() > bound.deadline:
         raise bound.error()
+
+
+def _described(statement) -> tuple[str | None, int | None, str]:
+    """Where a statement is, and what it says, for the error."""
+    if statement is None or isinstance(statement, Spec):
+        return getattr(statement, "file", None), None, "its set-up"
+    if isinstance(statement, Let):
+        what = f"let {statement.dim} = {statement.text}"
+    elif isinstance(statement, TensorDecl):
+        what = f"{statement.role} {statement.name}"
+    else:
+        what = f"{statement.output} = {statement.text}"
+    return statement.file, statement.line, what[:80]
 
 
 def tensor_count(spec: Spec) -> int:

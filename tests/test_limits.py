@@ -159,7 +159,7 @@ def test_outside_the_main_thread_the_limit_holds_between_statements(long_chain):
 def test_no_limit_holds_for_everything_inside():
     with limits.time_limit(None), limits.time_limit(0.001):   # the inner does not bound it
         time.sleep(0.01)
-        limits.reached("x.tspec", 1, "Y = X")
+        limits.reached(parse(chain(1), "x.tspec"))
 
 
 def test_the_builtin_spec_checks_well_inside_the_default_limit():
