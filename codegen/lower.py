@@ -290,12 +290,14 @@ class _Lowerer:
 
 # helpers in the order the module defines them, and the helpers each one needs (the attention
 # code that calls query_blocks also calls in_parallel)
-HELPER_ORDER = ("subtrace", "decoding", "require_size", "require_memory", "parallel", "project", "embed",
-                "positional_encoding", "log_mask", "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
+HELPER_ORDER = ("subtrace", "decoding", "require_size", "require_memory", "workspace",
+                "parallel", "project", "embed", "positional_encoding", "log_mask",
+                "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
                 "rotary", "repeat_heads", "concat_heads", "kernel_support", "batched_matmul",
                 "softmax", "masked_softmax", "query_blocks", "layer_norm", "rms_norm", "relu",
                 "gelu", "gelu_tanh", "silu")
-HELPER_NEEDS: dict[str, tuple[str, ...]] = {"query_blocks": ("parallel",)}
+HELPER_NEEDS: dict[str, tuple[str, ...]] = {"query_blocks": ("parallel",),
+                                            "parallel": ("workspace",)}
 # with a thread pool (Backend.thread_pool), these helpers run in chunks of rows on it
 THREAD_POOL_NEEDS: dict[str, tuple[str, ...]] = {
     name: ("parallel",) for name in ("project", "softmax", "layer_norm", "rms_norm")

@@ -26,7 +26,8 @@ RESERVED = frozenset({
     "WORKERS", "POOL", "SHARING", "PARALLEL_MIN_WORK", "PIECE_SIZE", "GELU_FLOAT32_CLIP",
     "GELU_FLOAT32_P", "functools", "itertools", "threading", "concurrent",
     "ThreadPoolExecutor", "threadpoolctl", "ThreadpoolController", "BlasOnOneThread",
-    "BLAS_ON_ONE_THREAD",
+    "BLAS_ON_ONE_THREAD", "workspace", "WORKSPACE", "WORKSPACE_LIMIT", "WORKSPACE_MIN",
+    "WORKSPACE_LOCK",
 })
 
 

@@ -25,6 +25,7 @@ import functools
 import itertools
 import math
 import os
+import sys
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -73,6 +74,40 @@ def require_memory(function: str, needed: int) -> None:
         raise MemoryError(f"{function} would allocate about {needed / 2**30:,.1f} GiB for its "
                           f"tensors, more than {owner} ({limit / 2**30:,.1f} GiB): give it "
                           "smaller inputs, or set MEMORY_LIMIT in this module")
+
+
+# Large temporaries are carved from buffers kept between calls: a fresh multi-MB array is
+# memory the system maps anew (a page fault for every 4 KiB page the first write touches),
+# about a tenth of a forward pass. A kept buffer is handed out again once no array refers to
+# it; at most WORKSPACE_LIMIT bytes are kept in all (0: none), each for arrays of one size.
+WORKSPACE_LIMIT = 1 << 28
+WORKSPACE_MIN = 1 << 18  # bytes: smaller arrays come from malloc's own free lists
+WORKSPACE: dict[int, list] = {}  # size in bytes -> kept buffers (uint8 arrays) of that size
+WORKSPACE_LOCK = threading.Lock()
+
+
+def workspace(shape: tuple, dtype) -> np.ndarray:
+    """An uninitialised array, as np.empty(shape, dtype) gives, from a kept buffer that
+    no array refers to (every array made from it, and every view of those, holds a reference
+    to it), or from a new buffer kept while WORKSPACE_LIMIT allows."""
+    dtype = np.dtype(dtype)
+    size = math.prod(shape) * dtype.itemsize
+    if size < WORKSPACE_MIN or size > WORKSPACE_LIMIT:
+        return np.empty(shape, dtype)
+    with WORKSPACE_LOCK:
+        kept = WORKSPACE.setdefault(size, [])
+        for index in range(len(kept) - 1, -1, -1):  # the last handed out first: still cached
+            if sys.getrefcount(kept[index]) == 2:  # the list's reference and the call's
+                buffer = kept.pop(index)
+                kept.append(buffer)
+                break
+        else:
+            if sum(size * len(buffers) for size, buffers in WORKSPACE.items()) + size > \
+                    WORKSPACE_LIMIT:
+                return np.empty(shape, dtype)
+            buffer = np.empty(size, np.uint8)
+            kept.append(buffer)
+        return buffer.view(dtype).reshape(shape)
 
 
 # Work shared out among threads: the array library releases the GIL inside matrix products
@@ -167,7 +202,7 @@ def in_row_chunks(function):
         if whole:
             return function(x, *args, out=out, **kwargs)
         rows = x.reshape(-1, x.shape[-1])  # (*batch) last
-        result = np.empty_like(rows) if out is None else out.reshape(rows.shape)
+        result = workspace(rows.shape, rows.dtype) if out is None else out.reshape(rows.shape)
         step = max(1, PIECE_SIZE // x.shape[-1])
 
         def piece(start: int) -> None:
@@ -195,7 +230,7 @@ def project(
     more pass over the result, and a new array as large.
     """
     rows = X.reshape(-1, X.shape[-1])  # (*batch) k
-    product = np.empty((len(rows), W.shape[-1]), np.result_type(X, W))  # (*batch) n
+    product = workspace((len(rows), W.shape[-1]), np.result_type(X, W))  # (*batch) n
 
     def chunk(start: int, stop: int) -> None:
         np.matmul(rows[start:stop], W, out=product[start:stop])
@@ -366,7 +401,7 @@ def join_query_blocks(blocks: list) -> Float[np.ndarray, "H *batch T d"]:
     first = blocks[0]
     rows = sum(block.shape[-2] for block in blocks)
     side_by_side = first.shape[1:-2] + (rows, first.shape[0], first.shape[-1])
-    joined = np.empty(side_by_side, first.dtype)  # *batch T H d
+    joined = workspace(side_by_side, first.dtype)  # *batch T H d
     joined = np.moveaxis(joined, -2, 0)  # H *batch T d
     return np.concatenate(blocks, axis=-2, out=joined)
 
