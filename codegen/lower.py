@@ -291,7 +291,7 @@ class _Lowerer:
 # helpers in the order the module defines them, and the helpers each one needs (the attention
 # code that calls query_blocks also calls in_parallel)
 HELPER_ORDER = ("subtrace", "decoding", "require_size", "require_memory", "workspace",
-                "parallel", "project", "embed", "positional_encoding", "log_mask",
+                "parallel", "project", "embed", "table_rows", "positional_encoding", "log_mask",
                 "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
                 "rotary", "repeat_heads", "concat_heads", "kernel_support", "batched_matmul",
                 "softmax", "masked_softmax", "query_blocks", "layer_norm", "rms_norm", "relu",

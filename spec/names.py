@@ -27,7 +27,7 @@ RESERVED = frozenset({
     "GELU_FLOAT32_P", "functools", "itertools", "threading", "concurrent",
     "ThreadPoolExecutor", "threadpoolctl", "ThreadpoolController", "BlasOnOneThread",
     "BLAS_ON_ONE_THREAD", "workspace", "WORKSPACE", "WORKSPACE_LIMIT", "WORKSPACE_MIN",
-    "WORKSPACE_LOCK",
+    "WORKSPACE_LOCK", "table_rows",
 })
 
 

@@ -714,10 +714,11 @@ class SliceRows(Op):
 
     def code(self, ctx, args, attrs):
         table, stop, *start = args
-        first = ctx.dim(start[0].value.scalar) if start else ""
-        rows = f"{first}:{ctx.dim(stop.value.scalar)}"
-        index = f":, {rows}" if table.value.shape.family is not None else rows
-        return f"{wrap(table, ATOM)}[{index}]", ATOM
+        first = ctx.dim(start[0].value.scalar) if start else "0"
+        name = table.value.tensor or "the table"
+        axis = ", axis=1" if table.value.shape.family is not None else ""
+        return (f'{ctx.helper("table_rows")}({table.code}, "{name}", {first}, '
+                f"{ctx.dim(stop.value.scalar)}{axis})"), ATOM
 
 
 @dataclass(frozen=True)

@@ -502,3 +502,19 @@ def test_token_ids_out_of_range_in_a_decoding_step(arrays, name):
             module.decode_step(*arrays.put(step_arguments(module, full, 2)), P, cache,
                                **keywords(module.decode_step))
         assert str(error.value) == message
+
+
+# ---------------------------------------------------------------------------------------------
+# Sequences longer than a learned position table
+
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_a_sequence_longer_than_the_position_table_is_refused(arrays):
+    """BERT's learned positions have max_len = 8 rows: 9 positions are refused by name (the
+    slice P_table[:9] would be 8 rows, and broadcast against a one-row table silently)."""
+    module = model(arrays.name, "bert")
+    P = params(arrays, "bert", "float32")
+    run(arrays, module, inputs(module.transformer, 2, 8), P)
+    with pytest.raises(ValueError) as error:
+        run(arrays, module, inputs(module.transformer, 2, 9), P)
+    assert str(error.value) == ("P_table has 8 rows, but positions 0 to 8 need 9: a sequence, "
+                                "with any positions decoded before it, may be at most 8 long")

@@ -269,6 +269,18 @@ def embed(
     return E[t]  # *batch d_model
 
 
+def table_rows(table: np.ndarray, name: str, start: int, stop: int, axis: int = 0) -> np.ndarray:
+    """Rows start .. stop - 1 of a table along ``axis`` (a learned position table: one row a
+    position), after checking that it has them: a slice past its end would be shorter, and
+    then broadcast or fail far from here."""
+    length = table.shape[axis]
+    if stop > length:
+        raise ValueError(f"{name} has {length} rows, but positions {start} to {stop - 1} need "
+                         f"{stop}: a sequence, with any positions decoded before it, may be at "
+                         f"most {length} long")
+    return table[(slice(None),) * axis + (slice(start, stop),)]
+
+
 @typechecked
 def log_mask(M: Bool[np.ndarray, " *shape"], dtype) -> Float[np.ndarray, " *shape"]:
     """log M for a 0/1 mask: 0 where M keeps a key, -inf where it masks one (no log(0) warning)."""
@@ -840,7 +852,7 @@ def transformer(
     )
     M_src = padding_mask(m_src, T)  # B T T
     X = embed(params["E"], t)  # B T d_model
-    P = params["P_table"][:T]  # T d_model
+    P = table_rows(params["P_table"], "P_table", 0, T)  # T d_model
     Z_0 = X + P  # B T d_model
     L_enc = log_mask(M_src, params["E"].dtype)  # B T T
     X_type = embed(params["E_type"], s, table="E_type", ids="s")  # B T d_model
