@@ -405,8 +405,8 @@ def test_a_decoding_step_spec_generates_offsets_and_row_ranges():
             'output Q, S, M, P_new_h\n')
     code = source(parse(text, file="step.tspec"), {})
     for line in ('    P = table_rows(params["P_table"], "P_table", T_past, T + T_past)  # T d\n',
-                 '    P_new_h = table_rows(params["P_h"], "P_h", T_past, T + T_past, axis=1)'
-                 '  # [H] T d\n',
+                 ('    P_new_h = table_rows(params["P_h"], "P_h", T_past, T + T_past, axis=1)'
+                  '  # [H] T d\n'),
                  '    Q = rotary(X + P, theta, offset=T_past)  # B T d\n',
                  '    S = positional_encoding(T, d, X.dtype, offset=T_past)  # T d\n',
                  '    M = causal_mask(T, T + T_past)  # T T+T_past\n'):
