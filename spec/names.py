@@ -14,7 +14,7 @@ RESERVED = frozenset({
     "spec", "source", "note", "dim", "let", "require", "choice", "when", "else", "input",
     "param", "tensor", "output", "block", "as", "in", "repeat", "float", "int", "bool",
     "state", "update", "cache", "prefill", "decode_step", "StateRecorder", "recorder",
-    "require_size", "check_cache", "CACHE_STATES", "require_memory", "MEMORY_LIMIT",
+    "require_size", "check_cache", "CACHE_STATES", "require_memory", "MEMORY_LIMIT", "memory_total",
     "params", "np", "xp", "cp", "numpy", "cupy", "scipy", "special", "math", "os", "sys",
     "torch", "typing", "jaxtyping", "jaxtyped", "typechecker", "beartype", "Float", "Int",
     "Bool", "Shaped", "Array", "Params", "dataclass", "dataclasses", "annotations", "self",

@@ -58,14 +58,19 @@ def subtrace(trace: dict | None, *path: str | int) -> dict | None:
 MEMORY_LIMIT = None
 
 
+@functools.cache
+def memory_total() -> int:
+    """The default limit, in bytes (read once): the GPU's memory."""
+    return cp.cuda.Device().mem_info[1]
+
+
 def require_memory(function: str, needed: int) -> None:
     """Refuse to start ``function`` when the tensors its equations compute (the spec's
     activation count for it, in bytes) would take more than MEMORY_LIMIT: a clear error
     before anything is allocated, instead of a failed allocation or a machine swapping."""
     limit, owner = MEMORY_LIMIT, "MEMORY_LIMIT"
     if limit is None:
-        limit = cp.cuda.Device().mem_info[1]
-        owner = "the GPU's memory"
+        limit, owner = memory_total(), "the GPU's memory"
     if needed > limit:
         raise MemoryError(f"{function} would allocate about {needed / 2**30:,.1f} GiB for its "
                           f"tensors, more than {owner} ({limit / 2**30:,.1f} GiB): give it "

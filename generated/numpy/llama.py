@@ -124,14 +124,19 @@ def require_size(what: str, size: int, name: str, expected: int) -> None:
 MEMORY_LIMIT = None
 
 
+@functools.cache
+def memory_total() -> int:
+    """The default limit, in bytes (read once): the machine's memory."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def require_memory(function: str, needed: int) -> None:
     """Refuse to start ``function`` when the tensors its equations compute (the spec's
     activation count for it, in bytes) would take more than MEMORY_LIMIT: a clear error
     before anything is allocated, instead of a failed allocation or a machine swapping."""
     limit, owner = MEMORY_LIMIT, "MEMORY_LIMIT"
     if limit is None:
-        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        owner = "the machine's memory"
+        limit, owner = memory_total(), "the machine's memory"
     if needed > limit:
         raise MemoryError(f"{function} would allocate about {needed / 2**30:,.1f} GiB for its "
                           f"tensors, more than {owner} ({limit / 2**30:,.1f} GiB): give it "
