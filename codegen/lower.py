@@ -351,6 +351,7 @@ class _Body:
         self.record = None                  # the equation being lowered, for errors
         self.cache = False                  # whether the function takes a cache
         self.comment_names: dict = {}       # dims the shape comments show by another name
+        self.core: AttentionCore | None = None  # the body's attention core, if it is one
         # elements of the tensors the body's own equations compute, by dtype class: the
         # spec's activation count (spec.counts) for this function, checked before it runs
         self.allocated = {"float": sympy.Integer(0), "int": sympy.Integer(0),
@@ -430,7 +431,7 @@ class _Body:
                 self.add_sources(code, shape, family_source=True, state=decl.name)
                 self.cache = self.states = True
         producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
-        core = attention_core(block, producers, self.decls)
+        core = self.core = attention_core(block, producers, self.decls)
         blocking = core if self.lowerer.backend.attention == "query_blocks" else None
         if blocking is not None:
             self.slice_inputs(blocking)
@@ -496,6 +497,15 @@ class _Body:
         self.steps = [ir.Step(tuple(lines))]
         self.traced = [name for name in self.traced if name not in inner]
         self.comment_names = {}
+
+    def keep_masked(self, core: AttentionCore) -> None:
+        """After S = X + L: in float16 a score past its range is +inf, and +inf + (-inf) at a
+        masked key NaN, which would make the row NaN; such entries are set back to -inf."""
+        mask, xp = self.values[core.mask].code, self.xp
+        test = f"if {core.scores}.dtype == {xp}.float16:"
+        reset = f"    {xp}.copyto({core.scores}, -{xp}.inf, where={mask} == -{xp}.inf)"
+        guard = (f"{test}  # a score past float16's range is +inf:", f"{reset}  # masked, not NaN")
+        self.steps[-1] = ir.Step(self.steps[-1].lines + guard)
 
     def fuse_softmax(self, core: AttentionCore, scores: Equation) -> None:
         """Without a trace, ``S = X + L`` and ``A = softmax(S)`` as one ``masked_softmax(X, L)``
@@ -666,6 +676,8 @@ class _Body:
         dtype = declared.dtype if declared is not None else result.value.dtype
         self.allocated[dtype] += numel(Value(shape))
         self.assign(record.output, result.code, shape, dtype)
+        if self.core is not None and record.output == self.core.scores:
+            self.keep_masked(self.core)
         self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}", record.latex,
                                              where(record)))
 

@@ -80,6 +80,9 @@ def test_the_generated_module_reads_like_the_spec():
         "            Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)\n"
         "            + L_h[..., rows, keys]\n"
         "        )  # [H] B rows keys\n"
+        "        if S_h.dtype == np.float16:  # a score past float16's range is +inf:\n"
+        "            np.copyto(S_h, -np.inf, where=L_h[..., rows, keys] == -np.inf)  # masked, not "
+        "NaN\n"
         "        A_h = softmax(S_h)  # [H] B rows keys\n"
         "        O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v\n"
         "        if trace is not None:  # one block: every row and key\n"
@@ -121,6 +124,8 @@ def test_the_cupy_backend_renders_from_the_same_templates():
         "    else:\n"
         "        S_h = batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h"
         "  # [H] B T_q T_kv\n"
+        "        if S_h.dtype == cp.float16:  # a score past float16's range is +inf:\n"
+        "            cp.copyto(S_h, -cp.inf, where=L_h == -cp.inf)  # masked, not NaN\n"
         "        A_h = softmax(S_h)  # [H] B T_q T_kv\n"
         "    O_h = batched_matmul(A_h, V_h)  # [H] B T_q d_v\n"
     ) in text

@@ -518,3 +518,30 @@ def test_a_sequence_longer_than_the_position_table_is_refused(arrays):
         run(arrays, module, inputs(module.transformer, 2, 9), P)
     assert str(error.value) == ("P_table has 8 rows, but positions 0 to 8 need 9: a sequence, "
                                 "with any positions decoded before it, may be at most 8 long")
+
+
+# ---------------------------------------------------------------------------------------------
+# float16 scores past the dtype's range at masked keys
+
+@pytest.mark.parametrize("traced", [False, True], ids=["untraced", "traced"])
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_a_float16_score_overflowing_at_a_masked_key_stays_masked(arrays, traced):
+    """Query 0 against key 1 is 2.5e9, +inf in float16, at a key the causal mask hides: the
+    scores there are -inf all the same (+inf + -inf would be NaN and make the row NaN), so
+    query 0 attends to key 0 alone, as the mask says."""
+    module = model(arrays.name, "decoder_only")
+    Q = np.array([[1.0, 60000.0], [1.0, 0.0]], dtype=np.float16)[None, None]     # H B T d
+    K = np.array([[1.0, 0.0], [0.0, 60000.0]], dtype=np.float16)[None, None]
+    V = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float16)[None, None]
+    L = np.where(np.tri(2, 2) == 1, 0.0, -np.inf).astype(np.float16)[None, None]  # causal
+    trace = {} if traced else None
+    with np.errstate(over="ignore", invalid="ignore"):   # NumPy's warnings of the overflow
+        O = to_numpy(module.scaled_dot_product_attention(*arrays.put([Q, K, V, L]),
+                                                         trace=trace))
+    assert O.dtype == np.float16 and not np.isnan(O).any()
+    np.testing.assert_array_equal(O[0, 0, 0], V[0, 0, 0])             # key 0 alone
+    scores = np.array([1.0, 0.0]) / np.sqrt(2.0)                      # query 1: both keys
+    weights = np.exp(scores) / np.exp(scores).sum()
+    np.testing.assert_allclose(O[0, 0, 1], weights @ V[0, 0].astype(np.float64), rtol=2e-3)
+    if traced:
+        assert to_numpy(trace["S_h"])[0, 0, 0, 1] == -np.inf

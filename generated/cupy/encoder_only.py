@@ -334,7 +334,8 @@ __global__ void softmax_rows(const T* x, const T* mask, T* y, long long rows, lo
     const A none = negative_infinity(A(0));
     A peak = none, total = 0;
     for (long long j = lane; j < n; j += 32) {
-        const A v = load(in + j) + (masked ? load(add + j * mask_step) : A(0));
+        const A m = masked ? load(add + j * mask_step) : A(0);
+        const A v = m == none ? m : load(in + j) + m;  // masked: -inf, even past x's range
         if (v > peak) {
             total = total * exp(peak - v) + 1;
             peak = v;
@@ -353,7 +354,8 @@ __global__ void softmax_rows(const T* x, const T* mask, T* y, long long rows, lo
     T* out = y + row * n;
     const bool hidden = peak == none && total == A(0);
     for (long long j = lane; j < n; j += 32) {
-        const A v = load(in + j) + (masked ? load(add + j * mask_step) : A(0));
+        const A m = masked ? load(add + j * mask_step) : A(0);
+        const A v = m == none ? m : load(in + j) + m;  // masked: -inf, even past x's range
         store(out + j, hidden ? A(0) : (v == peak ? A(1) : exp(v - peak)) / total);
     }
 }
@@ -551,6 +553,8 @@ def scaled_dot_product_attention(
         A_h = masked_softmax(batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)), L_h)
     else:
         S_h = batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h  # [H] B T_q T_kv
+        if S_h.dtype == cp.float16:  # a score past float16's range is +inf:
+            cp.copyto(S_h, -cp.inf, where=L_h == -cp.inf)  # masked, not NaN
         A_h = softmax(S_h)  # [H] B T_q T_kv
     O_h = batched_matmul(A_h, V_h)  # [H] B T_q d_v
     if trace is not None:

@@ -693,6 +693,8 @@ def scaled_dot_product_attention(
             Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)
             + L_h[..., rows, keys]
         )  # [H] B rows keys
+        if S_h.dtype == np.float16:  # a score past float16's range is +inf:
+            np.copyto(S_h, -np.inf, where=L_h[..., rows, keys] == -np.inf)  # masked, not NaN
         A_h = softmax(S_h)  # [H] B rows keys
         O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v
         if trace is not None:  # one block: every row and key
