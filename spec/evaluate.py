@@ -46,11 +46,16 @@ class Exact:
 def as_integers(value) -> np.ndarray:
     """A number or a sequence of integers as an integer array: int64 where every entry fits
     comfortably, Python integers (object) otherwise."""
+    items = value if isinstance(value, list | tuple) else [value]
+    if any(isinstance(v, int) and not -2 ** 62 < v < 2 ** 62 for v in items):
+        return np.array(value, dtype=object)    # NumPy would make them unsigned or float
     array = np.asarray(value)
     if array.dtype == object or array.size == 0:
         return array
     if not np.issubdtype(array.dtype, np.integer):
         raise TypeError(f"not integers: {array.dtype}")
+    if array.dtype.kind == "u" and np.any(array >= 2 ** 62):
+        return array.astype(object)
     return array.astype(np.int64)
 
 

@@ -65,14 +65,10 @@ class Axis:
         return len(values)
 
     def array(self) -> np.ndarray:
-        """The values in order: int64 while every one is below 2**62, else Python integers
-        (NumPy would make 2**63 and up unsigned or floating point)."""
         values = self.values
-        if max(values[0], values[-1]) if isinstance(values, range) else max(values) >= 2 ** 62:
-            return np.array(list(values), dtype=object)
-        if isinstance(values, range):
+        if isinstance(values, range) and max(values[0], values[-1]) < 2 ** 62:
             return np.arange(values.start, values.stop, values.step, dtype=np.int64)
-        return np.array(values, dtype=np.int64)
+        return as_integers(list(values))
 
 
 def parse_axis(text: str) -> Axis:
@@ -415,11 +411,7 @@ def judge(plan: Plan, axes: list[Axis]) -> Grid:
                 np.zeros((len(reasons), count), dtype=bool), {}, dict.fromkeys(COUNTS))
     if not plan.proof.ok:
         return grid
-    # fixed values as one-entry arrays: NumPy turns arithmetic on two 0-d arrays of Python
-    # integers (values past int64) into a bare Python integer, which the evaluator cannot use
-    values = {symbols[name]: np.array([value], dtype=object if value >= 2 ** 62 else np.int64)
-              for name, value in fixed.items()}
-    values |= {symbols[name]: column for name, column in columns.items()}
+    values = {symbols[name]: value for name, value in {**fixed, **columns}.items()}
     evaluator = Evaluator(values)
     derived = _derive(evaluator, lets, symbols, set(values))
     grid.derived = {let.dim: derived[symbols[let.dim]] for let in lets
@@ -490,7 +482,7 @@ def _counts(plan: Plan, values: dict, fixed: dict, valid: np.ndarray):
     FLOPs and activation bytes at the valid combinations (values, and where counted)."""
     spec = plan.variant.spec
     symbols = spec.symbols()
-    at_valid = {symbol: value if np.size(value) == 1 else value[valid]     # fixed: as they are
+    at_valid = {symbol: value if np.ndim(value) == 0 else value[valid]
                 for symbol, value in values.items()}
     evaluator = Evaluator(at_valid)
     known = set(at_valid) | set(_derive(evaluator, plan.lets, symbols, set(at_valid)))
