@@ -15,7 +15,7 @@ from spec import limits
 from spec.check import Result, TensorRow
 from spec.check import check as check_spec
 from spec.diff import Diff, compare, profile
-from spec.errors import UsageError
+from spec.errors import UsageError, quoted
 from spec.findings import Finding
 from spec.grid import Axis, Grid, axes_from
 from spec.grid import evaluate as evaluate_grid
@@ -52,9 +52,9 @@ def read_spec(path: str | Path) -> Spec:
     try:
         stat = path.stat()
     except OSError as error:
-        raise UsageError(f"cannot read {_shown(path)}: {error.strerror}") from None
+        raise UsageError(f"cannot read {quoted(str(path))}: {error.strerror}") from None
     if not path.is_file():
-        raise UsageError(f"{_shown(path)} is not a file")
+        raise UsageError(f"{quoted(str(path))} is not a file")
     return _parse_cached(str(path), stat.st_mtime_ns, stat.st_size)
 
 
@@ -81,14 +81,7 @@ def _exists(path: Path) -> bool:
     try:
         return path.exists()
     except OSError as error:
-        raise UsageError(f"cannot read {_shown(path)}: {error.strerror}") from None
-
-
-def _shown(path: Path) -> str:
-    """A path as an error names it: as it is, or quoted when it holds a line break or another
-    character that does not print (an error is one line)."""
-    text = str(path)
-    return text if text.isprintable() else repr(text)
+        raise UsageError(f"cannot read {quoted(str(path))}: {error.strerror}") from None
 
 
 def resolve_spec(name: str, base_dir: Path | None = None) -> Spec:

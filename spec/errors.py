@@ -6,6 +6,12 @@ Shape problems in a well-formed spec are not errors: they are findings (see ``sp
 """
 
 
+def quoted(text: str) -> str:
+    """User text (a path, a command-line value) as an error names it: as it is, or quoted when
+    it holds a line break or another character that does not print (an error is one line)."""
+    return text if text.isprintable() else repr(text)
+
+
 class TspecError(Exception):
     """Base class: bad input that tspec refuses, with the place it was found."""
 

@@ -27,7 +27,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spec.errors import TspecError, UsageError, VariantError
+from spec.errors import TspecError, UsageError, VariantError, quoted
 from spec.model import Spec
 from spec.ops import SETTINGS
 
@@ -83,7 +83,7 @@ class Published:
 def shown(option: str, text: str) -> str:
     """A command-line value as an error names it: ``--set H=8`` as given, or quoted when it
     holds a line break or another character that does not print (an error is one line)."""
-    return f"{option} {text}" if text.isprintable() else f"{option} {text!r}"
+    return f"{option} {quoted(text)}"
 
 
 def parse_setting(setting: str) -> tuple[str, str]:
