@@ -14,6 +14,7 @@ and is shared by every member.
 """
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 import sympy
@@ -586,30 +587,22 @@ class _Body:
         """``require_memory`` with the bytes of the body's own tensors, where a float array
         gives their item size and every dim they need is known without a keyword argument
         (the check never changes a function's signature)."""
-        bytes_ = self.allocated["int"] * INT_BYTES + self.allocated["bool"] * BOOL_BYTES
-        total = sympy.expand(bytes_ + self.allocated["float"] * sympy.Symbol("itemsize"))
-        if total == 0 or self.float_source is None:
-            return []
-        symbols = total.free_symbols - {sympy.Symbol("itemsize")}
-        if not all(self.knows(symbol) for symbol in symbols):
+        counted = {dtype: n for dtype, n in self.allocated.items() if n != 0}
+        if not counted or self.float_source is None or not all(
+                self.knows(symbol) for n in counted.values() for symbol in n.free_symbols):
             return []
         self.helper("require_memory")
-        itemsize = f"{self.dtype()}.itemsize"
+        sizes = {"float": f"{self.dtype()}.itemsize", "int": str(INT_BYTES),
+                 "bool": str(BOOL_BYTES)}
         tokens: list[str] = []
-        for dtype, size in (("float", itemsize), ("int", str(INT_BYTES)),
-                            ("bool", str(BOOL_BYTES))):
-            if self.allocated[dtype] == 0:
-                continue
-            terms = _terms(self.scalar(self.allocated[dtype]))
-            if size == "1":
-                pass
-            elif len(terms) == 1:
-                terms[0] += f" * {size}"
-            else:
-                terms[0], terms[-1] = "(" + terms[0], terms[-1] + f") * {size}"
-            tokens += [terms[0] if not tokens else "+ " + terms[0].lstrip("+ ")] + terms[1:]
-        total = " ".join(tokens)
-        line = f'require_memory("{self.name}", {total})'
+        for dtype, n in counted.items():
+            terms = _terms(self.scalar(n))
+            if sizes[dtype] != "1":
+                if len(terms) > 1:
+                    terms[0], terms[-1] = "(" + terms[0], terms[-1] + ")"
+                terms[-1] += f" * {sizes[dtype]}"
+            tokens += ["+ " + terms[0] if tokens else terms[0], *terms[1:]]
+        line = f'require_memory("{self.name}", {" ".join(tokens)})'
         if len(line) <= LINE_LENGTH - 4:
             return [line]
         lines, current = [], ""
@@ -817,14 +810,19 @@ class _Body:
 
 def _terms(code: str) -> list[str]:
     """A sum's code split into its terms, each after the first with its sign: "+ x", "- y"."""
-    terms, depth, start = [], 0, 0
-    for index, char in enumerate(code):
-        depth += (char == "(") - (char == ")")
-        if depth == 0 and code[index:index + 3] in (" + ", " - "):
-            terms.append(code[start:index])
-            start = index + 1
-    terms.append(code[start:])
-    return [term.strip() for term in terms]
+    starts = [0] + [index + 1 for index in _top_level(code, (" + ", " - "))] + [len(code)]
+    return [code[a:b].strip() for a, b in itertools.pairwise(starts)]
+
+
+def _top_level(code: str, operators: tuple[str, ...]) -> list[int]:
+    """Where an operator (" + ", ...) stands in code outside every bracket."""
+    depth, found = 0, []
+    for index, character in enumerate(code):
+        depth += character in "([{"
+        depth -= character in ")]}"
+        if depth == 0 and code[index:index + 3] in operators:
+            found.append(index)
+    return found
 
 
 def _scale_the_left_factor(term: OpNode) -> OpNode:
@@ -865,12 +863,7 @@ def _broken(statement: str, width: int) -> tuple[str, ...]:
     """``name = a + b`` too long for one line, as ``name = (`` / ``a`` / ``+ b`` / ``)``,
     broken before the last top-level operator that lets the first part fit."""
     name, _, expression = statement.partition(" = ")
-    depth, splits = 0, []
-    for index, character in enumerate(expression):
-        depth += character in "([{"
-        depth -= character in ")]}"
-        if depth == 0 and expression[index:index + 3] in (" + ", " - ", " @ ", " * "):
-            splits.append(index)
+    splits = _top_level(expression, (" + ", " - ", " @ ", " * "))
     fitting = [i for i in splits if len(expression[:i]) + 4 <= width]
     if not fitting:
         return (statement,)

@@ -85,20 +85,18 @@ def estimate_memory(variant: Variant, dtype: str = "float32") -> MemoryEstimate:
     spec = variant.spec
     choices = spec.choice_values(variant.choices)
     model = counts.costs(spec, choices)[spec.name]
-    size = np.dtype(dtype).itemsize
+    size = {"float": np.dtype(dtype).itemsize, "int": counts.INT_BYTES,
+            "bool": counts.BOOL_BYTES}              # bytes of an element, by dtype class
     try:
         parameters = counts.evaluate(model.parameters, spec, choices, variant.dims)
-        activations = counts.evaluate(model.activations.float, spec, choices, variant.dims) \
-            * size + counts.evaluate(model.activations.int, spec, choices, variant.dims) \
-            * counts.INT_BYTES + counts.evaluate(model.activations.bool, spec, choices,
-                                                 variant.dims) * counts.BOOL_BYTES
+        activations = sum(counts.evaluate(getattr(model.activations, kind), spec, choices,
+                                          variant.dims) * size[kind] for kind in size)
     except KeyError as missing:
         raise UsageError(f"dim {missing.args[0]} has no value; give it with --set "
                          f"{missing.args[0]}=VALUE") from None
-    inputs = sum(int(np.prod(shape, dtype=object)) * (
-        counts.INT_BYTES if kind == "int" else counts.BOOL_BYTES if kind == "bool" else size)
-        for _, shape, kind, _ in _inputs(spec, choices, variant.dims))
-    return MemoryEstimate(parameters * size, inputs, activations)
+    inputs = sum(int(np.prod(shape, dtype=object)) * size[kind]
+                 for _, shape, kind, _ in _inputs(spec, choices, variant.dims))
+    return MemoryEstimate(parameters * size["float"], inputs, activations)
 
 
 def require_memory(variant: Variant, dtype: str, limit: int | None) -> MemoryEstimate:

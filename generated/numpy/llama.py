@@ -169,7 +169,7 @@ def workspace(shape: tuple, dtype) -> np.ndarray:
                 kept.append(buffer)
                 break
         else:
-            if sum(size * len(buffers) for size, buffers in WORKSPACE.items()) + size > \
+            if sum(each * len(buffers) for each, buffers in WORKSPACE.items()) + size > \
                     WORKSPACE_LIMIT:
                 return np.empty(shape, dtype)
             buffer = np.empty(size, np.uint8)
