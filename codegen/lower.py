@@ -290,14 +290,15 @@ class _Lowerer:
 
 
 # helpers in the order the module defines them, and the helpers each one needs (the attention
-# code that calls query_blocks also calls in_parallel)
+# code that calls query_blocks also calls in_parallel, and softmax_matmul, which it defines,
+# softmax_parts)
 HELPER_ORDER = ("subtrace", "decoding", "require_size", "require_memory", "workspace",
                 "parallel", "project", "embed", "table_rows", "positional_encoding", "log_mask",
                 "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
                 "rotary", "repeat_heads", "concat_heads", "kernel_support", "batched_matmul",
                 "softmax", "masked_softmax", "query_blocks", "layer_norm", "rms_norm", "relu",
                 "gelu", "gelu_tanh", "silu")
-HELPER_NEEDS: dict[str, tuple[str, ...]] = {"query_blocks": ("parallel",),
+HELPER_NEEDS: dict[str, tuple[str, ...]] = {"query_blocks": ("parallel", "softmax"),
                                             "parallel": ("workspace",)}
 # with a thread pool (Backend.thread_pool), these helpers run in chunks of rows on it
 THREAD_POOL_NEEDS: dict[str, tuple[str, ...]] = {
@@ -445,7 +446,7 @@ class _Body:
             else:
                 self.call(record)
         if blocking is not None:
-            self.loop_over_query_blocks(blocking)
+            self.loop_over_query_blocks(blocking, producers[block.output])
         elif core is not None:
             self.fuse_softmax(core, producers[core.scores])
         for update in (s for s in statements if isinstance(s, Update)):
@@ -473,23 +474,35 @@ class _Body:
                                                  self.values[decl.name].value)
         self.comment_names = {dim: sympy.Symbol(name) for dim, name in slices.items()}
 
-    def loop_over_query_blocks(self, blocking: AttentionCore) -> None:
+    def loop_over_query_blocks(self, blocking: AttentionCore, output_record: Equation) -> None:
         """The body's steps as a function of one query block, run for every block (at once
-        on a thread pool, where the backend has one), the blocks' outputs joined. With a
-        trace there is one block, of every row and key: it records its intermediates."""
+        on a thread pool, where the backend has one), the blocks' outputs joined.
+
+        Without a trace, ``A = softmax(S)`` and ``O = A @ V`` are one ``softmax_matmul(S, V)``
+        call: O = (e @ V) / total with e = exp(S - max), the division made on the block's
+        output rather than on its weights, which are never stored. With a trace there is one
+        block, of every row and key, computed as written: it records its intermediates. The
+        body's steps are S, A, O in this order (the three equations of an attention core)."""
         self.helper("query_blocks")
         output = self.block.output
         shape = self.values[output].value.shape
         axis = shape.dims.index(blocking.rows) - shape.rank
         inner = [name for name in self.traced if name != output]
-        lines = ["", "def query_block(rows: slice, keys: slice):  # the rows' output, from those keys"]
-        for step in self.steps:
-            lines += ["    " + line for line in step.lines]
+        scores_step, weights_step, output_step = self.steps
+        values = self.values[output_record.expr.args[1].name].code
+        fused = _commented(f"{output} = softmax_matmul({blocking.scores}, "
+                           f"{values})", shape.subs(self.comment_names).text(), LINE_LENGTH - 8)
+        traced = weights_step.lines + output_step.lines
         if inner:
-            lines += ["    if trace is not None:  # one block: every row and key",
-                      f"        trace.update({', '.join(f'{n}={n}' for n in inner)})"]
-        lines += [f"    return {output}", "",
-                  f"blocks = query_blocks({blocking.mask}, QUERY_BLOCK if trace is None else None)"]
+            traced += (f"trace.update({', '.join(f'{n}={n}' for n in inner)})",)
+        never = f"if trace is None:  # {blocking.weights} is never stored: divided out of the product"
+        body = (*scores_step.lines, never,
+                *("    " + line for line in fused),
+                "else:  # one block, every row and key, as written",
+                *("    " + line for line in traced))
+        lines = ["", "def query_block(rows: slice, keys: slice):  # the rows' output, from those keys",
+                 *("    " + line for line in body), f"    return {output}", "",
+                 f"blocks = query_blocks({blocking.mask}, QUERY_BLOCK if trace is None else None)"]
         if shape.family is not None and axis == -2:
             join = "join_query_blocks(in_parallel(query_block, blocks))"
         else:

@@ -225,6 +225,38 @@ def test_softmax_of_a_row_holding_inf_is_its_limit(arrays, dtype):
     np.testing.assert_allclose(y[3].astype(np.float64), softmax_reference(x[3]), rtol=2e-3)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+def test_softmax_matmul_is_softmax_then_matmul_on_every_kind_of_row(dtype):
+    """NumPy's untraced attention divides by the row sums after the product with V
+    (softmax_matmul): on the rows above (huge and tiny logits, a fully masked row, rows
+    holding +inf) it gives float64's softmax(S) @ V within the dtype's rounding of the
+    product, in S's dtype, without a warning, overwriting S (but in float16). In float16 the exponentials are
+    multiplied by V in float32: 128 weights near 1 times values near 1000 sum past 65504, so
+    a float16 product before the division would be inf."""
+    big = float(np.finfo(dtype).max)
+    inf = np.inf
+    S = np.array([[1e4, -1e4, 1e-30, 0.0], [-1e4, -1e4 + 8, -1e4 + 16, -1e4 + 24],
+                  [big, big / 2, 0.0, -big], [-big, -inf, -inf, -inf],
+                  [-inf, -inf, -inf, -inf], [inf, 0.0, 1.0, inf], [inf, -inf, 5.0, -3.0]])
+    S = S.astype(dtype)[None]                                                # 1 7 4
+    V = np.random.default_rng(0).standard_normal((1, 4, 3)).astype(dtype)   # 1 4 3
+    module = model("numpy", "encoder_only")
+    # softmax in float64, its limit on the +inf rows (pinned against float64 above)
+    expected = module.softmax(S.astype(np.float64)) @ V.astype(np.float64)
+    given = S.copy()
+    O = no_warnings(module.softmax_matmul, given, V)
+    assert O.dtype == np.dtype(dtype) and O.shape == (1, 7, 3)
+    tolerance = {"float64": 1e-15, "float32": 2.0 ** -21, "float16": 2.0 ** -8}[dtype]
+    np.testing.assert_allclose(O.astype(np.float64), expected, rtol=0, atol=tolerance)
+    np.testing.assert_array_equal(O[0, 4], 0)                  # every key masked: nothing
+    # S holds the exponentials now; float16 works in a float32 copy and leaves it
+    assert np.array_equal(given, S, equal_nan=True) == (dtype == "float16")
+    if dtype == "float16":
+        S = np.zeros((1, 1, 128), dtype=np.float16)
+        V = np.full((1, 128, 1), 1000.0, dtype=np.float16)
+        np.testing.assert_array_equal(module.softmax_matmul(S, V), [[[1000.0]]])
+
+
 # ---------------------------------------------------------------------------------------------
 # float16: statistics in float32, float16 out
 

@@ -468,3 +468,19 @@ def test_query_blocks_keep_the_keys_a_mask_leaves_visible():
     hidden = np.full((1, 1, 3, 4), -np.inf)
     assert module.query_blocks(hidden, 8) == [(slice(0, 3), slice(0, 1))]
     assert module.query_blocks(causal, None) == [(slice(0, 5), slice(0, 5))]
+
+
+def test_a_long_query_axis_goes_in_blocks_of_twice_the_size(monkeypatch):
+    """Blocks of 2 * size rows once each worker still gets BLOCKS_PER_WORKER (4) of them:
+    fewer, larger products where there are enough blocks to share out evenly."""
+    module = generated(attention_bias="all")
+
+    def sizes(T, workers):
+        monkeypatch.setattr(module, "WORKERS", workers)
+        causal = module.log_mask(np.tri(T, T, dtype=bool), np.float64)[None, None]
+        blocks = module.query_blocks(causal, 2)
+        assert blocks[-1][1] == slice(0, T)                      # the last block: every key
+        return {rows.stop - rows.start for rows, _ in blocks}
+
+    assert sizes(31, 2) == {2, 1} and sizes(32, 2) == {4} and sizes(33, 2) == {4, 1}
+    assert sizes(15, 1) == {2, 1} and sizes(16, 1) == {4}

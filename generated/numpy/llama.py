@@ -414,6 +414,42 @@ def concat_heads(O_h: Float[np.ndarray, "H *batch d"]) -> Float[np.ndarray, "*ba
     return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
 
 
+@typechecked
+def softmax_parts(
+    x: Float[np.ndarray, " *shape"],
+    axis: int = -1,
+    out: Optional[Float[np.ndarray, " *shape"]] = None,  # noqa: UP045
+) -> tuple[Float[np.ndarray, " *shape"], Float[np.ndarray, " *reduced"]]:
+    """e = exp(x - max) along an axis and total = sum(e) there (1 on the axis), so that
+    softmax(x) = e / total; e into ``out`` when given (which may be x itself).
+
+    Defined for every row: one that is -inf everywhere (every key masked) gets e = 0 and
+    total 1, so weights 0, not NaN: it attends to nothing. One holding +inf (an overflow
+    before it) gets the limit: e = 1 at its +inf entries, 0 elsewhere. A NaN makes its row
+    NaN. Logits as far apart as the dtype allows (-max and max) give 0 and 1, without a
+    warning. float16 is computed in float32 (the maximum, the exponentials and their sum,
+    which would overflow float16 past 65504 entries near 1): e and total are then float32,
+    e a new array.
+    """
+    if x.dtype == np.float16:
+        x = out = x.astype(np.float32)  # *shape, a copy to work in
+    peak = x.max(axis=axis, keepdims=True, initial=-np.inf)  # *shape, 1 on axis
+    infinite = peak == np.inf  # *shape, 1 on axis: rows holding +inf
+    if infinite.any():  # such a row as 0 at its +inf entries and -inf elsewhere: the limit
+        top = x == np.inf  # *shape
+        x = x if x is out else x.copy()  # *shape
+        np.copyto(x, -np.inf, where=infinite & ~top)
+        np.copyto(x, 0, where=top)
+        peak[infinite] = 0
+    peak[~np.isfinite(peak)] = 0  # a fully masked row (or one with a NaN)
+    with np.errstate(over="ignore"):  # below the dtype's range: -inf, e = 0
+        e = np.subtract(x, peak, out=out)  # *shape
+    np.exp(e, out=e)
+    total = e.sum(axis=axis, keepdims=True)  # *shape, 1 on axis
+    total[total == 0] = 1
+    return e, total
+
+
 @in_row_chunks
 @typechecked
 def softmax(
@@ -421,33 +457,12 @@ def softmax(
     axis: int = -1,
     out: Optional[Float[np.ndarray, " *shape"]] = None,  # noqa: UP045
 ) -> Float[np.ndarray, " *shape"]:
-    """exp(x) / sum(exp(x)) along an axis, with the row maximum subtracted first; into ``out``
-    when given (which may be x itself).
-
-    Defined for every row: one that is -inf everywhere (every key masked) gets weights 0, not
-    NaN: it attends to nothing. One holding +inf (an overflow before it) gets the limit: its
-    +inf entries share the weight equally, the others get 0. A NaN makes its row NaN. Logits
-    as far apart as the dtype allows (-max and max) give 0 and 1, without a warning. float16
-    is computed in float32 (the maximum, the exponentials and their sum, which would overflow
-    float16 past 65504 weights near 1) and rounded to float16 once: float16 in, float16 out.
+    """exp(x) / sum(exp(x)) along an axis, with the row maximum subtracted first
+    (softmax_parts); into ``out`` when given (which may be x itself). float16 is computed in
+    float32 and rounded to float16 once: float16 in, float16 out.
     """
     wide = x.dtype == np.float16
-    if wide:
-        x = x.astype(np.float32)  # *shape, a copy to work in
-    peak = x.max(axis=axis, keepdims=True, initial=-np.inf)  # *shape, 1 on axis
-    infinite = peak == np.inf  # *shape, 1 on axis: rows holding +inf
-    if infinite.any():  # such a row as 0 at its +inf entries and -inf elsewhere: the limit
-        top = x == np.inf  # *shape
-        x = x if wide else x.copy()  # *shape
-        np.copyto(x, -np.inf, where=infinite & ~top)
-        np.copyto(x, 0, where=top)
-        peak[infinite] = 0
-    peak[~np.isfinite(peak)] = 0  # a fully masked row (or one with a NaN)
-    with np.errstate(over="ignore"):  # below the dtype's range: -inf, weight 0
-        e = np.subtract(x, peak, out=x if wide else out)  # *shape
-    np.exp(e, out=e)
-    total = e.sum(axis=axis, keepdims=True)  # *shape, 1 on axis
-    total[total == 0] = 1
+    e, total = softmax_parts(x, axis, out=None if wide else out)  # *shape; 1 on axis
     e /= total
     if not wide:
         return e
@@ -458,6 +473,8 @@ def softmax(
 
 
 QUERY_BLOCK = 32  # query rows attention computes at once (None: all rows and keys at once)
+BLOCKS_PER_WORKER = 4  # a query axis long enough to give each worker as many blocks of twice
+#                        QUERY_BLOCK rows goes in such blocks: fewer, larger products
 
 
 @typechecked
@@ -472,10 +489,16 @@ def query_blocks(
     block whose rows are all fully masked keeps one key, so its rows still get weights 0.
     ``size`` None, or no query rows (T_q = 0): one block of all rows and all keys, the whole
     score matrix at once.
+
+    Blocks of twice ``size`` rows where there are still BLOCKS_PER_WORKER of them for each
+    worker thread: a larger block is a more efficient matrix product, and many blocks share
+    out evenly even under a causal mask, where later blocks see more keys.
     """
     T_q, T_kv = L.shape[-2:]
     if size is None or T_q == 0:
         return [(slice(0, T_q), slice(0, T_kv))]
+    if T_q >= 2 * size * BLOCKS_PER_WORKER * WORKERS:
+        size *= 2
     blocks = []
     for start in range(0, T_q, size):
         rows = slice(start, min(start + size, T_q))
@@ -496,6 +519,23 @@ def join_query_blocks(blocks: list) -> Float[np.ndarray, "H *batch T d"]:
     joined = workspace(side_by_side, first.dtype)  # *batch T H d
     joined = np.moveaxis(joined, -2, 0)  # H *batch T d
     return np.concatenate(blocks, axis=-2, out=joined)
+
+
+@typechecked
+def softmax_matmul(
+    S: Float[np.ndarray, "*#batch rows keys"], V: Float[np.ndarray, "*#batch keys d"]
+) -> Float[np.ndarray, "*#batch rows d"]:
+    """softmax(S, axis=-1) @ V, computed as (e @ V) / total with e = exp(S - max) and total
+    its row sums (softmax_parts): the division is made on the rows x d product, not on the
+    rows x keys weights, which are never stored. S is overwritten with e, but for float16,
+    which is computed in float32 (e, a copy, the product and the division) and rounded to
+    float16 once.
+    """
+    wide = S.dtype == np.float16
+    e, total = softmax_parts(S, out=S)  # *batch rows keys; *batch rows 1
+    product = e @ V  # *batch rows d
+    product /= total
+    return product.astype(np.float16) if wide else product  # *batch rows d
 
 
 @in_row_chunks
@@ -706,9 +746,11 @@ def scaled_dot_product_attention(
         )  # [H] B rows keys
         if S_h.dtype == np.float16:  # a score past float16's range is +inf:
             np.copyto(S_h, -np.inf, where=L_h[..., rows, keys] == -np.inf)  # masked, not NaN
-        A_h = softmax(S_h)  # [H] B rows keys
-        O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v
-        if trace is not None:  # one block: every row and key
+        if trace is None:  # A_h is never stored: divided out of the product
+            O_h = softmax_matmul(S_h, V_h[..., keys, :])  # [H] B rows d_v
+        else:  # one block, every row and key, as written
+            A_h = softmax(S_h)  # [H] B rows keys
+            O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v
             trace.update(S_h=S_h, A_h=A_h)
         return O_h
 
