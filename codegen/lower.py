@@ -46,10 +46,12 @@ from spec.model import (
 )
 from spec.model import lets as derived_dims
 from spec.model import outputs as model_outputs
-from spec.ops import ACTIVATIONS, ATOM, OPS, SETTINGS, Operand, Unchecked, Value, numel, wrap
+from spec.ops import ACTIVATIONS, ATOM, OPS, SETTINGS, Operand, Unchecked, Value, align, numel, wrap
 from spec.shape import Shape, format_expr
 
 LINE_LENGTH = 96      # 100 less the function body's indent
+# ops whose code always makes a new array (never a view of an operand), on every backend
+FRESH_RESULT_OPS = frozenset({"matmul", "scale", "add", "sub", "mul", "div", "neg"})
 DTYPE_CLASS = {"float": "Float", "int": "Int", "bool": "Bool"}
 
 
@@ -354,6 +356,7 @@ class _Body:
         self.cache = False                  # whether the function takes a cache
         self.comment_names: dict = {}       # dims the shape comments show by another name
         self.core: AttentionCore | None = None  # the body's attention core, if it is one
+        self.width = LINE_LENGTH            # of a step's lines (less inside query_block)
         # elements of the tensors the body's own equations compute, by dtype class: the
         # spec's activation count (spec.counts) for this function, checked before it runs
         self.allocated = {"float": sympy.Integer(0), "int": sympy.Integer(0),
@@ -473,6 +476,7 @@ class _Body:
                 self.values[decl.name] = Operand(f"{decl.name}[..., {', '.join(index)}]",
                                                  self.values[decl.name].value)
         self.comment_names = {dim: sympy.Symbol(name) for dim, name in slices.items()}
+        self.width = LINE_LENGTH - 4        # the steps go inside def query_block
 
     def loop_over_query_blocks(self, blocking: AttentionCore, output_record: Equation) -> None:
         """The body's steps as a function of one query block, run for every block (at once
@@ -675,23 +679,45 @@ class _Body:
         return Operand(code, value, precedence, called[0] if called else None)
 
     def equation(self, record: Equation) -> None:
-        result = self.operand(record.expr)
+        scores = self.core is not None and record.output == self.core.scores
+        in_place = self.masked_in_place(record) if scores else None
+        result = in_place[0] if in_place else self.operand(record.expr)
         declared = self.decls.get(record.output)
         shape = declared.shape if declared is not None and declared.shape is not None \
             else result.value.shape
         dtype = declared.dtype if declared is not None else result.value.dtype
         self.allocated[dtype] += numel(Value(shape))
-        self.assign(record.output, result.code, shape, dtype)
-        if self.core is not None and record.output == self.core.scores:
+        lines = None
+        if in_place:
+            comment = shape.subs(self.comment_names).text()
+            lines = _commented(f"{record.output} = {result.code}", comment, self.width) + \
+                _commented(f"{record.output} += {in_place[1].code}", comment, self.width)
+        self.assign(record.output, result.code, shape, dtype, lines)
+        if scores:
             self.keep_masked(self.core)
         self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}", record.latex,
                                              where(record)))
+
+    def masked_in_place(self, record: Equation) -> tuple[Operand, Operand] | None:
+        """The scores ``S = X + L`` of an attention core as ``S = X`` then ``S += L`` where
+        X's code makes a new array of S's full shape (an arithmetic op's result, never a view
+        of an input): one array of scores instead of two. X's and L's operands, or None."""
+        left_term, mask_term = record.expr.args
+        declared = self.decls.get(record.output)
+        if not (isinstance(left_term, OpNode) and left_term.op in FRESH_RESULT_OPS and
+                isinstance(mask_term, TensorRef) and declared is not None and
+                declared.shape is not None):
+            return None
+        left, mask = align(self.operand(left_term), self.operand(mask_term))
+        if left.value.shape != declared.shape or left.value.dtype != "float":
+            return None
+        return left, mask
 
     def assign(self, name: str, code: str, shape: Shape, dtype: str,
                lines: tuple[str, ...] | None = None) -> None:
         self.values[name] = Operand(name, Value(shape, dtype, tensor=name))
         comment = shape.subs(self.comment_names).text()
-        self.steps.append(ir.Step(lines or _commented(f"{name} = {code}", comment)))
+        self.steps.append(ir.Step(lines or _commented(f"{name} = {code}", comment, self.width)))
         self.traced.append(name)
         if dtype == "float" and self.float_source is None:
             self.float_source = name

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import reference_numpy
+import scipy.special
 from compare import assert_close
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -76,10 +77,9 @@ def test_the_generated_module_reads_like_the_spec():
         "    d_k = Q_h.shape[-1]\n"
         "\n"
         "    def query_block(rows: slice, keys: slice):  # the rows' output, from those keys\n"
-        "        S_h = (\n"
-        "            Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)\n"
-        "            + L_h[..., rows, keys]\n"
-        "        )  # [H] B rows keys\n"
+        "        # [H] B rows keys\n"
+        "        S_h = Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)\n"
+        "        S_h += L_h[..., rows, keys]  # [H] B rows keys\n"
         "        if S_h.dtype == np.float16:  # a score past float16's range is +inf:\n"
         "            np.copyto(S_h, -np.inf, where=L_h[..., rows, keys] == -np.inf)  # masked, not "
         "NaN\n"
@@ -124,8 +124,8 @@ def test_the_cupy_backend_renders_from_the_same_templates():
         "        A_h = masked_softmax(batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)), "
         "L_h)\n"
         "    else:\n"
-        "        S_h = batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h"
-        "  # [H] B T_q T_kv\n"
+        "        S_h = batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2))  # [H] B T_q T_kv\n"
+        "        S_h += L_h  # [H] B T_q T_kv\n"
         "        if S_h.dtype == cp.float16:  # a score past float16's range is +inf:\n"
         "            cp.copyto(S_h, -cp.inf, where=L_h == -cp.inf)  # masked, not NaN\n"
         "        A_h = softmax(S_h)  # [H] B T_q T_kv\n"
@@ -742,3 +742,39 @@ def test_attention_blocks_only_where_blocks_give_the_same_numbers(scores, axis, 
     blocks = module.a(Q, K, V, L)
     whole = module.a(Q, K, V, L, trace={})
     np.testing.assert_allclose(blocks, whole, rtol=1e-13, atol=1e-13)
+
+
+MASKED = ('dim B "b"\ndim T_q "q"\ndim T_kv "k"\ndim d "d"\n'
+          'block attend(X "{x}", V "B T_kv d", L "B T_q T_kv") -> O:\n'
+          '    S "B T_q T_kv" = {scores}\n'
+          '    A "B T_q T_kv" = softmax(S, axis=-1)\n'
+          '    O "B T_q d" = A @ V\n'
+          'input X "{x}"\ninput V "B T_kv d"\ninput L "B T_q T_kv"\n'
+          'O "B T_q d" = attend(X, V, L)\noutput O\n')
+
+
+@pytest.mark.parametrize("x, scores, in_place", [
+    ("B T_q T_kv", "X * 2 + L", True),      # a product: a new array of the scores' shape
+    ("B T_q T_kv", "X + L", False),         # the caller's own array
+    ("B T_q T_kv", "X.T.T + L", False),     # a view of it
+    ("T_q T_kv", "X * 2 + L", False),       # a new array, but smaller than the scores
+])
+def test_the_mask_is_added_in_place_only_to_a_new_array_of_the_scores_shape(x, scores,
+                                                                            in_place):
+    """S = X + L as S = X; S += L (one array of scores instead of two) only where X's code
+    makes a new array as large as S: never into the caller's array or a view of it."""
+    spec = parse(MASKED.replace("{x}", x).replace("{scores}", scores), file="m.tspec")
+    text = source(spec, {})
+    assert ("        S += L[..., rows, keys]  # B rows keys\n" in text) is in_place
+    module = load_source(text)
+    module.QUERY_BLOCK = 2
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2, 5, 6) if x.startswith("B") else (5, 6))
+    V = rng.standard_normal((2, 6, 3))
+    L = np.where(np.tri(5, 6, dtype=bool), 0.0, -np.inf)[None].repeat(2, 0)
+    given = X.copy()
+    expected = scipy.special.softmax(X * (2 if "2" in scores else 1) + L, axis=-1) @ V
+    for trace in (None, {}):
+        np.testing.assert_allclose(module.m(X, V, L, trace=trace), expected, rtol=1e-13,
+                                   atol=1e-13)
+        np.testing.assert_array_equal(X, given)

@@ -729,10 +729,9 @@ def scaled_dot_product_attention(
     d_k = Q_h.shape[-1]
 
     def query_block(rows: slice, keys: slice):  # the rows' output, from those keys
-        S_h = (
-            Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)
-            + L_h[..., rows, keys]
-        )  # [H] B rows keys
+        # [H] B rows keys
+        S_h = Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)
+        S_h += L_h[..., rows, keys]  # [H] B rows keys
         if S_h.dtype == np.float16:  # a score past float16's range is +inf:
             np.copyto(S_h, -np.inf, where=L_h[..., rows, keys] == -np.inf)  # masked, not NaN
         if trace is None:  # A_h is never stored: divided out of the product
