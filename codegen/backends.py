@@ -32,9 +32,10 @@ class Backend:
     # exact GELU in float32 by a polynomial in tanh accurate to float32 (scipy's erf takes
     # about 20 ns an element on the CPU); off where erf is a fast kernel of its own
     float32_gelu: bool
-    # the memory a function's tensors may take at most when MEMORY_LIMIT is None: the
-    # machine's (NumPy) or the GPU's (CuPy), in bytes
-    memory_total: str
+    # the memory a function's tensors may take at most when MEMORY_LIMIT is None, in bytes:
+    # the body of memory_total(), lines that return it (the process's for NumPy: the
+    # machine's, or less under an address-space limit; the GPU's for CuPy)
+    memory_total: tuple[str, ...]
     memory_owner: str      # whose memory that is, as the error says
     # the helper for a product of two stacks of matrices (None: the @ operator)
     batched_matmul: str | None = None
@@ -52,12 +53,15 @@ BACKENDS: dict[str, Backend] = {
     "numpy": Backend("numpy", "numpy", "np", "np.ndarray", "from scipy.special import erf",
                      "NumPy on the CPU", attention="query_blocks", thread_pool=True,
                      float32_gelu=True,
-                     memory_total='os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")',
-                     memory_owner="the machine's memory"),
+                     memory_total=(
+                         'total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")',
+                         "soft, _ = resource.getrlimit(resource.RLIMIT_AS)  # ulimit -v",
+                         "return total if soft == resource.RLIM_INFINITY else min(total, soft)"),
+                     memory_owner="the memory this process may use"),
     "cupy": Backend(
         "cupy", "cupy", "cp", "cp.ndarray", "from cupyx.scipy.special import erf",
         "CuPy on an NVIDIA GPU", attention="fused", thread_pool=False, float32_gelu=False,
-        memory_total="cp.cuda.Device().mem_info[1]", memory_owner="the GPU's memory",
+        memory_total=("return cp.cuda.Device().mem_info[1]",), memory_owner="the GPU's memory",
         batched_matmul="batched_matmul",
         helpers={name: f"helpers/cupy/{name}.py.j2"
                  for name in ("kernel_support", "softmax", "masked_softmax", "layer_norm",

@@ -94,6 +94,7 @@ def _imports(text: str, module: ir.Module) -> list[str]:
     standard += ["import itertools"] if "itertools." in body else []
     standard += ["import math"] if "math." in body else []
     standard += ["import os"]
+    standard += ["import resource"] if "resource." in body else []
     standard += ["import sys"] if "sys." in body else []
     standard += ["import threading"] if "threading." in body else []
     standard += ["import warnings"] if "warnings." in body else []

@@ -1,6 +1,10 @@
 """Resource limits: `tspec run` and the generated functions estimate the memory they need
 from the spec's counts and refuse absurd sizes before allocating anything."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -121,8 +125,23 @@ def test_absurd_inputs_are_refused_before_they_are_materialised():
     u = np.broadcast_to(np.zeros((1, 1), dtype=np.int64), (10**6, 10**6))
     m = np.broadcast_to(np.ones((1, 1), dtype=bool), (10**6, 10**6))
     with pytest.raises(MemoryError, match=r"^transformer would allocate about [0-9,.]+ GiB "
-                                          r"for its tensors, more than the machine's memory "):
+                                          r"for its tensors, more than the memory this "
+                                          r"process may use "):
         model.transformer(u, m, params, H=4)
+
+
+def test_the_default_limit_is_the_memory_this_process_may_use():
+    """memory_total() is tspec run's default limit too (weights.memory_bytes): the machine's
+    memory, or the address-space limit (ulimit -v) where that is lower."""
+    model = load_module(GENERATED / "decoder_only.py")
+    assert model.memory_total() == weights.memory_bytes()
+    limit = 6 * 2**30
+    script = ("import resource, sys; from codegen.runtime import load_module; "
+              f"resource.setrlimit(resource.RLIMIT_AS, ({limit}, resource.RLIM_INFINITY)); "
+              f"print(load_module({str(GENERATED / 'decoder_only.py')!r}).memory_total())")
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           check=True, cwd=Path(__file__).parent.parent)
+    assert int(shown.stdout) == min(limit, model.memory_total())
 
 
 def test_each_function_checks_its_own_tensors():

@@ -25,6 +25,7 @@ import functools
 import itertools
 import math
 import os
+import resource
 import sys
 import threading
 import warnings
@@ -59,14 +60,16 @@ def subtrace(trace: dict | None, *path: str | int) -> dict | None:
 
 
 # the most bytes the tensors of one function's own equations may take: it refuses to start
-# beyond that; None: the machine's memory
+# beyond that; None: the memory this process may use
 MEMORY_LIMIT = None
 
 
 @functools.cache
 def memory_total() -> int:
-    """The default limit, in bytes (read once): the machine's memory."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    """The default limit, in bytes (read once): the memory this process may use."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)  # ulimit -v
+    return total if soft == resource.RLIM_INFINITY else min(total, soft)
 
 
 def require_memory(function: str, needed: int) -> None:
@@ -75,7 +78,7 @@ def require_memory(function: str, needed: int) -> None:
     before anything is allocated, instead of a failed allocation or a machine swapping."""
     limit, owner = MEMORY_LIMIT, "MEMORY_LIMIT"
     if limit is None:
-        limit, owner = memory_total(), "the machine's memory"
+        limit, owner = memory_total(), "the memory this process may use"
     if needed > limit:
         raise MemoryError(f"{function} would allocate about {needed / 2**30:,.1f} GiB for its "
                           f"tensors, more than {owner} ({limit / 2**30:,.1f} GiB): give it "
