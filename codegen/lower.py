@@ -499,13 +499,13 @@ class _Body:
         traced = weights_step.lines + output_step.lines
         if inner:
             traced += (f"trace.update({', '.join(f'{n}={n}' for n in inner)})",)
-        never = f"if trace is None:  # {blocking.weights} is never stored: divided out of the product"
-        body = (*scores_step.lines, never,
+        never = f"{blocking.weights} is never stored: divided out of the product"
+        body = (*scores_step.lines, f"if trace is None:  # {never}",
                 *("    " + line for line in fused),
                 "else:  # one block, every row and key, as written",
                 *("    " + line for line in traced))
-        lines = ["", "def query_block(rows: slice, keys: slice):  # the rows' output, from those keys",
-                 *("    " + line for line in body), f"    return {output}", "",
+        header = "def query_block(rows: slice, keys: slice):  # the rows' output, from those keys"
+        lines = ["", header, *("    " + line for line in body), f"    return {output}", "",
                  f"blocks = query_blocks({blocking.mask}, QUERY_BLOCK if trace is None else None)"]
         if shape.family is not None and axis == -2:
             join = "join_query_blocks(in_parallel(query_block, blocks))"

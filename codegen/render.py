@@ -10,12 +10,11 @@ import ast
 import functools
 import re
 import textwrap
-import unicodedata
 
 import jinja2
 
 from codegen import ir
-from spec.errors import CodegenError
+from spec.errors import CodegenError, hidden
 
 LINE_LENGTH = 100
 TEMPLATES = "codegen"
@@ -62,15 +61,11 @@ def render(module: ir.Module) -> str:
     return text
 
 
-# characters that end a line of Python source or are invisible in it
-_LINE_BREAKING = ("Cc", "Cf", "Zl", "Zp")
-
-
 def _docstring_text(text: str, what: str) -> str:
     """Spec text as a docstring or comment of generated code carries it: refused when it could
     end its line or its docstring (the spec's parser refuses such text first; this is the
     last gate before code)."""
-    bad = next((c for c in text if unicodedata.category(c) in _LINE_BREAKING), None)
+    bad = next((c for c in text if hidden(c)), None)
     if bad is not None:
         raise CodegenError(f"{what} {text!r} holds the character U+{ord(bad):04X}, which "
                            "generated code cannot carry in a docstring or comment")

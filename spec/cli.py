@@ -22,11 +22,10 @@ import argparse
 import os
 import re
 import sys
-import unicodedata
 from pathlib import Path
 
 from spec import api, counts, limits
-from spec.errors import GridError, TspecError, UsageError
+from spec.errors import GridError, TspecError, UsageError, hidden
 from spec.findings import KINDS, display_path, to_json
 from spec.grid import MAX_COMBINATIONS, parse_axis
 from spec.model import choices_in_force
@@ -39,8 +38,7 @@ EXIT_BROKEN_PIPE = 141     # 128 + SIGPIPE, as a shell reports `yes | head`
 def _one_line(message: str) -> str:
     """An error as one line: any line break or other control character in it (a user's
     argument or path, quoted as given) shown as its escape."""
-    return "".join(ascii(c)[1:-1] if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")
-                   else c for c in message)
+    return "".join(ascii(c)[1:-1] if hidden(c) else c for c in message)
 
 
 class _Parser(argparse.ArgumentParser):

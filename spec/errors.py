@@ -6,6 +6,26 @@ Shape problems in a well-formed spec are not errors: they are findings (see ``sp
 """
 
 
+import unicodedata
+
+# Unicode categories of the characters that end a line (of Python source, of a terminal's
+# output) or do not show: control and format characters, line and paragraph separators
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def hidden(char: str) -> bool:
+    """Whether a character ends a line or does not show (HIDDEN_CATEGORIES)."""
+    return unicodedata.category(char) in HIDDEN_CATEGORIES
+
+
+def hidden_kind(char: str) -> str:
+    """What an error calls a hidden character: "line separator", "paragraph separator" or
+    "control character" (format characters too: they are as invisible)."""
+    if unicodedata.category(char) in ("Zl", "Zp"):
+        return unicodedata.name(char).lower()
+    return "control character"
+
+
 def quoted(text: str) -> str:
     """User text (a path, a command-line value) as an error names it: as it is, or quoted when
     it holds a line break or another character that does not print (an error is one line)."""

@@ -395,7 +395,11 @@ def to_sympy(node: Node, symbols: dict[str, sympy.Symbol], *, file: str | None =
             if n.op == "%":
                 if right == 0:
                     raise fail(n, f"{what}: modulo by zero")
-                return sympy.Mod(left, right)
+                try:
+                    return sympy.Mod(left, right)
+                except RecursionError:       # sympy's Mod on some fractional operands
+                    raise fail(n, f"{what}: the remainder {to_text(n)} cannot be simplified; "
+                                  "write it with whole-number operands") from None
             if n.op == "**":
                 if not (isinstance(right, sympy.Integer) and 0 <= right <= 64):
                     raise fail(n, f"{what}: exponents must be integers from 0 to 64")

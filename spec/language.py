@@ -33,7 +33,6 @@ Nothing here evaluates text: expressions go through ``spec.expr``'s parser and w
 import difflib
 import hashlib
 import itertools
-import unicodedata
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -41,7 +40,7 @@ from pathlib import Path
 import sympy
 
 from spec import expr as ex
-from spec.errors import SpecError, SpecSyntaxError
+from spec.errors import SpecError, SpecSyntaxError, hidden, hidden_kind
 from spec.model import (
     Block,
     BlockCall,
@@ -827,14 +826,10 @@ def parse(text: str, file: str | None = None) -> Spec:
         for column, char in enumerate(line, 1):
             # a tab, and a carriage return ending its line (CRLF); a lone one ends a line
             # in Python, so it could carry spec text out of a comment in generated code
-            if unicodedata.category(char) in ("Cc", "Cf") and not (
-                    char == "\t" or char == "\r" and column == len(line)):
-                raise SpecSyntaxError(f"control character U+{ord(char):04X} in the spec; specs "
-                                      "are plain text", file=file, line=number, column=column)
-            if unicodedata.category(char) in ("Zl", "Zp"):
-                raise SpecSyntaxError(f"{unicodedata.name(char).lower()} U+{ord(char):04X} in "
-                                      "the spec; specs are plain text", file=file, line=number,
-                                      column=column)
+            if not hidden(char) or char == "\t" or char == "\r" and column == len(line):
+                continue
+            raise SpecSyntaxError(f"{hidden_kind(char)} U+{ord(char):04X} in the spec; specs "
+                                  "are plain text", file=file, line=number, column=column)
     reader = _Reader(text, file)
     body, _ = reader.read()
     built = _Builder(reader).build(body)

@@ -23,11 +23,10 @@ import difflib
 import math
 import re
 import tomllib
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spec.errors import TspecError, UsageError, VariantError, quoted
+from spec.errors import TspecError, UsageError, VariantError, hidden, hidden_kind, quoted
 from spec.model import Spec
 from spec.ops import SETTINGS
 
@@ -200,10 +199,9 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
     if not isinstance(description, str):
         raise VariantError("description must be a string", file=file,
                            line=_line_of(text, None, "description"))
-    control = next((c for c in description if unicodedata.category(c) in ("Cc", "Cf")
-                    ), None)
+    control = next((c for c in description if hidden(c)), None)
     if control is not None:
-        raise VariantError(f"description holds the control character U+{ord(control):04X}",
+        raise VariantError(f"description holds the {hidden_kind(control)} U+{ord(control):04X}",
                            file=file, line=_line_of(text, None, "description"))
     dims: dict[str, int] = {}
     for section in ("dims", "choices", "settings"):

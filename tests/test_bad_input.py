@@ -596,6 +596,15 @@ def test_constraint_with_modulo_by_zero():
         parse(HEADER + 'require d % (B - B) == 0\n')
 
 
+def test_a_remainder_sympy_cannot_build_is_refused_where_it_is_written():
+    # sympy's Mod recurses without end on (a - 2/3) % (c + 1/2); the CLI called it nesting
+    with pytest.raises(SpecError) as caught:
+        parse(HEADER + 'require (d - 2/3) % (B + 1/2) == 0\n')
+    assert str(caught.value) == ("t.tspec:4:19: constraint: the remainder (d - 2 / 3) % "
+                                 "(B + 1 / 2) cannot be simplified; write it with whole-number "
+                                 "operands")
+
+
 def test_a_name_cannot_be_both_a_dim_and_a_choice():
     with pytest.raises(SpecError):
         parse('dim B "batch"\ndim act "width"\nchoice act = relu | gelu\ninput X "B act"\n')
