@@ -694,6 +694,9 @@ def test_a_description_with_a_control_character(tmp_path):
     path.write_text('spec = "transformer"\ndescription = "a\\u001b[31m"\n', encoding="utf-8")
     with raises(VariantError, f"{path}:2: description holds the control character U+001B"):
         api.load(str(path))
+    path.write_text('spec = "transformer"\ndescription = "a\\u2029b"\n', encoding="utf-8")
+    with raises(VariantError, f"{path}:2: description holds the paragraph separator U+2029"):
+        api.load(str(path))
 
 
 @pytest.mark.parametrize("name", ["", "  "])
