@@ -278,7 +278,11 @@ class Prover:
         if not _linear(gap):
             return False
         facts = []
-        for fact in self.facts:
+        # a dim given by others (a derived dim, or one an equality fixes) is >= 1 too; not
+        # assumed when proving a claim, which may be that very bound
+        sized = [sympy.GreaterThan(e, 1, evaluate=False) for s, e in self.substitution.items()
+                 if s not in self.values] if feasibility else []
+        for fact in self.facts + sized:
             if isinstance(fact, (sympy.StrictLessThan, sympy.StrictGreaterThan)):
                 # sizes are integers: a < b is a <= b - 1
                 small, large = (fact.lhs, fact.rhs) if isinstance(fact, sympy.StrictLessThan) \
@@ -400,7 +404,8 @@ class Prover:
         return False
 
     def _linear_infeasible(self) -> bool:
-        """The linear constraints have no real solution with every dim >= 1."""
+        """The linear constraints have no real solution with every dim >= 1, derived dims
+        and dims an equality constraint fixes (T == 0) included."""
         try:
             return not self._linear_minimum_nonnegative(sympy.Integer(0), feasibility=True)
         except InfeasibleLPError:

@@ -327,6 +327,18 @@ def test_unsatisfiable():
            hint="remove or relax a constraint: a spec no size satisfies proves nothing")
 
 
+@pytest.mark.parametrize("constraints", ["require T == 0", "require T == d - d",
+                                         "require T == d\nrequire d == 0",
+                                         "require d_k == 1\nlet d_k = T - d\nrequire T <= d"])
+def test_an_equality_that_fixes_a_dim_below_1_is_unsatisfiable(constraints):
+    # was 'unproved': the prover used T == 0 as the substitution T -> 0 and lost T >= 1
+    header = HEADER + ('dim d_k "derived"\n' if "d_k" in constraints else "")
+    finding = only(header + constraints + "\n")
+    first = constraints.split("\n")[0]
+    assert (finding.kind, finding.line, finding.equation) == (
+        "unsatisfiable", header.count("\n") + 1, first)
+
+
 def test_constraints_neither_met_nor_refuted_are_unproved():
     finding = only('dim n "size"\nrequire n * n == 2\n')
     expect(finding, kind="unproved",
