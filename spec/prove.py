@@ -93,6 +93,10 @@ def evaluate(expr: sympy.Basic, values: dict) -> Fraction | float | bool:
     raise TypeError(f"cannot evaluate {expr!r}")
 
 
+# what sympy makes of a division by zero: never a size
+UNDEFINED = (sympy.zoo, sympy.nan, sympy.oo, -sympy.oo)
+
+
 def is_whole(value) -> bool:
     return isinstance(value, Fraction) and value.denominator == 1 and value > 0
 
@@ -281,7 +285,7 @@ class Prover:
         # a dim given by others (a derived dim, or one an equality fixes) is >= 1 too; not
         # assumed when proving a claim, which may be that very bound
         sized = [sympy.GreaterThan(e, 1, evaluate=False) for s, e in self.substitution.items()
-                 if s not in self.values] if feasibility else []
+                 if s not in self.values and not e.has(*UNDEFINED)] if feasibility else []
         for fact in self.facts + sized:
             if isinstance(fact, (sympy.StrictLessThan, sympy.StrictGreaterThan)):
                 # sizes are integers: a < b is a <= b - 1

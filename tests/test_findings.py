@@ -339,6 +339,16 @@ def test_an_equality_that_fixes_a_dim_below_1_is_unsatisfiable(constraints):
         "unsatisfiable", header.count("\n") + 1, first)
 
 
+@pytest.mark.parametrize("text, values", [
+    ('dim d_k "k"\nlet d_k = d / (T - B)\nrequire T == B\n', None),
+    ('dim d_k "k"\nlet d_k = d / (B - 8)\nrequire d <= 512\n', {"B": 8}),
+])
+def test_a_derived_dim_that_divides_by_zero_leaves_the_constraints_unproved(text, values):
+    # was a traceback: the feasibility program got d_k = zoo * d >= 1, which linprog refuses
+    [finding] = findings_of(HEADER + text, values=values)
+    assert (finding.kind, finding.line) == ("unproved", 6)
+
+
 def test_constraints_neither_met_nor_refuted_are_unproved():
     finding = only('dim n "size"\nrequire n * n == 2\n')
     expect(finding, kind="unproved",
