@@ -476,7 +476,7 @@ class _Body:
                 self.values[decl.name] = Operand(f"{decl.name}[..., {', '.join(index)}]",
                                                  self.values[decl.name].value)
         self.comment_names = {dim: sympy.Symbol(name) for dim, name in slices.items()}
-        self.width = LINE_LENGTH - 4        # the steps go inside def query_block
+        self.width = LINE_LENGTH - 8        # the steps go inside def query_block (and if)
 
     def loop_over_query_blocks(self, blocking: AttentionCore, output_record: Equation) -> None:
         """The body's steps as a function of one query block, run for every block (at once
@@ -494,13 +494,15 @@ class _Body:
         inner = [name for name in self.traced if name != output]
         scores_step, weights_step, output_step = self.steps
         values = self.values[output_record.expr.args[1].name].code
-        fused = _commented(f"{output} = softmax_matmul({blocking.scores}, "
-                           f"{values})", shape.subs(self.comment_names).text(), LINE_LENGTH - 8)
+        fused = _call(f"{output} = softmax_matmul", [blocking.scores, values],
+                      shape.subs(self.comment_names).text(), LINE_LENGTH - 8)
         traced = weights_step.lines + output_step.lines
         if inner:
             traced += (f"trace.update({', '.join(f'{n}={n}' for n in inner)})",)
-        never = f"{blocking.weights} is never stored: divided out of the product"
-        body = (*scores_step.lines, f"if trace is None:  # {never}",
+        never = f"# {blocking.weights} is never stored: divided out of the product"
+        condition = f"if trace is None:  {never}"
+        split = len(condition) > LINE_LENGTH - 4
+        body = (*scores_step.lines, *((never, "if trace is None:") if split else (condition,)),
                 *("    " + line for line in fused),
                 "else:  # one block, every row and key, as written",
                 *("    " + line for line in traced))
@@ -680,7 +682,8 @@ class _Body:
 
     def equation(self, record: Equation) -> None:
         scores = self.core is not None and record.output == self.core.scores
-        in_place = self.masked_in_place(record) if scores else None
+        blocking = self.lowerer.backend.attention == "query_blocks"
+        in_place = self.masked_in_place(record) if scores and blocking else None
         result = in_place[0] if in_place else self.operand(record.expr)
         declared = self.decls.get(record.output)
         shape = declared.shape if declared is not None and declared.shape is not None \
@@ -691,7 +694,8 @@ class _Body:
         if in_place:
             comment = shape.subs(self.comment_names).text()
             lines = _commented(f"{record.output} = {result.code}", comment, self.width) + \
-                _commented(f"{record.output} += {in_place[1].code}", comment, self.width)
+                _call(f"{record.output} = add_into", [record.output, in_place[1].code], comment,
+                      self.width)
         self.assign(record.output, result.code, shape, dtype, lines)
         if scores:
             self.keep_masked(self.core)
@@ -699,9 +703,11 @@ class _Body:
                                              where(record)))
 
     def masked_in_place(self, record: Equation) -> tuple[Operand, Operand] | None:
-        """The scores ``S = X + L`` of an attention core as ``S = X`` then ``S += L`` where
-        X's code makes a new array of S's full shape (an arithmetic op's result, never a view
-        of an input): one array of scores instead of two. X's and L's operands, or None."""
+        """The scores ``S = X + L`` of an attention core (in query blocks) as ``S = X`` then
+        ``S = add_into(S, L)``, which adds L into S where the sum has S's shape and dtype at
+        run time (an argument annotated #H may hold one head for all), where X's code makes a
+        new array of S's stated shape (an arithmetic op's result, never an input or a view of
+        one): one array of scores instead of two. X's and L's operands, or None."""
         left_term, mask_term = record.expr.args
         declared = self.decls.get(record.output)
         if not (isinstance(left_term, OpNode) and left_term.op in FRESH_RESULT_OPS and

@@ -79,7 +79,7 @@ def test_the_generated_module_reads_like_the_spec():
         "    def query_block(rows: slice, keys: slice):  # the rows' output, from those keys\n"
         "        # [H] B rows keys\n"
         "        S_h = Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)\n"
-        "        S_h += L_h[..., rows, keys]  # [H] B rows keys\n"
+        "        S_h = add_into(S_h, L_h[..., rows, keys])  # [H] B rows keys\n"
         "        if S_h.dtype == np.float16:  # a score past float16's range is +inf:\n"
         "            np.copyto(S_h, -np.inf, where=L_h[..., rows, keys] == -np.inf)  # masked, not "
         "NaN\n"
@@ -124,8 +124,8 @@ def test_the_cupy_backend_renders_from_the_same_templates():
         "        A_h = masked_softmax(batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)), "
         "L_h)\n"
         "    else:\n"
-        "        S_h = batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2))  # [H] B T_q T_kv\n"
-        "        S_h += L_h  # [H] B T_q T_kv\n"
+        "        S_h = batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h"
+        "  # [H] B T_q T_kv\n"
         "        if S_h.dtype == cp.float16:  # a score past float16's range is +inf:\n"
         "            cp.copyto(S_h, -cp.inf, where=L_h == -cp.inf)  # masked, not NaN\n"
         "        A_h = softmax(S_h)  # [H] B T_q T_kv\n"
@@ -766,7 +766,7 @@ def test_the_mask_is_added_in_place_only_to_a_new_array_of_the_scores_shape(x, s
     makes a new array as large as S: never into the caller's array or a view of it."""
     spec = parse(MASKED.replace("{x}", x).replace("{scores}", scores), file="m.tspec")
     text = source(spec, {})
-    assert ("        S += L[..., rows, keys]  # B rows keys\n" in text) is in_place
+    assert ("        S = add_into(S, L[..., rows, keys])  # B rows keys\n" in text) is in_place
     module = load_source(text)
     module.QUERY_BLOCK = 2
     rng = np.random.default_rng(0)
@@ -779,3 +779,22 @@ def test_the_mask_is_added_in_place_only_to_a_new_array_of_the_scores_shape(x, s
         np.testing.assert_allclose(module.m(X, V, L, trace=trace), expected, rtol=1e-13,
                                    atol=1e-13)
         np.testing.assert_array_equal(X, given)
+
+
+def test_scores_broadcast_over_heads_and_dtypes_as_x_plus_l_does():
+    """add_into adds the mask into the scores only where the sum keeps their shape and dtype:
+    one head's queries and keys (#H = 1) with a mask for three heads give three heads'
+    outputs, and float16 scores with a float32 mask give float32, as S = X + L did."""
+    module = load_module(GENERATED / "numpy" / "encoder_only.py")
+    rng = np.random.default_rng(0)
+    Q, K, V = (rng.standard_normal((1, 2, 5, 4)) for _ in range(3))
+    L = np.where(rng.random((3, 2, 5, 5)) < 0.3, -np.inf, 0.0)
+    L[..., 0] = 0.0                                        # every query sees a key
+    expected = scipy.special.softmax(Q @ K.swapaxes(-1, -2) / 2 + L, axis=-1) @ V
+    for trace in (None, {}):
+        np.testing.assert_allclose(module.scaled_dot_product_attention(Q, K, V, L, trace=trace),
+                                   expected, rtol=1e-13, atol=1e-13)
+    half = [x.astype(np.float16) for x in (Q, K, V)]
+    O = module.scaled_dot_product_attention(*half, L.astype(np.float32))
+    assert O.dtype == np.float32
+    np.testing.assert_allclose(O, expected, rtol=0, atol=1e-2)

@@ -471,8 +471,9 @@ def test_query_blocks_keep_the_keys_a_mask_leaves_visible():
 
 
 def test_a_long_query_axis_goes_in_blocks_of_twice_the_size(monkeypatch):
-    """Blocks of 2 * size rows once each worker still gets BLOCKS_PER_WORKER (4) of them:
-    fewer, larger products where there are enough blocks to share out evenly."""
+    """Blocks of 2 * size rows from LONG_QUERY_AXIS (32) blocks of size rows on: fewer,
+    larger products where there are blocks enough to share out; the same blocks on any
+    number of threads, so the same numbers."""
     module = generated(attention_bias="all")
 
     def sizes(T, workers):
@@ -482,5 +483,6 @@ def test_a_long_query_axis_goes_in_blocks_of_twice_the_size(monkeypatch):
         assert blocks[-1][1] == slice(0, T)                      # the last block: every key
         return {rows.stop - rows.start for rows, _ in blocks}
 
-    assert sizes(31, 2) == {2, 1} and sizes(32, 2) == {4} and sizes(33, 2) == {4, 1}
-    assert sizes(15, 1) == {2, 1} and sizes(16, 1) == {4}
+    for workers in (1, 2, 16):
+        assert sizes(63, workers) == {2, 1} and sizes(64, workers) == {4}
+        assert sizes(65, workers) == {4, 1}

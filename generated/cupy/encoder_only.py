@@ -552,8 +552,7 @@ def scaled_dot_product_attention(
         # [H] B T_q T_kv
         A_h = masked_softmax(batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)), L_h)
     else:
-        S_h = batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2))  # [H] B T_q T_kv
-        S_h += L_h  # [H] B T_q T_kv
+        S_h = batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h  # [H] B T_q T_kv
         if S_h.dtype == cp.float16:  # a score past float16's range is +inf:
             cp.copyto(S_h, -cp.inf, where=L_h == -cp.inf)  # masked, not NaN
         A_h = softmax(S_h)  # [H] B T_q T_kv

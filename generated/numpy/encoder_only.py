@@ -388,9 +388,8 @@ def softmax(
     return out
 
 
-QUERY_BLOCK = 32  # query rows attention computes at once (None: all rows and keys at once)
-BLOCKS_PER_WORKER = 4  # a query axis long enough to give each worker as many blocks of twice
-#                        QUERY_BLOCK rows goes in such blocks: fewer, larger products
+QUERY_BLOCK = 32  # query rows attention computes at once, at the least (None: all at once)
+LONG_QUERY_AXIS = 32  # blocks: a query axis of this many or more goes in blocks twice as large
 
 
 @typechecked
@@ -406,14 +405,15 @@ def query_blocks(
     ``size`` None, or no query rows (T_q = 0): one block of all rows and all keys, the whole
     score matrix at once.
 
-    Blocks of twice ``size`` rows where there are still BLOCKS_PER_WORKER of them for each
-    worker thread: a larger block is a more efficient matrix product, and many blocks share
-    out evenly even under a causal mask, where later blocks see more keys.
+    A query axis of LONG_QUERY_AXIS blocks or more goes in blocks of twice ``size`` rows: a
+    larger block is a more efficient matrix product, and there are still enough blocks to
+    share out evenly among threads under a causal mask, where later blocks see more keys. The
+    rule does not depend on the thread count, and so neither do the numbers.
     """
     T_q, T_kv = L.shape[-2:]
     if size is None or T_q == 0:
         return [(slice(0, T_q), slice(0, T_kv))]
-    if T_q >= 2 * size * BLOCKS_PER_WORKER * WORKERS:
+    if T_q >= LONG_QUERY_AXIS * size:
         size *= 2
     blocks = []
     for start in range(0, T_q, size):
@@ -422,6 +422,17 @@ def query_blocks(
         keys = T_kv - int(visible[::-1].argmax()) if bool(visible.any()) else 1
         blocks.append((rows, slice(0, keys)))
     return blocks
+
+
+def add_into(S: np.ndarray, L: np.ndarray) -> np.ndarray:
+    """S + L, written into S where the sum has S's shape and dtype (S: a new array of the
+    caller's own, the attention scores): one array of scores instead of two. Where L
+    broadcasts S further (one head's scores, a mask for every head) or is of a wider dtype, a
+    new array, as S + L gives."""
+    if np.broadcast(S, L).shape != S.shape or np.result_type(S, L) != S.dtype:
+        return S + L
+    S += L
+    return S
 
 
 @typechecked
@@ -445,7 +456,9 @@ def softmax_matmul(
     its row sums (softmax_parts): the division is made on the rows x d product, not on the
     rows x keys weights, which are never stored. S is overwritten with e, but for float16,
     which is computed in float32 (e, a copy, the product and the division) and rounded to
-    float16 once.
+    float16 once. The product before the division is up to the number of keys times the
+    largest |V|: past the dtype's range (float32: |V| above 3.4e38 / keys) it overflows where
+    softmax(S) @ V would not.
     """
     wide = S.dtype == np.float16
     e, total = softmax_parts(S, out=S)  # *batch rows keys; *batch rows 1
@@ -583,7 +596,7 @@ def scaled_dot_product_attention(
     def query_block(rows: slice, keys: slice):  # the rows' output, from those keys
         # [H] B rows keys
         S_h = Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)
-        S_h += L_h[..., rows, keys]  # [H] B rows keys
+        S_h = add_into(S_h, L_h[..., rows, keys])  # [H] B rows keys
         if S_h.dtype == np.float16:  # a score past float16's range is +inf:
             np.copyto(S_h, -np.inf, where=L_h[..., rows, keys] == -np.inf)  # masked, not NaN
         if trace is None:  # A_h is never stored: divided out of the product
