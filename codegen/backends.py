@@ -32,6 +32,10 @@ class Backend:
     # exact GELU in float32 by a polynomial in tanh accurate to float32 (scipy's erf takes
     # about 20 ns an element on the CPU); off where erf is a fast kernel of its own
     float32_gelu: bool
+    # a state a decoding step extends (the key-value cache) kept in a buffer with room to grow
+    # (the extend helper), so that a step appends instead of copying the whole state; off for
+    # CuPy, where it has not run on a GPU yet
+    growing_states: bool
     # the memory a function's tensors may take at most when MEMORY_LIMIT is None, in bytes:
     # the body of memory_total(), lines that return it (the process's for NumPy: the
     # machine's, or less under an address-space limit; the GPU's for CuPy)
@@ -52,7 +56,7 @@ class Backend:
 BACKENDS: dict[str, Backend] = {
     "numpy": Backend("numpy", "numpy", "np", "np.ndarray", "from scipy.special import erf",
                      "NumPy on the CPU", attention="query_blocks", thread_pool=True,
-                     float32_gelu=True,
+                     float32_gelu=True, growing_states=True,
                      memory_total=(
                          'total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")',
                          "soft, _ = resource.getrlimit(resource.RLIMIT_AS)  # ulimit -v",
@@ -61,6 +65,7 @@ BACKENDS: dict[str, Backend] = {
     "cupy": Backend(
         "cupy", "cupy", "cp", "cp.ndarray", "from cupyx.scipy.special import erf",
         "CuPy on an NVIDIA GPU", attention="fused", thread_pool=False, float32_gelu=False,
+        growing_states=False,
         memory_total=("return cp.cuda.Device().mem_info[1]",), memory_owner="the GPU's memory",
         batched_matmul="batched_matmul",
         helpers={name: f"helpers/cupy/{name}.py.j2"

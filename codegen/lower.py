@@ -294,7 +294,7 @@ class _Lowerer:
 # helpers in the order the module defines them, and the helpers each one needs (the attention
 # code that calls query_blocks also calls in_parallel, and softmax_matmul, which it defines,
 # softmax_parts)
-HELPER_ORDER = ("subtrace", "decoding", "require_size", "require_memory", "workspace",
+HELPER_ORDER = ("subtrace", "decoding", "extend", "require_size", "require_memory", "workspace",
                 "parallel", "project", "embed", "table_rows", "positional_encoding", "log_mask",
                 "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
                 "rotary", "repeat_heads", "concat_heads", "kernel_support", "batched_matmul",
@@ -357,6 +357,7 @@ class _Body:
         self.comment_names: dict = {}       # dims the shape comments show by another name
         self.core: AttentionCore | None = None  # the body's attention core, if it is one
         self.width = LINE_LENGTH            # of a step's lines (less inside query_block)
+        self.updates: dict[str, str] = {}   # a value the next call's state takes -> the state
         # elements of the tensors the body's own equations compute, by dtype class: the
         # spec's activation count (spec.counts) for this function, checked before it runs
         self.allocated = {"float": sympy.Integer(0), "int": sympy.Integer(0),
@@ -394,6 +395,12 @@ class _Body:
         record = self.record
         return CodegenError(f"{self.name}: {message}", file=getattr(record, "file", None),
                             line=getattr(record, "line", None))
+
+    def grows(self, operand: Operand) -> bool:
+        record = self.record
+        return self.lowerer.backend.growing_states and operand.value.tensor is not None and \
+            isinstance(record, Equation) and \
+            self.updates.get(record.output) == operand.value.tensor
 
     def need(self, expr) -> None:
         for symbol in sorted(sympy.sympify(expr).free_symbols, key=str):
@@ -436,6 +443,7 @@ class _Body:
                 self.add_sources(code, shape, family_source=True, state=decl.name)
                 self.cache = self.states = True
         producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
+        self.updates = {s.value: s.state for s in statements if isinstance(s, Update)}
         core = self.core = attention_core(block, producers, self.decls)
         blocking = core if self.lowerer.backend.attention == "query_blocks" else None
         if blocking is not None:

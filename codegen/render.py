@@ -93,6 +93,7 @@ def _imports(text: str, module: ir.Module) -> list[str]:
     standard += ["import sys"] if "sys." in body else []
     standard += ["import threading"] if "threading." in body else []
     standard += ["import warnings"] if "warnings." in body else []
+    standard += ["import weakref"] if "weakref." in body else []
     if "ThreadPoolExecutor(" in body:
         standard.append("from concurrent.futures import ThreadPoolExecutor")
     typing_names = [name for name, used in (("Optional", "Optional[" in body),

@@ -96,6 +96,11 @@ class CodeContext(Protocol):
     def error(self, message: str) -> Exception:
         """An error at the equation being lowered (raise it)."""
 
+    def grows(self, operand: Operand) -> bool:
+        """Whether the equation being lowered extends the operand, a state it replaces (the
+        key-value cache: K_all = concat(K_past, K_new) with K_past <- K_all), in a backend
+        that keeps such states in buffers with room to grow."""
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -808,6 +813,8 @@ class Concat(Op):
         axis = attrs["axis"]
         if axis >= 0 and a.value.shape.family is not None:
             axis += 1           # past the family axis
+        if ctx.grows(a):        # a decoding step's state: appended to, not copied
+            return call(ctx.helper("extend"), a.code, b.code, f"axis={axis}")
         return f"{ctx.xp}.concatenate([{a.code}, {b.code}], axis={axis})", ATOM
 
 

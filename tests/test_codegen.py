@@ -163,7 +163,10 @@ def test_the_numpy_and_cupy_trees_differ_only_where_the_backend_table_says(arch,
             for field in ("description", "array_type", "module", "memory_owner"):
                 text = text.replace(getattr(row, field), f"<{field}>")
             text = text.replace("\n    ".join(row.memory_total), "<memory_total>")
-            definitions[row.name][name] = re.sub(rf"\b{row.alias}\.", "<alias>.", text)
+            text = re.sub(rf"\b{row.alias}\.", "<alias>.", text)
+            # a state a decoding step extends: appended to in place (growing_states) or copied
+            definitions[row.name][name] = re.sub(r"\bextend\((.+?), (.+?), axis=(-?\d+)\)",
+                                                 r"<alias>.concatenate([\1, \2], axis=\3)", text)
     numpy_defs, cupy_defs = definitions["numpy"], definitions["cupy"]
     replaced = set(cupy_backend.helpers) | set(numpy_backend.helpers)
     # templates the table decides: a backend's own, one that branches on a table field
@@ -172,7 +175,7 @@ def test_the_numpy_and_cupy_trees_differ_only_where_the_backend_table_says(arch,
     folder = Path(codegen.__file__).parent / "templates" / "helpers"
     decided = [path.read_text(encoding="utf-8") for path in folder.rglob("*.py.j2")
                if path.parent.name == "cupy"
-               or path.name in ("query_blocks.py.j2", "workspace.py.j2")
+               or path.name in ("query_blocks.py.j2", "workspace.py.j2", "extend.py.j2")
                or "{% if backend." in path.read_text(encoding="utf-8")]
     templates = "".join(decided)
     branching = {path.name.removesuffix(".py.j2") for path in folder.glob("*.py.j2")

@@ -657,3 +657,89 @@ def test_a_state_must_start_as_a_tensor_of_its_shape():
     assert str(raised.value) == ("tiny.tspec:19: state K_past (B T_past d) starts from Kt "
                                  "(B d T_x), which must have its shape but for the positions "
                                  "axis")
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache grows in place (NumPy's extend)
+
+def test_extend_appends_in_place_and_never_writes_over_a_state_still_held():
+    """extend is concatenate along the axis: a first call copies into a buffer with room for
+    half as many again, later calls write only the new entries after the last ones (a longer
+    view of the same buffer); a state an earlier branch left behind is copied, so a view
+    someone still holds never changes."""
+    extend = module(**DECODERS["seeds"]).extend
+    rng = np.random.default_rng(0)
+    past = rng.standard_normal((2, 3, 4, 5))                       # H B T d, T = 4
+
+    def new(n=1):
+        return rng.standard_normal((2, 3, n, 5))
+
+    a = new()
+    one = extend(past, a, axis=-2)                                 # a buffer for 7 positions
+    np.testing.assert_array_equal(one, np.concatenate([past, a], axis=-2))
+    assert one.base is not None and one.base.shape == (2, 3, 7, 5)
+    b = new()
+    two = extend(one, b, axis=-2)                                  # in place: the same buffer
+    assert two.base is one.base
+    kept = two.copy()
+    c = new()
+    branch = extend(one, c, axis=-2)                               # from the older state: a copy
+    assert branch.base is not one.base
+    np.testing.assert_array_equal(two, kept)                       # two is untouched
+    np.testing.assert_array_equal(branch, np.concatenate([past, a, c], axis=-2))
+    d = new(2)
+    full = extend(two, d, axis=-2)                                 # 8 > 7: a new buffer
+    assert full.base is not one.base and full.base.shape == (2, 3, 12, 5)
+    np.testing.assert_array_equal(full, np.concatenate([past, a, b, d], axis=-2))
+    # not the start of a known buffer, or another dtype: concatenate's result
+    np.testing.assert_array_equal(extend(two[:, :, 1:], b, axis=-2),
+                                  np.concatenate([two[:, :, 1:], b], axis=-2))
+    widened = extend(two, b.astype(np.float32), axis=-2)
+    assert widened.dtype == np.float64 and widened.base is not one.base
+    with pytest.raises(ValueError, match="dimensions except for the concatenation axis"):
+        extend(two, new()[:, :2], axis=-2)
+
+
+def test_two_continuations_of_one_cache_decode_as_each_alone():
+    """A cache shared by two continuations (beam search, sampling twice from a prompt): each
+    step's logits are those of decoding that continuation alone, whichever runs first."""
+    choices = DECODERS["gpt2"]
+    model = module(**choices)
+    params = params_for(choices, np.float64)
+    rng = np.random.default_rng(3)
+    u = rng.integers(0, SIZES["V"], (2, 8))
+    m = np.ones((2, 8), dtype=bool)
+    x, y = rng.integers(0, SIZES["V"], (2, 2, 1))
+
+    def nested_copy(cache):      # the cache's structure copied, its arrays shared
+        if isinstance(cache, dict):
+            return {key: nested_copy(value) for key, value in cache.items()}
+        return [nested_copy(value) for value in cache] if isinstance(cache, list) else cache
+
+    def alone(tokens):
+        _, _, cache = model.prefill(u, m, params, H=2)
+        outputs = []
+        for token in tokens:
+            logits, _ = model.decode_step(token, np.ones((2, 9 + len(outputs)), dtype=bool),
+                                          params, cache)
+            outputs.append(logits)
+        return outputs
+
+    _, _, cache = model.prefill(u, m, params, H=2)
+    model.decode_step(x, np.ones((2, 9), dtype=bool), params, cache)
+    snapshot = nested_copy(cache)                        # after x: both branches start here
+    first = model.decode_step(y, np.ones((2, 10), dtype=bool), params, cache)[0]
+    second = model.decode_step(x, np.ones((2, 10), dtype=bool), params, snapshot)[0]
+    again = model.decode_step(x, np.ones((2, 11), dtype=bool), params, cache)[0]
+    np.testing.assert_array_equal(first, alone([x, y])[1])
+    np.testing.assert_array_equal(second, alone([x, x])[1])
+    np.testing.assert_array_equal(again, alone([x, y, x])[2])
+
+
+def test_the_buffers_extend_keeps_are_forgotten_with_their_arrays():
+    model = module(**DECODERS["seeds"])
+    before = len(model.GROWING)
+    grown = model.extend(np.zeros((2, 3, 4)), np.ones((2, 1, 4)), axis=-2)
+    assert len(model.GROWING) == before + 1
+    del grown
+    assert len(model.GROWING) == before

@@ -29,6 +29,7 @@ import resource
 import sys
 import threading
 import warnings
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Tuple, TypedDict  # noqa: UP035
 
@@ -110,6 +111,49 @@ def check_cache(cache: dict, params: dict, starts: dict, path: str = "cache") ->
             if weights and cache[key].dtype != weights[0].dtype:
                 raise ValueError(f"{where} is {cache[key].dtype} but the parameters are "
                                  f"{weights[0].dtype}: pass the cache prefill returned")
+
+
+# A state a decoding step extends (the key-value cache: K_past <- concat(K_past, K_new)) lives
+# at the start of a buffer with room to grow: a step writes its new entries after the last
+# ones instead of copying them all, so decoding T positions copies O(T) numbers, not O(T^2).
+# GROWING: id of such a buffer -> [a weak reference to it, how far along its axis it is filled]
+GROWING: dict[int, list] = {}
+GROWING_LOCK = threading.Lock()
+
+
+def extend(past: np.ndarray, new: np.ndarray, axis: int) -> np.ndarray:
+    """np.concatenate([past, new], axis), in the buffer ``past`` lies at the start of where
+    that buffer has room and ``past`` ends where it was filled to: the new entries are written
+    after past's, where no view of past sees them, and the result is a longer view of the
+    buffer. Otherwise (a first step, a full buffer, a state an earlier branch of decoding left
+    behind, which a later step has written past) a new buffer with room for half as many
+    again, the two copied in."""
+    at = axis % past.ndim
+    head = (slice(None),) * at
+    total = past.shape[at] + new.shape[at]
+    other = past.shape[:at] + past.shape[at + 1:]
+    with GROWING_LOCK:
+        buffer = past.base
+        known = GROWING.get(id(buffer)) if buffer is not None else None
+        if known is not None and known[0]() is buffer and known[1] == past.shape[at] and \
+                total <= buffer.shape[at] and new.dtype == past.dtype and \
+                past.__array_interface__["data"] == buffer.__array_interface__["data"] and \
+                past.strides == buffer.strides and \
+                buffer.shape[:at] + buffer.shape[at + 1:] == other and \
+                new.shape[:at] + new.shape[at + 1:] == other:
+            buffer[head + (slice(past.shape[at], total),)] = new
+            known[1] = total
+            return buffer[head + (slice(0, total),)]
+    if new.ndim != past.ndim or new.shape[:at] + new.shape[at + 1:] != other:
+        return np.concatenate([past, new], axis=at)  # its error names the shapes
+    room = past.shape[:at] + (total + max(total // 2, 1),) + past.shape[at + 1:]
+    buffer = np.empty(room, np.result_type(past, new))
+    buffer[head + (slice(0, past.shape[at]),)] = past
+    buffer[head + (slice(past.shape[at], total),)] = new
+    key = id(buffer)
+    with GROWING_LOCK:  # the entry goes with the buffer
+        GROWING[key] = [weakref.ref(buffer, lambda _: GROWING.pop(key, None)), total]
+    return buffer[head + (slice(0, total),)]
 
 
 def require_size(what: str, size: int, name: str, expected: int) -> None:
@@ -1080,8 +1124,8 @@ def cached_self_attention(
     Q_h = split_heads(Q_proj, H)  # [H] B T_x d_k
     K_n = split_heads(K_proj, H)  # [H] B T_x d_k
     V_n = split_heads(V_proj, H)  # [H] B T_x d_v
-    K_h = np.concatenate([cache["K_past"], K_n], axis=-2)  # [H] B T_past+T_x d_k
-    V_h = np.concatenate([cache["V_past"], V_n], axis=-2)  # [H] B T_past+T_x d_v
+    K_h = extend(cache["K_past"], K_n, axis=-2)  # [H] B T_past+T_x d_k
+    V_h = extend(cache["V_past"], V_n, axis=-2)  # [H] B T_past+T_x d_v
     O_h = scaled_dot_product_attention(
         Q_h, K_h, V_h, L_h, trace=subtrace(trace, "attention")
     )  # [H] B T_x d_v
