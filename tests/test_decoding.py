@@ -698,6 +698,16 @@ def test_extend_appends_in_place_and_never_writes_over_a_state_still_held():
     assert widened.dtype == np.float64 and widened.base is not one.base
     with pytest.raises(ValueError, match="dimensions except for the concatenation axis"):
         extend(two, new()[:, :2], axis=-2)
+    with pytest.raises(np.exceptions.AxisError):
+        extend(two, b, axis=4)
+    # the states share the buffer: a write into one is refused, not made into all of them
+    with pytest.raises(ValueError, match="read-only"):
+        one[0, 0, 0, 0] = 1.0
+    # the same memory seen as another dtype is not the buffer's state
+    as_integers = extend(two.view(np.int64), b.view(np.int64), axis=-2)
+    np.testing.assert_array_equal(as_integers, np.concatenate([two.view(np.int64),
+                                                               b.view(np.int64)], axis=-2))
+    np.testing.assert_array_equal(two, kept)
 
 
 def test_two_continuations_of_one_cache_decode_as_each_alone():

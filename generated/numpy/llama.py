@@ -127,7 +127,13 @@ def extend(past: np.ndarray, new: np.ndarray, axis: int) -> np.ndarray:
     after past's, where no view of past sees them, and the result is a longer view of the
     buffer. Otherwise (a first step, a full buffer, a state an earlier branch of decoding left
     behind, which a later step has written past) a new buffer with room for half as many
-    again, the two copied in."""
+    again, the two copied in.
+
+    The states of every step share the buffer, so the views it returns are read-only: a
+    caller that writes into a cache (reordering its sequences in place) would otherwise change
+    every other state too; such a write raises instead (take a copy to change one)."""
+    if not -past.ndim <= axis < past.ndim or new.ndim != past.ndim:
+        return np.concatenate([past, new], axis=axis)  # its error says what is wrong
     at = axis % past.ndim
     head = (slice(None),) * at
     total = past.shape[at] + new.shape[at]
@@ -136,16 +142,16 @@ def extend(past: np.ndarray, new: np.ndarray, axis: int) -> np.ndarray:
         buffer = past.base
         known = GROWING.get(id(buffer)) if buffer is not None else None
         if known is not None and known[0]() is buffer and known[1] == past.shape[at] and \
-                total <= buffer.shape[at] and new.dtype == past.dtype and \
-                past.__array_interface__["data"] == buffer.__array_interface__["data"] and \
-                past.strides == buffer.strides and \
+                total <= buffer.shape[at] and past.dtype == buffer.dtype == new.dtype and \
+                past.__array_interface__["data"][0] == buffer.__array_interface__["data"][0] \
+                and past.strides == buffer.strides and \
                 buffer.shape[:at] + buffer.shape[at + 1:] == other and \
                 new.shape[:at] + new.shape[at + 1:] == other:
             buffer[head + (slice(past.shape[at], total),)] = new
             known[1] = total
-            return buffer[head + (slice(0, total),)]
-    if new.ndim != past.ndim or new.shape[:at] + new.shape[at + 1:] != other:
-        return np.concatenate([past, new], axis=at)  # its error names the shapes
+            return read_only(buffer[head + (slice(0, total),)])
+    if new.shape[:at] + new.shape[at + 1:] != other:
+        return np.concatenate([past, new], axis=axis)  # its error names the shapes
     room = past.shape[:at] + (total + max(total // 2, 1),) + past.shape[at + 1:]
     buffer = np.empty(room, np.result_type(past, new))
     buffer[head + (slice(0, past.shape[at]),)] = past
@@ -153,7 +159,13 @@ def extend(past: np.ndarray, new: np.ndarray, axis: int) -> np.ndarray:
     key = id(buffer)
     with GROWING_LOCK:  # the entry goes with the buffer
         GROWING[key] = [weakref.ref(buffer, lambda _: GROWING.pop(key, None)), total]
-    return buffer[head + (slice(0, total),)]
+    return read_only(buffer[head + (slice(0, total),)])
+
+
+def read_only(view: np.ndarray) -> np.ndarray:
+    """The view, writes through it refused."""
+    view.flags.writeable = False
+    return view
 
 
 def require_size(what: str, size: int, name: str, expected: int) -> None:
