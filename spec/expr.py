@@ -359,6 +359,13 @@ def _text(node: Node, outer: int) -> str:
 # ---------------------------------------------------------------------------------------------
 # Dim expressions as sympy, through a whitelist
 
+def too_many_digits(base: sympy.Basic, exponent: sympy.Basic) -> bool:
+    """Whether a rational ``base`` to the power ``exponent`` (a number) would have more than
+    MAX_RESULT_DIGITS digits: computed exactly, it would take as long as that takes."""
+    return base.is_Rational and base != 0 and abs(exponent) * (
+        len(str(abs(base.p))) + len(str(base.q))) > MAX_RESULT_DIGITS
+
+
 def to_sympy(node: Node, symbols: dict[str, sympy.Symbol], *, file: str | None = None,
              what: str = "dim expression", relational: bool = False) -> sympy.Basic:
     """Build the sympy expression for a dim expression tree, accepting only known dims.
@@ -403,8 +410,7 @@ def to_sympy(node: Node, symbols: dict[str, sympy.Symbol], *, file: str | None =
             if n.op == "**":
                 if not (isinstance(right, sympy.Integer) and 0 <= right <= 64):
                     raise fail(n, f"{what}: exponents must be integers from 0 to 64")
-                if isinstance(left, sympy.Rational) and left != 0 and int(right) * (
-                        len(str(abs(left.p))) + len(str(left.q))) > MAX_RESULT_DIGITS:
+                if too_many_digits(left, right):
                     raise fail(n, f"{what}: {to_text(n)} has more than {MAX_RESULT_DIGITS} "
                                   "digits")
                 return left ** right

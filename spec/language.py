@@ -722,8 +722,7 @@ class _Lowering:
         would otherwise be computed, exactly, for as long as it takes."""
         if not (exponent.is_number and abs(exponent) <= 64):
             raise self.error(f"{ex.to_text(node)}: exponents are numbers from -64 to 64", node)
-        if base is not None and base.is_Rational and base != 0 and abs(exponent) * (
-                len(str(abs(base.p))) + len(str(base.q))) > ex.MAX_RESULT_DIGITS:
+        if base is not None and ex.too_many_digits(base, exponent):
             raise self.error(f"{ex.to_text(node)} has more than {ex.MAX_RESULT_DIGITS} digits",
                              node)
 
