@@ -27,7 +27,12 @@ RESERVED = frozenset({
     "GELU_FLOAT32_P", "functools", "itertools", "threading", "concurrent",
     "ThreadPoolExecutor", "threadpoolctl", "ThreadpoolController", "BlasOnOneThread",
     "BLAS_ON_ONE_THREAD", "workspace", "WORKSPACE", "WORKSPACE_LIMIT", "WORKSPACE_MIN",
-    "WORKSPACE_LOCK", "table_rows",
+    "WORKSPACE_LOCK", "table_rows", "softmax_parts", "softmax_matmul", "add_into",
+    "LONG_QUERY_AXIS", "extend", "read_only", "GROWING", "GROWING_LOCK", "rms_norm", "silu",
+    "rotary", "repeat_heads", "masked_softmax", "batched_matmul", "rows_kernel", "rows_of", "launch_rows", "stacked", "ACCUMULATE", "STORAGE",
+    "ROWS_PER_BLOCK", "ROWS_PRELUDE", "SOFTMAX_SOURCE", "LAYER_NORM_SOURCE", "GELU_KERNEL",
+    "GELU_TANH_KERNEL", "GEMM_SCALARS", "GEMM_TYPES", "ctypes", "resource", "warnings",
+    "weakref", "Optional", "Tuple", "TypedDict",
 })
 
 

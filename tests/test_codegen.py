@@ -27,6 +27,7 @@ from spec import api, cli
 from spec.errors import CodegenError, UsageError
 from spec.language import parse
 from spec.model import outputs
+from spec.names import RESERVED
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 GENERATED = api.checkout() / "generated"
@@ -801,3 +802,23 @@ def test_scores_broadcast_over_heads_and_dtypes_as_x_plus_l_does():
     O = module.scaled_dot_product_attention(*half, L.astype(np.float32))
     assert O.dtype == np.float32
     np.testing.assert_allclose(O, expected, rtol=0, atol=1e-2)
+
+
+def test_every_module_level_name_of_generated_code_is_reserved():
+    """A spec name equal to a helper, constant or import of generated code would shadow it
+    there: each name the templates define at module level, and each name a generated module
+    imports, is one the spec language refuses (spec.names.RESERVED)."""
+    folder = Path(codegen.__file__).parent / "templates"
+    defined = set()
+    for template in folder.rglob("*.j2"):
+        text = template.read_text(encoding="utf-8")
+        defined |= set(re.findall(r"^(?:def|class) (\w+)", text, re.MULTILINE))
+        defined |= set(re.findall(r"^(\w+)(?: *:[^=\n]*)? *=", text, re.MULTILINE))
+    for module in GENERATED.rglob("*.py"):
+        for node in ast.parse(module.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Import):
+                defined |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                defined |= {alias.asname or alias.name for alias in node.names}
+    assert {"extend", "softmax_parts", "workspace", "np", "Float"} <= defined
+    assert sorted(defined - RESERVED) == []
