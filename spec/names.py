@@ -32,7 +32,7 @@ RESERVED = frozenset({
     "rotary", "repeat_heads", "masked_softmax", "batched_matmul", "rows_kernel", "rows_of", "launch_rows", "stacked", "ACCUMULATE", "STORAGE",
     "ROWS_PER_BLOCK", "ROWS_PRELUDE", "SOFTMAX_SOURCE", "LAYER_NORM_SOURCE", "GELU_KERNEL",
     "GELU_TANH_KERNEL", "GEMM_SCALARS", "GEMM_TYPES", "ctypes", "resource", "warnings",
-    "weakref", "Optional", "Tuple", "TypedDict",
+    "weakref", "Optional", "Tuple", "TypedDict", "rounded_to_float16",
 })
 
 

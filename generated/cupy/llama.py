@@ -387,6 +387,15 @@ def batched_matmul(
     return c
 
 
+def rounded_to_float16(work: cp.ndarray, out: cp.ndarray | None) -> cp.ndarray:
+    """A float16 argument's result, computed in float32 (``work``), rounded to float16 once:
+    into ``out`` when given."""
+    if out is None:
+        return work.astype(cp.float16)  # *shape
+    out[...] = work
+    return out
+
+
 SOFTMAX_SOURCE = r"""
 // y = softmax(x + mask) over each row of n entries of x (rows stored one after another), a
 // warp per row: one pass for the row's maximum and its sum of exp(v - maximum) (each lane's
@@ -512,12 +521,7 @@ def rms_norm(
     root[root == 0] = 1  # a row of zeros under eps 0
     normalised = cp.multiply(work, 1.0 / root, out=work if wide else out)  # *batch d
     normalised *= gamma
-    if not wide:
-        return normalised
-    if out is None:
-        return normalised.astype(cp.float16)  # *batch d
-    out[...] = normalised
-    return out
+    return rounded_to_float16(normalised, out) if wide else normalised  # *batch d
 
 
 @typechecked

@@ -330,6 +330,15 @@ def concat_heads(O_h: Float[np.ndarray, "H *batch d"]) -> Float[np.ndarray, "*ba
     return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
 
 
+def rounded_to_float16(work: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """A float16 argument's result, computed in float32 (``work``), rounded to float16 once:
+    into ``out`` when given."""
+    if out is None:
+        return work.astype(np.float16)  # *shape
+    out[...] = work
+    return out
+
+
 @typechecked
 def softmax_parts(
     x: Float[np.ndarray, " *shape"],
@@ -380,12 +389,7 @@ def softmax(
     wide = x.dtype == np.float16
     e, total = softmax_parts(x, axis, out=None if wide else out)  # *shape; 1 on axis
     e /= total
-    if not wide:
-        return e
-    if out is None:
-        return e.astype(np.float16)  # *shape
-    out[...] = e
-    return out
+    return rounded_to_float16(e, out) if wide else e  # *shape
 
 
 QUERY_BLOCK = 32  # query rows attention computes at once, at the least (None: all at once)
@@ -500,12 +504,7 @@ def layer_norm(
     centred *= 1.0 / root  # *batch d, normalised in place
     centred *= gamma
     centred += beta
-    if not wide:
-        return centred
-    if out is None:
-        return centred.astype(np.float16)  # *batch d
-    out[...] = centred
-    return out
+    return rounded_to_float16(centred, out) if wide else centred  # *batch d
 
 
 @in_row_chunks
