@@ -27,15 +27,13 @@ def main() -> None:
     import numpy as np
 
     from codegen.run import _prepare, with_run_defaults
-    from codegen.runtime import load_module
     from spec import api
 
-    model = load_module(Path(__file__).resolve().parent.parent / "generated" / "numpy" /
-                        "decoder_only.py")
     variant = with_run_defaults(api.load("transformer", [
         "arch=decoder_only", "d_model=768", "H=12", "N=12", "d_ff=3072", "V=1000",
         "norm=pre", "activation=gelu_tanh"]))
-    params = _prepare(variant, "numpy", 0, "float32", False).params
+    prepared = _prepare(variant, "numpy", 0, "float32", False)   # the variant's own module
+    model, params = prepared.module, prepared.params
     extend = model.extend
 
     def copying(past, new, axis):
