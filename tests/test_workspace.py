@@ -15,9 +15,7 @@ GENERATED = api.SPEC_DIR.parent / "generated" / "numpy"
 
 @pytest.fixture
 def module():
-    model = load_module(GENERATED / "encoder_only.py")
-    model.WORKSPACE.clear()
-    return model
+    return load_module(GENERATED / "encoder_only.py")     # its own module: nothing kept yet
 
 
 SHAPE = (512, 256)                         # 512 KiB of float32: kept
@@ -63,48 +61,46 @@ def test_small_huge_and_unkept_arrays_are_plain(module):
     small = module.workspace((16, 16), np.float32)
     assert small.flags.owndata and module.WORKSPACE == {}
     module.WORKSPACE_LIMIT = 0
-    try:
-        big = module.workspace(SHAPE, np.float32)
-        assert big.flags.owndata and module.WORKSPACE == {}
-    finally:
-        module.WORKSPACE_LIMIT = 1 << 28
+    big = module.workspace(SHAPE, np.float32)
+    assert big.flags.owndata and module.WORKSPACE == {}
 
 
 def test_the_kept_total_stays_within_the_limit(module):
     module.WORKSPACE_LIMIT = 3 * SHAPE[0] * SHAPE[1] * 4
-    try:
-        arrays = [module.workspace(SHAPE, np.float32) for _ in range(5)]
-        kept = [a for a in arrays if not a.flags.owndata]
-        assert len(kept) == 3 and sum(map(len, module.WORKSPACE.values())) == 3
-        assert all(not np.shares_memory(a, b) for i, a in enumerate(arrays)
-                   for b in arrays[i + 1:])
-    finally:
-        module.WORKSPACE_LIMIT = 1 << 28
+    arrays = [module.workspace(SHAPE, np.float32) for _ in range(5)]
+    kept = [a for a in arrays if not a.flags.owndata]
+    assert len(kept) == 3 and sum(map(len, module.WORKSPACE.values())) == 3
+    assert all(not np.shares_memory(a, b) for i, a in enumerate(arrays)
+               for b in arrays[i + 1:])
 
 
 def test_threads_never_get_the_same_buffer_at_once(module):
     held, errors = [], []
 
-    def take():
+    def take(mark: int):
         try:
-            for _ in range(50):
+            for step in range(50):
                 array = module.workspace(SHAPE, np.float32)
-                array.fill(threading.get_ident() % 1000)
-                held.append(array)
+                array.fill(mark * 1000 + step)
+                held.append((array, mark * 1000 + step))
                 if len(held) > 8:
                     held.pop(0)
+                for kept, value in held:  # no other thread's array wrote into one held
+                    if not (kept == value).all():
+                        raise AssertionError(f"an array holding {value} was written over")
         except Exception as error:            # noqa: BLE001 - reported below
             errors.append(error)
 
-    threads = [threading.Thread(target=take) for _ in range(4)]
+    threads = [threading.Thread(target=take, args=(mark,)) for mark in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert errors == []
-    arrays = list(held)
+    arrays = [array for array, _ in held]
     assert all(not np.shares_memory(a, b) for i, a in enumerate(arrays)
                for b in arrays[i + 1:])
+    assert all((array == value).all() for array, value in held)
 
 
 def test_outputs_kept_from_one_call_are_untouched_by_the_next():
