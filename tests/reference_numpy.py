@@ -48,6 +48,18 @@ def activation(x, kind):
     return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def softmax(x, axis=-1):
+    """softmax in float64 along an axis, 0 for rows that are -inf everywhere."""
+    x = np.asarray(x, dtype=np.float64)
+    peak = x.max(axis=axis, keepdims=True)
+    peak[~np.isfinite(peak)] = 0
+    with np.errstate(over="ignore"):
+        e = np.exp(x - peak)
+    total = e.sum(axis=axis, keepdims=True)
+    total[total == 0] = 1
+    return e / total
+
+
 def attention(X_q, X_kv, keep, p, H, d_k, d_v, bias=None, H_kv=None, rotary=False):
     """keep: (B, T_q, T_kv) booleans; bias: (H, T_q, T_kv) or None; H_kv key-value heads,
     head h reading those of head h // (H / H_kv); rotary: queries and keys rotated."""

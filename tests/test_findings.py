@@ -345,7 +345,7 @@ def test_an_equality_that_fixes_a_dim_below_1_is_unsatisfiable(constraints):
 ])
 def test_a_derived_dim_that_divides_by_zero_leaves_the_constraints_unproved(text, values):
     # was a traceback: the feasibility program got d_k = zoo * d >= 1, which linprog refuses
-    [finding] = findings_of(HEADER + text, values=values)
+    finding = only(HEADER + text, values=values)
     assert (finding.kind, finding.line) == ("unproved", 6)
 
 

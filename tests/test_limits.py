@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from spec import api, limits
+from spec import limits
 from spec.check import check
 from spec.cli import main
 from spec.errors import LimitError, UsageError
@@ -158,11 +158,6 @@ def test_no_limit_holds_for_everything_inside():
     with limits.time_limit(None), limits.time_limit(0.001):   # the inner does not bound it
         time.sleep(0.01)
         limits.reached(parse(chain(1), "x.tspec"))
-
-
-def test_the_builtin_spec_checks_well_inside_the_default_limit():
-    report = api.check("transformer", time_limit=limits.TIME_LIMIT)
-    assert report.ok
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])

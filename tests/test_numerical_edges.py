@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 from arrays import CUPY, NUMPY, needs_cupy, to_numpy
 from compare import assert_close, flat
+from reference_numpy import softmax as softmax_reference
 from scipy.special import erf
 
 from codegen import weights
@@ -111,18 +112,6 @@ def traced(trace: dict, suffix: str) -> dict:
     found = {k: to_numpy(v) for k, v in flat(trace).items() if k.endswith(suffix)}
     assert found, f"nothing traced ends in {suffix}"
     return found
-
-
-def softmax_reference(x, axis=-1):
-    """softmax in float64, 0 for rows that are -inf everywhere."""
-    x = np.asarray(x, dtype=np.float64)
-    peak = x.max(axis=axis, keepdims=True)
-    peak[~np.isfinite(peak)] = 0
-    with np.errstate(over="ignore"):
-        e = np.exp(x - peak)
-    total = e.sum(axis=axis, keepdims=True)
-    total[total == 0] = 1
-    return e / total
 
 
 def no_warnings(function, *args):
