@@ -8,8 +8,6 @@ runs it again.
 
 import contextlib
 import importlib.util
-import io
-import json
 import re
 import signal
 import struct
@@ -175,32 +173,24 @@ def test_a_path_with_a_line_break_is_quoted(tmp_path):
 # Weights: crashes found and fixed (each was a bare traceback before)
 
 def _npy(header: str, data: bytes = b"", version: bytes = b"\x01\x00") -> bytes:
-    text = header.encode("latin1")
-    text += b" " * ((-(len(text) + 11)) % 64) + b"\n"
-    return b"\x93NUMPY" + version + struct.pack("<H", len(text)) + text + data
+    return fuzz._npy(header, data, version)
 
 
 def _array(array) -> bytes:
-    out = io.BytesIO()
-    np.save(out, array, allow_pickle=True)
-    return out.getvalue()
+    return fuzz._array_bytes(array, allow_pickle=True)
 
 
 def _npz(path, members, method=zipfile.ZIP_STORED):
-    with zipfile.ZipFile(path, "w", method) as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
+    path.write_bytes(fuzz._zip(list(members.items()), method))
     return path
 
 
 def _valid_members():
-    return {"E.npy": _array(np.zeros((11, 8), np.float32)),
-            "W.npy": _array(np.zeros(8, np.float32))}
+    return {f"{name}.npy": _array(np.zeros(shape, np.float32)) for name, shape in SHAPES.items()}
 
 
 def _safetensors(path, header, data=b""):
-    text = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    path.write_bytes(fuzz._safetensors(header, data))
     return path
 
 
