@@ -8,7 +8,6 @@ runs it again.
 
 import contextlib
 import importlib.util
-import re
 import signal
 import struct
 import zipfile
@@ -21,6 +20,7 @@ import sympy
 from command_line import run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from refusals import raises
 from test_grid import assert_agrees
 
 from codegen import weights
@@ -94,11 +94,6 @@ def test_an_input_is_the_same_every_time(context):
 # ---------------------------------------------------------------------------------------------
 # Property-based (hypothesis, derandomized): any text or bytes at all
 
-def refused(error_class, message):
-    """The exact error: its class and its whole message."""
-    return pytest.raises(error_class, match=f"^{re.escape(message)}$")
-
-
 def _ends_well(call):
     """A call that returns, or raises our error with a one-line message."""
     try:
@@ -147,7 +142,7 @@ def test_any_bytes_as_a_weights_file_end_in_weights_or_our_error(tmp_path, suffi
 # a line break
 
 def test_a_set_value_with_a_line_break_is_quoted(capsys):
-    with refused(VariantError, "--set 'H=8\\n9': dim values are positive integers, got "
+    with raises(VariantError, "--set 'H=8\\n9': dim values are positive integers, got "
                                "'8\\n9'"):
         api.load("base").with_settings(["H=8\n9"])
     code, out, err = run(capsys, "check", "base", "--set", "H=8\n9")
@@ -157,15 +152,15 @@ def test_a_set_value_with_a_line_break_is_quoted(capsys):
 
 
 def test_a_grid_value_with_a_line_break_is_quoted():
-    with refused(GridError, "--grid '=\\n': '' is not a dim name"):
+    with raises(GridError, "--grid '=\\n': '' is not a dim name"):
         parse_axis("=\n")
-    with refused(GridError, "--grid 'H=1,\\n2x': dim values are positive integers, got '2x'"):
+    with raises(GridError, "--grid 'H=1,\\n2x': dim values are positive integers, got '2x'"):
         parse_axis("H=1,\n2x")
 
 
 def test_a_path_with_a_line_break_is_quoted(tmp_path):
     (tmp_path / "a\nb").mkdir()
-    with refused(UsageError, repr(str(tmp_path / "a\nb")) + " is not a file"):
+    with raises(UsageError, repr(str(tmp_path / "a\nb")) + " is not a file"):
         api.read_spec(tmp_path / "a\nb")
 
 
@@ -194,10 +189,10 @@ def _safetensors(path, header, data=b""):
     return path
 
 
-def test_a_npy_file_named_npz_is_refused(tmp_path):
+def test_a_npy_file_named_npz_is_raises(tmp_path):
     path = tmp_path / "w.npz"
     path.write_bytes(_array(np.zeros((11, 8), np.float32)))         # was: TypeError
-    with refused(UsageError, f"cannot read {path}: File is not a zip file"):
+    with raises(UsageError, f"cannot read {path}: File is not a zip file"):
         weights.load(path, SHAPES)
 
 
@@ -207,7 +202,7 @@ def test_a_header_claiming_an_absurd_size_is_refused_before_any_allocation(tmp_p
     members["E.npy"] = _npy("{'descr': '<f8', 'fortran_order': False, "
                             "'shape': (100000000000,), }", bytes(16))
     path = _npz(tmp_path / "w.npz", members)
-    with refused(UsageError, f"cannot read {path}: member 'E.npy' holds 16 bytes of data; its "
+    with raises(UsageError, f"cannot read {path}: member 'E.npy' holds 16 bytes of data; its "
                              "header (shape (100000000000,), dtype float64) needs "
                              "800,000,000,000"):
         weights.load(path, SHAPES)
@@ -217,7 +212,7 @@ def test_a_header_of_the_wrong_shape_is_named_before_its_data_is_read(tmp_path):
     members = _valid_members()
     members["E.npy"] = _array(np.zeros((8, 11), np.float32))
     path = _npz(tmp_path / "w.npz", members)
-    with refused(weights.WeightsError, f"{path}: parameter E has shape (8, 11); the spec "
+    with raises(weights.WeightsError, f"{path}: parameter E has shape (8, 11); the spec "
                                        "expects (11, 8)"):
         weights.load(path, SHAPES)
 
@@ -242,7 +237,7 @@ def test_a_member_that_is_no_array_of_ours_is_named(tmp_path, member, data, mess
     del members["E.npy"]
     members[member] = data
     path = _npz(tmp_path / "w.npz", members)
-    with refused(UsageError, f"cannot read {path}: {message}"):
+    with raises(UsageError, f"cannot read {path}: {message}"):
         weights.load(path, SHAPES)
 
 
@@ -260,7 +255,7 @@ def _patch_method(path, method, encrypted=False):
 
 def test_an_unknown_compression_method_is_named(tmp_path):
     path = _patch_method(_npz(tmp_path / "w.npz", _valid_members()), 99)
-    with refused(UsageError, f"cannot read {path}: member 'E.npy' is compressed with method "
+    with raises(UsageError, f"cannot read {path}: member 'E.npy' is compressed with method "
                              "99, which is not one zip files of arrays use (stored, deflate, "
                              "bzip2, lzma)"):                            # was: NotImplementedError
         weights.load(path, SHAPES)
@@ -268,7 +263,7 @@ def test_an_unknown_compression_method_is_named(tmp_path):
 
 def test_an_encrypted_member_is_named(tmp_path):
     path = _patch_method(_npz(tmp_path / "w.npz", _valid_members()), 0, encrypted=True)
-    with refused(UsageError, f"cannot read {path}: member 'E.npy' is encrypted"):
+    with raises(UsageError, f"cannot read {path}: member 'E.npy' is encrypted"):
         weights.load(path, SHAPES)                                      # was: RuntimeError
 
 
@@ -278,7 +273,7 @@ def test_corrupt_compressed_data_is_a_usage_error(tmp_path):
     start = data.find(b"PK\x03\x04") + 30 + len("E.npy")
     data[start] = 0xFF                                # an invalid deflate block type
     path.write_bytes(bytes(data))
-    with refused(UsageError, f"cannot read {path}: Error -3 while decompressing data: invalid "
+    with raises(UsageError, f"cannot read {path}: Error -3 while decompressing data: invalid "
                              "block type"):                             # was: zlib.error
         weights.load(path, SHAPES)
 
@@ -288,7 +283,7 @@ def test_a_dtype_numpy_has_no_type_for_is_named(tmp_path):
                         {"E": {"dtype": "BF16", "shape": [11, 8], "data_offsets": [0, 176]},
                          "W": {"dtype": "BF16", "shape": [8], "data_offsets": [176, 192]}},
                         bytes(192))
-    with refused(weights.WeightsError, f"{path}: parameter E has dtype BF16, which NumPy has "
+    with raises(weights.WeightsError, f"{path}: parameter E has dtype BF16, which NumPy has "
                                        "no type for; parameters are float16, float32 or "
                                        "float64"):                      # was: TypeError
         weights.load(path, SHAPES)
@@ -299,7 +294,7 @@ def test_an_odd_name_in_a_file_is_shown_on_one_line(tmp_path):
                         {"E": {"dtype": "F32", "shape": [11, 8], "data_offsets": [0, 352]},
                          "W\nX": {"dtype": "F32", "shape": [8], "data_offsets": [352, 384]}},
                         bytes(384))
-    with refused(weights.WeightsError, f"{path}: parameters do not match the spec: missing W; "
+    with raises(weights.WeightsError, f"{path}: parameters do not match the spec: missing W; "
                                        "unexpected 'W\\nX'"):
         weights.load(path, SHAPES)
 
@@ -314,9 +309,9 @@ def test_valid_files_still_load(tmp_path):
     assert weights.load(path, SHAPES)["W"].shape == (8,)
 
 
-def test_random_parameters_past_memory_are_refused(monkeypatch):
+def test_random_parameters_past_memory_are_raises(monkeypatch):
     monkeypatch.setattr(weights, "memory_bytes", lambda: 1_000_000)
-    with refused(UsageError, "the parameters take 1,280,000 bytes in float32, more than the "
+    with raises(UsageError, "the parameters take 1,280,000 bytes in float32, more than the "
                              "1,000,000 bytes of memory this process may use; give smaller "
                              "dims with --set"):
         weights.random_params({"E": (1000, 320)})
@@ -339,7 +334,7 @@ def test_tspec_run_refuses_parameters_past_memory(capsys, monkeypatch):
 
 def test_a_name_too_long_for_the_system_is_a_usage_error(capsys):
     name = "a" * 300                                                    # was: OSError
-    with refused(UsageError, f"cannot read {name}: File name too long"):
+    with raises(UsageError, f"cannot read {name}: File name too long"):
         api.load(name)
     code, out, err = run(capsys, "check", name)
     assert (code, out) == (2, "")
@@ -349,7 +344,7 @@ def test_a_name_too_long_for_the_system_is_a_usage_error(capsys):
 def test_a_variant_naming_a_spec_too_long_for_the_system(tmp_path):
     path = tmp_path / "v.toml"
     path.write_text(f'spec = "{"a" * 300}"\n')                          # was: OSError
-    with refused(UsageError, f"cannot read {tmp_path / ('a' * 300)}: File name too long"):
+    with raises(UsageError, f"cannot read {tmp_path / ('a' * 300)}: File name too long"):
         api.load(path)
 
 
@@ -409,12 +404,12 @@ def test_constraints_no_size_satisfies_are_a_finding(constraint):
         ("unsatisfiable", f"no sizes satisfy every constraint: `{constraint}` (line 5)")]
 
 
-def test_a_huge_scalar_power_in_a_tensor_expression_is_refused():
+def test_a_huge_scalar_power_in_a_tensor_expression_is_raises():
     # was: 3**(10**9) computed exactly, for as long as it takes
-    with _no_hang(1.0), refused(SpecError, "t.tspec:5:21: 1.5 ** 1e9: exponents are numbers "
+    with _no_hang(1.0), raises(SpecError, "t.tspec:5:21: 1.5 ** 1e9: exponents are numbers "
                                            "from -64 to 64"):
         language.parse(HEADER + 'Y "B T d" = X * 1.5 ** 1e9\n', "t.tspec")
-    with _no_hang(1.0), refused(SpecError, "t.tspec:5:37: 1234567890123456789 ** 64 has more "
+    with _no_hang(1.0), raises(SpecError, "t.tspec:5:37: 1234567890123456789 ** 64 has more "
                                            "than 1000 digits"):
         language.parse(HEADER + 'Y "B T d" = X * 1234567890123456789 ** 64\n', "t.tspec")
 
