@@ -30,6 +30,7 @@ from arrays import CUPY, NUMPY, needs_cupy, to_numpy
 from compare import assert_close, flat
 from reference_numpy import softmax as softmax_reference
 from scipy.special import erf
+from test_decoding import keywords as required_keywords
 
 from codegen import weights
 from codegen.generate import BUILTIN_MODELS, source
@@ -91,8 +92,7 @@ def inputs(function, B, T, T_src=None, seed=0) -> dict:
 
 def keywords(function) -> dict:
     """The keyword arguments a generated function requires (H, H_kv), at SIZES."""
-    return {name: SIZES[name] for name, p in inspect.signature(function).parameters.items()
-            if p.kind is p.KEYWORD_ONLY and p.default is p.empty}
+    return required_keywords(function, **SIZES)
 
 
 def run(arrays, module, args: dict, P, trace=None) -> list:
