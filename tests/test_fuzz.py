@@ -12,12 +12,11 @@ import signal
 import struct
 import zipfile
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 import sympy
-from command_line import run
+from command_line import ROOT, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from refusals import raises
@@ -28,8 +27,6 @@ from spec import api, cli, language
 from spec.errors import GridError, SpecError, TspecError, UsageError, VariantError
 from spec.evaluate import Evaluator
 from spec.grid import parse_axis
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _fuzz_module():

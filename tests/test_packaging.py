@@ -5,8 +5,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from command_line import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DATA = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
 
 
