@@ -79,7 +79,8 @@ SHARES = {"parse": 0.16, "expr": 0.16, "check": 0.10, "variant": 0.14, "set": 0.
           "grid": 0.10, "weights": 0.18, "cli": 0.06}
 TARGETS = tuple(SHARES)
 CHUNK = 50
-SLOTS = 4            # per worker, shared with the parent: target, chunk start, input, its start
+SLOTS = 5            # per worker, shared with the parent: target, chunk start, input, its start,
+#                      chunk stop
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1076,6 +1077,7 @@ def worker(number, tasks, results, progress, seed, time_limit, memory_limit, cra
             tally, failures = Tally(), []
             progress[SLOTS * number] = TARGETS.index(target)
             progress[SLOTS * number + 1] = start
+            progress[SLOTS * number + 4] = stop
             for index in range(start, stop):
                 progress[SLOTS * number + 2] = index
                 progress[SLOTS * number + 3] = time.time()
@@ -1139,6 +1141,7 @@ def fuzz(plan: dict[str, int], seed: int, workers: int, time_limit: float, memor
                 target = TARGETS[int(progress[SLOTS * number])]
                 begin = int(progress[SLOTS * number + 1])
                 index = int(progress[SLOTS * number + 2])
+                stop = int(progress[SLOTS * number + 4])
                 if stuck:
                     process.kill()
                 process.join()
@@ -1148,7 +1151,7 @@ def fuzz(plan: dict[str, int], seed: int, workers: int, time_limit: float, memor
                 _record_lost(target, seed, index, status, detail, crash_dir, tallies, failures)
                 # the chunk's other inputs again: those before it were judged, but their
                 # tally died with the worker (judging is deterministic, so they count once)
-                for part in ((begin, index), (index + 1, _chunk_stop(chunks, target, index))):
+                for part in ((begin, index), (index + 1, stop)):
                     if part[0] < part[1]:
                         tasks.put((target, *part))
                         pending += 1
@@ -1168,11 +1171,6 @@ def fuzz(plan: dict[str, int], seed: int, workers: int, time_limit: float, memor
     for process in processes.values():
         process.join(timeout=30)
     return tallies, failures
-
-
-def _chunk_stop(chunks, target: str, index: int) -> int:
-    stops = [stop for t, start, stop in chunks if t == target and start <= index < stop]
-    return stops[0] if stops else index + 1
 
 
 def _record_lost(target, seed, index, status, detail, crash_dir, tallies, failures):

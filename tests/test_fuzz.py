@@ -8,8 +8,10 @@ runs it again.
 
 import contextlib
 import importlib.util
+import os
 import signal
 import struct
+import sys
 import zipfile
 from collections import Counter
 
@@ -436,3 +438,27 @@ def test_tspec_run_refuses_inputs_past_memory(capsys):
                           "GiB to run in float32 (parameters 21.1 KiB, inputs "
                           "536,441,802,978,515,618,889,728.0 GiB, activations ")
     assert err.count("\n") == 1
+
+
+def test_a_worker_that_dies_has_its_input_recorded_and_every_other_judged_once(
+        tmp_path, monkeypatch):
+    """A worker dies at input 3 of a chunk, and again at input 1 of the part re-queued before
+    it: each death is one crash, and every other input is judged exactly once (the second
+    re-queue ends where its part ended, not where the whole chunk did)."""
+    judge = fuzz.judge
+
+    def dying(case, ctx, time_limit):
+        marks = [tmp_path / f"died-{n}" for n in (3, 1)]
+        if case.index == 3 and not marks[0].exists() or \
+                case.index == 1 and marks[0].exists() and not marks[1].exists():
+            marks[0 if case.index == 3 else 1].touch()
+            os._exit(1)
+        return judge(case, ctx, time_limit)
+
+    monkeypatch.setattr(fuzz, "judge", dying)     # the workers are forked: they see it
+    monkeypatch.setitem(sys.modules, fuzz.__name__, fuzz)    # their results unpickle by name
+    with _no_hang(60.0):
+        tallies, failures = fuzz.fuzz({"expr": 20}, seed=0, workers=1, time_limit=10.0,
+                                      memory_limit=4 << 30, crash_dir=tmp_path / "crashes")
+    assert sorted(index for _, index, _, _ in failures) == [1, 3]
+    assert tallies["expr"].inputs == 20 and tallies["expr"].counts["crash"] == 2
