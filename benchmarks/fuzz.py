@@ -554,7 +554,7 @@ def _flip(rng: random.Random, blob: bytes, span: tuple[int, int] | None = None) 
     return bytes(data)
 
 
-def gen_safetensors(rng: random.Random, valid: bytes, shapes: dict) -> bytes:
+def gen_safetensors(rng: random.Random, valid: bytes) -> bytes:
     header, data = _split_safetensors(valid)
     names = [n for n in header if n != "__metadata__"]
     op = rng.randrange(12)
@@ -836,7 +836,7 @@ def make_case(target: str, seed: int, index: int, ctx: Context) -> Case:
         if rng.random() < 0.05:
             data = valid
         elif suffix == ".safetensors":
-            data = gen_safetensors(rng, valid, ctx.shapes)
+            data = gen_safetensors(rng, valid)
         else:
             data = gen_npz(rng, valid, ctx.shapes)
         if rng.random() < 0.02:
