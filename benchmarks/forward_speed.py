@@ -8,10 +8,13 @@ encoder-decoder stacks (B=4, T=T_dec=128, N=6, causal target masks; once with th
 half padding, where PyTorch's encoder drops the padded tokens (nested tensors), once without),
 and a GPT-2-small-shaped causal stack (B=1, T=1024, d_model=768, 12 heads, 12 layers, pre-LN,
 tanh GELU). PyTorch runs nn.TransformerEncoderLayer / nn.Transformer / nn.TransformerEncoder
-under inference_mode, its default eager path. The two sides are measured in turn, a block of
-calls each, for three rounds, so that the machine's slow spells fall on both alike. Prints
-the median times, their ratio, the achieved GFLOP/s (matrix products only) and NumPy's own
-sgemm rate measured in the same run.
+under inference_mode, its default eager path. A third side is the yardstick the target was
+set with, a careful hand-written NumPy forward (benchmarks/handwritten_numpy.py, BLAS's own
+threads): it tells what NumPy reaches against PyTorch on this machine. The sides are measured
+in turn, a block of calls each, for three rounds, so that the machine's slow spells fall on
+all alike. Prints the median times, the ratios to PyTorch, the achieved GFLOP/s (matrix
+products only), NumPy's own sgemm rate measured in the same run, and each side's largest
+difference from PyTorch's output.
 """
 
 import argparse
@@ -30,8 +33,9 @@ def main() -> None:
     args = parser.parse_args()
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[variable] = str(args.threads)
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # and benchmarks/ stays on it
 
+    import handwritten_numpy as handwritten
     import numpy as np
     import torch
 
@@ -52,20 +56,20 @@ def main() -> None:
             times.append(time.perf_counter() - start)
         return statistics.median(times)
 
-    def paired_times(ours, theirs, repeat=args.repeat, rounds=3):
-        """Median times of two functions measured in turn, a block of calls each per round,
-        so that a slow spell of this shared machine falls on both sides alike. Each block
-        starts with an untimed call: the two libraries' thread pools wait for work in
-        different ways, and the first call after the other library ran pays for the switch."""
-        times = ([], [])
+    def times_in_turn(functions, repeat=args.repeat, rounds=3):
+        """Median times of functions measured in turn, a block of calls each per round, so
+        that a slow spell of this shared machine falls on all alike. Each block starts with an
+        untimed call: the libraries' thread pools wait for work in different ways, and the
+        first call after another library ran pays for the switch."""
+        times = [[] for _ in functions]
         for _ in range(rounds):
-            for function, record in ((ours, times[0]), (theirs, times[1])):
+            for function, record in zip(functions, times):
                 function()
                 for _ in range(repeat):
                     start = time.perf_counter()
                     function()
                     record.append(time.perf_counter() - start)
-        return statistics.median(times[0]), statistics.median(times[1])
+        return [statistics.median(record) for record in times]
 
     def sgemm_rate(m, k, n):
         a = np.random.default_rng(0).standard_normal((m, k)).astype(np.float32)
@@ -97,12 +101,14 @@ def main() -> None:
     L = np.zeros((1, B, T, T), dtype=np.float32)
     x_torch = torch.tensor(x)
     with torch.inference_mode():
-        difference = np.abs(layer(x_torch).numpy() - module.encoder_layer(x, L, ours_params,
-                                                                          H=H)).max()
-        ours, theirs = paired_times(lambda: module.encoder_layer(x, L, ours_params, H=H),
-                                    lambda: layer(x_torch))
-    rows.append(("base encoder layer (B=8, T=128)", ours, theirs,
-                 layer_flops(B, T, T, d, d_ff), sgemm_rate(B * T, d, d_ff), difference))
+        reference = layer(x_torch).numpy()
+        times = times_in_turn([lambda: module.encoder_layer(x, L, ours_params, H=H),
+                               lambda: layer(x_torch),
+                               lambda: handwritten.encoder_layer(x, L[0], ours_params, H)])
+    differences = (np.abs(reference - module.encoder_layer(x, L, ours_params, H=H)).max(),
+                   np.abs(reference - handwritten.encoder_layer(x, L[0], ours_params, H)).max())
+    rows.append(("base encoder layer (B=8, T=128)", *times,
+                 layer_flops(B, T, T, d, d_ff), sgemm_rate(B * T, d, d_ff), *differences))
 
     # 2. the base encoder-decoder stacks, with source padding and without
     torch.manual_seed(1)
@@ -134,12 +140,16 @@ def main() -> None:
             return model(src_torch, tgt_torch, tgt_mask=causal, src_key_padding_mask=padding,
                          memory_key_padding_mask=padding, tgt_is_causal=True)
 
+        def handwritten_stacks(L_enc=L_enc):
+            return handwritten.encoder_decoder(src, tgt, L_enc[0], params, H)
+
         with torch.inference_mode():
             reference = theirs_stacks().numpy()
-            ours, theirs = paired_times(ours_stacks, theirs_stacks)
-        difference = np.abs(reference - ours_stacks()).max()
+            times = times_in_turn([ours_stacks, theirs_stacks, handwritten_stacks])
+        differences = (np.abs(reference - ours_stacks()).max(),
+                       np.abs(reference - handwritten_stacks()).max())
         rows.append((f"base encoder-decoder (B=4, T=T_dec=128){', padded' if padded else ''}",
-                     ours, theirs, flops, sgemm_rate(B * T, d, d_ff), difference))
+                     *times, flops, sgemm_rate(B * T, d, d_ff), *differences))
 
     # 3. a GPT-2-small-shaped causal stack
     torch.manual_seed(2)
@@ -161,22 +171,29 @@ def main() -> None:
     y_torch = torch.tensor(y)
     with torch.inference_mode():
         reference = stack(y_torch, mask=causal, is_causal=True).numpy()
-        ours, theirs = paired_times(
-            lambda: module.encoder(y, L_causal, params["decoder"], H=H),
-            lambda: stack(y_torch, mask=causal, is_causal=True), max(1, args.repeat // 2), rounds=2)
-    difference = np.abs(reference - module.encoder(y, L_causal, params["decoder"], H=H)).max()
-    rows.append(("GPT-2-small causal stack (B=1, T=1024)", ours, theirs,
-                 N * layer_flops(B, T, T, d, d_ff), sgemm_rate(B * T, d, d_ff), difference))
+        times = times_in_turn([lambda: module.encoder(y, L_causal, params["decoder"], H=H),
+                               lambda: stack(y_torch, mask=causal, is_causal=True),
+                               lambda: handwritten.causal_stack(y, params["decoder"], H)],
+                              max(1, args.repeat // 2), rounds=2)
+    differences = (
+        np.abs(reference - module.encoder(y, L_causal, params["decoder"], H=H)).max(),
+        np.abs(reference - handwritten.causal_stack(y, params["decoder"], H)).max())
+    rows.append(("GPT-2-small causal stack (B=1, T=1024)", *times,
+                 N * layer_flops(B, T, T, d, d_ff), sgemm_rate(B * T, d, d_ff), *differences))
 
     print()
-    print(f"{'shape':<48} {'numpy':>9} {'torch':>9} {'ratio':>6} {'GFLOP/s':>8} "
-          f"{'sgemm':>7} {'of sgemm':>8} {'max diff':>9}")
-    for name, ours, theirs, flops, sgemm, difference in rows:
-        rate = flops / ours / 1e9
-        print(f"{name:<48} {ours * 1000:7.1f}ms {theirs * 1000:7.1f}ms {ours / theirs:6.2f} "
-              f"{rate:8.1f} {sgemm:7.1f} {rate / sgemm:8.0%} {difference:9.1e}")
-    print("\nratio: generated NumPy time / PyTorch eager time (below 1 is faster); GFLOP/s "
-          "counts matrix products only.")
+    print(f"{'shape':<40} {'numpy':>9} {'torch':>9} {'ratio':>6} {'GFLOP/s':>8} "
+          f"{'sgemm':>7} {'of sgemm':>8} {'max diff':>9} {'by hand':>9} {'ratio':>6} "
+          f"{'of sgemm':>8} {'max diff':>9}")
+    for name, ours, theirs, by_hand, flops, sgemm, difference, hand_difference in rows:
+        rate, hand_rate = flops / ours / 1e9, flops / by_hand / 1e9
+        print(f"{name:<40} {ours * 1000:7.1f}ms {theirs * 1000:7.1f}ms {ours / theirs:6.2f} "
+              f"{rate:8.1f} {sgemm:7.1f} {rate / sgemm:8.0%} {difference:9.1e} "
+              f"{by_hand * 1000:7.1f}ms {by_hand / theirs:6.2f} {hand_rate / sgemm:8.0%} "
+              f"{hand_difference:9.1e}")
+    print("\nratio: NumPy time / PyTorch eager time (below 1 is faster); GFLOP/s counts matrix "
+          "products only; 'by hand': benchmarks/handwritten_numpy.py, a careful hand-written "
+          "NumPy forward on BLAS's own threads, the yardstick for what NumPy reaches here.")
 
 
 if __name__ == "__main__":
