@@ -399,10 +399,17 @@ class _Body:
                             line=getattr(record, "line", None))
 
     def grows(self, operand: Operand) -> bool:
-        record = self.record
-        return self.lowerer.backend.growing_states and operand.value.tensor is not None and \
-            isinstance(record, Equation) and \
-            self.updates.get(record.output) == operand.value.tensor
+        return self.extends(self.record) and operand.value.tensor == self.record.expr.args[0].name
+
+    def extends(self, record) -> bool:
+        """Whether the equation is ``S_all = concat(S, new)`` of a state S that S_all replaces
+        (``S <- S_all``), in a backend that keeps such states in buffers with room to grow:
+        its code is ``extend(S, new)``."""
+        expr = getattr(record, "expr", None)
+        return self.lowerer.backend.growing_states and isinstance(record, Equation) and \
+            isinstance(expr, OpNode) and expr.op == "concat" and \
+            isinstance(expr.args[0], TensorRef) and \
+            self.updates.get(record.output) == expr.args[0].name
 
     def need(self, expr) -> None:
         for symbol in sorted(sympy.sympify(expr).free_symbols, key=str):
@@ -699,7 +706,9 @@ class _Body:
         shape = declared.shape if declared is not None and declared.shape is not None \
             else result.value.shape
         dtype = declared.dtype if declared is not None else result.value.dtype
-        self.allocated[dtype] += numel(Value(shape))
+        # extend's new buffer holds half as many entries again (templates/helpers/extend.py.j2)
+        self.allocated[dtype] += numel(Value(shape)) * (
+            sympy.Rational(3, 2) if self.extends(record) else 1)
         lines = None
         if in_place:
             comment = shape.subs(self.comment_names).text()

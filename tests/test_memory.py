@@ -161,3 +161,35 @@ def test_each_function_checks_its_own_tensors():
     model.MEMORY_LIMIT -= 1
     with pytest.raises(MemoryError, match="^ff would allocate about"):
         model.t(X, params)
+
+
+def test_a_decoding_step_counts_the_room_its_cache_buffers_keep():
+    """extend copies a state into a buffer with room for half as many entries again, so the
+    step's estimate counts each extended state's bytes 3/2 times: a limit that would hold the
+    state's bytes once refuses; one that holds the 3/2 passes."""
+    model = load_module(GENERATED / "decoder_only.py")
+    B, H, T_past, T_x, d_k, d_model = 2, 4, 6, 2, 8, 32
+    rng = np.random.default_rng(0)
+    params = {name: rng.standard_normal((d_model, d_model)) for name in ("W_Q", "W_K", "W_V",
+                                                                            "W_O")}
+    X, L_h = rng.standard_normal((B, T_x, d_model)), np.zeros((1, B, T_x, T_past + T_x))
+    own = 4 * B * H * T_x * d_k + 3 * B * H * T_x * d_k + B * T_x * d_model
+    state = B * H * d_k * (T_past + T_x)                 # each of K_h and V_h
+
+    def call():
+        cache = {"K_past": rng.standard_normal((H, B, T_past, d_k)),
+                 "V_past": rng.standard_normal((H, B, T_past, d_k))}
+        model.cached_self_attention(X, L_h, params, cache)
+        return cache
+
+    model.MEMORY_LIMIT = (own + 2 * state) * 8
+    try:
+        with pytest.raises(MemoryError, match="^cached_self_attention would allocate about"):
+            call()
+        model.MEMORY_LIMIT = (own + 3 * state) * 8
+        cache = call()
+    finally:
+        model.MEMORY_LIMIT = None
+    buffer = cache["K_past"].base                      # what extend allocated: 8 + 4 positions
+    assert cache["K_past"].shape == (H, B, T_past + T_x, d_k)
+    assert buffer.nbytes == 3 * state * 8 // 2

@@ -1126,8 +1126,8 @@ def cached_self_attention(
     require_size("cache V_past axis -2", cache["V_past"].shape[-2], "T_past", T_past)
     require_memory(
         "cached_self_attention",
-        (4*B*H*T_x*d_k + 3*B*H*T_x*d_v + B*H*d_k*(T_past + T_x) + B*H*d_v*(T_past + T_x)
-        + B*T_x*d_model) * X.dtype.itemsize,
+        (4*B*H*T_x*d_k + 3*B*H*T_x*d_v + (3/2)*B*H*d_k*(T_past + T_x)
+        + (3/2)*B*H*d_v*(T_past + T_x) + B*T_x*d_model) * X.dtype.itemsize,
     )
     Q_proj = project(X, params["W_Q"])  # B T_x H*d_k
     K_proj = project(X, params["W_K"])  # B T_x H*d_k

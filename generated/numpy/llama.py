@@ -1217,8 +1217,8 @@ def cached_self_attention(
     require_memory(
         "cached_self_attention",
         (3*B*H*T_x*d_k + B*H*T_x*d_v + B*H*d_k*(T_past + T_x) + B*H*d_v*(T_past + T_x)
-        + 3*B*H_kv*T_x*d_k + 2*B*H_kv*T_x*d_v + B*H_kv*d_k*(T_past + T_x)
-        + B*H_kv*d_v*(T_past + T_x) + B*T_x*d_model) * X.dtype.itemsize,
+        + 3*B*H_kv*T_x*d_k + 2*B*H_kv*T_x*d_v + (3/2)*B*H_kv*d_k*(T_past + T_x)
+        + (3/2)*B*H_kv*d_v*(T_past + T_x) + B*T_x*d_model) * X.dtype.itemsize,
     )
     Q_proj = project(X, params["W_Q"])  # B T_x H*d_k
     K_proj = project(X, params["W_K"])  # B T_x H_kv*d_k
