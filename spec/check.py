@@ -314,16 +314,27 @@ class _Run:
             return True
         first = self.constraints[0]
         listed = "; ".join(f"`require {c.text}` (line {c.line})" for c in self.constraints)
+        # the derived dims over the constraints' dims, each of which must be a whole number
+        # >= 1 too (as the prover requires): one of them may be what no size satisfies
+        dims = set().union(*(f.free_symbols for f in self.prover.facts))
+        derived = [let for let in self.lets
+                   if 0 < len(expr := self.prover.norm(let.expr).free_symbols)
+                   and expr <= dims]
+        listed += "".join(f"; `let {let.dim} = {let.text}` (line {let.line})"
+                          for let in derived)
+        what = "constraint and derived dim (each a whole number >= 1)" if derived else \
+            "constraint"
+        redefine = ", or redefine a derived dim" if derived else ""
         if answer == "no":
-            message = f"no sizes satisfy every constraint: {listed}"
+            message = f"no sizes satisfy every {what}: {listed}"
         else:
-            message = (f"no sizes found that satisfy every constraint ({listed}), and none "
-                       "proved to exist")
+            message = f"no sizes found that satisfy every {what} ({listed}), and none proved " \
+                "to exist"
         self.add(Finding(kind="unsatisfiable" if answer == "no" else "unproved",
                          message=message, file=first.file, line=first.line,
                          equation=f"require {first.text}",
-                         hint="remove or relax a constraint: a spec no size satisfies proves "
-                              "nothing"))
+                         hint=f"remove or relax a constraint{redefine}: a spec no size "
+                              "satisfies proves nothing"))
         return False
 
     def check_constraints(self) -> int:

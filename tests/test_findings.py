@@ -327,6 +327,29 @@ def test_unsatisfiable():
            hint="remove or relax a constraint: a spec no size satisfies proves nothing")
 
 
+def test_unsatisfiable_names_the_derived_dims_that_take_part():
+    # was: the constraints alone named, though `require T <= d` is met by T = d = 1; it is
+    # k = T - d >= 1 that no size meets beside it
+    finding = only(HEADER + 'dim k "difference"\nlet k = T - d\nrequire T <= d\n')
+    expect(finding, kind="unsatisfiable",
+           message="no sizes satisfy every constraint and derived dim (each a whole number "
+                   ">= 1): `require T <= d` (line 6); `let k = T - d` (line 5)",
+           line=6, equation="require T <= d",
+           hint="remove or relax a constraint, or redefine a derived dim: a spec no size "
+                "satisfies proves nothing")
+
+
+def test_constraints_unproved_beside_a_derived_dim_name_it():
+    finding = only('dim H "heads"\ndim d "width"\ndim d_k "head width"\nlet d_k = d / H\n'
+                   'require H > d\n')
+    expect(finding, kind="unproved",
+           message="no sizes found that satisfy every constraint and derived dim (each a whole "
+                   "number >= 1) (`require H > d` (line 5); `let d_k = d / H` (line 4)), and "
+                   "none proved to exist", line=5, equation="require H > d",
+           hint="remove or relax a constraint, or redefine a derived dim: a spec no size "
+                "satisfies proves nothing")
+
+
 @pytest.mark.parametrize("constraints", ["require T == 0", "require T == d - d",
                                          "require T == d\nrequire d == 0",
                                          "require d_k == 1\nlet d_k = T - d\nrequire T <= d"])
