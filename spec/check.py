@@ -318,8 +318,7 @@ class _Run:
         # >= 1 too (as the prover requires): one of them may be what no size satisfies
         dims = set().union(*(f.free_symbols for f in self.prover.facts))
         derived = [let for let in self.lets
-                   if 0 < len(expr := self.prover.norm(let.expr).free_symbols)
-                   and expr <= dims]
+                   if 0 < len(over := self.prover.norm(let.expr).free_symbols) and over <= dims]
         listed += "".join(f"; `let {let.dim} = {let.text}` (line {let.line})"
                           for let in derived)
         what = "constraint and derived dim (each a whole number >= 1)" if derived else \
