@@ -142,7 +142,7 @@ def test_any_bytes_as_a_weights_file_end_in_weights_or_our_error(tmp_path, suffi
 
 def test_a_set_value_with_a_line_break_is_quoted(capsys):
     with raises(VariantError, "--set 'H=8\\n9': dim values are positive integers, got "
-                               "'8\\n9'"):
+                              "'8\\n9'"):
         api.load("base").with_settings(["H=8\n9"])
     code, out, err = run(capsys, "check", "base", "--set", "H=8\n9")
     assert (code, out) == (2, "")
@@ -188,7 +188,7 @@ def _safetensors(path, header, data=b""):
     return path
 
 
-def test_a_npy_file_named_npz_is_raises(tmp_path):
+def test_a_npy_file_named_npz_is_refused(tmp_path):
     path = tmp_path / "w.npz"
     path.write_bytes(_array(np.zeros((11, 8), np.float32)))         # was: TypeError
     with raises(UsageError, f"cannot read {path}: File is not a zip file"):
@@ -202,8 +202,8 @@ def test_a_header_claiming_an_absurd_size_is_refused_before_any_allocation(tmp_p
                             "'shape': (100000000000,), }", bytes(16))
     path = _npz(tmp_path / "w.npz", members)
     with raises(UsageError, f"cannot read {path}: member 'E.npy' holds 16 bytes of data; its "
-                             "header (shape (100000000000,), dtype float64) needs "
-                             "800,000,000,000"):
+                            "header (shape (100000000000,), dtype float64) needs "
+                            "800,000,000,000"):
         weights.load(path, SHAPES)
 
 
@@ -212,7 +212,7 @@ def test_a_header_of_the_wrong_shape_is_named_before_its_data_is_read(tmp_path):
     members["E.npy"] = _array(np.zeros((8, 11), np.float32))
     path = _npz(tmp_path / "w.npz", members)
     with raises(weights.WeightsError, f"{path}: parameter E has shape (8, 11); the spec "
-                                       "expects (11, 8)"):
+                                      "expects (11, 8)"):
         weights.load(path, SHAPES)
 
 
@@ -255,8 +255,8 @@ def _patch_method(path, method, encrypted=False):
 def test_an_unknown_compression_method_is_named(tmp_path):
     path = _patch_method(_npz(tmp_path / "w.npz", _valid_members()), 99)
     with raises(UsageError, f"cannot read {path}: member 'E.npy' is compressed with method "
-                             "99, which is not one zip files of arrays use (stored, deflate, "
-                             "bzip2, lzma)"):                            # was: NotImplementedError
+                            "99, which is not one zip files of arrays use (stored, deflate, "
+                            "bzip2, lzma)"):                            # was: NotImplementedError
         weights.load(path, SHAPES)
 
 
@@ -273,7 +273,7 @@ def test_corrupt_compressed_data_is_a_usage_error(tmp_path):
     data[start] = 0xFF                                # an invalid deflate block type
     path.write_bytes(bytes(data))
     with raises(UsageError, f"cannot read {path}: Error -3 while decompressing data: invalid "
-                             "block type"):                             # was: zlib.error
+                            "block type"):                             # was: zlib.error
         weights.load(path, SHAPES)
 
 
@@ -283,8 +283,8 @@ def test_a_dtype_numpy_has_no_type_for_is_named(tmp_path):
                          "W": {"dtype": "BF16", "shape": [8], "data_offsets": [176, 192]}},
                         bytes(192))
     with raises(weights.WeightsError, f"{path}: parameter E has dtype BF16, which NumPy has "
-                                       "no type for; parameters are float16, float32 or "
-                                       "float64"):                      # was: TypeError
+                                      "no type for; parameters are float16, float32 or "
+                                      "float64"):                      # was: TypeError
         weights.load(path, SHAPES)
 
 
@@ -294,7 +294,7 @@ def test_an_odd_name_in_a_file_is_shown_on_one_line(tmp_path):
                          "W\nX": {"dtype": "F32", "shape": [8], "data_offsets": [352, 384]}},
                         bytes(384))
     with raises(weights.WeightsError, f"{path}: parameters do not match the spec: missing W; "
-                                       "unexpected 'W\\nX'"):
+                                      "unexpected 'W\\nX'"):
         weights.load(path, SHAPES)
 
 
@@ -308,11 +308,11 @@ def test_valid_files_still_load(tmp_path):
     assert weights.load(path, SHAPES)["W"].shape == (8,)
 
 
-def test_random_parameters_past_memory_are_raises(monkeypatch):
+def test_random_parameters_past_memory_are_refused(monkeypatch):
     monkeypatch.setattr(weights, "memory_bytes", lambda: 1_000_000)
     with raises(UsageError, "the parameters take 1,280,000 bytes in float32, more than the "
-                             "1,000,000 bytes of memory this process may use; give smaller "
-                             "dims with --set"):
+                            "1,000,000 bytes of memory this process may use; give smaller "
+                            "dims with --set"):
         weights.random_params({"E": (1000, 320)})
     assert weights.random_params({"E": (10, 32)})["E"].shape == (10, 32)
 
@@ -403,13 +403,13 @@ def test_constraints_no_size_satisfies_are_a_finding(constraint):
         ("unsatisfiable", f"no sizes satisfy every constraint: `{constraint}` (line 5)")]
 
 
-def test_a_huge_scalar_power_in_a_tensor_expression_is_raises():
+def test_a_huge_scalar_power_in_a_tensor_expression_is_refused():
     # was: 3**(10**9) computed exactly, for as long as it takes
     with _no_hang(1.0), raises(SpecError, "t.tspec:5:21: 1.5 ** 1e9: exponents are numbers "
-                                           "from -64 to 64"):
+                                          "from -64 to 64"):
         language.parse(HEADER + 'Y "B T d" = X * 1.5 ** 1e9\n', "t.tspec")
     with _no_hang(1.0), raises(SpecError, "t.tspec:5:37: 1234567890123456789 ** 64 has more "
-                                           "than 1000 digits"):
+                                          "than 1000 digits"):
         language.parse(HEADER + 'Y "B T d" = X * 1234567890123456789 ** 64\n', "t.tspec")
 
 
