@@ -242,6 +242,15 @@ def launch_rows(kernel: cp.RawKernel, rows: int, *arguments) -> None:
         kernel((blocks,), (32 * ROWS_PER_BLOCK,), arguments)
 
 
+def result_into(out: cp.ndarray | None, y: cp.ndarray) -> cp.ndarray:
+    """A row kernel's result y, copied into ``out`` when given (the kernel wrote a new array,
+    so out may be its input)."""
+    if out is None:
+        return y
+    out[...] = y
+    return out
+
+
 # cuBLAS's codes (library_types.h, cublas_api.h) for each float dtype: its data type, and the
 # type the products are summed in (float32 for float16 and float32, float64 for float64)
 GEMM_TYPES = {"float16": (2, 68), "float32": (0, 68), "float64": (1, 70)}
@@ -298,6 +307,18 @@ def batched_matmul(
         a.data.ptr, data_type, m if a_by_columns else k, m * k,
         ctypes.addressof(zero), c.data.ptr, data_type, n, m * n, count, compute_type, -1)
     return c
+
+
+def checked_axis(x: cp.ndarray, axis, helper: str) -> int:
+    """``axis`` as an index of x's axes counted from 0, or an error naming the helper: one
+    integer from -x.ndim to x.ndim - 1 (not None or a tuple, which would reduce along every
+    axis or several at once where a row-wise helper means one)."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, cp.integer)):
+        raise TypeError(f"{helper}: axis must be an integer, got {axis!r}")
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"{helper}: axis {axis} does not exist in an array of shape "
+                         f"{tuple(x.shape)}")
+    return int(axis) % x.ndim
 
 
 SOFTMAX_SOURCE = r"""
@@ -363,21 +384,27 @@ __global__ void softmax_rows(const T* x, const T* mask, T* y, long long rows, lo
 
 
 @typechecked
-def softmax(x: Float[cp.ndarray, " *shape"], axis: int = -1) -> Float[cp.ndarray, " *shape"]:
-    """exp(x) / sum(exp(x)) along an axis, with the row maximum subtracted first: one kernel
-    (softmax_rows), a warp per row, sums in float32 for float16.
+def softmax(
+    x: Float[cp.ndarray, " *shape"],
+    axis: int = -1,
+    out: Optional[Float[cp.ndarray, " *shape"]] = None,  # noqa: UP045
+) -> Float[cp.ndarray, " *shape"]:
+    """exp(x) / sum(exp(x)) along an axis (any one of x's, counted from the end when
+    negative), with the row maximum subtracted first: one kernel (softmax_rows), a warp per
+    row, sums in float32 for float16; copied into ``out`` when given (which may be x itself).
 
     Defined for every row: one that is -inf everywhere (every key masked) gets weights 0, not
     NaN: it attends to nothing. One holding +inf (an overflow before it) gets the limit: its
     +inf entries share the weight equally, the others get 0. A NaN makes its row NaN. float16
     is read into float32, summed and divided there, and rounded to float16 once.
     """
+    axis = checked_axis(x, axis, "softmax")
     rows = cp.ascontiguousarray(cp.moveaxis(x, axis, -1))  # *shape, the axis last
     y = cp.empty_like(rows)  # *shape, the axis last
     count, n = rows_of(rows)
     kernel = rows_kernel(SOFTMAX_SOURCE, "softmax_rows", x.dtype)
     launch_rows(kernel, count, rows, rows, y, count, n, 0, 1, 1, 1, 0, 0, 0, 0, 0)
-    return cp.moveaxis(y, -1, axis)  # *shape
+    return result_into(out, cp.moveaxis(y, -1, axis))  # *shape
 
 
 @typechecked
@@ -448,20 +475,25 @@ def layer_norm(
     gamma: Float[cp.ndarray, " d"],
     beta: Float[cp.ndarray, " d"],
     eps: float,
+    out: Optional[Float[cp.ndarray, "*batch d"]] = None,  # noqa: UP045
 ) -> Float[cp.ndarray, "*batch d"]:
     """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance):
-    one kernel (layer_norm_rows), a warp per row, sums in float32 for float16.
+    one kernel (layer_norm_rows), a warp per row, sums in float32 for float16; copied into
+    ``out`` when given (which may be x itself).
 
     A constant row (zero variance) gives beta exactly, under any eps >= 0 (0 too). float16 is
     read into float32, normalised there and rounded to float16 once: float16 in, float16 out.
+    gamma and beta are read as x's last axis holds them (broadcast to its width, as x * gamma
+    would be; one of another width is refused, never read past its end).
     """
     x = cp.ascontiguousarray(x)  # *batch d
     y = cp.empty_like(x)  # *batch d
     count, n = rows_of(x)
-    gamma, beta = (cp.ascontiguousarray(p, dtype=x.dtype) for p in (gamma, beta))
+    gamma, beta = (cp.ascontiguousarray(cp.broadcast_to(p, (n,)), dtype=x.dtype)
+                   for p in (gamma, beta))  # d each
     kernel = rows_kernel(LAYER_NORM_SOURCE, "layer_norm_rows", x.dtype)
     launch_rows(kernel, count, x, gamma, beta, y, count, n, float(eps))
-    return y
+    return result_into(out, y)  # *batch d
 
 
 @typechecked

@@ -22,6 +22,7 @@ other's.
 """
 
 import functools
+import inspect
 import itertools
 import math
 import os
@@ -200,26 +201,54 @@ def in_row_chunks(function):
     (element-wise, or along the last axis) and writes its result into ``out`` (which may be
     the argument itself): it runs on pieces of about PIECE_SIZE elements, whole rows, so that
     its temporaries stay small and in cache, the pieces shared out among the workers; each
-    row's numbers are the same as in one call. An ``axis`` other than the last, or an ``out``
-    that is not contiguous, goes in one call."""
+    row's numbers are the same as in one call.
+
+    The arguments are bound as the helper's own signature binds them, by position or by
+    keyword: the first is the rows' array, cut into pieces; the others go to every piece as
+    they are, but for ``axis``, which is the pieces' last axis. One call does the work, as the
+    helper alone would, where pieces could differ from it: fewer than two axes or no elements;
+    an ``axis`` that is not the last one (the helper reduces along it, or names its error); an
+    ``out`` that is not a contiguous array of the argument's shape, or that overlaps the
+    argument without being it."""
+    signature = inspect.signature(function)
+    first = next(iter(signature.parameters))  # the rows' array
 
     @functools.wraps(function)
-    def in_pieces(x, *args, out=None, **kwargs):
-        whole = x.ndim < 2 or x.size == 0 or kwargs.get("axis", -1) not in (-1, x.ndim - 1) or (
-            out is not None and not out.flags.c_contiguous)
-        if whole:
-            return function(x, *args, out=out, **kwargs)
+    def in_pieces(*args, **kwargs):
+        try:
+            given = signature.bind(*args, **kwargs).arguments
+        except TypeError:  # the helper's own error
+            return function(*args, **kwargs)
+        x, out, axis = given[first], given.get("out"), given.get("axis", -1)
+        if not (isinstance(x, np.ndarray) and x.ndim >= 2 and x.size and
+                isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) and
+                axis in (-1, x.ndim - 1) and (out is None or in_place_or_apart(out, x))):
+            return function(*args, **kwargs)
         rows = x.reshape(-1, x.shape[-1])  # (*batch) last
         result = workspace(rows.shape, rows.dtype) if out is None else out.reshape(rows.shape)
         step = max(1, PIECE_SIZE // x.shape[-1])
+        if "axis" in given:
+            given["axis"] = -1  # the last axis of a piece too
 
         def piece(start: int) -> None:
-            function(rows[start:start + step], *args, out=result[start:start + step], **kwargs)
+            function(**{**given, first: rows[start:start + step],
+                        "out": result[start:start + step]})
 
         in_parallel(piece, [(start,) for start in range(0, len(rows), step)])
-        return result.reshape(x.shape)  # *batch last
+        return result.reshape(x.shape) if out is None else out  # *batch last
 
     return in_pieces
+
+
+def in_place_or_apart(out, x) -> bool:
+    """Whether ``out`` is a contiguous array of x's shape that is x itself (the same memory,
+    laid out alike) or shares no memory with it: then pieces of rows may write into it."""
+    if not (isinstance(out, np.ndarray) and out.shape == x.shape and
+            out.flags.c_contiguous):
+        return False
+    same = out.strides == x.strides and \
+        out.__array_interface__["data"][0] == x.__array_interface__["data"][0]
+    return same or not np.may_share_memory(out, x)
 
 
 @typechecked
@@ -330,6 +359,18 @@ def concat_heads(O_h: Float[np.ndarray, "H *batch d"]) -> Float[np.ndarray, "*ba
     return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
 
 
+def checked_axis(x: np.ndarray, axis, helper: str) -> int:
+    """``axis`` as an index of x's axes counted from 0, or an error naming the helper: one
+    integer from -x.ndim to x.ndim - 1 (not None or a tuple, which would reduce along every
+    axis or several at once where a row-wise helper means one)."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{helper}: axis must be an integer, got {axis!r}")
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"{helper}: axis {axis} does not exist in an array of shape "
+                         f"{tuple(x.shape)}")
+    return int(axis) % x.ndim
+
+
 def rounded_to_float16(work: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     """A float16 argument's result, computed in float32 (``work``), rounded to float16 once:
     into ``out`` when given."""
@@ -382,10 +423,12 @@ def softmax(
     axis: int = -1,
     out: Optional[Float[np.ndarray, " *shape"]] = None,  # noqa: UP045
 ) -> Float[np.ndarray, " *shape"]:
-    """exp(x) / sum(exp(x)) along an axis, with the row maximum subtracted first
-    (softmax_parts); into ``out`` when given (which may be x itself). float16 is computed in
-    float32 and rounded to float16 once: float16 in, float16 out.
+    """exp(x) / sum(exp(x)) along an axis (any one of x's, counted from the end when
+    negative), with the row maximum subtracted first (softmax_parts); into ``out`` when given
+    (which may be x itself). float16 is computed in float32 and rounded to float16 once:
+    float16 in, float16 out.
     """
+    axis = checked_axis(x, axis, "softmax")
     wide = x.dtype == np.float16
     e, total = softmax_parts(x, axis, out=None if wide else out)  # *shape; 1 on axis
     e /= total
