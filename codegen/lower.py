@@ -304,7 +304,8 @@ HELPER_NEEDS: dict[str, tuple[str, ...]] = {"query_blocks": ("parallel", "softma
                                             "parallel": ("workspace",),
                                             "softmax": ("checked_axis", "float16"),
                                             "layer_norm": ("float16",),
-                                            "rms_norm": ("float16",)}
+                                            "rms_norm": ("float16",), "gelu": ("float16",),
+                                            "gelu_tanh": ("float16",), "silu": ("float16",)}
 # with a thread pool (Backend.thread_pool), these helpers run in chunks of rows on it
 THREAD_POOL_NEEDS: dict[str, tuple[str, ...]] = {
     name: ("parallel",) for name in ("project", "softmax", "layer_norm", "rms_norm")

@@ -5,13 +5,15 @@ arguments by position or by keyword, softmax any axis of a 1-D to 4-D array (a n
 counted from the end), and ``out`` absent, the argument itself, another array or a
 non-contiguous one; the argument may be non-contiguous or empty, float16, float32 or float64.
 On NumPy each runs in one call and in pieces of rows on a pool of three workers (pieces of 16
-elements: in_row_chunks), on CuPy (where a GPU is) through its kernels. Every result is
+elements: in_row_chunks), and as the templates render for a backend without the pool or the
+float32 GELU (CuPy's branches, run here); on CuPy (where a GPU is) through its kernels. Every result is
 compared with float64 NumPy written from the formulas; an axis that does not exist is a
 one-line error naming the helper. A spec's softmax over any axis gives the same numbers
 through its generated forward.
 """
 
 import ast
+import dataclasses
 import functools
 import inspect
 import math
@@ -28,7 +30,10 @@ from hypothesis import strategies as st
 from refusals import raises
 from test_parallel import on_a_pool
 
+from codegen.backends import backend as backend_named
 from codegen.generate import source
+from codegen.lower import lower
+from codegen.render import render
 from codegen.runtime import load_source
 from spec import api
 from spec.language import parse
@@ -60,7 +65,13 @@ def references(name, x, gamma=None, beta=None, axis=-1):
 
 @functools.cache
 def generated(backend: str, helper: str, pieces: bool):
-    """A module that has the helper, for NumPy on a pool of three workers where ``pieces``."""
+    """A module that has the helper, for NumPy on a pool of three workers where ``pieces``;
+    backend "plain": the templates' branches for a backend without the pool or the float32
+    GELU, rendered for NumPy."""
+    if backend == "plain":
+        plain = dataclasses.replace(backend_named("numpy"), thread_pool=False,
+                                    float32_gelu=False)
+        return load_source(render(lower(SPEC, CHOICES[helper], plain)))
     loaded = load_source(source(SPEC, CHOICES[helper], backend))
     return on_a_pool(loaded, 3) if pieces else loaded
 
@@ -68,16 +79,17 @@ def generated(backend: str, helper: str, pieces: bool):
 class Implementation:
     """One way a helper runs: NumPy in pieces on a pool, NumPy in one call, or CuPy."""
 
-    def __init__(self, name: str, arrays, pieces: bool):
+    def __init__(self, name: str, arrays, pieces: bool, backend: str = "numpy"):
         self.name, self.arrays, self.pieces = name, arrays, pieces
+        self.backend = "cupy" if arrays is CUPY else backend
         self.xp = cupy if arrays is CUPY else np
 
     def module(self, helper: str):
-        return generated("cupy" if self.arrays is CUPY else "numpy", helper, self.pieces)
+        return generated(self.backend, helper, self.pieces)
 
     def helper(self, name: str):
         function = getattr(self.module(name), name)
-        if self.arrays is NUMPY and not self.pieces:
+        if self.backend == "numpy" and not self.pieces:
             return function.__wrapped__              # the helper itself: one call, no pieces
         return function
 
@@ -88,6 +100,7 @@ class Implementation:
 IMPLEMENTATIONS = [
     pytest.param(Implementation("numpy-pieces", NUMPY, True), id="numpy-pieces"),
     pytest.param(Implementation("numpy-one-call", NUMPY, False), id="numpy-one-call"),
+    pytest.param(Implementation("numpy-plain", NUMPY, False, "plain"), id="numpy-plain"),
     pytest.param(Implementation("cupy", CUPY, False), id="cupy", marks=needs_cupy),
 ]
 

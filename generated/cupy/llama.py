@@ -408,6 +408,15 @@ def checked_axis(x: cp.ndarray, axis, helper: str) -> int:
     return int(axis) % x.ndim
 
 
+def widened(x: cp.ndarray, out: cp.ndarray | None) -> tuple[cp.ndarray, cp.ndarray | None]:
+    """An element-wise helper's argument as it computes it, and where its result goes: a
+    float16 x in float32, the result rounded into ``out`` or a new float16 array (float16 in,
+    float16 out); any other as it is."""
+    if x.dtype != cp.float16:
+        return x, out
+    return x.astype(cp.float32), cp.empty_like(x) if out is None else out
+
+
 def rounded_to_float16(work: cp.ndarray, out: cp.ndarray | None) -> cp.ndarray:
     """A float16 argument's result, computed in float32 (``work``), rounded to float16 once:
     into ``out`` when given."""
@@ -562,9 +571,7 @@ def silu(
     never overflows (exp(-x) would, for x below about -88 in float32): within a few roundings
     of x * sigmoid(x) relative to itself, in the negative tail too, where 1 + tanh(x / 2) is 0.
     float16 is computed in float32 and rounded to float16 once: float16 in, float16 out."""
-    if x.dtype == cp.float16:
-        out = cp.empty_like(x) if out is None else out  # *shape
-        x = x.astype(cp.float32)  # *shape
+    x, out = widened(x, out)
     e = abs(x)  # *shape
     cp.negative(e, out=e)
     cp.exp(e, out=e)  # exp(-|x|), in [0, 1]

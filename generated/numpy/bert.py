@@ -366,6 +366,15 @@ def checked_axis(x: np.ndarray, axis, helper: str) -> int:
     return int(axis) % x.ndim
 
 
+def widened(x: np.ndarray, out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """An element-wise helper's argument as it computes it, and where its result goes: a
+    float16 x in float32, the result rounded into ``out`` or a new float16 array (float16 in,
+    float16 out); any other as it is."""
+    if x.dtype != np.float16:
+        return x, out
+    return x.astype(np.float32), np.empty_like(x) if out is None else out
+
+
 def rounded_to_float16(work: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     """A float16 argument's result, computed in float32 (``work``), rounded to float16 once:
     into ``out`` when given."""
@@ -567,10 +576,8 @@ def gelu(
     once (float16 in, float16 out); float64 by erf. Into ``out`` when given (which may be x
     itself).
     """
-    if x.dtype == np.float16:  # the float32 way, the product rounded to float16
-        out = np.empty_like(x) if out is None else out  # *shape
-        x = x.astype(np.float32)  # *shape
-    elif x.dtype != np.float32:
+    x, out = widened(x, out)  # float16: the float32 way, the product rounded to float16
+    if x.dtype != np.float32:
         return np.multiply(0.5 * x, 1.0 + erf(x * (1.0 / math.sqrt(2.0))), out=out)  # *shape
     c = np.clip(x, -GELU_FLOAT32_CLIP, GELU_FLOAT32_CLIP)  # *shape
     u = c * c  # *shape

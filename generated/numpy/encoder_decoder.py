@@ -499,6 +499,15 @@ def checked_axis(x: np.ndarray, axis, helper: str) -> int:
     return int(axis) % x.ndim
 
 
+def widened(x: np.ndarray, out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """An element-wise helper's argument as it computes it, and where its result goes: a
+    float16 x in float32, the result rounded into ``out`` or a new float16 array (float16 in,
+    float16 out); any other as it is."""
+    if x.dtype != np.float16:
+        return x, out
+    return x.astype(np.float32), np.empty_like(x) if out is None else out
+
+
 def rounded_to_float16(work: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     """A float16 argument's result, computed in float32 (``work``), rounded to float16 once:
     into ``out`` when given."""
