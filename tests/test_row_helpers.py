@@ -34,11 +34,12 @@ from codegen.backends import backend as backend_named
 from codegen.generate import source
 from codegen.lower import lower
 from codegen.render import render
-from codegen.runtime import load_source
+from codegen.runtime import load_module, load_source
 from spec import api
 from spec.language import parse
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
+GENERATED = api.checkout() / "generated"
 # the built-in spec's choices under which a generated module has each helper
 CHOICES = {"softmax": {}, "layer_norm": {}, "relu": {}, "gelu": {"activation": "gelu"},
            "gelu_tanh": {"activation": "gelu_tanh"}, "silu": {"activation": "swiglu"},
@@ -348,3 +349,33 @@ def test_silu_is_exact_to_a_few_roundings_of_its_dtype():
         normal = np.abs(exact) >= finfo.smallest_normal
         error = np.abs(got.astype(np.float64) - exact)[normal] / np.abs(exact[normal])
         assert error.max() <= roundings * finfo.eps / 2, (dtype, error.max())
+
+
+@pytest.mark.parametrize("arrays", [NUMPY, pytest.param(CUPY, marks=needs_cupy)])
+@pytest.mark.parametrize("q, v, mask", [("float16", "float16", "float16"),
+                                        ("float16", "float32", "float16"),
+                                        ("float16", "float16", "float32"),
+                                        ("float32", "float64", "float32"),
+                                        ("float64", "float64", "float64")])
+def test_attention_without_a_trace_has_the_shape_dtype_and_numbers_of_the_traced(arrays, q, v,
+                                                                                  mask):
+    """softmax(Q K^T / sqrt(d_k) + L) @ V for one head's queries, keys and values and a mask
+    for three heads, in mixed dtypes: without a trace (NumPy's softmax_matmul, CuPy's
+    masked_softmax) the result has the traced one's dtype, that of the equations as written,
+    and three heads. softmax_matmul rounded a float16 S's product to float16 whatever V's
+    dtype, and masked_softmax took X's shape and dtype, so CuPy refused a mask with more heads
+    than the scores and gave float16 weights for float16 scores and a float32 mask."""
+    module = load_module(GENERATED / arrays.name / "encoder_only.py")
+    rng = np.random.default_rng(5)
+    Q, K = (rng.standard_normal((1, 2, 5, 4)).astype(q) for _ in range(2))
+    V = rng.standard_normal((1, 2, 5, 4)).astype(v)
+    L = np.where(rng.random((3, 2, 5, 5)) < 0.3, -np.inf, 0.0).astype(mask)
+    L[..., 0] = 0.0                                        # every query sees a key
+    wide = [x.astype(np.float64) for x in (Q, K, V, L)]
+    expected = reference_numpy.softmax(wide[0] @ wide[1].swapaxes(-1, -2) / 2 + wide[3]) @ wide[2]
+    dtype = np.result_type(Q, K, L, V)
+    narrow = min((q, v, mask), key=lambda name: np.dtype(name).itemsize)
+    for trace in (None, {}):
+        O = module.scaled_dot_product_attention(*arrays.put([Q, K, V, L]), trace=trace)
+        assert O.shape == (3, 2, 5, 4) and O.dtype == dtype, (trace, O.shape, O.dtype)
+        assert_close({"O_h": O}, {"O_h": expected}, narrow, TOLERANCES[narrow])

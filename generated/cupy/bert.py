@@ -403,18 +403,22 @@ def softmax(
 
 @typechecked
 def masked_softmax(
-    X: Float[cp.ndarray, "*batch T_q T_kv"], L: Float[cp.ndarray, "#*batch T_q T_kv"]
-) -> Float[cp.ndarray, "*batch T_q T_kv"]:
+    X: Float[cp.ndarray, "*#batch T_q T_kv"], L: Float[cp.ndarray, "*#batch T_q T_kv"]
+) -> Float[cp.ndarray, "*#batch T_q T_kv"]:
     """softmax(X + L, axis=-1) in one kernel (softmax_rows): the kernel adds the additive mask
-    L (broadcast to X's shape) to each row as it reads it, so X + L is never stored.
+    L (broadcast to the sum's shape) to each row as it reads it, so X + L is never stored.
 
-    The same numbers as softmax(X + L), the sum formed in float32 for float16. A row that L
-    masks everywhere gets weights 0, one holding +inf the limit (as softmax).
+    The same numbers, shape and dtype as softmax(X + L): X is broadcast where L has more of an
+    axis (a mask for every head, one head's scores), the sum is of the dtype X + L has, formed
+    in float32 for float16. A row that L masks everywhere gets weights 0, one holding +inf the
+    limit (as softmax).
     """
-    if X.ndim > 5:  # the kernel follows at most four leading axes
+    shape = cp.broadcast(X, L).shape  # *batch T_q T_kv
+    if len(shape) > 5:  # the kernel follows at most four leading axes
         return softmax(X + L)
-    X = cp.ascontiguousarray(X)  # *batch T_q T_kv
-    L = cp.broadcast_to(L.astype(X.dtype, copy=False), X.shape)  # *batch T_q T_kv, a view
+    dtype = cp.result_type(X, L)
+    X = cp.ascontiguousarray(cp.broadcast_to(X, shape), dtype=dtype)  # *batch T_q T_kv
+    L = cp.broadcast_to(L.astype(dtype, copy=False), shape)  # *batch T_q T_kv, a view
     y = cp.empty_like(X)  # *batch T_q T_kv
     count, n = rows_of(X)
     lead = (1,) * (5 - X.ndim) + X.shape[:-1]

@@ -654,16 +654,17 @@ def softmax_matmul(
     """softmax(S, axis=-1) @ V, computed as (e @ V) / total with e = exp(S - max) and total
     its row sums (softmax_parts): the division is made on the rows x d product, not on the
     rows x keys weights, which are never stored. S is overwritten with e, but for float16,
-    which is computed in float32 (e, a copy, the product and the division) and rounded to
-    float16 once. The product before the division is up to the number of keys times the
-    largest |V|: past the dtype's range (float32: |V| above 3.4e38 / keys) it overflows where
-    softmax(S) @ V would not.
+    which is computed in float32 (e, a copy, the product and the division) and rounded once
+    to the dtype softmax(S) @ V has (float16 with a float16 V, V's dtype with a wider one).
+    The product before the division is up to the number of keys times the largest |V|: past
+    the dtype's range (float32: |V| above 3.4e38 / keys) it overflows where softmax(S) @ V
+    would not.
     """
-    wide = S.dtype == np.float16
+    dtype = np.result_type(S, V)  # softmax(S)'s dtype is S's
     e, total = softmax_parts(S, out=S)  # *batch rows keys; *batch rows 1
     product = e @ V  # *batch rows d
     product /= total
-    return product.astype(np.float16) if wide else product  # *batch rows d
+    return product.astype(dtype, copy=False)  # *batch rows d
 
 
 @in_row_chunks
