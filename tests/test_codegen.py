@@ -734,7 +734,9 @@ ATTENTION = ('dim B "b"\ndim T_q "q"\ndim T_kv "k"\ndim d "d"\n'
 @pytest.mark.parametrize("scores, axis, blocked", [
     ("Q @ K.T / sqrt(d) + L", -1, True),
     ("Q @ K.T * 2 + L", -1, True),
+    ("Q @ K.T / sqrt(d) + L", 2, True),        # the last axis, counted from the first
     ("Q @ K.T / sqrt(d) + L", 1, False),       # softmax over the query rows
+    ("Q @ K.T / sqrt(d) + L", -2, False),
     ("L + Q @ K.T", -1, False),                # the mask not the last term: not recognised
     ("Q @ K.T * L", -1, False),                # no additive mask
 ])
