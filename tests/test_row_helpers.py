@@ -268,6 +268,27 @@ def test_an_out_that_overlaps_the_argument_gets_the_numbers_of_one_call(helper, 
     np.testing.assert_allclose(out, expected, rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.parametrize("helper", HELPERS)
+def test_an_integer_argument_goes_in_one_call(helper):
+    """Integers are outside the helpers' float contract (TSPEC_TYPECHECK=1 refuses them); in
+    pieces they get what the helper alone gives, its result or its error. Pieces of x's dtype
+    made an integer array of rms_norm's and gelu's float64 results, and failed."""
+    implementation = Implementation("numpy-pieces", NUMPY, True)
+    x = np.arange(-30, 30).reshape(6, 10)
+    others = {"layer_norm": (np.ones(10), np.zeros(10), EPS), "rms_norm": (np.ones(10), EPS)}
+    arguments = (x, *others.get(helper, ()))
+    whole, pieces = (implementation.helper(helper).__wrapped__, implementation.helper(helper))
+    try:
+        expected = whole(*arguments)
+    except Exception as error:  # noqa: BLE001 - whatever the helper raises, pieces must too
+        with raises(type(error), str(error)):
+            pieces(*arguments)
+    else:
+        got = pieces(*arguments)
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+
+
 def signatures(backend: str) -> dict[str, list]:
     """Each row-wise helper's parameters, with their defaults, as the backend renders it."""
     found = {}

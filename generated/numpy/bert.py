@@ -207,10 +207,10 @@ def in_row_chunks(function):
     The arguments are bound as the helper's own signature binds them, by position or by
     keyword: the first is the rows' array, cut into pieces; the others go to every piece as
     they are, but for ``axis``, which is the pieces' last axis. One call does the work, as the
-    helper alone would, where pieces could differ from it: fewer than two axes or no elements;
-    an ``axis`` that is not the last one (the helper reduces along it, or names its error); an
-    ``out`` that is not a contiguous array of the argument's shape, or that overlaps the
-    argument without being it."""
+    helper alone would, where pieces could differ from it: fewer than two axes, no elements,
+    or not floats (the result's dtype may not be x's); an ``axis`` that is not the last one
+    (the helper reduces along it, or names its error); an ``out`` that is not a contiguous
+    array of the argument's shape, or that overlaps the argument without being it."""
     signature = inspect.signature(function)
     first = next(iter(signature.parameters))  # the rows' array
 
@@ -221,9 +221,10 @@ def in_row_chunks(function):
         except TypeError:  # the helper's own error
             return function(*args, **kwargs)
         x, out, axis = given[first], given.get("out"), given.get("axis", -1)
-        if not (isinstance(x, np.ndarray) and x.ndim >= 2 and x.size and
-                isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) and
-                axis in (-1, x.ndim - 1) and (out is None or in_place_or_apart(out, x))):
+        last = isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) and \
+            axis in (-1, getattr(x, "ndim", 0) - 1)
+        if not (isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.ndim >= 2 and
+                x.size and last and (out is None or in_place_or_apart(out, x))):
             return function(*args, **kwargs)
         rows = x.reshape(-1, x.shape[-1])  # (*batch) last
         result = workspace(rows.shape, rows.dtype) if out is None else out.reshape(rows.shape)
