@@ -4,17 +4,20 @@ Spec and variant files are shared between people, so every piece of their text t
 page (titles, meanings, sources, notes, descriptions, file names) goes through here. Docs text
 is Markdown-ish: ``$...$`` is LaTeX, `` `...` `` is code, the rest is plain text.
 
-- HTML (``rich``): plain text and code are escaped. LaTeX becomes MathML through latex2mathml,
-  and the MathML is rebuilt from an allow-list of elements and attributes whose values are plain
-  words, numbers and lengths: no links, styles, classes or ids. LaTeX that latex2mathml cannot
-  convert, that is longer than MAX_LATEX, or whose MathML falls outside the list (``\\href``,
-  ``\\style``, ``\\class``, a command latex2mathml does not know) is shown as the text it is.
+- HTML (``rich``): plain text and code are escaped. LaTeX becomes MathML through latex2mathml's
+  element tree (its own string output leaves text unescaped: ``\\text{<script>}`` is a live
+  script), whose every element and attribute must be on an allow-list, with values that are
+  plain words, numbers and lengths (no links, styles, classes or ids); ElementTree then writes
+  it, escaping the text. LaTeX that latex2mathml cannot convert, that is longer than MAX_LATEX,
+  or whose MathML falls outside the list (``\\href``, ``\\style``, ``\\class``, a command
+  latex2mathml does not know) is shown as the text it is.
 - Markdown (``markdown``; the Markdown templates escape every value they place with it unless it
   is ``Markdown`` already): plain text has the characters that would make HTML, links, code,
   math, table cells or fences (``\\ ` $ | ~ < > &``, and ``]`` before ``( [ :``) escaped, and a
   block marker at its start (``#``, ``-``, ``1.``, ...) too; code keeps its text; LaTeX that
-  ``rich`` would show as MathML stays LaTeX with ``<`` and ``|`` spelled as commands, and other
-  LaTeX is plain text. Characters that end a line or do not show become U+FFFD in Markdown, so
+  ``rich`` would show as MathML (and holds no backtick) stays LaTeX, with ``<``, ``|`` and
+  ``](`` spelled so that they draw the same but make no HTML, cell or link; other LaTeX is
+  plain text. Characters that end a line or do not show become U+FFFD in Markdown, so
   a value is one line.
 """
 
@@ -45,7 +48,7 @@ _CHARACTER_REFERENCE = re.compile(r"&amp;(#x[0-9A-Fa-f]{1,6};|#[0-9]{1,7};)")
 _RICH = re.compile(r"\$([^$]+)\$|`([^`]+)`")
 
 
-class Outside(Exception):
+class _Outside(Exception):
     """MathML that the allow-list does not hold."""
 
 
@@ -53,7 +56,7 @@ class Outside(Exception):
 
 @functools.lru_cache(maxsize=4096)
 def mathml(latex: str, display: str = "inline") -> str | None:
-    """``latex`` as MathML rebuilt from the allow-list, or None when it cannot be shown so."""
+    """``latex`` as MathML that the allow-list holds, or None when it cannot be shown so."""
     if len(latex) > MAX_LATEX:
         return None
     try:
@@ -62,7 +65,7 @@ def mathml(latex: str, display: str = "inline") -> str | None:
         return None    # "not a formula we can draw", and the text is shown as written)
     try:
         _check(tree)
-    except Outside:
+    except _Outside:
         return None
     # latex2mathml writes some characters as character references in its text (&#x0003C;);
     # ElementTree escapes them with the rest, and only they are turned back
@@ -72,14 +75,14 @@ def mathml(latex: str, display: str = "inline") -> str | None:
 def _check(tree: Element) -> None:
     for element in tree.iter():
         if element.tag not in ELEMENTS:
-            raise Outside(element.tag)
+            raise _Outside(element.tag)
         for name, value in element.attrib.items():
             if name == "xmlns" and element is tree and value == MATHML_NS:
                 continue
             if name not in ATTRIBUTES or not _VALUE.match(value):
-                raise Outside(name)
+                raise _Outside(name)
         if "\\" in (element.text or ""):       # a command latex2mathml does not know
-            raise Outside(element.text)
+            raise _Outside(element.text)
 
 
 def rich(text) -> Markup:
