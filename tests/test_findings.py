@@ -131,12 +131,19 @@ def test_not_divisible():
            hint="add the constraint `require d % H == 0`")
 
 
-def test_not_divisible_sinusoidal_width():
-    finding = only(HEADER + 'P "T d" = sinusoidal_encoding(T, d)\n')
+def test_sinusoidal_encoding_takes_any_width():
+    # each column is its own sin or cos, so an odd width (ending with a sin column) is fine
+    assert findings_of(HEADER + 'P "T d" = sinusoidal_encoding(T, d)\n'
+                       'P_later "T d" = sinusoidal_encoding(T, d, T)\noutput P, P_later\n') == []
+
+
+def test_not_divisible_rotary_width():
+    # rotary turns feature i with feature i + d/2: without an even width there is no pairing
+    finding = only(HEADER + 'input X "T d"\nY "T d" = rotary(X)\n')
     expect(finding, kind="not-divisible",
-           message="sinusoidal encoding pairs sin and cos columns, so its width must be even: "
-                   "2 must divide d", line=4, equation="P = sinusoidal_encoding(T, d)",
-           tensor="P", counterexample={"d": 1}, hint="add the constraint `require d % 2 == 0`")
+           message="rotary turns pairs of features, so the width must be even: 2 must divide d",
+           line=5, equation="Y = rotary(X)", tensor="Y", counterexample={"d": 1},
+           hint="add the constraint `require d % 2 == 0`")
 
 
 def test_not_integral():
