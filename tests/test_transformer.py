@@ -216,14 +216,14 @@ def test_random_divisibility_breaking_variants_have_one_finding(H, width, choice
 def test_seed_004_reports_the_seeds_shape_mistakes():
     report = api.check("seed_004")
     mismatches = sorted(f.tensor for f in report.findings if f.kind == "shape-mismatch")
-    assert mismatches == ["decoder[i].K_ch", "decoder[i].O_h", "decoder[i].Q_ch",
+    assert mismatches == ["P_dec", "decoder[i].K_ch", "decoder[i].O_h", "decoder[i].Q_ch",
                           "decoder[i].S_ch", "decoder[i].V_ch"]
     o_h = next(f for f in report.findings if f.tensor == "decoder[i].O_h")
     assert o_h.message == ("O_h is declared [H] B T d_v but its equation gives [H] B T_dec d_v "
                            "(axis 1)")
     assert o_h.counterexample == {"T": 2, "T_dec": 1}
     kinds = {f.kind for f in report.findings}
-    assert kinds == {"shape-mismatch", "unstated-shape"}
+    assert kinds == {"shape-mismatch", "unstated-shape", "name-reused"}
 
 
 # ---------------------------------------------------------------------------------------------
