@@ -131,6 +131,8 @@ FRAGMENTS = [
     'P "T d" = sinusoidal_encoding(T, d)\nY_h[H] "B T d" = silu(R_h) + tanh(P)\n',
     ('note "only notes and dims"\nsource "nowhere"\ndim n "count" = 3\ndim m "more"\nlet m = 2*n + 1\n'
      'require m >= n\n'),
+    HEADER + 'input X "B T d"\ninput P ? implied "T d" "positions"\nparam W ? implied "d d"\n'
+    'Y "B T d" = X @ W + P\nreused Y as Y, X, transpose "the output and the input"\n',
 ]
 
 NAMES = ["X", "Y", "Z", "W", "b", "B", "T", "d", "H", "N", "V", "t", "m", "M", "E", "P", "g",
@@ -138,7 +140,7 @@ NAMES = ["X", "Y", "Z", "W", "b", "B", "T", "d", "H", "N", "V", "t", "m", "M", "
          "softmax", "spec", "dim", "_x", "x1", "É", "ℌ", "a" * 300]
 KEYWORDS = ["spec", "source", "note", "dim", "let", "require", "choice", "when", "else", "in",
             "and", "or", "not", "input", "param", "state", "update", "tensor", "output", "block",
-            "repeat", "as", "from", "int", "bool", "float", "?"]
+            "repeat", "as", "from", "int", "bool", "float", "?", "reused", "implied"]
 FUNCTIONS = ["relu", "gelu", "gelu_tanh", "silu", "tanh", "exp", "log", "sqrt", "softmax",
              "layer_norm", "rms_norm", "concat", "concat_heads", "split_heads", "repeat_heads",
              "einsum", "first", "max", "transpose", "padding_mask", "causal_mask", "rotary",
