@@ -29,6 +29,7 @@ from spec.errors import CodegenError
 from spec.files import shown, where
 from spec.latex import name_latex
 from spec.model import (
+    DECODING,
     Block,
     BlockCall,
     Equation,
@@ -43,6 +44,8 @@ from spec.model import (
     declarations,
     local_binding,
     select,
+    step_choices,
+    step_function,
 )
 from spec.model import lets as derived_dims
 from spec.model import outputs as model_outputs
@@ -54,10 +57,6 @@ LINE_LENGTH = 96      # 100 less the function body's indent
 FRESH_RESULT_OPS = frozenset({"matmul", "scale", "add", "sub", "mul", "div", "neg"})
 DTYPE_CLASS = {"float": "Float", "int": "Int", "bool": "Bool"}
 
-
-# The choice that turns a model into one step of incremental decoding: under its option "step"
-# the decoder's self-attention keeps its keys and values as states (a key-value cache).
-DECODING = "decoding"
 
 
 def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
@@ -79,25 +78,13 @@ def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
     step = step_choices(spec, chosen)
     if step is None:
         return module
-    renamed = {name: "decode_step" if name is None else f"{name}_step"
-               for name in bodies_consulting(spec, step, DECODING)}
-    clash = sorted(set(renamed.values()) & (set(spec.blocks) | {spec.name}))
-    if clash:
-        raise CodegenError(f"block {clash[0]} has the name code generation gives a decoding "
-                           "step's function; rename it", file=spec.file)
+    # the parser refuses a block named as one of these (spec.language)
+    renamed = {name: step_function(name) for name in bodies_consulting(spec, step, DECODING)}
     _require_proved(spec, step)
     stepping = _Lowerer(spec, step, backend, renamed).module()
     if not any(function.cache for function in stepping.functions):
         return module                       # nothing to keep between steps: no decoder
     return _with_decoding(module, stepping, _cache_starts(spec, step, chosen))
-
-
-def step_choices(spec: Spec, chosen: dict[str, str]) -> dict[str, str] | None:
-    """The choices of the decoding step of a full model (``decoding=full`` in a spec whose
-    ``decoding`` has the option ``step``), or None when it has none."""
-    if chosen.get(DECODING) != "full" or "step" not in spec.choices[DECODING].options:
-        return None
-    return chosen | {DECODING: "step"}
 
 
 def _require_proved(spec: Spec, chosen: dict[str, str]) -> None:
@@ -248,11 +235,6 @@ class _Lowerer:
         self.active: list[str] = []
 
     def module(self) -> ir.Module:
-        if self.spec.name in self.spec.blocks:
-            block = self.spec.blocks[self.spec.name]
-            raise CodegenError(f"block {block.name} has the spec's name, which the model's own "
-                               "function takes in generated code; rename one",
-                               file=block.file, line=block.line)
         entry, _ = self.lower_body(self.rename.get(None, self.spec.name), None)
         helper_order = [h for h in HELPER_ORDER if h in self.helpers]
         functions = [f for f, _ in self.functions.values()]
@@ -754,10 +736,6 @@ class _Body:
         for decl, name in zip(block.inputs, record.args):
             operand = self.values[name]
             shape = operand.value.shape
-            if decl.shape.family is None and shape.family is not None:
-                raise CodegenError(f"{name} is a family passed to {block.name}, which takes one "
-                                   "tensor: code generation does not map blocks over families",
-                                   file=record.file, line=record.line)
             code = operand.code
             if decl.shape.family is not None and shape.family is None:
                 code = f"{wrap(operand, ATOM)}[None]"      # one tensor, shared by every member

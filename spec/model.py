@@ -14,6 +14,14 @@ from spec.shape import Dim, Shape
 
 ROLES = ("input", "param", "state", "intermediate", "output")
 
+# The choice that turns a model into one step of incremental decoding: under its option STEP
+# the decoder's self-attention keeps its keys and values as states (a key-value cache), and
+# the model under FULL (the whole sequence) is the prefill that starts them. The step takes
+# T_new positions after PAST ones; prefill runs the full model over those PAST positions.
+DECODING = "decoding"
+FULL, STEP = "full", "step"
+PAST, NEW = "T_past", "T_new"
+
 
 # ---------------------------------------------------------------------------------------------
 # Expressions after lowering: op trees over tensor references and scalar dim expressions
@@ -314,6 +322,71 @@ def choices_in_force(spec: "Spec", choices: dict[str, str]) -> dict[str, str]:
                 walk(body if choices[name] in options else otherwise)
     walk(skeleton[None])
     return {name: value for name, value in choices.items() if name in found}
+
+
+def step_choices(spec: "Spec", chosen: dict[str, str]) -> dict[str, str] | None:
+    """The choices of the decoding step of a full model (``decoding=full`` in a spec whose
+    ``decoding`` has the option ``step``), or None when it has none."""
+    if chosen.get(DECODING) != FULL or STEP not in spec.choices[DECODING].options:
+        return None
+    return chosen | {DECODING: STEP}
+
+
+def decodes(spec: "Spec") -> bool:
+    """Whether the spec has a decoding step beside its full model (``decoding`` with the
+    options ``full`` and ``step``)."""
+    choice = spec.choices.get(DECODING)
+    return choice is not None and {FULL, STEP} <= set(choice.options)
+
+
+def model_inputs(spec: "Spec", choices: dict[str, str]) -> list["TensorDecl"]:
+    """The model's inputs under these choices (every choice the model's body consults set)."""
+    return [s for s in select(spec.body, choices)
+            if isinstance(s, TensorDecl) and s.role == "input"]
+
+
+def prompt_dims(full: list["TensorDecl"], step: list["TensorDecl"]) -> set:
+    """The dims of the full model's inputs that its decoding step's inputs lack: the
+    sequence's positions (T_dec), where the step takes the new positions (T_new) and every
+    position so far (T_past + T_new). Prefill runs the full model over the PAST positions
+    decoded before a step: these dims count them."""
+    return input_dims(full) - input_dims(step)
+
+
+def input_dims(decls: list["TensorDecl"]) -> set:
+    """The dims the shapes of these inputs name."""
+    return set().union(*(d.shape.free_symbols() for d in decls if d.shape is not None))
+
+
+def step_function(body: str | None) -> str:
+    """The name of the decoding step's function for a body (None: the model's) that consults
+    ``decoding``, beside the full model's function of the body's own name."""
+    return "decode_step" if body is None else f"{body}_step"
+
+
+def bodies_naming(spec: "Spec", choice: str) -> set[str | None]:
+    """The bodies (None: the model's) with a `when` on ``choice`` in some branch, themselves
+    or through the blocks they call: those ``bodies_consulting`` can name, under any
+    choices."""
+    skeleton = _when_skeleton(spec)
+    memo: dict[str | None, bool] = {}
+
+    def names(body: str | None) -> bool:
+        if body not in memo:
+            memo[body] = False              # a block calling itself is refused later
+            memo[body] = walk(skeleton[body])
+        return memo[body]
+
+    def walk(nodes) -> bool:
+        found = False
+        for node in nodes:
+            if node[0] == "call":
+                found = names(node[1]) or found
+            else:
+                found = walk(node[3]) or walk(node[4]) or node[1] == choice or found
+        return found
+
+    return {body for body in [None, *spec.blocks] if names(body)}
 
 
 def bodies_consulting(spec: Spec, choices: dict[str, str], choice: str) -> set[str | None]:
