@@ -108,23 +108,15 @@ def _cache_starts(spec: Spec, choices: dict[str, str], full: dict[str, str]) -> 
         full_statements = statements(twin, full) if twin or path == "" else []
         computed = {s.output: s for s in full_statements
                     if isinstance(s, (Equation, BlockCall))}
-        shapes = {s.name: s.shape for s in full_statements
-                  if isinstance(s, TensorDecl) and s.shape is not None}
         starts: dict = {}
         for s in statements(block, choices):
             if isinstance(s, TensorDecl) and s.role == "state":
+                # the checker proved the start computed here, of the state's shape
                 if s.start not in computed:
                     raise CodegenError(
                         f"state {s.name} starts from {s.start}, which the full model does not "
                         f"compute at {path.rstrip('.') or 'its top level'} under "
                         f"{_describe(full)}",
-                        file=s.file, line=s.line)
-                start = shapes.get(s.start)
-                if start is None or not _same_but_positions(s.shape, start):
-                    shown = "no stated shape" if start is None else start.text()
-                    raise CodegenError(
-                        f"state {s.name} ({s.shape.text()}) starts from {s.start} ({shown}), "
-                        "which must have its shape but for the positions axis",
                         file=s.file, line=s.line)
                 starts[s.name] = s.start
             elif isinstance(s, BlockCall):
@@ -137,12 +129,6 @@ def _cache_starts(spec: Spec, choices: dict[str, str], full: dict[str, str]) -> 
         return starts
 
     return body(None, None, "")
-
-
-def _same_but_positions(a: Shape, b: Shape) -> bool:
-    """Two shapes that agree on the family and every axis but the second-to-last."""
-    return a.rank == b.rank >= 2 and a.family == b.family and \
-        a.dims[:-2] + a.dims[-1:] == b.dims[:-2] + b.dims[-1:]
 
 
 def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Module:

@@ -1263,7 +1263,7 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
     inputs = {id(run): model_inputs(spec, run.choices) for _, run in runs}
     # what each full run stands for: the step combinations it starts (decoding flipped)
     full_runs = [(members.matching(way | {DECODING: STEP}), way, run) for way, run in runs
-                 if way.get(DECODING) != STEP]
+                 if run.choices.get(DECODING) != STEP]
     starts: dict[str, dict] = {}
     for _, way, run in full_runs:
         for name, dtype, shape, selection in run.starts:
@@ -1304,7 +1304,7 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                     hint=f"start it from a tensor the full model ({DECODING} = {FULL}) computes "
                          "in the block it calls at the same place"), bits & ~covered))
     for way, run in runs:
-        if way.get(DECODING) == FULL:
+        if run.choices.get(DECODING) == FULL:
             continue
         step_bits = members.matching(way) & step & kept
         for full_bits, _, full_run in full_runs:
@@ -1393,13 +1393,13 @@ def _step_inputs(spec: Spec, prover: Prover, step: list[TensorDecl],
         other = by_name.get(decl.name)
         problem = None
         if other is None:
-            problem = "which the full model does not: keep it in the cache as a state " \
+            problem = ", which the full model does not: keep it in the cache as a state " \
                       "(`state ... from ...`)"
         elif other.dtype != decl.dtype:
-            problem = f"as {decl.dtype}, which the full model takes as {other.dtype}"
+            problem = f" as {decl.dtype}, which the full model takes as {other.dtype}"
         elif other.shape.rank != decl.shape.rank or \
                 (other.shape.family is None) != (decl.shape.family is None):
-            problem = f"as {decl.shape.text()}, which the full model takes as " \
+            problem = f" as {decl.shape.text()}, which the full model takes as " \
                       f"{other.shape.text()}"
         else:
             for axis, (mine, theirs) in enumerate(zip(decl.shape.dims, other.shape.dims)):
@@ -1410,13 +1410,13 @@ def _step_inputs(spec: Spec, prover: Prover, step: list[TensorDecl],
                     wanted = [theirs]
                 if not any(prover.equal(mine, w).proved for w in wanted):
                     shown = " or ".join(format_expr(w) for w in wanted) or "none"
-                    problem = (f"as {decl.shape.text()}, whose axis {axis} takes neither "
+                    problem = (f" as {decl.shape.text()}, whose axis {axis} takes neither "
                                f"{shown} of the full model's {other.shape.text()}")
                     break
         if problem is not None:
             found.append(Finding(
                 kind="decoding-mismatch",
-                message=f"the decoding step takes {decl.name} {problem}",
+                message=f"the decoding step takes {decl.name}{problem}",
                 file=decl.file, line=decl.line, tensor=decl.name,
                 hint=f"take the full model's input: all of an axis, the positions so far "
                      f"({PAST} + {NEW}) or the new ones ({NEW})"))
