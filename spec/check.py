@@ -1243,75 +1243,88 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
     ``runs`` are (way, run) for each way of setting the model's own choices."""
     found: list[tuple] = []
     step = members.matching({DECODING: STEP}) if decodes(spec) else 0
+    dims = {id(run): frozenset(input_dims(model_inputs(spec, run.choices))) for _, run in runs}
+    # each state once, with the combinations that keep it and the run's prover and inputs
+    states: dict[tuple, int] = {}
+    provers = {run.prover_key: run.prover for _, run in runs}
     for way, run in runs:
-        for name, decl, _, selection in run.states:
-            outside = members.matching(way | selection) & ~step
-            if outside:
-                found.append((Finding(
-                    kind="decoding-mismatch",
-                    message=f"state {decl.name} is kept where the model runs whole: a full "
-                            "forward keeps no states, only a decoding step (under "
-                            f"`{DECODING} == {STEP}`, a choice `{DECODING} = {FULL} | {STEP}`)",
-                    file=decl.file, line=decl.line, tensor=name,
-                    equation=f"state {decl.name} from {decl.start}",
-                    hint=f"declare states in the blocks the decoding step calls, under "
-                         f"`when {DECODING} == {STEP}`"), outside))
+        for name, decl, shape, selection in run.states:
+            key = (name, id(decl), shape, run.prover_key, dims[id(run)])
+            states[key] = states.get(key, 0) | members.matching(way | selection)
+    decls = {id(decl): decl for _, run in runs for _, decl, _, _ in run.states}
+    for (name, decl_id, _, _, _), bits in states.items():
+        decl = decls[decl_id]
+        if bits & ~step:
+            found.append((Finding(
+                kind="decoding-mismatch",
+                message=f"state {decl.name} is kept where the model runs whole: a full "
+                        "forward keeps no states, only a decoding step (under "
+                        f"`{DECODING} == {STEP}`, a choice `{DECODING} = {FULL} | {STEP}`)",
+                file=decl.file, line=decl.line, tensor=name,
+                equation=f"state {decl.name} from {decl.start}",
+                hint=f"declare states in the blocks the decoding step calls, under "
+                     f"`when {DECODING} == {STEP}`"), bits & ~step))
     if not step:
         return found
-    symbols = spec.symbols()
-    past = symbols.get(PAST)
-    inputs = {id(run): model_inputs(spec, run.choices) for _, run in runs}
+    past = spec.symbols().get(PAST)
     # what each full run stands for: the step combinations it starts (decoding flipped)
     full_runs = [(members.matching(way | {DECODING: STEP}), way, run) for way, run in runs
                  if run.choices.get(DECODING) != STEP]
     starts: dict[str, dict] = {}
     for _, way, run in full_runs:
         for name, dtype, shape, selection in run.starts:
-            if selection.get(DECODING) == STEP:
-                continue
-            bits = members.matching(way | selection | {DECODING: STEP})
-            key = (dtype, shape, frozenset(input_dims(inputs[id(run)])))
-            place = starts.setdefault(name, {})
-            place[key] = place.get(key, 0) | bits
+            if selection.get(DECODING) != STEP:
+                place = starts.setdefault(name, {})
+                key = (dtype, shape, dims[id(run)])
+                place[key] = place.get(key, 0) | members.matching(way | selection |
+                                                                  {DECODING: STEP})
     kept = 0        # the step combinations that keep a state
-    for way, run in runs:
-        for name, decl, shape, selection in run.states:
-            bits = members.matching(way | selection) & step
-            if not bits:
-                continue
-            kept |= bits
-            prefix = name[:len(name) - len(decl.name)]
-            covered = 0
-            for (dtype, start, full_dims), start_bits in starts.get(prefix + decl.start,
-                                                                     {}).items():
-                both = bits & start_bits
-                if not both:
-                    continue
+    for (name, decl_id, shape, prover_key, step_dims), bits in states.items():
+        bits &= step
+        if not bits:
+            continue
+        decl = decls[decl_id]
+        kept |= bits
+        prefix = name[:len(name) - len(decl.name)]
+        covered = 0
+        for (dtype, start, full_dims), start_bits in starts.get(prefix + decl.start,
+                                                                 {}).items():
+            both = bits & start_bits
+            if both:
                 covered |= both
-                prompt = full_dims - input_dims(inputs[id(run)])
-                prefill = {d: past for d in prompt} if past is not None else {}
-                finding = _state_start(run.prover, name, decl, shape, dtype, start, prefill)
+                prefill = {d: past for d in full_dims - step_dims} if past is not None else {}
+                finding = _state_start(provers[prover_key], name, decl, shape, dtype, start,
+                                       prefill)
                 if finding is not None:
                     found.append((finding, both))
-            if bits & ~covered:
-                where = prefix.rstrip(".") or "its top level"
-                found.append((Finding(
-                    kind="decoding-mismatch",
-                    message=f"state {decl.name} starts from {decl.start}, which the full model "
-                            f"does not compute at {where}",
-                    file=decl.file, line=decl.line, tensor=name,
-                    equation=f"state {decl.name} from {decl.start}",
-                    hint=f"start it from a tensor the full model ({DECODING} = {FULL}) computes "
-                         "in the block it calls at the same place"), bits & ~covered))
+        if bits & ~covered:
+            where = prefix.rstrip(".") or "its top level"
+            found.append((Finding(
+                kind="decoding-mismatch",
+                message=f"state {decl.name} starts from {decl.start}, which the full model "
+                        f"does not compute at {where}",
+                file=decl.file, line=decl.line, tensor=name,
+                equation=f"state {decl.name} from {decl.start}",
+                hint=f"start it from a tensor the full model ({DECODING} = {FULL}) computes "
+                     "in the block it calls at the same place"), bits & ~covered))
+    pairs: dict[tuple, int] = {}        # (step inputs, full inputs, prover) -> combinations
+    inputs = {}
     for way, run in runs:
-        if run.choices.get(DECODING) == FULL:
-            continue
         step_bits = members.matching(way) & step & kept
+        if not step_bits:
+            continue
         for full_bits, _, full_run in full_runs:
             both = step_bits & full_bits
             if both:
-                found += [(finding, both) for finding in _step_inputs(
-                    spec, run.prover, inputs[id(run)], inputs[id(full_run)])]
+                key = tuple(tuple(map(id, inputs.setdefault(id(r), model_inputs(
+                    spec, r.choices)))) for r in (run, full_run)) + (run.prover_key,)
+                pairs[key] = pairs.get(key, 0) | both
+                provers[run.prover_key] = run.prover
+    decls_by_id = {id(d): d for group in inputs.values() for d in group}
+    for (step_ids, full_ids, prover_key), bits in pairs.items():
+        found += [(finding, bits) for finding in _step_inputs(
+            spec, provers[prover_key], [decls_by_id[i] for i in step_ids],
+            [decls_by_id[i] for i in full_ids])]
     return found
 
 
@@ -1408,7 +1421,7 @@ def _step_inputs(spec: Spec, prover: Prover, step: list[TensorDecl],
                                           past + new) if w is not None]
                 else:
                     wanted = [theirs]
-                if not any(prover.equal(mine, w).proved for w in wanted):
+                if mine not in wanted and not any(prover.equal(mine, w).proved for w in wanted):
                     shown = " or ".join(format_expr(w) for w in wanted) or "none"
                     problem = (f" as {decl.shape.text()}, whose axis {axis} takes neither "
                                f"{shown} of the full model's {other.shape.text()}")
@@ -1432,15 +1445,22 @@ class _Members:
         self.combos = combos
         self.everything = (1 << len(combos)) - 1
         self.bits: dict[tuple[str, str], int] | None = None    # built when first asked
+        self.memo: dict[tuple, int] = {}
 
     def matching(self, selection: dict) -> int:
+        key = tuple(selection.items())
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = self._matching(selection)
+        return found
+
+    def _matching(self, selection: dict) -> int:
         if self.bits is None:
-            positions: dict[tuple[str, str], list[int]] = {}
-            for i, combo in enumerate(self.combos):
-                for item in combo.items():
-                    positions.setdefault(item, []).append(i)
-            self.bits = {item: _bit_set(where, len(self.combos))
-                         for item, where in positions.items()}
+            self.bits = {}
+            for name in self.combos[0]:
+                values = np.array([combo[name] for combo in self.combos])
+                for value in dict.fromkeys(values.tolist()):
+                    self.bits[(name, value)] = _bit_set(values == value)
         found = self.everything
         for item in selection.items():
             found &= self.bits.get(item, 0)
@@ -1450,10 +1470,9 @@ class _Members:
         return [combo for i, combo in enumerate(self.combos) if found >> i & 1]
 
 
-def _bit_set(positions: list[int], size: int) -> int:
-    """The int with these bits set (a sum of 1 << i would take time quadratic in size)."""
-    mask = np.zeros(size, dtype=bool)
-    mask[positions] = True
+def _bit_set(mask: np.ndarray) -> int:
+    """The int with bit i set where mask[i] is (a sum of 1 << i would take time quadratic in
+    the mask's length)."""
     return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
 
 

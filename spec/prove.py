@@ -126,7 +126,6 @@ class Prover:
         self.witnesses = [(f.lhs.args[0], f.lhs.args[1]) for f in self.facts
                           if isinstance(f, sympy.Eq) and isinstance(f.lhs, sympy.Mod)
                           and f.rhs == 0]
-        self.combined = self._combined_witnesses()
         self._cache: dict = {}
         self._norms: dict = {}
 
@@ -290,7 +289,10 @@ class Prover:
                 quotient = sympy.Symbol(f"_q{index}", integer=True, positive=True)
                 if test(sympy.cancel(expr.xreplace({n: d * quotient}))):
                     return True
-        return bool(self.combined) and test(sympy.cancel(expr.xreplace(self.combined)))
+        if "combined" not in self._cache:
+            self._cache["combined"] = self._combined_witnesses()
+        combined = self._cache["combined"]
+        return bool(combined) and test(sympy.cancel(expr.xreplace(combined)))
 
     def _combined_witnesses(self) -> dict:
         """One substitution that puts every divisibility witness in at once, each through the
