@@ -286,6 +286,7 @@ class _Signature:
     params_class: str | None
     output: TensorDecl
     cache: bool = False           # takes its instance's key-value cache (states inside)
+    takes_dtype: bool = False     # takes the float dtype (no float array of its own gives it)
 
 
 class _Printer(PythonCodePrinter):
@@ -317,6 +318,8 @@ class _Body:
         self.needed: list[sympy.Symbol] = []
         self.runtimes: list[str] = []
         self.float_source: str | None = None
+        self.float_argument: str | None = None      # a float input or parameter
+        self.takes_dtype = False             # a dtype keyword: no float array in scope
         self.steps: list[ir.Step] = []
         self.traced: list[str] = []
         self.fields: list[ir.Field] = []
@@ -352,8 +355,9 @@ class _Body:
         return _Printer().doprint(expr)
 
     def dtype(self) -> str:
-        if self.float_source is None:
-            raise CodegenError(f"{self.name}: no float array in scope to take the dtype from")
+        if self.float_source is None:       # no float array to take it from: the caller's
+            self.takes_dtype = True
+            return "dtype"
         return f"{self.float_source}.dtype"
 
     def runtime(self, name: str) -> str:
@@ -400,7 +404,7 @@ class _Body:
                            if isinstance(d, sympy.Symbol)}
             self.add_sources(decl.name, shape, family_source=False)
             if decl.dtype == "float" and self.float_source is None:
-                self.float_source = decl.name
+                self.float_source = self.float_argument = decl.name
         for decl in self.decls.values():
             if decl.role == "param":
                 shape = self.require_shape(decl)
@@ -411,7 +415,7 @@ class _Body:
                                             decl.meaning))
                 self.add_sources(code, shape, family_source=True)
                 if decl.dtype == "float" and self.float_source is None:
-                    self.float_source = code
+                    self.float_source = self.float_argument = code
             elif decl.role == "state":
                 shape = self.require_shape(decl)
                 code = f'cache["{decl.name}"]'
@@ -592,12 +596,19 @@ class _Body:
         gives their item size and every dim they need is known without a keyword argument
         (the check never changes a function's signature)."""
         counted = {dtype: n for dtype, n in self.allocated.items() if n != 0}
-        if not counted or self.float_source is None or not all(
+        # the check runs first: a float array it takes (not one it computes) or its dtype
+        # keyword gives the item size
+        if self.float_argument is not None:
+            itemsize = f"{self.float_argument}.dtype.itemsize"
+        elif self.takes_dtype:
+            itemsize = f"{self.lowerer.backend.alias}.dtype(dtype).itemsize"
+        else:
+            return []
+        if not counted or not all(
                 self.knows(symbol) for n in counted.values() for symbol in n.free_symbols):
             return []
         self.helper("require_memory")
-        sizes = {"float": f"{self.dtype()}.itemsize", "int": str(INT_BYTES),
-                 "bool": str(BOOL_BYTES)}
+        sizes = {"float": itemsize, "int": str(INT_BYTES), "bool": str(BOOL_BYTES)}
         tokens: list[str] = []
         for dtype, n in counted.items():
             terms = _terms(self.scalar(n))
@@ -729,6 +740,8 @@ class _Body:
         binding = local_binding(block, [self.values[name].value.shape for name in record.args])
         keywords = [f"{d}={self.dim(d)}" for d in signature.dims]
         keywords += [f"{r}={self.runtime(r)}" for r in signature.runtime]
+        if signature.takes_dtype:
+            keywords.append(f"dtype={self.dtype()}")
         out_decl = self.decls.get(record.output)
         shape = out_decl.shape if out_decl is not None and out_decl.shape is not None \
             else signature.output.shape.subs(binding)
@@ -808,6 +821,11 @@ class _Body:
                                       if str(s) in dims else "") for s in keywords]
         keyword_records += [ir.Keyword(r, "float", SETTINGS[r].default, SETTINGS[r].meaning)
                             for r in self.runtimes]
+        if self.takes_dtype:
+            xp = self.lowerer.backend.alias
+            keyword_records.append(ir.Keyword(
+                "dtype", f"type | {xp}.dtype", f"{xp}.float32", "the float dtype of the "
+                "tensors this function makes (no float array it takes has one to give)"))
         output_decls = [self.decls.get(o) or TensorDecl(o, "output", self.values[o].value.shape,
                                                         self.values[o].value.dtype)
                         for o in outputs]
@@ -832,7 +850,7 @@ class _Body:
             steps=tuple(self.steps), traced=tuple(self.traced),
             result=", ".join(outputs))
         signature = _Signature(tuple(keywords), tuple(self.runtimes), params_class,
-                               output_decls[0], self.cache)
+                               output_decls[0], self.cache, self.takes_dtype)
         return function, signature
 
 

@@ -13,7 +13,19 @@ from codegen.render import render
 from codegen.runtime import load_source
 from spec import counts
 from spec.errors import UsageError
-from spec.model import Equation, OpNode, TensorDecl, TensorRef, concrete_values, select
+from spec.model import (
+    NEW,
+    PAST,
+    Equation,
+    OpNode,
+    TensorDecl,
+    TensorRef,
+    concrete_values,
+    model_inputs,
+    prompt_dims,
+    select,
+    step_choices,
+)
 from spec.model import outputs as model_outputs
 from spec.prove import evaluate
 from spec.variant import Variant
@@ -63,6 +75,7 @@ class _Prepared:
     shapes: dict
     inputs: dict[str, np.ndarray]
     settings: dict
+    dtype: str                  # the float dtype of the run
 
 
 @dataclass(frozen=True)
@@ -147,7 +160,7 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
         else:
             inputs[name] = rng.standard_normal(shape).astype(dtype)
     return _Prepared(spec, choices, sizes, lowered, module, params, shapes, inputs,
-                     dict(variant.settings))
+                     dict(variant.settings), dtype)
 
 
 def _params(prepared: _Prepared, name: str) -> list:
@@ -165,7 +178,10 @@ def _keywords(prepared: _Prepared, name: str, sizes: dict[str, int]) -> dict:
     missing = [k for k in required if k not in sizes]
     if missing:
         raise UsageError(f"{', '.join(missing)} must have a value to run: --set {missing[0]}=...")
-    return {k: sizes[k] for k in required} | {
+    # a function with no float array to take its dtype from takes it as a keyword
+    dtype = {"dtype": np.dtype(prepared.dtype)} if any(
+        k.name == "dtype" for k in function.keywords) else {}
+    return {k: sizes[k] for k in required} | dtype | {
         k.name: prepared.settings[k.name] for k in function.keywords
         if k.name in prepared.settings}
 
@@ -217,20 +233,32 @@ def _can_decode(prepared: _Prepared, name: str, steps: int) -> None:
                          f"{prepared.choices.get('arch')}, {DECODING}="
                          f"{prepared.choices.get(DECODING)}); --decode needs a decoder-only "
                          f"or encoder-decoder model under {DECODING}=full")
-    length = prepared.sizes.get("T_dec", 0)
+    sequence = _sequence(prepared)
+    length = prepared.sizes.get(sequence, 0)
     if not 1 <= steps < length:
-        raise UsageError(f"--decode takes 1 to T_dec - 1 = {length - 1} steps (the rest of the "
-                         f"T_dec={length} positions are the prompt), got {steps}")
+        raise UsageError(f"--decode takes 1 to {sequence} - 1 = {length - 1} steps (the rest "
+                         f"of the {sequence}={length} positions are the prompt), got {steps}")
+
+
+def _sequence(prepared: _Prepared) -> str:
+    """The dim of the sequence's positions: the one the full model's inputs have and its
+    decoding step's lack (T_dec; the checker proved there is one), which prefill runs over
+    the prompt's positions."""
+    spec, choices = prepared.spec, prepared.choices
+    (dim,) = prompt_dims(model_inputs(spec, choices),
+                         model_inputs(spec, step_choices(spec, choices)))
+    return str(dim)
 
 
 def _decode(prepared: _Prepared, steps: int, full_logits) -> DecodeResult:
     """Prefill, then one position a step, against the full forward's ``full_logits``."""
     module, sizes = prepared.module, prepared.sizes
-    length = sizes["T_dec"]
+    sequence = _sequence(prepared)
+    length = sizes[sequence]
     prompt = length - steps
-    stepping = prepared.choices | {DECODING: "step"}
+    stepping = step_choices(prepared.spec, prepared.choices)
     arguments = [_positions(prepared, prepared.choices, name, array, 0, prompt,
-                            sizes | {"T_dec": prompt})
+                            sizes | {sequence: prompt})
                  for name, array in prepared.inputs.items()]
     start = time.perf_counter()
     logits, _, cache = module.prefill(*arguments, prepared.params,
@@ -240,7 +268,7 @@ def _decode(prepared: _Prepared, steps: int, full_logits) -> DecodeResult:
     differences = [float(abs(logits - full_logits[:, :prompt]).max())]  # NumPy or CuPy
     step_seconds = []
     for position in range(prompt, length):
-        at = sizes | {"T_past": position, "T_new": 1}
+        at = sizes | {PAST: position, NEW: 1}
         arguments = [_positions(prepared, stepping, a.name, prepared.inputs[a.name], position,
                                 position + 1, at) for a in step.arguments]
         start = time.perf_counter()

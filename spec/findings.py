@@ -25,6 +25,9 @@ KINDS = {
     "unstated-shape": "a parameter's shape is not stated; the shape it must have is reported",
     "constraint-violated": "a variant's dim values break a constraint",
     "unsatisfiable": "no sizes meet every constraint, so every claim would hold vacuously",
+    "decoding-mismatch": "a decoding step does not fit the full model that starts it: a state "
+                         "kept outside the step or started from a tensor the full model lacks, "
+                         "or a step input the full model does not take",
 }
 
 

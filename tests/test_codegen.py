@@ -721,12 +721,12 @@ def test_generated_text_does_not_depend_on_the_working_directory(tmp_path, monke
 
 
 def test_a_block_named_like_the_spec_is_refused():
+    """By the parser, so that `tspec check` never proves what generated code cannot hold."""
     text = ('spec c "t"\ndim B "b"\nblock c(X "B") -> Y:\n    Y "B" = X * 2\n'
             'input Z "B"\nO "B" = c(Z)\noutput O\n')
-    with pytest.raises(CodegenError, match=r"^c.tspec:3: block c has the spec's name, which the "
-                                           r"model's own function takes in generated code; "
-                                           r"rename one$"):
-        lower(parse(text, file="c.tspec"), {}, backend("numpy"))
+    with raises(SpecError, "c.tspec:3: block c has the spec's name, which the model's own "
+                           "function takes in generated code; rename one"):
+        parse(text, file="c.tspec")
 
 
 ATTENTION = ('dim B "b"\ndim T_q "q"\ndim T_kv "k"\ndim d "d"\n'

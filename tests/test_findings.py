@@ -415,6 +415,21 @@ def test_broadcast_counterexample_has_both_sizes_above_one():
     assert finding.counterexample == {"B": 3, "H": 2}
 
 
+def test_decoding_mismatch():
+    # a state (a key cache) kept in a spec with no decoding step: generated code refuses it
+    finding = only(HEADER + 'block f(X "B T d") -> Y:\n'
+                   '    state K "B T d" "keys so far" from X\n'
+                   '    Y "B T d" = relu(X)\n'
+                   'input X "B T d"\nY "B T d" = f(X) as f1\n')
+    expect(finding, kind="decoding-mismatch",
+           message="state K is kept where the model runs whole: a full forward keeps no "
+                   "states, only a decoding step (under `decoding == step`, a choice "
+                   "`decoding = full | step`)",
+           line=5, equation="state K from X", tensor="f1.K",
+           hint="declare states in the blocks the decoding step calls, under "
+                "`when decoding == step`")
+
+
 def test_every_kind_has_a_test():
     # one test per kind, named after it: test_shape_mismatch, test_not_integral, ...
     missing = [kind for kind in KINDS if f"test_{kind.replace('-', '_')}" not in globals()]
