@@ -40,6 +40,7 @@ from spec.model import (
     TensorRef,
     Update,
     bodies_consulting,
+    bodies_deriving,
     choices_in_force,
     declarations,
     local_binding,
@@ -79,7 +80,8 @@ def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
     if step is None:
         return module
     # the parser refuses a block named as one of these (spec.language)
-    renamed = {name: step_function(name) for name in bodies_consulting(spec, step, DECODING)}
+    renamed = {name: step_function(name) for name in
+               bodies_consulting(spec, step, DECODING) | bodies_deriving(spec, DECODING)}
     _require_proved(spec, step)
     stepping = _Lowerer(spec, step, backend, renamed).module()
     if not any(function.cache for function in stepping.functions):

@@ -389,6 +389,89 @@ def bodies_naming(spec: "Spec", choice: str) -> set[str | None]:
     return {body for body in [None, *spec.blocks] if names(body)}
 
 
+def bodies_deriving(spec: "Spec", choice: str) -> set[str | None]:
+    """The bodies (None: the model's) that use a derived dim some `when` on ``choice``
+    defines (``when decoding == step: let q = ...``), or one derived from such a dim,
+    themselves or through the blocks they call: their code can differ with the choice though
+    they consult no `when` on it."""
+    symbols = spec.symbols()
+    lets_of: list[tuple[Let, bool]] = []
+
+    def collect(statements, under: bool):
+        for s in statements:
+            if isinstance(s, When):
+                collect(s.body, under or s.choice == choice)
+                collect(s.otherwise, under or s.choice == choice)
+            elif isinstance(s, Let):
+                lets_of.append((s, under))
+    collect(spec.body, False)
+    found = {symbols[let.dim] for let, under in lets_of if under}
+    grown = True
+    while grown:
+        grown = False
+        for let, _ in lets_of:
+            if symbols[let.dim] not in found and let.expr.free_symbols & found:
+                found.add(symbols[let.dim])
+                grown = True
+    if not found:
+        return set()
+
+    def mentions(statements) -> bool:
+        for s in statements:
+            if isinstance(s, When):
+                if mentions(s.body) or mentions(s.otherwise):
+                    return True
+            elif _symbols_of(s) & found:
+                return True
+        return False
+    direct = {None} if mentions(spec.body) else set()
+    direct |= {name for name, block in spec.blocks.items()
+               if mentions(block.inputs) or mentions(block.body)}
+    skeleton = _when_skeleton(spec)
+    memo: dict[str | None, bool] = {}
+
+    def uses(body: str | None) -> bool:
+        if body not in memo:
+            memo[body] = body in direct     # a block calling itself is refused later
+            memo[body] = body in direct or any(
+                uses(node[1]) for node in _calls(skeleton[body]))
+        return memo[body]
+
+    return {body for body in [None, *spec.blocks] if uses(body)}
+
+
+def _calls(nodes) -> list:
+    """The call nodes of a when-skeleton, in every branch."""
+    found = []
+    for node in nodes:
+        if node[0] == "call":
+            found.append(node)
+        else:
+            found += _calls(node[3]) + _calls(node[4])
+    return found
+
+
+def _symbols_of(statement) -> set:
+    """The dim symbols a statement names: in its shape, its scalar expressions, its repeat
+    count."""
+    found: set = set()
+    if isinstance(statement, TensorDecl) and statement.shape is not None:
+        found |= statement.shape.free_symbols()
+    elif isinstance(statement, BlockCall) and statement.repeat is not None:
+        found |= sympy.sympify(statement.repeat).free_symbols
+    elif isinstance(statement, Equation):
+        stack = [statement.expr]
+        while stack:
+            term = stack.pop()
+            if isinstance(term, ScalarExpr):
+                found |= sympy.sympify(term.expr).free_symbols
+            elif isinstance(term, OpNode):
+                stack.extend(term.args)
+                found |= set().union(*(v.free_symbols for _, v in term.attrs
+                                       if isinstance(v, sympy.Basic)))
+    return found
+
+
 def bodies_consulting(spec: Spec, choices: dict[str, str], choice: str) -> set[str | None]:
     """The bodies (None: the model's) that consult ``choice`` under these choices, themselves
     or through the blocks they call: the functions whose code the choice changes."""
