@@ -221,9 +221,16 @@ def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
     prepared = _prepare(variant, backend, seed, dtype, typecheck, max_memory)
     _can_decode(prepared, variant.name, steps)
     entry = getattr(prepared.module, prepared.spec.name)
-    full_logits = entry(*prepared.inputs.values(), *_params(prepared, prepared.lowered.entry),
-                        **_keywords(prepared, prepared.lowered.entry, prepared.sizes))[0]
+    full_logits = _first(entry(*prepared.inputs.values(),
+                               *_params(prepared, prepared.lowered.entry),
+                               **_keywords(prepared, prepared.lowered.entry, prepared.sizes)))
     return _decode(prepared, steps, full_logits)
+
+
+def _first(result):
+    """A generated function's first output (the logits): it returns a tuple when it has more
+    than one."""
+    return result[0] if isinstance(result, tuple) else result
 
 
 def _can_decode(prepared: _Prepared, name: str, steps: int) -> None:
@@ -261,8 +268,9 @@ def _decode(prepared: _Prepared, steps: int, full_logits) -> DecodeResult:
                             sizes | {sequence: prompt})
                  for name, array in prepared.inputs.items()]
     start = time.perf_counter()
-    logits, _, cache = module.prefill(*arguments, prepared.params,
-                                      **_keywords(prepared, "prefill", sizes))
+    *outputs, cache = module.prefill(*arguments, *_params(prepared, "prefill"),
+                                     **_keywords(prepared, "prefill", sizes))
+    logits = outputs[0]
     prefill_seconds = time.perf_counter() - start
     step = next(f for f in prepared.lowered.functions if f.name == "decode_step")
     differences = [float(abs(logits - full_logits[:, :prompt]).max())]  # NumPy or CuPy
@@ -272,13 +280,15 @@ def _decode(prepared: _Prepared, steps: int, full_logits) -> DecodeResult:
         arguments = [_positions(prepared, stepping, a.name, prepared.inputs[a.name], position,
                                 position + 1, at) for a in step.arguments]
         start = time.perf_counter()
-        logits, _ = module.decode_step(*arguments, prepared.params, cache,
-                                       **_keywords(prepared, "decode_step", at))
+        logits = _first(module.decode_step(*arguments, *_params(prepared, "decode_step"),
+                                           cache, **_keywords(prepared, "decode_step", at)))
         step_seconds.append(time.perf_counter() - start)
         differences.append(float(abs(logits - full_logits[:, position:position + 1]).max()))
     first = weights.flatten(cache)
-    layer = [(name, tuple(array.shape)) for name, array in first.items()
-             if ".0." in f".{name}." and hasattr(array, "shape")]
+    states = [(name, tuple(array.shape)) for name, array in first.items()
+              if hasattr(array, "shape")]
+    # the first layer of a stack; every state of a model without one
+    layer = [(name, shape) for name, shape in states if ".0." in f".{name}."] or states
     return DecodeResult(prompt, steps, prefill_seconds, step_seconds, layer,
                         float(max(differences)))
 
