@@ -1422,7 +1422,7 @@ def _step_inputs(spec: Spec, prover: Prover, step: list[TensorDecl],
                 else:
                     wanted = [theirs]
                 if mine not in wanted and not any(prover.equal(mine, w).proved for w in wanted):
-                    shown = " or ".join(format_expr(w) for w in wanted) or "none"
+                    shown = " nor ".join(format_expr(w) for w in wanted) or "none"
                     problem = (f" as {decl.shape.text()}, whose axis {axis} takes neither "
                                f"{shown} of the full model's {other.shape.text()}")
                     break

@@ -2,8 +2,19 @@
 check` proves is refused later, and no correct spec is left unproved for want of combining the
 facts it states."""
 
+from pathlib import Path
+
+import numpy as np
+import pytest
+from command_line import run
+from refusals import raises
+
 import spec
+from codegen.generate import source
+from codegen.runtime import load_source
+from spec import api
 from spec.check import check
+from spec.errors import SpecError
 
 HEADS = '''\
 spec heads "heads"
@@ -48,3 +59,167 @@ def test_twice_the_heads_divide_the_width_when_the_head_width_is_even():
         ("t.tspec:10", "not-divisible",
          "split_heads: heads must divide the last axis: 2*H must divide d_model",
          {"d_model": 1, "H": 1, "d_k": 1})]
+
+
+def test_a_claim_a_nonlinear_constraint_states_is_proved_not_a_crash():
+    """`require T*T <= d` and a slice of T*T rows of d: the prover divided by the slack's
+    coefficient of T (zero) and sympy refused to compare the NaN (a TypeError)."""
+    text = ('spec sq "squares"\ndim T "length"\ndim d "rows"\ndim e "width"\n'
+            'require T*T <= d\nparam P "d e" "table"\nY "T*T e" "rows" = P[:T*T]\noutput Y\n')
+    assert findings(text) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# A state against the full model's tensor it starts from (issue 19: both proved, both refused
+# by `tspec run`)
+
+TRANSFORMER = (api.SPEC_DIR / "transformer.tspec").read_text()
+KEY_CACHE = ('        state K_past[H] "B T_past d_k" "keys of the positions decoded before, per '
+             'head" from K_h\n')
+SOURCE_KEYS = '        state K_src[H] "B T_x d_k" "the source\'s keys, per head" from K_h\n'
+
+
+def transformer_with(old: str, new: str) -> str:
+    assert TRANSFORMER.count(old) == 1
+    return TRANSFORMER.replace(old, new)
+
+
+def test_a_key_cache_that_starts_from_the_values_is_a_finding_where_d_k_is_not_d_v():
+    text = transformer_with(KEY_CACHE, KEY_CACHE.replace("from K_h", "from V_h"))
+    line = TRANSFORMER[:TRANSFORMER.index(KEY_CACHE)].count("\n") + 1
+    found = check(spec.parse(text, "t.tspec"), {"arch": "decoder_only"},
+                  all_choices=True).findings
+    assert [(f.where, f.kind, f.message, f.expected, f.inferred, f.counterexample, f.choices)
+            for f in found] == [
+        (f"t.tspec:{line}", "shape-mismatch",
+         ("state K_past is declared [H] B T_past d_k but prefill starts it as V_h, [H] B "
+          "T_past d_v (V_h is [H] B T_dec d_v, over T_dec = T_past positions) (axis 2)"),
+         "[H] B T_past d_k", "[H] B T_past d_v", {"d_k": 2, "d_v": 1},
+         "head_dims=free, key_value_heads=all, decoding=step")]
+    # where head_dims=split makes d_k = d_v, the shapes agree: proved, and generated
+    source(spec.parse(text, "t.tspec"), {"arch": "decoder_only"})
+
+
+def test_cross_attention_keys_that_start_from_the_queries_are_a_finding():
+    """The queries have the target's T_dec positions (T_past, in prefill), the state the
+    source's T: `tspec run --decode` failed on the cache's length (a ValueError)."""
+    text = transformer_with(SOURCE_KEYS, SOURCE_KEYS.replace("from K_h", "from Q_h"))
+    line = TRANSFORMER[:TRANSFORMER.index(SOURCE_KEYS)].count("\n") + 1
+    found = check(spec.parse(text, "t.tspec"), {"arch": "encoder_decoder", "decoding": "step"}
+                  ).findings
+    assert [(f.where, f.kind, f.message, f.counterexample) for f in found] == [
+        (f"t.tspec:{line}", "shape-mismatch",
+         ("state K_src is declared [H] B T d_k but prefill starts it as Q_h, [H] B T_past "
+          "d_k (Q_h is [H] B T_dec d_k, over T_dec = T_past positions) (axis 1)"),
+         {"T": 2, "T_past": 1})]
+
+
+# ---------------------------------------------------------------------------------------------
+# Every refusal of code generation or `tspec run` that a spec's content can cause: `tspec
+# check` reports it first (a finding, or an error naming the line), or generation no longer
+# refuses. The decoding step's own (a state outside a step, a `from` the full model does not
+# compute, a step input the full model lacks, a block named like a step's function) are in
+# test_decoding; the ops' (gathering from families, concatenating a family with one tensor,
+# subtracting or negating masks) in test_codegen.
+
+TINY = (Path(__file__).parent / "test_decoding.py").read_text().split('TINY = """\\\n')[1]
+TINY = TINY[:TINY.index('"""')]
+
+
+def test_a_block_called_with_a_family_where_it_takes_one_tensor_is_refused_by_the_checker():
+    """The checker applied the block to each member; code generation cannot."""
+    text = ('spec m "t"\ndim B "b"\ndim d "d"\ndim H "h"\nblock f(X "B d") -> Y:\n'
+            '    Y "B d" "y" = relu(X)\ninput X[H] "B d" "x"\nZ[H] "B d" "z" = f(X) as g\n'
+            'output Z\n')
+    with raises(SpecError, "t.tspec:8: X is a family passed to f, which takes one tensor: "
+                           "code generation does not map blocks over families"):
+        check(spec.parse(text, "t.tspec"))
+
+
+def test_a_parameter_no_equation_uses_still_needs_its_shape():
+    text = ('spec u "t"\ndim B "b"\ndim d "d"\nparam W ? "w"\ninput X "B d" "x"\n'
+            'Y "B d" "y" = relu(X)\noutput Y\n')
+    assert findings(text) == [("t.tspec:4", "unstated-shape",
+                               "parameter W has no stated shape, and nothing uses it to tell one",
+                               None)]
+
+
+@pytest.mark.parametrize("body, expected", [
+    # log of a mask in a block given the mask alone: no float array to take the dtype from
+    ('block lg(k "B T" bool) -> L:\n    L "B T" "l" = log(k)\nY "B T" "y" = lg(m) as g\n',
+     lambda m: np.where(m, 0.0, -np.inf)),
+    # and a float computed from the mask alone, whose memory check read it before it was
+    # computed (an UnboundLocalError in the generated code)
+    ('block half(k "B T" bool) -> L:\n    L "B T" "l" = k / 2\nY "B T" "y" = half(m) as g\n',
+     lambda m: m / 2),
+])
+def test_a_function_with_no_float_array_in_scope_takes_the_dtype(body, expected):
+    text = 'spec l "t"\ndim B "b"\ndim T "t"\ninput m "B T" bool "m"\n' + body + "output Y\n"
+    model = load_source(source(spec.parse(text, "t.tspec"), {}), typecheck=True)
+    m = np.array([[True, False, True]])
+    np.testing.assert_array_equal(model.l(m), expected(m))
+    if "log" in body:
+        assert model.l(m).dtype == np.float32
+        assert model.l(m, dtype=np.float64).dtype == np.float64
+
+
+def test_a_block_using_a_derived_dim_that_decoding_changes_gets_a_step_function():
+    """`when decoding == step: let q = ...`: a block reading q differs between the full
+    model and the step though it consults no `when`; lowering refused it ("differs between
+    the full model and its decoding step but was not renamed")."""
+    text = TINY.replace('choice decoding = full | step "the whole sequence, or one step"\n',
+                        'choice decoding = full | step "the whole sequence, or one step"\n'
+                        'dim q "a scale"\nwhen decoding == step:\n    let q = d * 2\n'
+                        'else:\n    let q = d * 3\n')
+    text = text.replace('block attend(', 'block scaled(X "B T_x d") -> Z:\n    dim T_x "l"\n'
+                        '    Z "B T_x d" "z" = X * q\n\nblock attend(')
+    text = text.replace('    Y "B T_x d" "output" = K + X\n',
+                        '    Z "B T_x d" "z" = scaled(K) as s\n    Y "B T_x d" "output" = Z + X\n')
+    assert findings(text) == []
+    model = load_source(source(spec.parse(text, "t.tspec"), {}))
+    rng = np.random.default_rng(0)
+    W, X = rng.standard_normal((3, 3)), rng.standard_normal((2, 5, 3))
+    params = {"first": {"W": W, "s": {}}}
+    Y, cache = model.prefill(X[:, :4], params)
+    np.testing.assert_allclose(Y, X[:, :4] @ W * 9 + X[:, :4])          # q = 3 d, d = 3
+    np.testing.assert_allclose(model.decode_step(X[:, 4:], params, cache),
+                               X[:, 4:] @ W * 6 + X[:, 4:])              # q = 2 d
+    with raises(SpecError, "t.tspec:18: block scaled_step has the name code generation gives "
+                           "the decoding step's function of scaled; rename it"):
+        spec.parse(text.replace('block attend(', 'block scaled_step(X "B d") -> Y:\n'
+                                '    Y "B d" "y" = relu(X)\n\nblock attend('), "t.tspec")
+
+
+@pytest.mark.parametrize("old, new, message", [
+    # a step input whose positions axis is neither the new positions nor those so far: `tspec
+    # run --decode` could not tell which of the full sequence's positions to pass
+    ('input X "B T_new d" "the new positions\' input"', 'input X "B T_past d" "the past"',
+     ("the decoding step takes X as B T_past d, whose axis 1 takes neither T_new nor "
+      "T_new+T_past of the full model's B T d")),
+    # a full model's input whose axis is twice the positions: prefill could not take the
+    # prompt's part of it
+    ('input X "B T d" "input"', 'input X "B T d" "input"\n    input R "B 2*T" "more"',
+     ("the full model's input R (B 2*T) has an axis that is neither free of the sequence's "
+      "positions (T) nor those positions: prefill cannot take the prompt's part of it")),
+    # a step whose inputs keep every dim of the full model's: no positions to run over
+    ('input X "B T_new d" "the new positions\' input"',
+     'input X "B T_new d" "new"\n    input S "B T d" "the whole sequence"',
+     ("the decoding step's inputs lack 0 of the full model's input dims (none), where they "
+      "must lack one: the sequence's positions, in whose place a step takes the new ones "
+      "(T_new) and those so far (T_past + T_new)")),
+])
+def test_a_decoding_steps_inputs_are_parts_of_the_full_models(old, new, message):
+    assert TINY.count(old) == 1
+    found = findings(TINY.replace(old, new))
+    assert message in [f[2] for f in found], found
+
+
+def test_tspec_run_decodes_a_spec_whose_sequence_is_not_called_t_dec(capsys, tmp_path):
+    """TINY's full model runs over T, its step over T_new after T_past: `tspec run --decode`
+    read T_dec and refused ('--decode takes 1 to T_dec - 1 = -1 steps')."""
+    (tmp_path / "tiny.tspec").write_text(TINY)
+    (tmp_path / "tiny.toml").write_text('spec = "tiny.tspec"\n[dims]\nd = 4\nT = 6\nB = 2\n')
+    code, out, err = run(capsys, "run", str(tmp_path / "tiny.toml"), "--decode", "2")
+    assert (code, err) == (0, "")
+    assert "cache of the first layer after the last step:\n   first.K_past  2 x 6 x 4\n" in out
+    assert "max abs difference 0.0e+00" in out
