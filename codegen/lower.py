@@ -286,7 +286,7 @@ class _Signature:
     dims: tuple[sympy.Symbol, ...]
     runtime: tuple[str, ...]
     params_class: str | None
-    output: TensorDecl
+    output: TensorDecl | None     # None: the model's, when it names no output
     cache: bool = False           # takes its instance's key-value cache (states inside)
     takes_dtype: bool = False     # takes the float dtype (no float array of its own gives it)
 
@@ -833,8 +833,9 @@ class _Body:
                         for o in outputs]
         annotations = [self.annotation(d, self.values[d.name].value.shape, self.bound)
                        for d in output_decls]
-        returns = annotations[0] if len(annotations) == 1 else \
-            f"Tuple[{', '.join(annotations)}]"
+        # a model with no `output` statement computes its tensors and returns nothing
+        returns = "None" if not annotations else annotations[0] if len(annotations) == 1 \
+            else f"Tuple[{', '.join(annotations)}]"
         params_class = None
         if self.fields:
             params_class = "".join(part.capitalize() for part in self.name.split("_")) + "Params"
@@ -850,9 +851,10 @@ class _Body:
             arguments=tuple(arguments), params_class=params_class, cache=self.cache,
             keywords=tuple(keyword_records), returns=returns, prologue=tuple(prologue),
             steps=tuple(self.steps), traced=tuple(self.traced),
-            result=", ".join(outputs))
+            result=", ".join(outputs) or "None")
         signature = _Signature(tuple(keywords), tuple(self.runtimes), params_class,
-                               output_decls[0], self.cache, self.takes_dtype)
+                               output_decls[0] if output_decls else None, self.cache,
+                               self.takes_dtype)
         return function, signature
 
 

@@ -12,6 +12,7 @@ from codegen.lower import DECODING, lower
 from codegen.render import render
 from codegen.runtime import load_source
 from spec import counts
+from spec.check import check
 from spec.errors import UsageError
 from spec.model import (
     NEW,
@@ -273,7 +274,8 @@ def _decode(prepared: _Prepared, steps: int, full_logits) -> DecodeResult:
     logits = outputs[0]
     prefill_seconds = time.perf_counter() - start
     step = next(f for f in prepared.lowered.functions if f.name == "decode_step")
-    differences = [float(abs(logits - full_logits[:, :prompt]).max())]  # NumPy or CuPy
+    axis = _new_positions_axis(prepared, stepping)
+    differences = [_difference(logits, full_logits, axis, 0, prompt)]
     step_seconds = []
     for position in range(prompt, length):
         at = sizes | {PAST: position, NEW: 1}
@@ -283,7 +285,7 @@ def _decode(prepared: _Prepared, steps: int, full_logits) -> DecodeResult:
         logits = _first(module.decode_step(*arguments, *_params(prepared, "decode_step"),
                                            cache, **_keywords(prepared, "decode_step", at)))
         step_seconds.append(time.perf_counter() - start)
-        differences.append(float(abs(logits - full_logits[:, position:position + 1]).max()))
+        differences.append(_difference(logits, full_logits, axis, position, position + 1))
     first = weights.flatten(cache)
     states = [(name, tuple(array.shape)) for name, array in first.items()
               if hasattr(array, "shape")]
@@ -291,6 +293,20 @@ def _decode(prepared: _Prepared, steps: int, full_logits) -> DecodeResult:
     layer = [(name, shape) for name, shape in states if ".0." in f".{name}."] or states
     return DecodeResult(prompt, steps, prefill_seconds, step_seconds, layer,
                         float(max(differences)))
+
+
+def _new_positions_axis(prepared: _Prepared, stepping: dict[str, str]) -> int:
+    """The axis of the step's first output (the logits) that holds the new positions (the
+    checker proved there is one, the full output's positions there)."""
+    first = model_outputs(prepared.spec, stepping)[0]
+    (row,) = [r for r in check(prepared.spec, stepping).tensors if r.name == first]
+    return [str(d) for d in row.shape.dims].index(NEW)
+
+
+def _difference(step, full, axis: int, start: int, stop: int) -> float:
+    """The largest |step - full| over the positions start..stop of the full output."""
+    index = (slice(None),) * axis + (slice(start, stop),)
+    return float(abs(step - full[index]).max())          # NumPy or CuPy
 
 
 def _positions(prepared: _Prepared, choices: dict[str, str], name: str, array: np.ndarray,

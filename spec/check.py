@@ -31,6 +31,7 @@ from spec.model import (
     Let,
     Note,
     OpNode,
+    Output,
     ScalarExpr,
     Spec,
     TensorDecl,
@@ -238,6 +239,7 @@ class _Run:
         self.states: list = []
         self.starts: list = []
         self.start_names = _start_names(spec)
+        self.outputs: tuple = ()
         self.active: list[str] = []   # blocks being checked, innermost last (for cycles)
         top = select(spec.body, choices)
         self.lets = [s for s in top if isinstance(s, Let)]
@@ -310,8 +312,14 @@ class _Run:
                 counterexample=dict(verdict.counterexample) if verdict.counterexample
                 else None, dims=self.dim_values(let.expr.free_symbols), hint=hint))
         scope = _Scope(self, "", {}, None)
-        self.check_body(scope, select(self.spec.body, self.choices), [],
-                        outputs(self.spec, self.choices), "the model")
+        statements = select(self.spec.body, self.choices)
+        self.check_body(scope, statements, [], outputs(self.spec, self.choices), "the model")
+        # the model's outputs, for the decoding pass: (name, dtype, shape, where it says so)
+        said = next((s for s in statements if isinstance(s, Output)), None)
+        self.outputs = tuple(
+            (name, scope.values[name].dtype, scope.resolve_shape(scope.values[name].shape),
+             (said.file, said.line)) for name in outputs(self.spec, self.choices)
+            if name in scope.values and scope.values[name].shape is not None)
         rows = scope.rows
         if self.pending:
             reported = {}
@@ -1317,14 +1325,71 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
             both = step_bits & full_bits
             if both:
                 key = tuple(tuple(map(id, inputs.setdefault(id(r), model_inputs(
-                    spec, r.choices)))) for r in (run, full_run)) + (run.prover_key,)
+                    spec, r.choices)))) for r in (run, full_run)) + (
+                    run.outputs, full_run.outputs, run.prover_key)
                 pairs[key] = pairs.get(key, 0) | both
                 provers[run.prover_key] = run.prover
     decls_by_id = {id(d): d for group in inputs.values() for d in group}
-    for (step_ids, full_ids, prover_key), bits in pairs.items():
-        found += [(finding, bits) for finding in _step_inputs(
-            spec, provers[prover_key], [decls_by_id[i] for i in step_ids],
-            [decls_by_id[i] for i in full_ids])]
+    for (step_ids, full_ids, step_outputs, full_outputs, prover_key), bits in pairs.items():
+        prover = provers[prover_key]
+        step_inputs = [decls_by_id[i] for i in step_ids]
+        full_inputs = [decls_by_id[i] for i in full_ids]
+        found += [(finding, bits) for finding in _step_inputs(spec, prover, step_inputs,
+                                                              full_inputs)]
+        prompt = prompt_dims(full_inputs, step_inputs)
+        if len(prompt) == 1:
+            found += [(finding, bits) for finding in _step_outputs(
+                spec, prover, step_outputs, full_outputs, *prompt)]
+    return found
+
+
+def _step_outputs(spec: Spec, prover: Prover, step: tuple, full: tuple,
+                  sequence) -> list[Finding]:
+    """The decoding step returns the full model's outputs over the new positions (NEW) or
+    those so far (PAST + NEW) where the full model has the sequence's (``sequence``); the
+    first of them first, over the new positions on one axis alone (what `tspec run --decode`
+    compares with the full forward, position by position)."""
+    symbols = spec.symbols()
+    past, new = symbols.get(PAST), symbols.get(NEW)
+    found = []
+    by_name = {name: (dtype, shape) for name, dtype, shape, _ in full}
+    for index, (name, dtype, shape, (file, line)) in enumerate(step):
+        other = by_name.get(name)
+        problem = None
+        if index == 0 and full and full[0][0] != name:
+            problem = f" first, where the full model returns {full[0][0]} first"
+        elif other is None:
+            problem = ", which the full model does not return"
+        elif other[0] != dtype:
+            problem = f" as {dtype}, which the full model returns as {other[0]}"
+        elif other[1].rank != shape.rank or \
+                (other[1].family is None) != (shape.family is None):
+            problem = f" as {shape.text()}, which the full model returns as {other[1].text()}"
+        else:
+            theirs = other[1]
+            wholes = [i for i, d in enumerate(theirs.dims) if d == sequence]
+            for axis, (mine, whole) in enumerate(zip(shape.dims, theirs.dims)):
+                if whole == sequence:
+                    wanted = [w for w in (new, None if index == 0 or past is None or
+                                          new is None else past + new) if w is not None]
+                else:
+                    wanted = [whole]
+                if mine not in wanted and not any(prover.equal(mine, w).proved
+                                                  for w in wanted):
+                    shown = " nor ".join(format_expr(w) for w in wanted) or "none"
+                    problem = (f" as {shape.text()}, whose axis {axis} is neither {shown} of "
+                               f"the full model's {theirs.text()}")
+                    break
+            if problem is None and index == 0 and len(wholes) != 1:
+                problem = (f" first as {shape.text()}, over the new positions on "
+                           f"{len(wholes)} axes: tspec run --decode compares the first output "
+                           f"with the full forward's along one axis of positions")
+        if problem is not None:
+            found.append(Finding(
+                kind="decoding-mismatch",
+                message=f"the decoding step returns {name}{problem}",
+                file=file, line=line, tensor=name,
+                hint=f"return the full model's outputs at the new positions ({NEW})"))
     return found
 
 

@@ -202,26 +202,28 @@ dim T_new "new"
 dim d "width"
 choice decoding = full | step "the whole sequence, or one step"
 
-block step(X "B T_new d") -> Y:
+block step(X "B T_new d") -> O:
     param W "d d" "weight"
     state K_past "B T_past d" "keys so far" from K
     K "B T_new d" "new keys" = X @ W
     K_all "B T_past+T_new d" "all keys" = concat(K_past, K, axis=-2)
     update K_past = {value}
     Y "B T_new T_past+T_new" "scores" = X @ K_all.T
+    O "B T_new d" "output" = softmax(Y) @ K_all
 
-block whole(X "B T d") -> Y:
+block whole(X "B T d") -> O:
     param W "d d" "weight"
     K "B T d" "keys" = X @ W
     Y "B T T" "scores" = X @ K.T
+    O "B T d" "output" = softmax(Y) @ K
 
 when decoding == step:
     input X "B T_new d" "new positions"
-    Y "B T_new T_past+T_new" "scores" = step(X) as first
+    O "B T_new d" "output" = step(X) as first
 else:
     input X "B T d" "every position"
-    Y "B T T" "scores" = whole(X) as first
-output Y
+    O "B T d" "output" = whole(X) as first
+output O
 """
 STEP = {"decoding": "step"}
 

@@ -7,14 +7,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 from command_line import run
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from refusals import raises
 
 import spec
 from codegen.generate import source
+from codegen.run import run as run_variant
 from codegen.runtime import load_source
 from spec import api
-from spec.check import check
+from spec.check import check, combinations
 from spec.errors import SpecError
+from spec.variant import Variant
 
 HEADS = '''\
 spec heads "heads"
@@ -223,3 +227,137 @@ def test_tspec_run_decodes_a_spec_whose_sequence_is_not_called_t_dec(capsys, tmp
     assert (code, err) == (0, "")
     assert "cache of the first layer after the last step:\n   first.K_past  2 x 6 x 4\n" in out
     assert "max abs difference 0.0e+00" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# Random specs: what `tspec check` proves, code generation and `tspec run` accept
+
+DECODER = '''\
+spec r "random"
+dim B "batch"
+dim T "length"
+dim T_past "positions decoded before"
+dim T_new "positions a step adds"
+dim d "width"
+dim e "other width"
+dim H "heads"
+{choice}{lets}
+block whole(X "B T_x d") -> Y:
+    dim T_x "length"
+    param W "d d" "weight"
+    param U "d e" "other weight"
+    K "B T_x d" "keys" = X @ W
+    Kt "B d T_x" "keys, transposed" = K.T
+    V "B T_x e" "values" = X @ U
+    Y "B T_x d" "output" = {out}
+
+block step(X "B T_x d") -> Y:
+    dim T_x "positions a step adds"
+    param W "d d" "weight"
+    param U "d e" "other weight"
+    state K_past "{state}" "keys so far" from {start}
+    K "B T_x d" "new keys" = X @ W
+    K_all "B T_past+T_x d" "every key" = concat(K_past, K, axis=-2)
+    update K_past = K_all
+    Y "B T_x d" "output" = {out}
+
+{model}'''
+
+MODELS = {
+    "decoding": '''\
+when decoding == step:
+    input X "{step_input}" "the new positions"{step_extra}
+    Y "{step_input}" "output" = step(X) as first
+    output Y
+else:
+    input X "B T d" "every position"{full_extra}
+    Y "B T d" "output" = whole(X) as first{extra}
+    output Y{extra_output}
+''',
+    # states with no decoding step to keep them in
+    "no step": '''\
+input X "B T d" "every position"
+Y "B T d" "output" = step(X) as first
+output Y
+''',
+}
+
+EXTRAS = {      # an equation code generation once refused, or mishandled, after a proof
+    "": "",
+    "log of a mask": '\n    input m "B T" bool "mask"\n    Z "B T" "log mask" = lg(m) as g',
+    "half a mask": '\n    input m "B T" bool "mask"\n    Z "B T" "halves" = half(m) as h',
+    "mask difference": '\n    input m "B T" bool "mask"\n    Z "B T" bool "difference" = m - m',
+    "negated mask": '\n    input m "B T" bool "mask"\n    Z "B T" bool "negated" = -m',
+    "family gather": ('\n    param E_h[H] "T d" "tables"\n    input t "B T" int "ids"'
+                      '\n    Z[H] "B T d" "rows" = E_h[t]'),
+    "family concat": ('\n    input A_h[H] "B T d" "family"'
+                      '\n    Z[H] "B T 2*d" "joined" = concat(A_h, X, axis=-1)'),
+    "mapped block": ('\n    input A_h[H] "B T d" "family"'
+                     '\n    Z[H] "B T d" "mapped" = whole(A_h) as mapped'),
+    "unused parameter": '\n    param P ? "unused"\n    Z "B T d" "copy" = X * 2',
+}
+HELPERS = ('block lg(k "B T_x" bool) -> L:\n    dim T_x "length"\n    L "B T_x" "log" = log(k)\n\n'
+           'block half(k "B T_x" bool) -> L:\n    dim T_x "length"\n    L "B T_x" "half" = k / 2\n\n')
+
+
+# each point of DECODER where a spec can go wrong: the choices that are sound, then those
+# that are not (a finding or an error of the checker's, or once a refusal past a proof)
+POINTS = {
+    "extra": (["", "log of a mask", "half a mask"],
+              ["mask difference", "negated mask", "family gather", "family concat",
+               "mapped block", "unused parameter"]),
+    "state": (["B T_past d"], ["B T_past e", "B d T_past"]),
+    "start": (["K", "X", "Y"], ["Kt", "V", "K_all"]),
+    "model": (["decoding"], ["no step"]),
+    "step_input": (["B T_new d"], ["B T_past d", "B T_past+T_new d"]),
+    "step_extra": ([""], ['\n    input Z "B T_new d" "more"']),
+    "full_extra": (["", '\n    input R "B T" bool "more"'], ['\n    input R "B 2*T" "more"']),
+}
+
+
+@st.composite
+def decoder_specs(draw):
+    """A small model and its decoding step, sound but at one point at most (half of them
+    sound throughout): a random state, `from`, step input, extra inputs, derived dim and one
+    extra equation of a kind code generation once refused."""
+    fault = draw(st.sampled_from([None] * len(POINTS) + list(POINTS)))
+    pick = {point: draw(st.sampled_from(options[point == fault]))
+            for point, options in POINTS.items()}
+    lets = draw(st.sampled_from(["", 'dim q "a scale"\nlet q = d * 2\n',
+                                 ('dim q "a scale"\nwhen decoding == step:\n    let q = d * 2\n'
+                                  'else:\n    let q = d * 3\n')]))
+    extra = EXTRAS[pick["extra"]]
+    text = DECODER.format(
+        choice='choice decoding = full | step "the whole sequence, or one step"\n',
+        lets=lets, out=draw(st.sampled_from(["K + X", "relu(K) + X"] +
+                                            (["K * q + X"] if lets else []))),
+        state=pick["state"], start=pick["start"],
+        model=MODELS[pick["model"]].format(
+            step_input=pick["step_input"], step_extra=pick["step_extra"],
+            full_extra=pick["full_extra"], extra=extra, extra_output=", Z" if extra else ""))
+    return text.replace("block whole(", HELPERS + "block whole(") if extra else text
+
+
+SIZES = {"B": 2, "T": 5, "d": 3, "e": 2, "H": 2}
+
+
+@settings(max_examples=40, deadline=None)
+@given(decoder_specs())
+def test_what_tspec_check_proves_code_generation_and_tspec_run_accept(text):
+    """No refusal of `tspec generate` or `tspec run` (a CodegenError or UsageError from the
+    spec's content), nor any other exception, is left for a spec `tspec check` proves; and
+    the decoding step's logits are the full forward's (every op here acts position by
+    position, but where the step's q differs from the full model's by design)."""
+    try:
+        parsed = spec.parse(text, "r.tspec")
+        proved = not check(parsed, all_choices=True).findings
+    except SpecError:
+        return                                  # `tspec check` refuses it, naming the line
+    if not proved:
+        return
+    for combo in combinations(parsed):
+        source(parsed, combo)
+    result = run_variant(Variant("r", parsed, dims=dict(SIZES)), dtype="float64",
+                         decode_steps=2 if "decoding == step" in text else None)
+    if result.decoded is not None and "when decoding == step:\n    let" not in text:
+        assert result.decoded.difference < 1e-12     # (q = 2 d in the step, 3 d in full)
