@@ -731,13 +731,19 @@ class _Body:
     def call(self, record: BlockCall) -> None:
         block = self.spec.blocks[record.block]
         function, signature = self.lowerer.function(block)
+        operands = [self.values[name] for name in record.args]
+        # a block that takes single tensors, called with families: applied to each member
+        # (the checker allows it only for a call of one copy that keeps no states)
+        family = next((o for o in operands if o.value.shape.family is not None), None) \
+            if all(d.shape.family is None for d in block.inputs) else None
         args = []
-        for decl, name in zip(block.inputs, record.args):
-            operand = self.values[name]
+        for decl, operand in zip(block.inputs, operands):
             shape = operand.value.shape
             code = operand.code
             if decl.shape.family is not None and shape.family is None:
                 code = f"{wrap(operand, ATOM)}[None]"      # one tensor, shared by every member
+            elif family is not None and shape.family is not None:
+                code = f"{wrap(operand, ATOM)}[member]"
             args.append(code)
         binding = local_binding(block, [self.values[name].value.shape for name in record.args])
         keywords = [f"{d}={self.dim(d)}" for d in signature.dims]
@@ -747,12 +753,23 @@ class _Body:
         out_decl = self.decls.get(record.output)
         shape = out_decl.shape if out_decl is not None and out_decl.shape is not None \
             else signature.output.shape.subs(binding)
+        if family is not None and shape.family is None:
+            shape = Shape(shape.dims, family.value.shape.family)
         dtype = signature.output.dtype
         instance = record.instance
         has_params = signature.params_class is not None
         self.cache |= signature.cache
         self.helper("subtrace")
-        if record.repeat is None:
+        if family is not None:
+            params = [f'params["{instance}"]'] if has_params else []
+            parts = args + params + keywords + [f'trace=subtrace(trace, "{instance}", member)']
+            lines = (f"{record.output} = {self.xp}.stack([  # {shape.text()}: each member",
+                     *("    " + line for line in _call(function.name, parts, "",
+                                                       LINE_LENGTH - 4)),
+                     f"    for member in range(len({wrap(family, ATOM)}))",
+                     "])")
+            self.assign(record.output, "", shape, dtype, lines)
+        elif record.repeat is None:
             params = [f'params["{instance}"]'] if has_params else []
             params += [f'cache["{instance}"]'] if signature.cache else []
             trace = f'trace=subtrace(trace, "{instance}")'

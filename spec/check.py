@@ -46,7 +46,7 @@ from spec.model import (
     select,
     selections,
 )
-from spec.ops import OPS, Value
+from spec.ops import OPS, Value, join_family
 from spec.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
 from spec.shape import Shape, format_expr
 
@@ -855,13 +855,18 @@ class _Run:
                 raise SpecError(f"{arg} has no stated shape and cannot be passed to block "
                                 f"{block.name}", file=call.file, line=call.line)
             actuals.append(scope.shape(value, 1, "argument"))
-        # a block that takes single tensors, called with a family, would apply to each member
-        if all(d.shape.family is None for d in block.inputs):
-            arg = next((a for a, s in zip(call.args, actuals) if s.family is not None), None)
-            if arg is not None:
+        # a block that takes single tensors, called with families, applies to each member
+        mapped = None
+        if all(d.shape.family is None for d in block.inputs) and \
+                any(a.family is not None for a in actuals):
+            if call.repeat is not None or _keeps_states(self.spec, block.name):
+                arg = next(a for a, s in zip(call.args, actuals) if s.family is not None)
                 raise SpecError(f"{arg} is a family passed to {block.name}, which takes one "
-                                "tensor: code generation does not map blocks over families",
+                                "tensor: code generation applies a block to each member only "
+                                "where it is called once and keeps no states",
                                 file=call.file, line=call.line)
+            mapped = join_family(scope, *(a.family for a in actuals))
+            actuals = [Shape(a.dims) for a in actuals]
         for decl, arg, actual in zip(block.inputs, call.args, actuals):
             self.bind(scope, call, block, decl, arg, actual, scope.values[arg].dtype, binding,
                       locals_)
@@ -877,7 +882,7 @@ class _Run:
         if ways is None:
             ways = self.record_cache[ways_key] = selections(self.spec, block.name, self.choices)
         if ways == [{}]:
-            self.call_block(scope, call, block, binding, path, declared)
+            self.call_block(scope, call, block, binding, mapped, path, declared)
             return
         # the block consults choices the caller left open: it is checked under each way of
         # setting them, its findings marked with the way; the caller goes on from the declared
@@ -888,7 +893,7 @@ class _Run:
             start, pending_start, rows_start = len(self.findings), len(self.pending), \
                 len(scope.rows)
             states_start, starts_start = len(self.states), len(self.starts)
-            self.call_block(scope, call, block, binding, path, declared)
+            self.call_block(scope, call, block, binding, mapped, path, declared)
             self.findings[start:] = [replace(f, selection=way | f.selection)
                                      for f in self.findings[start:]]
             self.pending[pending_start:] = [entry[:4] + (way | entry[4],)
@@ -900,11 +905,13 @@ class _Run:
         self.choices, self.want_rows = outer, want_rows
 
     def call_block(self, scope: _Scope, call: BlockCall, block: Block, binding: dict,
-                   path: str, declared: TensorDecl | None) -> None:
+                   mapped, path: str, declared: TensorDecl | None) -> None:
         """Check a call of a block whose choices are all set: its body, then its output
         against the declared shape."""
         output, rows = self.check_block(block, binding, path)
         scope.rows.extend(rows)
+        if mapped is not None and output.shape is not None:
+            output = Value(Shape(output.shape.dims, mapped), output.dtype, tensor=output.tensor)
         if call.repeat is not None:
             first = block.inputs[0].shape.subs(binding)
             if output.shape is not None and output.shape.rank == first.rank:
@@ -1214,6 +1221,23 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
         finding.selection = {}
     findings.sort(key=lambda f: (f.file or "", f.line or 0, f.kind, f.tensor))
     return Result(spec, findings, combos, rows, notes, given, lets)
+
+
+def _keeps_states(spec: Spec, block_name: str) -> bool:
+    """Whether a block declares states, in any branch, itself or in the blocks it calls."""
+    def keeps(statements, seen) -> bool:
+        for s in statements:
+            if isinstance(s, When):
+                found = keeps(s.body, seen) or keeps(s.otherwise, seen)
+            elif isinstance(s, BlockCall):
+                found = s.block in spec.blocks and s.block not in seen and \
+                    keeps(spec.blocks[s.block].body, seen | {s.block})
+            else:
+                found = isinstance(s, TensorDecl) and s.role == "state"
+            if found:
+                return True
+        return False
+    return keeps(spec.blocks[block_name].body, {block_name})
 
 
 def _start_names(spec: Spec) -> frozenset[str]:
