@@ -60,8 +60,8 @@ from spec.model import (
     TensorRef,
     Update,
     When,
+    bodies_consulting,
     bodies_deriving,
-    bodies_naming,
     step_function,
 )
 from spec.names import check_name
@@ -516,8 +516,8 @@ class _Builder:
         choice = spec.choices.get(DECODING)
         if choice is None or not {FULL, STEP} <= set(choice.options):
             return
-        for body in sorted(bodies_naming(spec, DECODING) | bodies_deriving(spec, DECODING),
-                           key=str):
+        for body in sorted(bodies_consulting(spec, None, DECODING) |
+                           bodies_deriving(spec, DECODING), key=str):
             clash = spec.blocks.get(step_function(body))
             if clash is not None:
                 raise self.error(f"block {clash.name} has the name code generation gives the "

@@ -364,31 +364,6 @@ def step_function(body: str | None) -> str:
     return "decode_step" if body is None else f"{body}_step"
 
 
-def bodies_naming(spec: "Spec", choice: str) -> set[str | None]:
-    """The bodies (None: the model's) with a `when` on ``choice`` in some branch, themselves
-    or through the blocks they call: those ``bodies_consulting`` can name, under any
-    choices."""
-    skeleton = _when_skeleton(spec)
-    memo: dict[str | None, bool] = {}
-
-    def names(body: str | None) -> bool:
-        if body not in memo:
-            memo[body] = False              # a block calling itself is refused later
-            memo[body] = walk(skeleton[body])
-        return memo[body]
-
-    def walk(nodes) -> bool:
-        found = False
-        for node in nodes:
-            if node[0] == "call":
-                found = names(node[1]) or found
-            else:
-                found = walk(node[3]) or walk(node[4]) or node[1] == choice or found
-        return found
-
-    return {body for body in [None, *spec.blocks] if names(body)}
-
-
 def bodies_deriving(spec: "Spec", choice: str) -> set[str | None]:
     """The bodies (None: the model's) that use a derived dim some `when` on ``choice``
     defines (``when decoding == step: let q = ...``), or one derived from such a dim,
@@ -472,9 +447,11 @@ def _symbols_of(statement) -> set:
     return found
 
 
-def bodies_consulting(spec: Spec, choices: dict[str, str], choice: str) -> set[str | None]:
-    """The bodies (None: the model's) that consult ``choice`` under these choices, themselves
-    or through the blocks they call: the functions whose code the choice changes."""
+def bodies_consulting(spec: Spec, choices: dict[str, str] | None,
+                      choice: str) -> set[str | None]:
+    """The bodies (None: the model's) that consult ``choice`` under these choices (None: in
+    some branch, under any choices), themselves or through the blocks they call: the
+    functions whose code the choice changes."""
     skeleton = _when_skeleton(spec)
     memo: dict[str | None, bool] = {}
 
@@ -491,8 +468,11 @@ def bodies_consulting(spec: Spec, choices: dict[str, str], choice: str) -> set[s
                 found = consults(node[1]) or found
             else:
                 _, name, options, body, otherwise = node
-                found = walk(body if choices[name] in options else otherwise) or \
-                    name == choice or found
+                if choices is None:
+                    found = walk(body) or walk(otherwise) or name == choice or found
+                else:
+                    found = walk(body if choices[name] in options else otherwise) or \
+                        name == choice or found
         return found
 
     return {body for body in [None, *spec.blocks] if consults(body)}
