@@ -1275,7 +1275,8 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
     ``runs`` are (way, run) for each way of setting the model's own choices."""
     found: list[tuple] = []
     step = members.matching({DECODING: STEP}) if decodes(spec) else 0
-    dims = {id(run): frozenset(input_dims(model_inputs(spec, run.choices))) for _, run in runs}
+    inputs = {id(run): model_inputs(spec, run.choices) for _, run in runs}
+    dims = {key: frozenset(input_dims(decls)) for key, decls in inputs.items()}
     # each state once, with the combinations that keep it and the run's prover and inputs
     states: dict[tuple, int] = {}
     provers = {run.prover_key: run.prover for _, run in runs}
@@ -1340,7 +1341,6 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                 hint=f"start it from a tensor the full model ({DECODING} = {FULL}) computes "
                      "in the block it calls at the same place"), bits & ~covered))
     pairs: dict[tuple, int] = {}        # (step inputs, full inputs, prover) -> combinations
-    inputs = {}
     for way, run in runs:
         step_bits = members.matching(way) & step & kept
         if not step_bits:
@@ -1348,9 +1348,8 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
         for full_bits, _, full_run in full_runs:
             both = step_bits & full_bits
             if both:
-                key = tuple(tuple(map(id, inputs.setdefault(id(r), model_inputs(
-                    spec, r.choices)))) for r in (run, full_run)) + (
-                    run.outputs, full_run.outputs, run.prover_key)
+                key = (tuple(map(id, inputs[id(run)])), tuple(map(id, inputs[id(full_run)])),
+                       run.outputs, full_run.outputs, run.prover_key)
                 pairs[key] = pairs.get(key, 0) | both
                 provers[run.prover_key] = run.prover
     decls_by_id = {id(d): d for group in inputs.values() for d in group}
@@ -1429,6 +1428,14 @@ def _state_start(prover: Prover, name: str, decl: TensorDecl, shape: Shape, dtyp
                        line=decl.line, equation=equation, tensor=name,
                        hint=f"start {decl.name} from a {decl.dtype} tensor")
     started = start.subs(prefill)
+    same_form = started.rank == shape.rank and \
+        (started.family is None) == (shape.family is None)
+    pairs = list(zip(shape.dims, started.dims))
+    if shape.family is not None and same_form:
+        pairs.append((shape.family, started.family))
+    verdict = prover.equal_all(pairs) if same_form else None
+    if verdict is not None and verdict.proved:
+        return None
     over = sorted(str(d) for d in start.free_symbols() if d in prefill)
     told = f" ({decl.start} is {start.text()}, over {' = '.join(over)} = {PAST} positions)" \
         if over else ""
@@ -1436,16 +1443,10 @@ def _state_start(prover: Prover, name: str, decl: TensorDecl, shape: Shape, dtyp
               f"{decl.start}, {started.text()}{told}"
     hint = f"start {decl.name} from a tensor of its shape, or declare it \"" + \
         " ".join(format_expr(d) for d in started.dims) + "\""
-    if started.rank != shape.rank or (started.family is None) != (shape.family is None):
+    if verdict is None:
         return Finding(kind="shape-mismatch", message=message, file=decl.file, line=decl.line,
                        equation=equation, tensor=name, expected=shape.text(),
                        inferred=started.text(), hint=hint)
-    pairs = list(zip(shape.dims, started.dims))
-    if shape.family is not None:
-        pairs.append((shape.family, started.family))
-    verdict = prover.equal_all(pairs)
-    if verdict.proved:
-        return None
     differing = [str(i) for i, (a, b) in enumerate(pairs[:shape.rank])
                  if prover.norm(a) != prover.norm(b)]
     if differing:
