@@ -1469,7 +1469,7 @@ def _step_inputs(spec: Spec, prover: Prover, step: list[TensorDecl],
     past, new = symbols.get(PAST), symbols.get(NEW)
     positions = sorted(str(d) for d in prompt)
     if len(prompt) != 1:
-        first = (step or full)[0]
+        first = (step or full or [TensorDecl("", "input", None, file=spec.file)])[0]
         found.append(Finding(
             kind="decoding-mismatch",
             message=f"the decoding step's inputs lack {len(prompt)} of the full model's input "

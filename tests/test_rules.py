@@ -244,6 +244,17 @@ def test_a_decoding_steps_inputs_are_parts_of_the_full_models(old, new, message)
     assert message in [f[2] for f in found], found
 
 
+def test_a_decoding_model_with_no_inputs_at_all_is_a_finding_not_a_crash():
+    text = TINY.replace('    input X "B T d" "input"\n', '').replace(
+        '    input X "B T_new d" "the new positions\' input"\n', '').replace(
+        "(X) as first", "(W0) as first").replace(
+        "when decoding == full:", 'param W0 "B T d" "w"\nwhen decoding == full:')
+    message = ("the decoding step's inputs lack 0 of the full model's input dims (none), "
+               "where they must lack one: the sequence's positions, in whose place a step "
+               "takes the new ones (T_new) and those so far (T_past + T_new)")
+    assert ("t.tspec", "decoding-mismatch", message, None) in findings(text)
+
+
 def test_tspec_run_decodes_a_spec_whose_sequence_is_not_called_t_dec(capsys, tmp_path):
     """TINY's full model runs over T, its step over T_new after T_past: `tspec run --decode`
     read T_dec and refused ('--decode takes 1 to T_dec - 1 = -1 steps')."""
