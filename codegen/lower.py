@@ -29,6 +29,7 @@ from spec.errors import CodegenError
 from spec.files import shown, where
 from spec.latex import name_latex
 from spec.model import (
+    DECODING,
     Block,
     BlockCall,
     Equation,
@@ -39,10 +40,13 @@ from spec.model import (
     TensorRef,
     Update,
     bodies_consulting,
+    bodies_deriving,
     choices_in_force,
     declarations,
     local_binding,
     select,
+    step_choices,
+    step_function,
 )
 from spec.model import lets as derived_dims
 from spec.model import outputs as model_outputs
@@ -54,10 +58,6 @@ LINE_LENGTH = 96      # 100 less the function body's indent
 FRESH_RESULT_OPS = frozenset({"matmul", "scale", "add", "sub", "mul", "div", "neg"})
 DTYPE_CLASS = {"float": "Float", "int": "Int", "bool": "Bool"}
 
-
-# The choice that turns a model into one step of incremental decoding: under its option "step"
-# the decoder's self-attention keeps its keys and values as states (a key-value cache).
-DECODING = "decoding"
 
 
 def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
@@ -79,25 +79,14 @@ def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
     step = step_choices(spec, chosen)
     if step is None:
         return module
-    renamed = {name: "decode_step" if name is None else f"{name}_step"
-               for name in bodies_consulting(spec, step, DECODING)}
-    clash = sorted(set(renamed.values()) & (set(spec.blocks) | {spec.name}))
-    if clash:
-        raise CodegenError(f"block {clash[0]} has the name code generation gives a decoding "
-                           "step's function; rename it", file=spec.file)
+    # the parser refuses a block named as one of these (spec.language)
+    renamed = {name: step_function(name) for name in
+               bodies_consulting(spec, step, DECODING) | bodies_deriving(spec, DECODING)}
     _require_proved(spec, step)
     stepping = _Lowerer(spec, step, backend, renamed).module()
     if not any(function.cache for function in stepping.functions):
         return module                       # nothing to keep between steps: no decoder
     return _with_decoding(module, stepping, _cache_starts(spec, step, chosen))
-
-
-def step_choices(spec: Spec, chosen: dict[str, str]) -> dict[str, str] | None:
-    """The choices of the decoding step of a full model (``decoding=full`` in a spec whose
-    ``decoding`` has the option ``step``), or None when it has none."""
-    if chosen.get(DECODING) != "full" or "step" not in spec.choices[DECODING].options:
-        return None
-    return chosen | {DECODING: "step"}
 
 
 def _require_proved(spec: Spec, chosen: dict[str, str]) -> None:
@@ -121,23 +110,15 @@ def _cache_starts(spec: Spec, choices: dict[str, str], full: dict[str, str]) -> 
         full_statements = statements(twin, full) if twin or path == "" else []
         computed = {s.output: s for s in full_statements
                     if isinstance(s, (Equation, BlockCall))}
-        shapes = {s.name: s.shape for s in full_statements
-                  if isinstance(s, TensorDecl) and s.shape is not None}
         starts: dict = {}
         for s in statements(block, choices):
             if isinstance(s, TensorDecl) and s.role == "state":
+                # the checker proved the start computed here, of the state's shape
                 if s.start not in computed:
                     raise CodegenError(
                         f"state {s.name} starts from {s.start}, which the full model does not "
                         f"compute at {path.rstrip('.') or 'its top level'} under "
                         f"{_describe(full)}",
-                        file=s.file, line=s.line)
-                start = shapes.get(s.start)
-                if start is None or not _same_but_positions(s.shape, start):
-                    shown = "no stated shape" if start is None else start.text()
-                    raise CodegenError(
-                        f"state {s.name} ({s.shape.text()}) starts from {s.start} ({shown}), "
-                        "which must have its shape but for the positions axis",
                         file=s.file, line=s.line)
                 starts[s.name] = s.start
             elif isinstance(s, BlockCall):
@@ -150,12 +131,6 @@ def _cache_starts(spec: Spec, choices: dict[str, str], full: dict[str, str]) -> 
         return starts
 
     return body(None, None, "")
-
-
-def _same_but_positions(a: Shape, b: Shape) -> bool:
-    """Two shapes that agree on the family and every axis but the second-to-last."""
-    return a.rank == b.rank >= 2 and a.family == b.family and \
-        a.dims[:-2] + a.dims[-1:] == b.dims[:-2] + b.dims[-1:]
 
 
 def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Module:
@@ -248,11 +223,6 @@ class _Lowerer:
         self.active: list[str] = []
 
     def module(self) -> ir.Module:
-        if self.spec.name in self.spec.blocks:
-            block = self.spec.blocks[self.spec.name]
-            raise CodegenError(f"block {block.name} has the spec's name, which the model's own "
-                               "function takes in generated code; rename one",
-                               file=block.file, line=block.line)
         entry, _ = self.lower_body(self.rename.get(None, self.spec.name), None)
         helper_order = [h for h in HELPER_ORDER if h in self.helpers]
         functions = [f for f, _ in self.functions.values()]
@@ -318,8 +288,9 @@ class _Signature:
     dims: tuple[sympy.Symbol, ...]
     runtime: tuple[str, ...]
     params_class: str | None
-    output: TensorDecl
+    output: TensorDecl | None     # None: the model's, when it names no output
     cache: bool = False           # takes its instance's key-value cache (states inside)
+    takes_dtype: bool = False     # takes the float dtype (no float array of its own gives it)
 
 
 class _Printer(PythonCodePrinter):
@@ -351,6 +322,8 @@ class _Body:
         self.needed: list[sympy.Symbol] = []
         self.runtimes: list[str] = []
         self.float_source: str | None = None
+        self.float_argument: str | None = None      # a float input or parameter
+        self.takes_dtype = False             # a dtype keyword: no float array in scope
         self.steps: list[ir.Step] = []
         self.traced: list[str] = []
         self.fields: list[ir.Field] = []
@@ -386,8 +359,9 @@ class _Body:
         return _Printer().doprint(expr)
 
     def dtype(self) -> str:
-        if self.float_source is None:
-            raise CodegenError(f"{self.name}: no float array in scope to take the dtype from")
+        if self.float_source is None:       # no float array to take it from: the caller's
+            self.takes_dtype = True
+            return "dtype"
         return f"{self.float_source}.dtype"
 
     def runtime(self, name: str) -> str:
@@ -434,7 +408,7 @@ class _Body:
                            if isinstance(d, sympy.Symbol)}
             self.add_sources(decl.name, shape, family_source=False)
             if decl.dtype == "float" and self.float_source is None:
-                self.float_source = decl.name
+                self.float_source = self.float_argument = decl.name
         for decl in self.decls.values():
             if decl.role == "param":
                 shape = self.require_shape(decl)
@@ -445,7 +419,7 @@ class _Body:
                                             decl.meaning))
                 self.add_sources(code, shape, family_source=True)
                 if decl.dtype == "float" and self.float_source is None:
-                    self.float_source = code
+                    self.float_source = self.float_argument = code
             elif decl.role == "state":
                 shape = self.require_shape(decl)
                 code = f'cache["{decl.name}"]'
@@ -626,12 +600,19 @@ class _Body:
         gives their item size and every dim they need is known without a keyword argument
         (the check never changes a function's signature)."""
         counted = {dtype: n for dtype, n in self.allocated.items() if n != 0}
-        if not counted or self.float_source is None or not all(
+        # the check runs first: a float array it takes (not one it computes) or its dtype
+        # keyword gives the item size
+        if self.float_argument is not None:
+            itemsize = f"{self.float_argument}.dtype.itemsize"
+        elif self.takes_dtype:
+            itemsize = f"{self.lowerer.backend.alias}.dtype(dtype).itemsize"
+        else:
+            return []
+        if not counted or not all(
                 self.knows(symbol) for n in counted.values() for symbol in n.free_symbols):
             return []
         self.helper("require_memory")
-        sizes = {"float": f"{self.dtype()}.itemsize", "int": str(INT_BYTES),
-                 "bool": str(BOOL_BYTES)}
+        sizes = {"float": itemsize, "int": str(INT_BYTES), "bool": str(BOOL_BYTES)}
         tokens: list[str] = []
         for dtype, n in counted.items():
             terms = _terms(self.scalar(n))
@@ -752,30 +733,45 @@ class _Body:
     def call(self, record: BlockCall) -> None:
         block = self.spec.blocks[record.block]
         function, signature = self.lowerer.function(block)
+        operands = [self.values[name] for name in record.args]
+        # a block that takes single tensors, called with families: applied to each member
+        # (the checker allows it only for a call of one copy that keeps no states)
+        family = next((o for o in operands if o.value.shape.family is not None), None) \
+            if all(d.shape.family is None for d in block.inputs) else None
         args = []
-        for decl, name in zip(block.inputs, record.args):
-            operand = self.values[name]
+        for decl, operand in zip(block.inputs, operands):
             shape = operand.value.shape
-            if decl.shape.family is None and shape.family is not None:
-                raise CodegenError(f"{name} is a family passed to {block.name}, which takes one "
-                                   "tensor: code generation does not map blocks over families",
-                                   file=record.file, line=record.line)
             code = operand.code
             if decl.shape.family is not None and shape.family is None:
                 code = f"{wrap(operand, ATOM)}[None]"      # one tensor, shared by every member
+            elif family is not None and shape.family is not None:
+                code = f"{wrap(operand, ATOM)}[member]"
             args.append(code)
         binding = local_binding(block, [self.values[name].value.shape for name in record.args])
         keywords = [f"{d}={self.dim(d)}" for d in signature.dims]
         keywords += [f"{r}={self.runtime(r)}" for r in signature.runtime]
+        if signature.takes_dtype:
+            keywords.append(f"dtype={self.dtype()}")
         out_decl = self.decls.get(record.output)
         shape = out_decl.shape if out_decl is not None and out_decl.shape is not None \
             else signature.output.shape.subs(binding)
+        if family is not None and shape.family is None:
+            shape = Shape(shape.dims, family.value.shape.family)
         dtype = signature.output.dtype
         instance = record.instance
         has_params = signature.params_class is not None
         self.cache |= signature.cache
         self.helper("subtrace")
-        if record.repeat is None:
+        if family is not None:
+            params = [f'params["{instance}"]'] if has_params else []
+            parts = args + params + keywords + [f'trace=subtrace(trace, "{instance}", member)']
+            lines = (f"{record.output} = {self.xp}.stack([  # {shape.text()}: each member",
+                     *("    " + line for line in _call(function.name, parts, "",
+                                                       LINE_LENGTH - 4)),
+                     f"    for member in range(len({wrap(family, ATOM)}))",
+                     "])")
+            self.assign(record.output, "", shape, dtype, lines)
+        elif record.repeat is None:
             params = [f'params["{instance}"]'] if has_params else []
             params += [f'cache["{instance}"]'] if signature.cache else []
             trace = f'trace=subtrace(trace, "{instance}")'
@@ -846,13 +842,19 @@ class _Body:
                                       if str(s) in dims else "") for s in keywords]
         keyword_records += [ir.Keyword(r, "float", SETTINGS[r].default, SETTINGS[r].meaning)
                             for r in self.runtimes]
+        if self.takes_dtype:
+            xp = self.lowerer.backend.alias
+            keyword_records.append(ir.Keyword(
+                "dtype", f"type | {xp}.dtype", f"{xp}.float32", "the float dtype of the "
+                "tensors this function makes (no float array it takes has one to give)"))
         output_decls = [self.decls.get(o) or TensorDecl(o, "output", self.values[o].value.shape,
                                                         self.values[o].value.dtype)
                         for o in outputs]
         annotations = [self.annotation(d, self.values[d.name].value.shape, self.bound)
                        for d in output_decls]
-        returns = annotations[0] if len(annotations) == 1 else \
-            f"Tuple[{', '.join(annotations)}]"
+        # a model with no `output` statement computes its tensors and returns nothing
+        returns = "None" if not annotations else annotations[0] if len(annotations) == 1 \
+            else f"Tuple[{', '.join(annotations)}]"
         params_class = None
         if self.fields:
             params_class = "".join(part.capitalize() for part in self.name.split("_")) + "Params"
@@ -868,9 +870,10 @@ class _Body:
             arguments=tuple(arguments), params_class=params_class, cache=self.cache,
             keywords=tuple(keyword_records), returns=returns, prologue=tuple(prologue),
             steps=tuple(self.steps), traced=tuple(self.traced),
-            result=", ".join(outputs))
+            result=", ".join(outputs) or "None")
         signature = _Signature(tuple(keywords), tuple(self.runtimes), params_class,
-                               output_decls[0], self.cache)
+                               output_decls[0] if output_decls else None, self.cache,
+                               self.takes_dtype)
         return function, signature
 
 

@@ -12,8 +12,21 @@ from codegen.lower import DECODING, lower
 from codegen.render import render
 from codegen.runtime import load_source
 from spec import counts
+from spec.check import check
 from spec.errors import UsageError
-from spec.model import Equation, OpNode, TensorDecl, TensorRef, concrete_values, select
+from spec.model import (
+    NEW,
+    PAST,
+    Equation,
+    OpNode,
+    TensorDecl,
+    TensorRef,
+    concrete_values,
+    model_inputs,
+    prompt_dims,
+    select,
+    step_choices,
+)
 from spec.model import outputs as model_outputs
 from spec.prove import evaluate
 from spec.variant import Variant
@@ -63,6 +76,7 @@ class _Prepared:
     shapes: dict
     inputs: dict[str, np.ndarray]
     settings: dict
+    dtype: str                  # the float dtype of the run
 
 
 @dataclass(frozen=True)
@@ -147,7 +161,7 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
         else:
             inputs[name] = rng.standard_normal(shape).astype(dtype)
     return _Prepared(spec, choices, sizes, lowered, module, params, shapes, inputs,
-                     dict(variant.settings))
+                     dict(variant.settings), dtype)
 
 
 def _params(prepared: _Prepared, name: str) -> list:
@@ -165,7 +179,10 @@ def _keywords(prepared: _Prepared, name: str, sizes: dict[str, int]) -> dict:
     missing = [k for k in required if k not in sizes]
     if missing:
         raise UsageError(f"{', '.join(missing)} must have a value to run: --set {missing[0]}=...")
-    return {k: sizes[k] for k in required} | {
+    # a function with no float array to take its dtype from takes it as a keyword
+    dtype = {"dtype": np.dtype(prepared.dtype)} if any(
+        k.name == "dtype" for k in function.keywords) else {}
+    return {k: sizes[k] for k in required} | dtype | {
         k.name: prepared.settings[k.name] for k in function.keywords
         if k.name in prepared.settings}
 
@@ -205,9 +222,16 @@ def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
     prepared = _prepare(variant, backend, seed, dtype, typecheck, max_memory)
     _can_decode(prepared, variant.name, steps)
     entry = getattr(prepared.module, prepared.spec.name)
-    full_logits = entry(*prepared.inputs.values(), *_params(prepared, prepared.lowered.entry),
-                        **_keywords(prepared, prepared.lowered.entry, prepared.sizes))[0]
+    full_logits = _first(entry(*prepared.inputs.values(),
+                               *_params(prepared, prepared.lowered.entry),
+                               **_keywords(prepared, prepared.lowered.entry, prepared.sizes)))
     return _decode(prepared, steps, full_logits)
+
+
+def _first(result):
+    """A generated function's first output (the logits): it returns a tuple when it has more
+    than one."""
+    return result[0] if isinstance(result, tuple) else result
 
 
 def _can_decode(prepared: _Prepared, name: str, steps: int) -> None:
@@ -217,42 +241,72 @@ def _can_decode(prepared: _Prepared, name: str, steps: int) -> None:
                          f"{prepared.choices.get('arch')}, {DECODING}="
                          f"{prepared.choices.get(DECODING)}); --decode needs a decoder-only "
                          f"or encoder-decoder model under {DECODING}=full")
-    length = prepared.sizes.get("T_dec", 0)
+    sequence = _sequence(prepared)
+    length = prepared.sizes.get(sequence, 0)
     if not 1 <= steps < length:
-        raise UsageError(f"--decode takes 1 to T_dec - 1 = {length - 1} steps (the rest of the "
-                         f"T_dec={length} positions are the prompt), got {steps}")
+        raise UsageError(f"--decode takes 1 to {sequence} - 1 = {length - 1} steps (the rest "
+                         f"of the {sequence}={length} positions are the prompt), got {steps}")
+
+
+def _sequence(prepared: _Prepared) -> str:
+    """The dim of the sequence's positions: the one the full model's inputs have and its
+    decoding step's lack (T_dec; the checker proved there is one), which prefill runs over
+    the prompt's positions."""
+    spec, choices = prepared.spec, prepared.choices
+    (dim,) = prompt_dims(model_inputs(spec, choices),
+                         model_inputs(spec, step_choices(spec, choices)))
+    return str(dim)
 
 
 def _decode(prepared: _Prepared, steps: int, full_logits) -> DecodeResult:
     """Prefill, then one position a step, against the full forward's ``full_logits``."""
     module, sizes = prepared.module, prepared.sizes
-    length = sizes["T_dec"]
+    sequence = _sequence(prepared)
+    length = sizes[sequence]
     prompt = length - steps
-    stepping = prepared.choices | {DECODING: "step"}
+    stepping = step_choices(prepared.spec, prepared.choices)
     arguments = [_positions(prepared, prepared.choices, name, array, 0, prompt,
-                            sizes | {"T_dec": prompt})
+                            sizes | {sequence: prompt})
                  for name, array in prepared.inputs.items()]
     start = time.perf_counter()
-    logits, _, cache = module.prefill(*arguments, prepared.params,
-                                      **_keywords(prepared, "prefill", sizes))
+    *outputs, cache = module.prefill(*arguments, *_params(prepared, "prefill"),
+                                     **_keywords(prepared, "prefill", sizes))
+    logits = outputs[0]
     prefill_seconds = time.perf_counter() - start
     step = next(f for f in prepared.lowered.functions if f.name == "decode_step")
-    differences = [float(abs(logits - full_logits[:, :prompt]).max())]  # NumPy or CuPy
+    axis = _new_positions_axis(prepared, stepping)
+    differences = [_difference(logits, full_logits, axis, 0, prompt)]
     step_seconds = []
     for position in range(prompt, length):
-        at = sizes | {"T_past": position, "T_new": 1}
+        at = sizes | {PAST: position, NEW: 1}
         arguments = [_positions(prepared, stepping, a.name, prepared.inputs[a.name], position,
                                 position + 1, at) for a in step.arguments]
         start = time.perf_counter()
-        logits, _ = module.decode_step(*arguments, prepared.params, cache,
-                                       **_keywords(prepared, "decode_step", at))
+        logits = _first(module.decode_step(*arguments, *_params(prepared, "decode_step"),
+                                           cache, **_keywords(prepared, "decode_step", at)))
         step_seconds.append(time.perf_counter() - start)
-        differences.append(float(abs(logits - full_logits[:, position:position + 1]).max()))
+        differences.append(_difference(logits, full_logits, axis, position, position + 1))
     first = weights.flatten(cache)
-    layer = [(name, tuple(array.shape)) for name, array in first.items()
-             if ".0." in f".{name}." and hasattr(array, "shape")]
+    states = [(name, tuple(array.shape)) for name, array in first.items()
+              if hasattr(array, "shape")]
+    # the first layer of a stack; every state of a model without one
+    layer = [(name, shape) for name, shape in states if ".0." in f".{name}."] or states
     return DecodeResult(prompt, steps, prefill_seconds, step_seconds, layer,
                         float(max(differences)))
+
+
+def _new_positions_axis(prepared: _Prepared, stepping: dict[str, str]) -> int:
+    """The axis of the step's first output (the logits) that holds the new positions (the
+    checker proved there is one, the full output's positions there)."""
+    first = model_outputs(prepared.spec, stepping)[0]
+    (row,) = [r for r in check(prepared.spec, stepping).tensors if r.name == first]
+    return [str(d) for d in row.shape.dims].index(NEW)
+
+
+def _difference(step, full, axis: int, start: int, stop: int) -> float:
+    """The largest |step - full| over the positions start..stop of the full output."""
+    index = (slice(None),) * axis + (slice(start, stop),)
+    return float(abs(step - full[index]).max())          # NumPy or CuPy
 
 
 def _positions(prepared: _Prepared, choices: dict[str, str], name: str, array: np.ndarray,

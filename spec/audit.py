@@ -15,7 +15,7 @@ AUDIT_NAME = Path("docs") / "seed-audit.md"
 SEED_TEXTS = "../shared/seeds"
 
 MISTAKES = ("shape-mismatch", "operand-mismatch", "argument-mismatch", "repeat-mismatch",
-            "dtype-mismatch")
+            "dtype-mismatch", "decoding-mismatch")
 MISSING = ("not-divisible", "not-integral", "out-of-range")
 REUSED = "name-reused"
 

@@ -11,6 +11,7 @@ given dim values (a variant), the same run also evaluates every shape and constr
 import itertools
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import sympy
 
 from spec import limits
@@ -18,6 +19,11 @@ from spec.errors import SpecError
 from spec.findings import Finding, format_value
 from spec.limits import TIME_LIMIT, require_tensor_count
 from spec.model import (
+    DECODING,
+    FULL,
+    NEW,
+    PAST,
+    STEP,
     Block,
     BlockCall,
     Constraint,
@@ -25,6 +31,7 @@ from spec.model import (
     Let,
     Note,
     OpNode,
+    Output,
     Reused,
     ScalarExpr,
     Spec,
@@ -32,7 +39,11 @@ from spec.model import (
     TensorRef,
     Update,
     When,
+    decodes,
+    input_dims,
+    model_inputs,
     outputs,
+    prompt_dims,
     select,
     selections,
 )
@@ -235,6 +246,12 @@ class _Run:
         self.findings: list[Finding] = []
         self.unknowns: dict = {}      # fresh unknown widths -> what they were pinned to
         self.pending: list = []       # unstated shapes, reported once the run is done
+        # for the decoding pass (``_decoding_findings``): each state of a block, and each
+        # tensor a state starts from, as (qualified name, decl or dtype, shape, selection)
+        self.states: list = []
+        self.starts: list = []
+        self.start_names = _start_names(spec)
+        self.outputs: tuple = ()
         self.active: list[str] = []   # blocks being checked, innermost last (for cycles)
         top = select(spec.body, choices)
         self.lets = [s for s in top if isinstance(s, Let)]
@@ -309,8 +326,14 @@ class _Run:
                 counterexample=dict(verdict.counterexample) if verdict.counterexample
                 else None, dims=self.dim_values(let.expr.free_symbols), hint=hint))
         scope = _Scope(self, "", {}, None)
-        self.check_body(scope, select(self.spec.body, self.choices), [],
-                        outputs(self.spec, self.choices), "the model")
+        statements = select(self.spec.body, self.choices)
+        self.check_body(scope, statements, [], outputs(self.spec, self.choices), "the model")
+        # the model's outputs, for the decoding pass: (name, dtype, shape, where it says so)
+        said = next((s for s in statements if isinstance(s, Output)), None)
+        self.outputs = tuple(
+            (name, scope.values[name].dtype, scope.resolve_shape(scope.values[name].shape),
+             (said.file, said.line)) for name in outputs(self.spec, self.choices)
+            if name in scope.values and scope.values[name].shape is not None)
         rows = scope.rows
         if self.pending:
             reported = {}
@@ -553,19 +576,23 @@ class _Run:
                        tuple((c, self.choices.get(c)) for c in blocks), self.want_rows)
                 hit = self.record_cache.get(key)
                 if hit is not None:
-                    value, findings, rows = hit
+                    value, findings, rows, states, starts = hit
                     scope.values[record.output] = value
                     self.findings.extend(findings)
                     scope.rows.extend(rows)
+                    self.states.extend(states)
+                    self.starts.extend(starts)
                     continue
             start, rows_start = len(self.findings), len(scope.rows)
+            states_start, starts_start = len(self.states), len(self.starts)
             if isinstance(record, Equation):
                 self.check_equation(scope, record, declared)
             else:
                 self.check_call(scope, record, declared)
             if key is not None and not self.fresh.symbols:
                 self.record_cache[key] = (scope.values[record.output], self.findings[start:],
-                                          scope.rows[rows_start:])
+                                          scope.rows[rows_start:], self.states[states_start:],
+                                          self.starts[starts_start:])
         for update in (s for s in statements if isinstance(s, Update)):
             self.check_update(scope, update, decls[update.state])
         for name, shape in scope.unstated.items():
@@ -575,6 +602,19 @@ class _Run:
                 decl = replace(decl, implied=decl.implied.subs(scope.binding))
             self.pending.append((scope.qualified(name), decl, shape,
                                  scope.unstated_like.get(name), {}))
+        for name, decl in decls.items():
+            if decl.role in DECLARED and decl.shape is None and name not in scope.unstated:
+                # never used, so nothing tells its shape; generated code still needs one
+                self.pending.append((scope.qualified(name), decl, None, None, {}))
+            if decl.role == "state":
+                self.states.append((scope.qualified(name), decl,
+                                    scope.resolve_shape(decl.shape.subs(scope.binding)), {}))
+        for record in order:
+            if record.output in self.start_names:
+                value = scope.values[record.output]
+                self.starts.append((scope.qualified(record.output), value.dtype,
+                                    None if value.shape is None else
+                                    scope.resolve_shape(value.shape), {}))
 
     def check_update(self, scope: _Scope, update: Update, state: TensorDecl) -> None:
         """A state's next value is the state grown along its positions (the second-to-last
@@ -620,8 +660,17 @@ class _Run:
                           f"{update.value} is {value.dtype}, the state {state.dtype}", None, [],
                           hint=f"update {state.name} with a {state.dtype} tensor")
 
-    def report_unstated(self, qualified: str, decl: TensorDecl, shape: Shape,
+    def report_unstated(self, qualified: str, decl: TensorDecl, shape: Shape | None,
                         like: Shape | None, selection: dict) -> TensorRow:
+        role = "parameter" if decl.role == "param" else "input"
+        if shape is None:
+            self.add(Finding(
+                kind="unstated-shape", message=f"{role} {decl.name} has no stated shape, and "
+                "nothing uses it to tell one", file=decl.file, line=decl.line,
+                tensor=qualified, hint=f"declare it: {decl.role} {decl.name} \"shape\", or "
+                "remove it", selection=selection))
+            return TensorRow(qualified, decl.role, None, decl.dtype, decl.meaning, False, "",
+                             decl.file, decl.line)
         resolve = _Scope(self, "", {}, None).resolve_shape
         resolved = resolve(shape)
         like = None if like is None else resolve(like)
@@ -651,8 +700,8 @@ class _Run:
             f"its source implies ({', '.join(format_expr(d) for d in implied.dims)}); "
         self.add(Finding(
             kind="unstated-shape",
-            message=f"{'parameter' if decl.role == 'param' else 'input'} {decl.name} has no "
-                    f"stated shape; {source}its uses require {dims}{note}",
+            message=f"{role} {decl.name} has no stated shape; {source}its uses require "
+                    f"{dims}{note}",
             file=decl.file, line=decl.line, tensor=qualified, inferred=reported.text(),
             hint=f"declare it: {decl.role} {decl.name}{family} \"{shape_text}\""
                  + (f", after declaring {' and '.join(f'dim {s}' for s in rename.values())}"
@@ -866,6 +915,12 @@ class _Run:
         mapped = None
         if all(d.shape.family is None for d in block.inputs) and \
                 any(a.family is not None for a in actuals):
+            if call.repeat is not None or _keeps_states(self.spec, block.name):
+                arg = next(a for a, s in zip(call.args, actuals) if s.family is not None)
+                raise SpecError(f"{arg} is a family passed to {block.name}, which takes one "
+                                "tensor: code generation applies a block to each member only "
+                                "where it is called once and keeps no states",
+                                file=call.file, line=call.line)
             mapped = join_family(scope, *(a.family for a in actuals))
             actuals = [Shape(a.dims) for a in actuals]
         for decl, arg, actual in zip(block.inputs, call.args, actuals):
@@ -893,11 +948,14 @@ class _Run:
             self.choices, self.want_rows = outer | way, want_rows and index == 0
             start, pending_start, rows_start = len(self.findings), len(self.pending), \
                 len(scope.rows)
+            states_start, starts_start = len(self.states), len(self.starts)
             self.call_block(scope, call, block, binding, mapped, path, declared)
             self.findings[start:] = [replace(f, selection=way | f.selection)
                                      for f in self.findings[start:]]
             self.pending[pending_start:] = [entry[:4] + (way | entry[4],)
                                             for entry in self.pending[pending_start:]]
+            for kept, first in ((self.states, states_start), (self.starts, starts_start)):
+                kept[first:] = [entry[:3] + (way | entry[3],) for entry in kept[first:]]
             if index:
                 del scope.rows[rows_start:]
         self.choices, self.want_rows = outer, want_rows
@@ -987,21 +1045,26 @@ class _Run:
             self.active.append(block.name)
             inner = _Scope(self, "", binding, block)
             start, pending_start = len(self.findings), len(self.pending)
+            states_start, starts_start = len(self.states), len(self.starts)
             known = set(self.unknowns)
             self.check_body(inner, select(block.body, self.choices), block.inputs,
                             [block.output], f"block {block.name}")
             value = inner.values[block.output]
             pinned = {k: v for k, v in self.unknowns.items() if k not in known}
             cached = (value, self.findings[start:], inner.rows, self.pending[pending_start:],
-                      pinned)
+                      pinned, self.states[states_start:], self.starts[starts_start:])
             del self.findings[start:]
             del self.pending[pending_start:]
+            del self.states[states_start:]
+            del self.starts[starts_start:]
             self.block_cache[key] = cached
             self.active.pop()
-        value, findings, rows, pending, pinned = cached
+        value, findings, rows, pending, pinned, states, starts = cached
         self.unknowns.update(pinned)
         self.pending.extend((path + name, decl, shape, like, selection)
                             for name, decl, shape, like, selection in pending)
+        self.states.extend((path + entry[0],) + entry[1:] for entry in states)
+        self.starts.extend((path + entry[0],) + entry[1:] for entry in starts)
         for finding in findings:
             copy = Finding(**finding.__dict__)
             copy.tensor = path + finding.tensor if finding.tensor else finding.tensor
@@ -1180,10 +1243,12 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     # consults that are still open (see ``selections``): the work grows with the sum of the
     # ways, not with their product, the number of combinations
     members = _Members(combos)
+    runs = []
     for index, way in enumerate(selections(spec, None, fixed)):
         run = _Run(spec, fixed | way, given, provers, block_cache, rows=index == 0,
                    record_cache=record_cache)
         top_rows = run.run()
+        runs.append((way, run))
         if index == 0:
             rows = top_rows
             notes = run.notes + _block_notes(spec, combos[0])
@@ -1192,6 +1257,18 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
             key = finding.key()
             merged.setdefault(key, finding)
             seen_in[key] = seen_in.get(key, 0) | members.matching(way | finding.selection)
+    if decodes(spec) and fixed.get(DECODING) == STEP:
+        # the full model that starts the states of the steps checked: run for what it
+        # computes alone (its own findings are a check of decoding=full)
+        for way in selections(spec, None, fixed | {DECODING: FULL}):
+            run = _Run(spec, fixed | {DECODING: FULL} | way, given, provers, block_cache,
+                       rows=False, record_cache=record_cache)
+            run.run()
+            runs.append(({DECODING: FULL} | way, run))
+    for finding, found in _decoding_findings(spec, members, runs):
+        key = finding.key()
+        merged.setdefault(key, finding)
+        seen_in[key] = seen_in.get(key, 0) | found
     findings = list(merged.values())
     if len(combos) > 1:
         for key, finding in merged.items():
@@ -1200,6 +1277,309 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
         finding.selection = {}
     findings.sort(key=lambda f: (f.file or "", f.line or 0, f.kind, f.tensor))
     return Result(spec, findings, combos, rows, notes, given, lets)
+
+
+def _keeps_states(spec: Spec, block_name: str) -> bool:
+    """Whether a block declares states, in any branch, itself or in the blocks it calls."""
+    def keeps(statements, seen) -> bool:
+        for s in statements:
+            if isinstance(s, When):
+                found = keeps(s.body, seen) or keeps(s.otherwise, seen)
+            elif isinstance(s, BlockCall):
+                found = s.block in spec.blocks and s.block not in seen and \
+                    keeps(spec.blocks[s.block].body, seen | {s.block})
+            else:
+                found = isinstance(s, TensorDecl) and s.role == "state"
+            if found:
+                return True
+        return False
+    return keeps(spec.blocks[block_name].body, {block_name})
+
+
+def _start_names(spec: Spec) -> frozenset[str]:
+    """The tensors the spec's states start from (their `from`), in any branch (memoised)."""
+    memo = spec.__dict__.get("_start_names")
+    if memo is None:
+        found: set[str] = set()
+
+        def walk(statements):
+            for s in statements:
+                if isinstance(s, When):
+                    walk(s.body)
+                    walk(s.otherwise)
+                elif isinstance(s, TensorDecl) and s.role == "state":
+                    found.add(s.start)
+        for block in spec.blocks.values():
+            walk(block.body)
+        memo = spec.__dict__["_start_names"] = frozenset(found)
+    return memo
+
+
+def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tuple]:
+    """What a decoding step needs of the full model that starts it, as code generation and
+    `tspec run --decode` need it, each finding with the combinations it holds in (a bit set):
+
+    - states are kept only under ``decoding = step`` (a full forward keeps none);
+    - each state of the step starts as the full model's tensor its ``from`` names, computed
+      at the same place (the same instances), of the state's dtype and shape: every axis
+      equal, the positions axis once the full model runs over the PAST positions decoded
+      before the step (prefill: the dims the step's inputs lack, T_dec, count PAST);
+    - the step takes inputs the full model takes, each axis all of the full input's, the
+      positions so far (PAST + NEW) or the new ones (NEW), and the full model's inputs run
+      over exactly one dim of positions.
+
+    ``runs`` are (way, run) for each way of setting the model's own choices."""
+    found: list[tuple] = []
+    step = members.matching({DECODING: STEP}) if decodes(spec) else 0
+    inputs = {id(run): model_inputs(spec, run.choices) for _, run in runs}
+    dims = {key: frozenset(input_dims(decls)) for key, decls in inputs.items()}
+    # each state once, with the combinations that keep it and the run's prover and inputs
+    states: dict[tuple, int] = {}
+    provers = {run.prover_key: run.prover for _, run in runs}
+    for way, run in runs:
+        for name, decl, shape, selection in run.states:
+            key = (name, id(decl), shape, run.prover_key, dims[id(run)])
+            states[key] = states.get(key, 0) | members.matching(way | selection)
+    decls = {id(decl): decl for _, run in runs for _, decl, _, _ in run.states}
+    for (name, decl_id, _, _, _), bits in states.items():
+        decl = decls[decl_id]
+        if bits & ~step:
+            found.append((Finding(
+                kind="decoding-mismatch",
+                message=f"state {decl.name} is kept where the model runs whole: a full "
+                        "forward keeps no states, only a decoding step (under "
+                        f"`{DECODING} == {STEP}`, a choice `{DECODING} = {FULL} | {STEP}`)",
+                file=decl.file, line=decl.line, tensor=name,
+                equation=f"state {decl.name} from {decl.start}",
+                hint=f"declare states in the blocks the decoding step calls, under "
+                     f"`when {DECODING} == {STEP}`"), bits & ~step))
+    if not step:
+        return found
+    past = spec.symbols().get(PAST)
+    # what each full run stands for: the step combinations it starts (decoding flipped)
+    full_runs = [(members.matching(way | {DECODING: STEP}), way, run) for way, run in runs
+                 if run.choices.get(DECODING) != STEP]
+    starts: dict[str, dict] = {}
+    for _, way, run in full_runs:
+        for name, dtype, shape, selection in run.starts:
+            if selection.get(DECODING) != STEP:
+                place = starts.setdefault(name, {})
+                key = (dtype, shape, dims[id(run)])
+                place[key] = place.get(key, 0) | members.matching(way | selection |
+                                                                  {DECODING: STEP})
+    kept = 0        # the step combinations that keep a state
+    for (name, decl_id, shape, prover_key, step_dims), bits in states.items():
+        bits &= step
+        if not bits:
+            continue
+        decl = decls[decl_id]
+        kept |= bits
+        prefix = name[:len(name) - len(decl.name)]
+        covered = 0
+        for (dtype, start, full_dims), start_bits in starts.get(prefix + decl.start,
+                                                                 {}).items():
+            both = bits & start_bits
+            if both:
+                covered |= both
+                prefill = {d: past for d in full_dims - step_dims} if past is not None else {}
+                finding = _state_start(provers[prover_key], name, decl, shape, dtype, start,
+                                       prefill)
+                if finding is not None:
+                    found.append((finding, both))
+        if bits & ~covered:
+            where = prefix.rstrip(".") or "its top level"
+            found.append((Finding(
+                kind="decoding-mismatch",
+                message=f"state {decl.name} starts from {decl.start}, which the full model "
+                        f"does not compute at {where}",
+                file=decl.file, line=decl.line, tensor=name,
+                equation=f"state {decl.name} from {decl.start}",
+                hint=f"start it from a tensor the full model ({DECODING} = {FULL}) computes "
+                     "in the block it calls at the same place"), bits & ~covered))
+    pairs: dict[tuple, int] = {}        # (step inputs, full inputs, prover) -> combinations
+    for way, run in runs:
+        step_bits = members.matching(way) & step & kept
+        if not step_bits:
+            continue
+        for full_bits, _, full_run in full_runs:
+            both = step_bits & full_bits
+            if both:
+                key = (tuple(map(id, inputs[id(run)])), tuple(map(id, inputs[id(full_run)])),
+                       run.outputs, full_run.outputs, run.prover_key)
+                pairs[key] = pairs.get(key, 0) | both
+                provers[run.prover_key] = run.prover
+    decls_by_id = {id(d): d for group in inputs.values() for d in group}
+    for (step_ids, full_ids, step_outputs, full_outputs, prover_key), bits in pairs.items():
+        prover = provers[prover_key]
+        step_inputs = [decls_by_id[i] for i in step_ids]
+        full_inputs = [decls_by_id[i] for i in full_ids]
+        found += [(finding, bits) for finding in _step_inputs(spec, prover, step_inputs,
+                                                              full_inputs)]
+        prompt = prompt_dims(full_inputs, step_inputs)
+        if len(prompt) == 1:
+            found += [(finding, bits) for finding in _step_outputs(
+                spec, prover, step_outputs, full_outputs, *prompt)]
+    return found
+
+
+def _step_outputs(spec: Spec, prover: Prover, step: tuple, full: tuple,
+                  sequence) -> list[Finding]:
+    """The decoding step returns the full model's outputs over the new positions (NEW) or
+    those so far (PAST + NEW) where the full model has the sequence's (``sequence``); the
+    first of them first, over the new positions on one axis alone (what `tspec run --decode`
+    compares with the full forward, position by position)."""
+    symbols = spec.symbols()
+    past, new = symbols.get(PAST), symbols.get(NEW)
+    found = []
+    by_name = {name: (dtype, shape) for name, dtype, shape, _ in full}
+    for index, (name, dtype, shape, (file, line)) in enumerate(step):
+        other = by_name.get(name)
+        problem = None
+        if index == 0 and full and full[0][0] != name:
+            problem = f" first, where the full model returns {full[0][0]} first"
+        elif other is None:
+            problem = ", which the full model does not return"
+        elif other[0] != dtype:
+            problem = f" as {dtype}, which the full model returns as {other[0]}"
+        elif other[1].rank != shape.rank or \
+                (other[1].family is None) != (shape.family is None):
+            problem = f" as {shape.text()}, which the full model returns as {other[1].text()}"
+        else:
+            theirs = other[1]
+            wholes = [i for i, d in enumerate(theirs.dims) if d == sequence]
+            for axis, (mine, whole) in enumerate(zip(shape.dims, theirs.dims)):
+                if whole == sequence:
+                    wanted = [w for w in (new, None if index == 0 or past is None or
+                                          new is None else past + new) if w is not None]
+                else:
+                    wanted = [whole]
+                if mine not in wanted and not any(prover.equal(mine, w).proved
+                                                  for w in wanted):
+                    shown = " nor ".join(format_expr(w) for w in wanted) or "none"
+                    problem = (f" as {shape.text()}, whose axis {axis} is neither {shown} of "
+                               f"the full model's {theirs.text()}")
+                    break
+            if problem is None and index == 0 and len(wholes) != 1:
+                problem = (f" first as {shape.text()}, over the new positions on "
+                           f"{len(wholes)} axes: tspec run --decode compares the first output "
+                           f"with the full forward's along one axis of positions")
+        if problem is not None:
+            found.append(Finding(
+                kind="decoding-mismatch",
+                message=f"the decoding step returns {name}{problem}",
+                file=file, line=line, tensor=name,
+                hint=f"return the full model's outputs at the new positions ({NEW})"))
+    return found
+
+
+def _state_start(prover: Prover, name: str, decl: TensorDecl, shape: Shape, dtype: str,
+                 start: Shape | None, prefill: dict) -> Finding | None:
+    """A state against the full model's tensor it starts as, over the positions prefill
+    runs on (``prefill``: each dim the step's inputs lack, the sequence's positions, as
+    T_past); None when they agree for every allowed size."""
+    equation = f"state {decl.name} from {decl.start}"
+    if dtype != decl.dtype:
+        return Finding(kind="dtype-mismatch", message=f"state {decl.name} is {decl.dtype} but "
+                       f"starts from {decl.start}, which is {dtype}", file=decl.file,
+                       line=decl.line, equation=equation, tensor=name,
+                       hint=f"start {decl.name} from a {decl.dtype} tensor")
+    started = start.subs(prefill)
+    same_form = started.rank == shape.rank and \
+        (started.family is None) == (shape.family is None)
+    pairs = list(zip(shape.dims, started.dims))
+    if shape.family is not None and same_form:
+        pairs.append((shape.family, started.family))
+    verdict = prover.equal_all(pairs) if same_form else None
+    if verdict is not None and verdict.proved:
+        return None
+    over = sorted(str(d) for d in start.free_symbols() if d in prefill)
+    told = f" ({decl.start} is {start.text()}, over {' = '.join(over)} = {PAST} positions)" \
+        if over else ""
+    message = f"state {decl.name} is declared {shape.text()} but prefill starts it as " \
+              f"{decl.start}, {started.text()}{told}"
+    hint = f"start {decl.name} from a tensor of its shape, or declare it \"" + \
+        " ".join(format_expr(d) for d in started.dims) + "\""
+    if verdict is None:
+        return Finding(kind="shape-mismatch", message=message, file=decl.file, line=decl.line,
+                       equation=equation, tensor=name, expected=shape.text(),
+                       inferred=started.text(), hint=hint)
+    differing = [str(i) for i, (a, b) in enumerate(pairs[:shape.rank])
+                 if prover.norm(a) != prover.norm(b)]
+    if differing:
+        message += f" (axis {', '.join(differing)})"
+    if verdict.unknown:
+        message += f" (not proved, and no counterexample with every dim up to {SEARCH_MAX})"
+    return Finding(kind="unproved" if verdict.unknown else "shape-mismatch", message=message,
+                   file=decl.file, line=decl.line, equation=equation, tensor=name,
+                   expected=shape.text(), inferred=started.text(),
+                   counterexample=None if verdict.unknown else dict(verdict.counterexample),
+                   hint=hint)
+
+
+def _step_inputs(spec: Spec, prover: Prover, step: list[TensorDecl],
+                 full: list[TensorDecl]) -> list[Finding]:
+    """The decoding step's inputs against the full model's (see ``_decoding_findings``)."""
+    found = []
+    prompt = prompt_dims(full, step)
+    symbols = spec.symbols()
+    past, new = symbols.get(PAST), symbols.get(NEW)
+    positions = sorted(str(d) for d in prompt)
+    if len(prompt) != 1:
+        first = (step or full or [TensorDecl("", "input", None, file=spec.file)])[0]
+        found.append(Finding(
+            kind="decoding-mismatch",
+            message=f"the decoding step's inputs lack {len(prompt)} of the full model's input "
+                    f"dims ({', '.join(positions) or 'none'}), where they must lack one: the "
+                    f"sequence's positions, in whose place a step takes the new ones ({NEW}) "
+                    f"and those so far ({PAST} + {NEW})",
+            file=first.file, line=first.line, tensor=first.name,
+            hint=f"take the new positions ({NEW}) where the full model takes the sequence's"))
+        return found
+    (sequence,) = prompt
+    wholes = {sequence} | {s for s in (past, new) if s is not None}
+    for decl in full:
+        if any(not d.free_symbols.isdisjoint(wholes) and d != sequence
+               for d in decl.shape.dims):
+            found.append(Finding(
+                kind="decoding-mismatch",
+                message=f"the full model's input {decl.name} ({decl.shape.text()}) has an "
+                        f"axis that is neither free of the sequence's positions ({sequence}) "
+                        "nor those positions: prefill cannot take the prompt's part of it",
+                file=decl.file, line=decl.line, tensor=decl.name,
+                hint=f"give each axis the sequence's length {sequence}, or a size free of it"))
+    by_name = {d.name: d for d in full}
+    for decl in step:
+        other = by_name.get(decl.name)
+        problem = None
+        if other is None:
+            problem = ", which the full model does not: keep it in the cache as a state " \
+                      "(`state ... from ...`)"
+        elif other.dtype != decl.dtype:
+            problem = f" as {decl.dtype}, which the full model takes as {other.dtype}"
+        elif other.shape.rank != decl.shape.rank or \
+                (other.shape.family is None) != (decl.shape.family is None):
+            problem = f" as {decl.shape.text()}, which the full model takes as " \
+                      f"{other.shape.text()}"
+        else:
+            for axis, (mine, theirs) in enumerate(zip(decl.shape.dims, other.shape.dims)):
+                if theirs == sequence:
+                    wanted = [w for w in (new, None if new is None or past is None else
+                                          past + new) if w is not None]
+                else:
+                    wanted = [theirs]
+                if mine not in wanted and not any(prover.equal(mine, w).proved for w in wanted):
+                    shown = " nor ".join(format_expr(w) for w in wanted) or "none"
+                    problem = (f" as {decl.shape.text()}, whose axis {axis} takes neither "
+                               f"{shown} of the full model's {other.shape.text()}")
+                    break
+        if problem is not None:
+            found.append(Finding(
+                kind="decoding-mismatch",
+                message=f"the decoding step takes {decl.name}{problem}",
+                file=decl.file, line=decl.line, tensor=decl.name,
+                hint=f"take the full model's input: all of an axis, the positions so far "
+                     f"({PAST} + {NEW}) or the new ones ({NEW})"))
+    return found
 
 
 class _Members:
@@ -1211,14 +1591,22 @@ class _Members:
         self.combos = combos
         self.everything = (1 << len(combos)) - 1
         self.bits: dict[tuple[str, str], int] | None = None    # built when first asked
+        self.memo: dict[tuple, int] = {}
 
     def matching(self, selection: dict) -> int:
+        key = tuple(selection.items())
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = self._matching(selection)
+        return found
+
+    def _matching(self, selection: dict) -> int:
         if self.bits is None:
-            positions: dict[tuple[str, str], list[int]] = {}
-            for i, combo in enumerate(self.combos):
-                for item in combo.items():
-                    positions.setdefault(item, []).append(i)
-            self.bits = {item: sum(1 << i for i in where) for item, where in positions.items()}
+            self.bits = {}
+            for name in self.combos[0]:
+                values = np.array([combo[name] for combo in self.combos])
+                for value in dict.fromkeys(values.tolist()):
+                    self.bits[(name, value)] = _bit_set(values == value)
         found = self.everything
         for item in selection.items():
             found &= self.bits.get(item, 0)
@@ -1226,6 +1614,12 @@ class _Members:
 
     def listed(self, found: int) -> list[dict]:
         return [combo for i, combo in enumerate(self.combos) if found >> i & 1]
+
+
+def _bit_set(mask: np.ndarray) -> int:
+    """The int with bit i set where mask[i] is (a sum of 1 << i would take time quadratic in
+    the mask's length)."""
+    return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
 
 
 def _block_notes(spec: Spec, combo: dict) -> list[Note]:

@@ -27,6 +27,9 @@ KINDS = {
     "name-reused": "the source uses one name for different things (the spec names each)",
     "constraint-violated": "a variant's dim values break a constraint",
     "unsatisfiable": "no sizes meet every constraint, so every claim would hold vacuously",
+    "decoding-mismatch": "a decoding step does not fit the full model that starts it: a state "
+                         "kept outside the step or started from a tensor the full model lacks, "
+                         "or a step input the full model does not take",
 }
 
 

@@ -46,6 +46,9 @@ import sympy
 from spec import expr as ex
 from spec.errors import SpecError, SpecSyntaxError, hidden, hidden_kind
 from spec.model import (
+    DECODING,
+    FULL,
+    STEP,
     Block,
     BlockCall,
     Choice,
@@ -62,6 +65,9 @@ from spec.model import (
     TensorRef,
     Update,
     When,
+    bodies_consulting,
+    bodies_deriving,
+    step_function,
 )
 from spec.names import check_name
 from spec.ops import FUNCTIONS, OPERATORS, OPS, SCALAR_FUNCTIONS
@@ -523,8 +529,32 @@ class _Builder:
         self.check_reused(records, blocks)
         name = r.name or (Path(self.file).stem if self.file else "spec")
         digest = hashlib.sha256(r.text.encode()).hexdigest()[:16]
-        return Spec(name, r.title, self.file, dict(r.dims), dict(r.choices), blocks, records,
-                    list(r.outputs), digest)
+        built = Spec(name, r.title, self.file, dict(r.dims), dict(r.choices), blocks, records,
+                     list(r.outputs), digest)
+        self.check_function_names(built)
+        return built
+
+    def check_function_names(self, spec: Spec) -> None:
+        """Generated code makes a function of each block, of the model (the spec's name), and
+        under ``decoding = full | step`` of the decoding step of each body that consults
+        ``decoding`` (NAME_step): a block may take none of the others' names."""
+        if spec.name in spec.blocks:
+            raise self.error(f"block {spec.name} has the spec's name, which the model's own "
+                             "function takes in generated code; rename one",
+                             spec.blocks[spec.name].line)
+        choice = spec.choices.get(DECODING)
+        if choice is None or not {FULL, STEP} <= set(choice.options):
+            return
+        for body in sorted(bodies_consulting(spec, None, DECODING) |
+                           bodies_deriving(spec, DECODING), key=str):
+            clash = spec.blocks.get(step_function(body))
+            if clash is not None:
+                raise self.error(f"block {clash.name} has the name code generation gives the "
+                                 f"decoding step's function of {body}; rename it", clash.line)
+            if step_function(body) == spec.name:
+                raise self.error(f"the spec's name {spec.name} is the name code generation "
+                                 f"gives the decoding step's function of {body}; rename one",
+                                 spec.blocks[body].line)
 
     def check_reused(self, records: list, blocks: dict[str, Block]) -> None:
         """Each name a `reused` statement lists is a dim, a tensor (of the model or of any

@@ -14,6 +14,14 @@ from spec.shape import Dim, Shape
 
 ROLES = ("input", "param", "state", "intermediate", "output")
 
+# The choice that turns a model into one step of incremental decoding: under its option STEP
+# the decoder's self-attention keeps its keys and values as states (a key-value cache), and
+# the model under FULL (the whole sequence) is the prefill that starts them. The step takes
+# T_new positions after PAST ones; prefill runs the full model over those PAST positions.
+DECODING = "decoding"
+FULL, STEP = "full", "step"
+PAST, NEW = "T_past", "T_new"
+
 
 # ---------------------------------------------------------------------------------------------
 # Expressions after lowering: op trees over tensor references and scalar dim expressions
@@ -331,9 +339,134 @@ def choices_in_force(spec: "Spec", choices: dict[str, str]) -> dict[str, str]:
     return {name: value for name, value in choices.items() if name in found}
 
 
-def bodies_consulting(spec: Spec, choices: dict[str, str], choice: str) -> set[str | None]:
-    """The bodies (None: the model's) that consult ``choice`` under these choices, themselves
-    or through the blocks they call: the functions whose code the choice changes."""
+def step_choices(spec: "Spec", chosen: dict[str, str]) -> dict[str, str] | None:
+    """The choices of the decoding step of a full model (``decoding=full`` in a spec whose
+    ``decoding`` has the option ``step``), or None when it has none."""
+    if chosen.get(DECODING) != FULL or STEP not in spec.choices[DECODING].options:
+        return None
+    return chosen | {DECODING: STEP}
+
+
+def decodes(spec: "Spec") -> bool:
+    """Whether the spec has a decoding step beside its full model (``decoding`` with the
+    options ``full`` and ``step``)."""
+    choice = spec.choices.get(DECODING)
+    return choice is not None and {FULL, STEP} <= set(choice.options)
+
+
+def model_inputs(spec: "Spec", choices: dict[str, str]) -> list["TensorDecl"]:
+    """The model's inputs under these choices (every choice the model's body consults set)."""
+    return [s for s in select(spec.body, choices)
+            if isinstance(s, TensorDecl) and s.role == "input"]
+
+
+def prompt_dims(full: list["TensorDecl"], step: list["TensorDecl"]) -> set:
+    """The dims of the full model's inputs that its decoding step's inputs lack: the
+    sequence's positions (T_dec), where the step takes the new positions (T_new) and every
+    position so far (T_past + T_new). Prefill runs the full model over the PAST positions
+    decoded before a step: these dims count them."""
+    return input_dims(full) - input_dims(step)
+
+
+def input_dims(decls: list["TensorDecl"]) -> set:
+    """The dims the shapes of these inputs name."""
+    return set().union(*(d.shape.free_symbols() for d in decls if d.shape is not None))
+
+
+def step_function(body: str | None) -> str:
+    """The name of the decoding step's function for a body (None: the model's) that consults
+    ``decoding``, beside the full model's function of the body's own name."""
+    return "decode_step" if body is None else f"{body}_step"
+
+
+def bodies_deriving(spec: "Spec", choice: str) -> set[str | None]:
+    """The bodies (None: the model's) that use a derived dim some `when` on ``choice``
+    defines (``when decoding == step: let q = ...``), or one derived from such a dim,
+    themselves or through the blocks they call: their code can differ with the choice though
+    they consult no `when` on it."""
+    symbols = spec.symbols()
+    lets_of: list[tuple[Let, bool]] = []
+
+    def collect(statements, under: bool):
+        for s in statements:
+            if isinstance(s, When):
+                collect(s.body, under or s.choice == choice)
+                collect(s.otherwise, under or s.choice == choice)
+            elif isinstance(s, Let):
+                lets_of.append((s, under))
+    collect(spec.body, False)
+    found = {symbols[let.dim] for let, under in lets_of if under}
+    grown = True
+    while grown:
+        grown = False
+        for let, _ in lets_of:
+            if symbols[let.dim] not in found and let.expr.free_symbols & found:
+                found.add(symbols[let.dim])
+                grown = True
+    if not found:
+        return set()
+
+    def mentions(statements) -> bool:
+        for s in statements:
+            if isinstance(s, When):
+                if mentions(s.body) or mentions(s.otherwise):
+                    return True
+            elif _symbols_of(s) & found:
+                return True
+        return False
+    direct = {None} if mentions(spec.body) else set()
+    direct |= {name for name, block in spec.blocks.items()
+               if mentions(block.inputs) or mentions(block.body)}
+    skeleton = _when_skeleton(spec)
+    memo: dict[str | None, bool] = {}
+
+    def uses(body: str | None) -> bool:
+        if body not in memo:
+            memo[body] = body in direct     # a block calling itself is refused later
+            memo[body] = body in direct or any(
+                uses(node[1]) for node in _calls(skeleton[body]))
+        return memo[body]
+
+    return {body for body in [None, *spec.blocks] if uses(body)}
+
+
+def _calls(nodes) -> list:
+    """The call nodes of a when-skeleton, in every branch."""
+    found = []
+    for node in nodes:
+        if node[0] == "call":
+            found.append(node)
+        else:
+            found += _calls(node[3]) + _calls(node[4])
+    return found
+
+
+def _symbols_of(statement) -> set:
+    """The dim symbols a statement names: in its shape, its scalar expressions, its repeat
+    count."""
+    found: set = set()
+    if isinstance(statement, TensorDecl) and statement.shape is not None:
+        found |= statement.shape.free_symbols()
+    elif isinstance(statement, BlockCall) and statement.repeat is not None:
+        found |= sympy.sympify(statement.repeat).free_symbols
+    elif isinstance(statement, Equation):
+        stack = [statement.expr]
+        while stack:
+            term = stack.pop()
+            if isinstance(term, ScalarExpr):
+                found |= sympy.sympify(term.expr).free_symbols
+            elif isinstance(term, OpNode):
+                stack.extend(term.args)
+                found |= set().union(*(v.free_symbols for _, v in term.attrs
+                                       if isinstance(v, sympy.Basic)))
+    return found
+
+
+def bodies_consulting(spec: Spec, choices: dict[str, str] | None,
+                      choice: str) -> set[str | None]:
+    """The bodies (None: the model's) that consult ``choice`` under these choices (None: in
+    some branch, under any choices), themselves or through the blocks they call: the
+    functions whose code the choice changes."""
     skeleton = _when_skeleton(spec)
     memo: dict[str | None, bool] = {}
 
@@ -350,8 +483,11 @@ def bodies_consulting(spec: Spec, choices: dict[str, str], choice: str) -> set[s
                 found = consults(node[1]) or found
             else:
                 _, name, options, body, otherwise = node
-                found = walk(body if choices[name] in options else otherwise) or \
-                    name == choice or found
+                if choices is None:
+                    found = walk(body) or walk(otherwise) or name == choice or found
+                else:
+                    found = walk(body if choices[name] in options else otherwise) or \
+                        name == choice or found
         return found
 
     return {body for body in [None, *spec.blocks] if consults(body)}

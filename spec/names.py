@@ -34,7 +34,7 @@ RESERVED = frozenset({
     "ROWS_PER_BLOCK", "ROWS_PRELUDE", "SOFTMAX_SOURCE", "LAYER_NORM_SOURCE", "GELU_KERNEL",
     "GELU_TANH_KERNEL", "GEMM_SCALARS", "GEMM_TYPES", "ctypes", "resource", "warnings",
     "weakref", "Optional", "Tuple", "TypedDict", "rounded_to_float16", "inspect",
-    "in_place_or_apart", "checked_axis", "result_into", "widened",
+    "in_place_or_apart", "checked_axis", "result_into", "widened", "dtype", "member",
 })
 
 

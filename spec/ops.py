@@ -359,6 +359,9 @@ class Binary(Op):
         a, b = args
         if a.is_scalar and b.is_scalar:
             raise ctx.error(f"{self.name} of two scalars is a dim expression, not a tensor")
+        if self.name == "sub" and "bool" in (a.dtype, b.dtype):
+            raise ctx.error("code generation does not subtract boolean masks (NumPy refuses "
+                            "it); combine masks with '*'")
         if a.is_scalar or b.is_scalar:
             tensor = b if a.is_scalar else a
             return Value(ctx.shape(tensor, 1, "operand"), result_dtype([tensor]))
@@ -378,9 +381,6 @@ class Binary(Op):
 
     def code(self, ctx, args, attrs):
         a, b = align(*args)
-        if self.name == "sub" and "bool" in (a.value.dtype, b.value.dtype):
-            raise ctx.error("code generation does not subtract boolean masks (NumPy refuses "
-                            "it); combine masks with '*'")
         if self.name == "add" and a.call is not None and a.call[0] == "project" and \
                 len(a.call[1]) == 2 and not b.value.is_scalar and b.value.shape.rank == 1 \
                 and b.value.shape.family is None:
@@ -421,6 +421,9 @@ class Maximum(Op):
 class Negate(Op):
     def infer(self, ctx, args, attrs):
         (x,) = args
+        if x.dtype == "bool":
+            raise ctx.error("code generation does not negate boolean masks (NumPy refuses "
+                            "it)")
         return Value(ctx.shape(x, 1, "operand"), result_dtype([x]))
 
     def latex(self, args, attrs):
@@ -669,6 +672,8 @@ class Gather(Op):
         table_shape = ctx.shape(table, 2, "table")
         require_rank(ctx, table_shape, 2, "a table", "gather")
         id_shape = ctx.shape(ids, 1, "ids")
+        if table_shape.family is not None or id_shape.family is not None:
+            raise ctx.error("code generation does not gather from families of tables or ids")
         family = join_family(ctx, table_shape.family, id_shape.family)
         return Value(Shape(id_shape.dims + table_shape.dims[1:], family), table.dtype)
 
@@ -677,8 +682,6 @@ class Gather(Op):
 
     def code(self, ctx, args, attrs):
         table, ids = args
-        if table.value.shape.family is not None or ids.value.shape.family is not None:
-            raise ctx.error("code generation does not gather from families of tables or ids")
         named = ""                                   # the table and the ids, for its errors
         if table.value.tensor not in (None, "E"):
             named += f', table="{table.value.tensor}"'
@@ -796,6 +799,8 @@ class Concat(Op):
         if shape_a.rank != shape_b.rank:
             raise ctx.error(f"concat needs operands of one rank, got {shape_a.text()} and "
                             f"{shape_b.text()}")
+        if (shape_a.family is None) != (shape_b.family is None):
+            raise ctx.error("code generation does not concat a family with a single tensor")
         axis = axis_index(ctx, attrs["axis"], shape_a.rank, "concat")
         dims = []
         for i, (x, y) in enumerate(zip(shape_a.dims, shape_b.dims)):
@@ -808,8 +813,6 @@ class Concat(Op):
 
     def code(self, ctx, args, attrs):
         a, b = align(*args)
-        if (a.value.shape.family is None) != (b.value.shape.family is None):
-            raise ctx.error("code generation does not concat a family with a single tensor")
         axis = attrs["axis"]
         if axis >= 0 and a.value.shape.family is not None:
             axis += 1           # past the family axis

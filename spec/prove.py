@@ -134,7 +134,9 @@ class Prover:
         for constraint in self.constraints:
             try:
                 fact = constraint.xreplace(self.substitution)
-            except ZeroDivisionError:      # values that make a modulus zero break the fact
+            except (ZeroDivisionError, TypeError):
+                # values that make a modulus zero break the fact, as does a division by zero
+                # in a comparison (sympy refuses to compare zoo: a TypeError)
                 fact = sympy.false
             facts.append(sympy.false if fact.has(sympy.zoo, sympy.nan) else fact)
         return facts
@@ -197,7 +199,8 @@ class Prover:
         if not pending:
             return PROVED
         pending = [(a, b) for a, b in pending
-                   if not self._with_witnesses(lambda e: e == 0, a - b)]
+                   if not self._with_witnesses(lambda e: e == 0, a - b)
+                   and not self._stated_equal(a - b)]
         if not pending:
             return PROVED
 
@@ -210,12 +213,23 @@ class Prover:
         return self._search(set().union(*(a.free_symbols | b.free_symbols for a, b in pending)),
                             fails)
 
+    def _stated_equal(self, difference) -> bool:
+        """a - b is a multiple of l - r for an equality constraint l == r that is not a
+        substitution (T + 1 == 2*H, T*H == d*d)."""
+        for fact in self.facts:
+            if isinstance(fact, sympy.Eq) and not fact.has(sympy.Mod):
+                stated = sympy.cancel(fact.lhs - fact.rhs)
+                if stated != 0 and sympy.cancel(difference / stated).is_number:
+                    return True
+        return False
+
     def _divides(self, divisor, n, derived_whole: bool) -> Verdict:
         if self._with_witnesses(_integer_polynomial, n / divisor):
             return PROVED
-        # a constraint d | m with n a whole multiple of m: said outright where a witness
-        # cannot be put in (m a number, as in 8 % H_kv == 0 once H = 8 is given)
-        if any(d == divisor and _integer_polynomial(sympy.cancel(n / m))
+        # a constraint d | m with n / divisor a whole multiple of the whole number m / d: said
+        # outright where a witness cannot be put in (m a number, as in 8 % H_kv == 0 once
+        # H = 8 is given), or written otherwise (d_k % 2 == 0 is 2*H | d_model, d_k = d_model/H)
+        if any(_integer_polynomial(sympy.cancel(n * d / (divisor * m)))
                for m, d in self.witnesses):
             return PROVED
 
@@ -253,9 +267,11 @@ class Prover:
             symbols = slack.free_symbols
             if not symbols or symbols != gap.free_symbols:
                 continue
-            symbol = min(symbols, key=str)
-            k = gap.coeff(symbol) / slack.coeff(symbol)
-            if not (k.is_number and k > 0):
+            # k from one term of the slack (T, or T**2 where the constraint is T*T <= d)
+            coefficient, monomial = min((t.as_coeff_Mul() for t in sympy.Add.make_args(slack)
+                                         if t.free_symbols), key=str)
+            k = gap.coeff(monomial) / coefficient
+            if not (k.is_number and k.is_positive):
                 continue
             rest = sympy.expand(gap - k * slack)
             if rest.is_number and rest >= 0:
@@ -263,7 +279,8 @@ class Prover:
         return False
 
     def _with_witnesses(self, test, expr) -> bool:
-        """Test the expression as is, then with each divisibility witness substituted."""
+        """Test the expression as is, then with each divisibility witness substituted, then
+        with all of them at once (``combined``)."""
         expr = sympy.cancel(expr)
         if test(expr):
             return True
@@ -272,7 +289,41 @@ class Prover:
                 quotient = sympy.Symbol(f"_q{index}", integer=True, positive=True)
                 if test(sympy.cancel(expr.xreplace({n: d * quotient}))):
                     return True
-        return False
+        if "combined" not in self._cache:
+            self._cache["combined"] = self._combined_witnesses()
+        combined = self._cache["combined"]
+        return bool(combined) and test(sympy.cancel(expr.xreplace(combined)))
+
+    def _combined_witnesses(self) -> dict:
+        """One substitution that puts every divisibility witness in at once, each through the
+        ones before it: ``d_model % H == 0`` makes d_model = H*q0, then ``d_k % 2 == 0`` (d_k
+        = d_model/H = q0) makes q0 = 2*q1, so d_model = 2*H*q1 and 2*H divides d_model.
+
+        A witness ``d | n`` with n = s*k (a dim s to the first power, k free of s) puts in
+        s = q*d/k for a fresh whole q >= 1 (q = n/d, a positive whole number where d and k are
+        positive). Every allowed size has such a q, so a claim true for every q is true for
+        every allowed size (the substitution may add sizes, never lose one). A witness whose
+        n has no such dim is left out."""
+        combined: dict = {}
+        pending = list(self.witnesses)
+        while pending:
+            remaining = []
+            for n, d in pending:
+                n, d = sympy.cancel(n.xreplace(combined)), sympy.cancel(d.xreplace(combined))
+                if _integer_polynomial(sympy.cancel(n / d)):
+                    continue            # holds already, through the witnesses before it
+                solved = _solve_for_dim(n, d)
+                if solved is None:
+                    remaining.append((n, d))
+                    continue
+                symbol, value = solved
+                value *= sympy.Symbol(f"_w{len(combined)}", integer=True, positive=True)
+                combined = {s: e.xreplace({symbol: value}) for s, e in combined.items()}
+                combined[symbol] = value
+            if len(remaining) == len(pending):
+                break                   # none of the rest can be put in
+            pending = remaining
+        return combined
 
     def _linear_minimum_nonnegative(self, gap, feasibility: bool = False) -> bool:
         """min(gap) >= 0 over the reals, subject to the linear constraints and every dim >= 1.
@@ -432,6 +483,21 @@ def _admissible(values: dict, derived: list, facts: list) -> bool:
         return False
 
 
+def _solve_for_dim(n, d):
+    """For a witness ``d | n``: a dim s and the value d/k with n = s*k, k free of s, where d
+    and k are positive (so s = q*d/k for the whole number q = n/d >= 1); None when n has no
+    such dim."""
+    if not d.is_positive:
+        return None
+    for symbol in sorted(n.free_symbols, key=str):
+        k = sympy.cancel(n / symbol)
+        if symbol not in k.free_symbols and k.is_positive:
+            if k.is_Integer and d.is_Integer:       # 3 | 2*s: s = 3*q, exactly
+                return symbol, d / sympy.gcd(k, d)
+            return symbol, d / k
+    return None
+
+
 def _number(value):
     value = Fraction(value)
     return int(value) if value.denominator == 1 else value
@@ -449,7 +515,21 @@ def _integer_polynomial(expr) -> bool:
 
 def _monotone_nonnegative(expr) -> bool:
     """A polynomial whose non-constant terms all have non-negative coefficients grows with
-    every dim, so over dims >= 1 its least value is at all ones."""
+    every dim, so over dims >= 1 its least value is at all ones; or one that has only
+    non-negative coefficients once every dim x is written 1 + y, y >= 0 (H*q - H is
+    H*(q - 1): (1 + h)*r)."""
+    return _growing_nonnegative(expr) or _shifted_nonnegative(expr)
+
+
+def _shifted_nonnegative(expr) -> bool:
+    symbols = sorted(expr.free_symbols, key=str)
+    if not symbols or not expr.is_polynomial(*symbols):
+        return False
+    shifted = sympy.Poly(expr.xreplace({s: s + 1 for s in symbols}), *symbols)
+    return all(c >= 0 for c in shifted.coeffs())
+
+
+def _growing_nonnegative(expr) -> bool:
     symbols = sorted(expr.free_symbols, key=str)
     if not symbols:
         return bool(expr.is_number and expr >= 0)

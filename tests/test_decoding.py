@@ -18,6 +18,7 @@ from command_line import run
 from compare import assert_close
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from refusals import raises
 
 from codegen import docs, weights
 from codegen.generate import source
@@ -195,22 +196,36 @@ def test_the_cache_shapes_are_proved_symbolically():
 CACHED = """\
 spec cached "a cache"
 dim B "batch"
+dim T "length"
 dim T_past "past"
 dim T_new "new"
 dim d "width"
+choice decoding = full | step "the whole sequence, or one step"
 
-block step(X "B T_new d") -> Y:
+block step(X "B T_new d") -> O:
     param W "d d" "weight"
     state K_past "B T_past d" "keys so far" from K
     K "B T_new d" "new keys" = X @ W
     K_all "B T_past+T_new d" "all keys" = concat(K_past, K, axis=-2)
     update K_past = {value}
     Y "B T_new T_past+T_new" "scores" = X @ K_all.T
+    O "B T_new d" "output" = softmax(Y) @ K_all
 
-input X "B T_new d" "new positions"
-Y "B T_new T_past+T_new" "scores" = step(X) as first
-output Y
+block whole(X "B T d") -> O:
+    param W "d d" "weight"
+    K "B T d" "keys" = X @ W
+    Y "B T T" "scores" = X @ K.T
+    O "B T d" "output" = softmax(Y) @ K
+
+when decoding == step:
+    input X "B T_new d" "new positions"
+    O "B T_new d" "output" = step(X) as first
+else:
+    input X "B T d" "every position"
+    O "B T d" "output" = whole(X) as first
+output O
 """
+STEP = {"decoding": "step"}
 
 
 HINT = ("update K_past with a tensor shaped like B T_past d except along the positions "
@@ -218,9 +233,9 @@ HINT = ("update K_past with a tensor shaped like B T_past d except along the pos
 
 
 def test_a_cache_that_does_not_grow_along_its_positions_is_a_finding():
-    assert check(parse(CACHED.format(value="K_all"))).findings == []
-    wrong_width, shrunk = check(parse(CACHED.format(value="Y"))).findings
-    assert (wrong_width.kind, wrong_width.line, wrong_width.hint) == ("shape-mismatch", 12, HINT)
+    assert check(parse(CACHED.format(value="K_all")), all_choices=True).findings == []
+    wrong_width, shrunk = check(parse(CACHED.format(value="Y")), STEP).findings
+    assert (wrong_width.kind, wrong_width.line, wrong_width.hint) == ("shape-mismatch", 14, HINT)
     assert wrong_width.message == ("update K_past = Y: Y is B T_new T_new+T_past, which "
                                    "differs from K_past B T_past d beyond the positions axis")
     assert shrunk.message == ("update K_past = Y: Y has T_new positions where K_past has "
@@ -228,9 +243,9 @@ def test_a_cache_that_does_not_grow_along_its_positions_is_a_finding():
 
 
 def test_a_cache_replaced_instead_of_extended_is_a_finding():
-    (finding,) = check(parse(CACHED.format(value="K"))).findings
+    (finding,) = check(parse(CACHED.format(value="K")), STEP).findings
     assert (finding.kind, finding.line, finding.tensor, finding.hint) == (
-        "shape-mismatch", 12, "first.K_past", HINT)
+        "shape-mismatch", 14, "first.K_past", HINT)
     assert finding.message == ("update K_past = K: K has T_new positions where K_past has "
                                "T_past; a cache keeps its positions and adds the new ones")
     assert finding.counterexample == {"T_past": 1, "T_new": 1}
@@ -241,9 +256,9 @@ def test_a_state_updated_twice_is_refused():
                                                 "    update K_past = K_all\n"
                                                 "    update K_past = K_all\n")
     with pytest.raises(SpecError) as raised:
-        check(parse(text, "cached.tspec"))
-    assert str(raised.value) == ("cached.tspec:13: update K_past is given twice in block step "
-                                 "(first at line 12): a state has one next value")
+        check(parse(text, "cached.tspec"), STEP)
+    assert str(raised.value) == ("cached.tspec:15: update K_past is given twice in block step "
+                                 "(first at line 14): a state has one next value")
 
 
 @pytest.mark.parametrize("text, message", [
@@ -260,12 +275,12 @@ def test_a_state_updated_twice_is_refused():
      "'update' belongs in a block, beside its state"),
     (CACHED.format(value="K_all").replace("    update K_past = K_all",
                                            "    update K_past = K_all\n    update W = K_all"),
-     ("update W: W is not a state of block step under the spec as written (declare it: "
+     ("update W: W is not a state of block step under decoding=step (declare it: "
       'state W "shape" from ...)')),
 ])
 def test_bad_states_and_updates_say_what_and_where(text, message):
     with pytest.raises((SpecError, SpecSyntaxError)) as raised:
-        check(parse(text, "cached.tspec"))
+        check(parse(text, "cached.tspec"), all_choices=True)
     assert message in str(raised.value)
     assert "cached.tspec:" in str(raised.value)
 
@@ -462,22 +477,32 @@ def test_any_spec_with_states_gets_prefill_and_decode_step():
     np.testing.assert_allclose(cache["first"]["K_past"], X @ W, rtol=1e-15)
 
 
-@pytest.mark.parametrize("change, message", [
-    (("from K\n", "from K_gone\n"),
-     ("tiny.tspec:18: state K_past starts from K_gone, which the full model does not compute "
-     "at first under decoding=full")),
-    (('X "B T_new d" "the new positions\' input"',
-      'X "B T_new d" "the new input"\n    input Z "B T_new d" "more"'),
-     ("the decoding step takes Z, which the full model does not: keep it in the cache as a "
-     "state (`state ... from ...`)")),
-])
-def test_decoding_code_refuses_a_step_it_cannot_start(change, message):
-    old, new = change
-    text = TINY.replace(old, new)
-    assert text != TINY
-    with pytest.raises(CodegenError) as raised:
-        source(parse(text, "tiny.tspec"), {})
-    assert str(raised.value) == message
+def decoding_findings(text: str) -> list[tuple]:
+    """Each finding of `tspec check` on a variant of TINY: where, kind, message and the
+    choices it holds under; and code generation refuses what is not proved."""
+    parsed = parse(text, "tiny.tspec")
+    found = [(f.where, f.kind, f.message, f.counterexample, f.choices)
+             for f in check(parsed, all_choices=True).findings]
+    with pytest.raises(CodegenError, match="is not proved under"):
+        source(parsed, {})
+    return found
+
+
+def test_a_state_must_start_from_a_tensor_the_full_model_computes_at_its_place():
+    """Once a refusal of code generation alone, which `tspec check` proved."""
+    assert decoding_findings(TINY.replace("from K\n", "from K_gone\n")) == [
+        ("tiny.tspec:18", "decoding-mismatch",
+         "state K_past starts from K_gone, which the full model does not compute at first",
+         None, "decoding=step")]
+
+
+def test_a_decoding_step_takes_only_inputs_the_full_model_takes():
+    text = TINY.replace('X "B T_new d" "the new positions\' input"',
+                        'X "B T_new d" "the new input"\n    input Z "B T_new d" "more"')
+    assert decoding_findings(text) == [
+        ("tiny.tspec:29", "decoding-mismatch",
+         ("the decoding step takes Z, which the full model does not: keep it in the cache as "
+          "a state (`state ... from ...`)"), None, "decoding=step")]
 
 
 def test_a_block_named_like_a_steps_function_is_refused():
@@ -488,10 +513,36 @@ def test_a_block_named_like_a_steps_function_is_refused():
            '    Y "B T_x d" "output" = X + X\n\nblock attend_cached')
     text = TINY.replace(old, new)
     assert text != TINY
-    with pytest.raises(CodegenError) as raised:
-        source(parse(text, "tiny.tspec"), {})
-    assert str(raised.value) == ("tiny.tspec: block attend_step has the name code generation "
-                                 "gives a decoding step's function; rename it")
+    with raises(SpecError, "tiny.tspec:18: block attend_step has the name code generation "
+                           "gives the decoding step's function of attend; rename it"):
+        parse(text, "tiny.tspec")
+
+
+def test_the_full_forward_may_not_read_states():
+    text = TINY.replace("    Y \"B T d\" \"output\" = attend(X) as first",
+                        "    Y \"B T d\" \"output\" = attend_cached(X) as first")
+    text = text.replace('input X "B T d" "input"', 'input X "B T_new d" "input"').replace(
+        'Y "B T d" "output" = attend_cached', 'Y "B T_new d" "output" = attend_cached')
+    found = decoding_findings(text)
+    assert found[0] == (
+        "tiny.tspec:18", "decoding-mismatch",
+        ("state K_past is kept where the model runs whole: a full forward keeps no states, "
+         "only a decoding step (under `decoding == step`, a choice `decoding = full | step`)"),
+        None, "decoding=full")
+    # under decoding=step, this full model gives a state of T_new positions: refuted too
+    assert [f[1] for f in found[1:]] == ["shape-mismatch", "decoding-mismatch"]
+
+
+def test_a_state_must_start_as_a_tensor_of_its_shape():
+    text = TINY.replace('    Y "B T_x d" "output" = K + X\n\nblock attend_cached',
+                        '    Kt "B d T_x" "keys, transposed" = K.T\n'
+                        '    Y "B T_x d" "output" = K + X\n\nblock attend_cached')
+    text = text.replace("from K\n", "from Kt\n")
+    assert decoding_findings(text) == [
+        ("tiny.tspec:19", "shape-mismatch",
+         ("state K_past is declared B T_past d but prefill starts it as Kt, B d T_past (Kt is "
+          "B d T, over T = T_past positions) (axis 1, 2)"), {"T_past": 2, "d": 1},
+         "decoding=step")]
 
 
 @needs_cupy
@@ -639,31 +690,6 @@ def test_an_encoder_decoder_step_with_another_source_length_is_refused():
         model.decode_step(np.ones((2, 3), dtype=bool), u[:, 3:], np.ones((2, 4), dtype=bool),
                           params, cache)
     assert str(raised.value).startswith("cache K_src axis -2 is 5, not T_x = 3: ")
-
-
-def test_the_full_forward_may_not_read_states():
-    text = TINY.replace("    Y \"B T d\" \"output\" = attend(X) as first",
-                        "    Y \"B T d\" \"output\" = attend_cached(X) as first")
-    text = text.replace('input X "B T d" "input"', 'input X "B T_new d" "input"').replace(
-        'Y "B T d" "output" = attend_cached', 'Y "B T_new d" "output" = attend_cached')
-    with pytest.raises(CodegenError) as raised:
-        source(parse(text, "tiny.tspec"), {})
-    assert str(raised.value) == (
-        "tiny.tspec: attend_cached reads states (a cache) under decoding=full: a model's full "
-        "forward keeps none; declare states in the blocks its decoding step calls (under "
-        "`decoding = step`)")
-
-
-def test_a_state_must_start_as_a_tensor_of_its_shape():
-    text = TINY.replace('    Y "B T_x d" "output" = K + X\n\nblock attend_cached',
-                        '    Kt "B d T_x" "keys, transposed" = K.T\n'
-                        '    Y "B T_x d" "output" = K + X\n\nblock attend_cached')
-    text = text.replace("from K\n", "from Kt\n")
-    with pytest.raises(CodegenError) as raised:
-        source(parse(text, "tiny.tspec"), {})
-    assert str(raised.value) == ("tiny.tspec:19: state K_past (B T_past d) starts from Kt "
-                                 "(B d T_x), which must have its shape but for the positions "
-                                 "axis")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -267,13 +267,13 @@ def test_out_of_range_relative_position_bias_offsets_need_the_keys_length():
 
 
 def test_unproved():
-    # T <= T**2 holds for every positive T, but it is neither linear nor in canonical form:
-    # no proof, and (rightly) no counterexample
-    finding = only('dim T "length"\ndim d "width"\nparam P "T*T d"\nY "T d" = P[:T]\n')
+    # T <= 13 fails first at T = 14, past the sizes the search tries: no proof, and no
+    # counterexample (T <= T**2, once the example here, is proved: T = 1 + t gives t + t**2)
+    finding = only('dim T "length"\ndim d "width"\nparam P "13 d"\nY "T d" = P[:T]\n')
     expect(finding, kind="unproved",
-           message="rows taken vs table length: T must not exceed T**2 (not proved, and no "
+           message="rows taken vs table length: T must not exceed 13 (not proved, and no "
                    "counterexample with every dim up to 12)", line=4, equation="Y = P[:T]",
-           tensor="Y", hint="add the constraint `require T <= T**2`")
+           tensor="Y", hint="add the constraint `require T <= 13`")
 
 
 def test_unstated_shape():
@@ -483,6 +483,21 @@ def test_broadcast_counterexample_has_both_sizes_above_one():
     finding = only('dim B "batch"\ndim H "heads"\ninput x "B"\ninput z "H"\ny "B" = x + z\n')
     assert finding.kind == "operand-mismatch"
     assert finding.counterexample == {"B": 3, "H": 2}
+
+
+def test_decoding_mismatch():
+    # a state (a key cache) kept in a spec with no decoding step: generated code refuses it
+    finding = only(HEADER + 'block f(X "B T d") -> Y:\n'
+                   '    state K "B T d" "keys so far" from X\n'
+                   '    Y "B T d" = relu(X)\n'
+                   'input X "B T d"\nY "B T d" = f(X) as f1\n')
+    expect(finding, kind="decoding-mismatch",
+           message="state K is kept where the model runs whole: a full forward keeps no "
+                   "states, only a decoding step (under `decoding == step`, a choice "
+                   "`decoding = full | step`)",
+           line=5, equation="state K from X", tensor="f1.K",
+           hint="declare states in the blocks the decoding step calls, under "
+                "`when decoding == step`")
 
 
 def test_every_kind_has_a_test():

@@ -1,9 +1,12 @@
 """Symbolic identities and claims: spec.prove.Prover, spec.prove.evaluate, spec.shape."""
 
+import itertools
 from fractions import Fraction
 
 import pytest
 import sympy
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from spec.prove import PROVED, Prover, Verdict, evaluate
 from spec.shape import Shape, dim_symbol, format_expr
@@ -207,3 +210,108 @@ def test_a_divisibility_constraint_on_a_given_value_proves_itself():
     assert proof.divides(H_kv, 8).proved
     assert proof.divides(H_kv, 16).proved
     assert not proof.divides(H_kv, 4).proved          # H_kv = 8 divides 8, not 4
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts combined: divisibility through derived dims, and claims a constraint states outright
+
+def test_divisibility_witnesses_combine_through_a_derived_dim():
+    """d_model = H*q (d_model % H == 0) and d_k = d_model/H = q even (d_k % 2 == 0): so
+    d_model = 2*H*r, and 2*H divides d_model (split_heads(X, 2*H)), d_k / 2 is whole."""
+    p = prover(divisible(d_model, H), divisible(d_k, 2), lets={d_k: d_model / H})
+    assert p.divides(2 * H, d_model) == PROVED
+    assert p.integral(d_k / 2) == PROVED
+    assert p.at_most(1, d_k / 2) == PROVED
+    assert p.at_most(2, d_k) == PROVED
+    # d_k % 2 == 0 alone makes d_model/H an even whole number
+    assert prover(divisible(d_k, 2), lets={d_k: d_model / H}).divides(2 * H, d_model) == PROVED
+    # and without the parity, 2*H need not divide d_model
+    assert prover(divisible(d_model, H), lets={d_k: d_model / H}).divides(
+        2 * H, d_model).counterexample == (("d_model", 1), ("H", 1), ("d_k", 1))
+
+
+def test_two_divisors_of_one_dim_prove_their_least_common_multiple():
+    p = prover(divisible(T, 4), divisible(T, 6))
+    assert p.divides(12, T) == PROVED
+    assert p.divides(24, T).counterexample == (("T", 12),)
+
+
+def test_a_claim_a_constraint_states_is_proved():
+    """Each claim below is one of the constraints, as written or scaled: never unproved (the
+    hint would ask for a constraint that is already there)."""
+    L = dim_symbol("L")
+    assert prover(sympy.LessThan(T * T, L, evaluate=False)).at_most(T * T, L) == PROVED
+    assert prover(sympy.LessThan(T * H, L, evaluate=False)).at_most(2 * T * H, 2 * L) == PROVED
+    assert prover(sympy.Eq(T + 1, 2 * H, evaluate=False)).equal(T + 1, 2 * H) == PROVED
+    assert prover(sympy.Eq(T * H, B * B, evaluate=False)).equal(B * B, T * H) == PROVED
+    assert prover(divisible(T + 1, H)).divides(H, 2 * T + 2) == PROVED
+
+
+def test_a_multiple_is_at_least_its_divisor():
+    assert prover(divisible(T, H)).at_most(H, T) == PROVED
+    assert prover(divisible(T, H)).at_most(H + 1, T).counterexample == (("T", 1), ("H", 1))
+
+
+A, C, K = (dim_symbol(n) for n in ("a", "c", "k"))
+TERMS = st.sampled_from([A, C, H, K, sympy.Integer(1), sympy.Integer(2), sympy.Integer(3)])
+
+
+@st.composite
+def dim_exprs(draw, depth=0):
+    if depth >= 2 or draw(st.booleans()):
+        return draw(TERMS)
+    left, right = draw(dim_exprs(depth + 1)), draw(dim_exprs(depth + 1))
+    return draw(st.sampled_from([left * right, left * right, left + right, left / right]))
+
+
+@st.composite
+def facts(draw):
+    kind = draw(st.sampled_from(["mod", "mod", "mod", "le", "eq"]))
+    left, right = draw(dim_exprs()), draw(dim_exprs())
+    if kind == "mod":
+        return divisible(left, right)
+    relation = sympy.LessThan if kind == "le" else sympy.Eq
+    return relation(left, right, evaluate=False)
+
+
+@settings(max_examples=150, deadline=None)
+@example([divisible(A * C, 2)], H, "divides", sympy.Integer(2), A)      # a*c even, a odd
+@example([divisible(A, H), divisible(K, 2)], A / H, "divides", 2 * H, A)
+@example([divisible(A * C, H)], 2 * C, "divides", H, A * K)
+@given(st.lists(facts(), max_size=3), dim_exprs(), st.sampled_from(["divides", "divides",
+                                                                    "at_most", "equal"]),
+       dim_exprs(), dim_exprs())
+def test_what_the_prover_proves_holds_at_every_allowed_size(constraints, let, claim, x, y):
+    """Soundness, the combined witnesses included: a claim proved under random constraints
+    (divisibility through a derived dim k among them) holds at every size 1..5 of a, c and H
+    that meets them."""
+    if K in let.free_symbols:
+        let = H * 2
+    p = Prover([A, C, H, K], constraints, {K: let}, {})
+    verdict = getattr(p, claim)(x, y)
+    if not verdict.proved:
+        return
+    substituted = [f.xreplace({K: let}) for f in constraints]
+    for values in itertools.product(range(1, 6), repeat=3):
+        sizes = dict(zip((A, C, H), values))
+        try:
+            if not all(evaluate(f, sizes) for f in substituted):
+                continue
+            left, right = (evaluate(e.xreplace({K: let}), sizes) for e in (x, y))
+        except ZeroDivisionError:
+            continue
+        if claim == "divides":
+            holds = left != 0 and (right / left).denominator == 1
+        else:
+            holds = left <= right if claim == "at_most" else left == right
+        assert holds, (constraints, let, claim, x, y, sizes)
+
+
+def test_a_comparison_that_divides_by_zero_once_an_equality_is_put_in_is_false():
+    """`require a == 0` puts a = 0 into `a + c/a <= a`: a division by zero, which sympy
+    refuses to compare (a TypeError, once a crash of tspec check); the fact is false, so no
+    size meets the constraints."""
+    p = Prover([A, C], [sympy.Eq(A, 0, evaluate=False),
+                        sympy.LessThan(A + C / A, A, evaluate=False)], {}, {})
+    assert p.facts[1] is sympy.false
+    assert p.satisfiable() == "no"
