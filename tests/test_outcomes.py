@@ -463,7 +463,7 @@ def test_integers_are_exact_up_to_a_thousand_digits_and_rounded_past():
     from fractions import Fraction
     assert value_text(Fraction(10 ** 1001, 3)) == "~1.000e1001/3"
     symbol = dim_symbol("d")
-    assert expr_text(3 ** 3000 * symbol) == "~1.326e1431*d"
+    assert expr_text(3 ** 3000 * symbol) == "~2.311e1431*d"
     assert expr_text(symbol / 2) == "d/2"
     assert shown_json({"a": [10 ** 1200, 5, True], "b": "x"}) == {
         "a": ["~1.000e1200", 5, True], "b": "x"}
