@@ -348,8 +348,8 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
         return _number(sympy.sympify(expr).xreplace(binding), values)
 
     def concrete(shape) -> str:
-        sizes = [format(number(d)) for d in
-                 ((shape.family,) if shape.family is not None else ()) + shape.dims]
+        sizes = [integer_text(n) if isinstance(n, int) else format(n) for n in map(number, (
+                 (shape.family,) if shape.family is not None else ()) + shape.dims)]
         return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
 
     equations = []

@@ -207,3 +207,44 @@ def test_an_error_naming_a_path_with_a_line_break_is_one_line(tmp_path, capsys):
     assert main(["check", str(path)]) == 2
     shown = str(path).replace("\n", "\\n")
     assert capsys.readouterr().err == f"tspec: error: {shown}:2: dim B is declared twice (first at line 1)\n"
+
+
+# Text that reaches the documentation pages: LaTeX a converter refuses ends in one error line
+LATEX = ["costs $x^$ each", "$\\frac$", "$_{$", "${}_&amp;\\right)_x&\\left($", "$\\begin{x}$",
+         "$x$ and $y^{2}$", "$<script>$", "`$x^$`"]
+
+
+@pytest.mark.parametrize("text", HOSTILE + LATEX, ids=[ascii(t[:24]) for t in HOSTILE + LATEX])
+def test_hostile_text_in_the_docs_ends_in_pages_or_one_error_line(tmp_path, capsys, text):
+    path = tmp_path / "t.tspec"
+    path.write_text(SPEC.format(text=text), encoding="utf-8", newline="")
+    code = main(["docs", str(path), "--set", "d=4", "--format", "all", "--out",
+                 str(tmp_path / "docs")])
+    err = capsys.readouterr().err
+    assert code in (0, 2)
+    assert err == "" if code == 0 else err.startswith("tspec: error: ") and err.count("\n") == 1
+
+
+def test_latex_a_converter_refuses_is_named(tmp_path, capsys):
+    # before: latex2mathml's MissingSuperScriptOrSubscriptError, a traceback
+    path = tmp_path / "t.tspec"
+    path.write_text(SPEC.format(text="costs $x^$ each"))
+    assert main(["docs", str(path), "--format", "html", "--out", str(tmp_path / "d")]) == 2
+    assert capsys.readouterr().err == (
+        "tspec: error: $x^$ is not LaTeX that HTML pages can show as MathML "
+        "(MissingSuperScriptOrSubscriptError): fix it in the spec, or write the Markdown pages "
+        "alone with --format md\n")
+    assert main(["docs", str(path), "--format", "md", "--out", str(tmp_path / "d")]) == 0
+
+
+@pytest.mark.parametrize("name, shown", [(b"bad\xff.tspec", "bad\\xff.tspec"),
+                                         (b"\xe9t\xe9.tspec", "\\xe9t\\xe9.tspec")])
+def test_a_spec_path_that_is_not_utf8_is_named_by_its_escapes(tmp_path, name, shown):
+    # before: the path's stand-ins for its bytes (lone surrogates) reached the generated
+    # module, which then could not be encoded or compiled
+    path = tmp_path / os.fsdecode(name)
+    path.write_text(SPEC.format(text="plain"))
+    generated = source(parse_file(path), {})
+    assert f"{tmp_path}/{shown}" in generated
+    assert program(generated) == PLAIN
+    compile(generated, "generated.py", "exec")
