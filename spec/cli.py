@@ -176,21 +176,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _command(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "check":
-        return _check(args)
-    if args.command == "shapes":
-        return _shapes(args)
-    if args.command == "diff":
-        return _diff(args)
-    if args.command == "audit":
-        return _audit(args)
-    if args.command == "generate":
-        return _generate(args)
-    if args.command == "run":
-        return _run(args)
-    if args.command == "docs":
-        return _docs(args)
-    return _list()
+    if args.command == "list":
+        return _list()
+    return {"check": _check, "shapes": _shapes, "diff": _diff, "audit": _audit,
+            "generate": _generate, "run": _run, "docs": _docs}[args.command](args)
 
 
 class _OutputFailed(Exception):

@@ -265,18 +265,22 @@ def test_a_defect_of_tspecs_own_is_one_line_and_70(capsys, monkeypatch):
 
 # -- tspec run
 
-def test_an_error_raised_by_generated_code_names_its_functions_and_exits_1(capsys, monkeypatch):
-    # before: a traceback through the generated module (a ValueError from decode_step)
+def changing_generated_code(monkeypatch, change) -> None:
+    """Every module `tspec run` generates, changed by ``change(module)`` once loaded."""
     real = run_module.load_source
 
-    def broken_rotary(text, **options):
+    def load_source(text, **options):
         module = real(text, **options)
-
-        def rotary(X, *args, **kwargs):
-            raise ValueError("positions 3 to 4 need\n5 rows")
-        module.rotary = rotary
+        change(module)
         return module
-    monkeypatch.setattr(run_module, "load_source", broken_rotary)
+    monkeypatch.setattr(run_module, "load_source", load_source)
+
+
+def test_an_error_raised_by_generated_code_names_its_functions_and_exits_1(capsys, monkeypatch):
+    # before: a traceback through the generated module (a ValueError from decode_step)
+    def rotary(X, *args, **kwargs):
+        raise ValueError("positions 3 to 4 need\n5 rows")
+    changing_generated_code(monkeypatch, lambda module: setattr(module, "rotary", rotary))
     code, out, err = run(capsys, "run", "llama3_8b", "--set", "N=1", "--set", "d_model=16",
                          "--set", "H=2", "--set", "H_kv=1", "--set", "d_ff=8", "--set", "V=50",
                          "--set", "T_dec=4", "--decode", "2")
@@ -287,17 +291,10 @@ def test_an_error_raised_by_generated_code_names_its_functions_and_exits_1(capsy
 
 
 def test_an_error_raised_by_a_decoding_step_names_it(capsys, monkeypatch):
-    real = run_module.load_source
-
-    def broken_step(text, **options):
-        module = real(text, **options)
+    def without_its_cache(module):
         step = module.decode_step
-
-        def decode_step(*args, **kwargs):
-            return step(*args[:-1], None, **kwargs)      # a cache that is not one
-        module.decode_step = decode_step
-        return module
-    monkeypatch.setattr(run_module, "load_source", broken_step)
+        module.decode_step = lambda *args, **kwargs: step(*args[:-1], None, **kwargs)
+    changing_generated_code(monkeypatch, without_its_cache)
     code, out, err = run(capsys, "run", "gpt2_small", "--set", "N=1", "--set", "d_model=16",
                          "--set", "H=2", "--set", "d_ff=8", "--set", "V=50", "--set",
                          "T_dec=4", "--decode", "2")
@@ -308,16 +305,10 @@ def test_an_error_raised_by_a_decoding_step_names_it(capsys, monkeypatch):
 
 
 def test_a_memory_error_in_generated_code_is_a_refusal(capsys, monkeypatch):
-    real = run_module.load_source
-
-    def exhausted(text, **options):
-        module = real(text, **options)
-
-        def layer_norm(*args, **kwargs):
-            raise MemoryError("layer_norm needs about 3.0 GiB, more than the limit")
-        module.layer_norm = layer_norm
-        return module
-    monkeypatch.setattr(run_module, "load_source", exhausted)
+    def layer_norm(*args, **kwargs):
+        raise MemoryError("layer_norm needs about 3.0 GiB, more than the limit")
+    changing_generated_code(monkeypatch, lambda module: setattr(module, "layer_norm",
+                                                                layer_norm))
     code, _, err = run(capsys, "run", "base", *TINY)
     assert (code, err) == (2, ("tspec: error: base: layer_norm needs about 3.0 GiB, more "
                                "than the limit\n"))
