@@ -194,9 +194,10 @@ class _Output:
 
     def __init__(self, stream):
         self.stream = stream          # None where the process started with stdout closed
+        self.abandoned = False        # after a failure: nothing more is written
 
     def write(self, text: str) -> int:
-        if self.stream is None:
+        if self.stream is None or self.abandoned:
             return len(text)
         try:
             try:
@@ -209,7 +210,7 @@ class _Output:
             raise _OutputFailed() from error
 
     def flush(self) -> None:
-        if self.stream is None:
+        if self.stream is None or self.abandoned:
             return
         try:
             self.stream.flush()
@@ -220,6 +221,7 @@ class _Output:
         """Point the stream's file at /dev/null, as Python's documentation advises after a
         broken pipe: what is still buffered goes nowhere, and the interpreter's own flush at
         exit cannot fail again ("Exception ignored ... BrokenPipeError", exit 120)."""
+        self.abandoned = True
         try:
             descriptor = self.stream.fileno()
         except (AttributeError, OSError, ValueError):   # no file: an in-memory stream

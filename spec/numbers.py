@@ -72,12 +72,10 @@ class _Printer(StrPrinter):
         return f"{integer_text(expr.p)}/{integer_text(expr.q)}"
 
 
-_PRINTER = _Printer()
-
-
 def expr_text(expr) -> str:
-    """A sympy expression as ``str`` gives it, its integers as integer_text gives them."""
-    return _PRINTER.doprint(expr)
+    """A sympy expression as ``str`` gives it, its integers as integer_text gives them (a
+    printer per call, as ``str`` makes: a printer keeps state while it prints)."""
+    return _Printer().doprint(expr)
 
 
 def shown_json(value):

@@ -91,6 +91,23 @@ def test_every_command_ends_in_one_status_when_its_output_cannot_be_written(
     assert wrong == []
 
 
+class FullDevice(io.StringIO):
+    """An output whose device is full: every write and flush fails (and it has no file to
+    point away)."""
+
+    def write(self, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self):
+        self.write("")
+
+
+def test_output_that_fails_is_reported_once(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdout", FullDevice())
+    assert cli.main(["list"]) == 2
+    assert capsys.readouterr().err == FULL
+
+
 def test_a_command_whose_output_is_closed_from_the_start_writes_nothing_and_succeeds():
     process = tspec_process(["list"], subprocess.DEVNULL, False,
                             pass_fds=(), preexec_fn=lambda: os.close(1))
