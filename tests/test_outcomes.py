@@ -513,3 +513,18 @@ def test_float128_weights_are_refused_by_name(tmp_path):
                               "code does not compute in; parameters are float16, float32 or "
                               "float64"):
         weights.load(path, {"E": (2, 3)})
+
+
+# -- docs
+
+def test_docs_of_a_spec_without_batch_and_positions_leave_per_token_figures_out(capsys,
+                                                                                 tmp_path):
+    # before: KeyError: 'T' (codegen/docs.py, the positions FLOPs are counted per)
+    path = tmp_path / "plain.tspec"
+    path.write_text('spec plain "no B, no T"\ndim n "rows"\ndim d "width"\ninput X "n d" "x"\n'
+                    'param W "d d" "w"\nY "n d" "y" = X @ W\noutput Y\n')
+    code, _, err = run(capsys, "docs", str(path), "--set", "n=3", "--set", "d=4", "--out",
+                       str(tmp_path / "docs"))
+    assert (code, err) == (0, "")
+    page = (tmp_path / "docs" / "plain.md").read_text(encoding="utf-8")
+    assert "| matrix products | $2 d^{2} n$ | 96 | — |" in page
