@@ -38,7 +38,8 @@ def _unwritable(path: Path, error: OSError) -> UsageError:
     """A file that cannot be written (a full disk, a read-only file system, a file where a
     folder should be), named as the user gave it, never by the temporary file's name."""
     in_the_way = next((folder for folder in reversed(path.parents)
-                       if folder.exists() and not folder.is_dir()), None)
+                       if (folder.exists() or folder.is_symlink()) and not folder.is_dir()),
+                      None)
     if in_the_way is not None:
         return UsageError(f"cannot write {path}: {in_the_way} is not a folder")
     return UsageError(f"cannot write {path}: {error.strerror or error}")
@@ -55,7 +56,11 @@ def inside(root: str | Path, path: str | Path) -> Path:
     once every '..' and symbolic link is followed: what tspec writes stays where it is told."""
     root = Path(root)
     path = root / path
-    resolved_root, resolved = root.resolve(), path.resolve()
+    try:
+        resolved_root, resolved = root.resolve(), path.resolve()
+    except RuntimeError:                # Python before 3.13: "Symlink loop from ..."
+        raise UsageError(f"cannot write {path}: symbolic links in its path lead round in a "
+                         "loop") from None
     if resolved == resolved_root or not resolved.is_relative_to(resolved_root):
         raise UsageError(f"{path} lies outside {root}, where tspec writes; refused")
     return path

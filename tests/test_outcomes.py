@@ -225,6 +225,18 @@ def test_an_output_path_naming_a_file_where_a_folder_goes_is_one_line(capsys, tm
                                f"{tmp_path / target} is not a folder\n"))
 
 
+@pytest.mark.parametrize("name", ["docs", "generate"])
+def test_an_output_folder_in_a_loop_of_symbolic_links_is_one_line(capsys, tmp_path, name):
+    # before: RuntimeError('Symlink loop from ...') from pathlib, a traceback
+    loop = tmp_path / name.replace("generate", "generated")
+    loop.symlink_to(loop)
+    code, _, err = run(capsys, *commands(tmp_path)[name])
+    assert code == 2
+    assert re.fullmatch(rf"tspec: error: cannot write {re.escape(str(loop))}/\S+: "
+                        r"(symbolic links in its path lead round in a loop|"
+                        rf"{re.escape(str(loop))} is not a folder)\n", err), err
+
+
 def test_audit_to_a_folder_is_one_line(capsys, tmp_path):
     code, _, err = run(capsys, "audit", "--out", str(tmp_path))
     assert (code, err) == (2, f"tspec: error: cannot write {tmp_path}: Is a directory\n")
