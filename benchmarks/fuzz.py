@@ -38,6 +38,17 @@ Targets:
     weights  codegen.weights.load on truncated, flipped and lying .safetensors and .npz files
     cli      spec.cli.main on generated argument lists (check, shapes, diff, list, and run at
              tiny sizes)
+    docs     codegen.docs.files (HTML and Markdown) of a small spec and variant whose every text
+             (title, source, note, meanings, description, published source and note, the
+             variant's file name) is hostile: HTML, LaTeX, Markdown and Mermaid syntax, links,
+             control characters. Beyond ending well, every page must pass ``page_problems``:
+             the HTML parsed (html.parser) holds no <script>, no element outside the pages'
+             own, SVG's and MathML's, no on* attribute, no style attribute, no javascript: or
+             data: URL and no link but to a sibling page, under a policy that forbids
+             scripts; the Markdown parsed (markdown-it, CommonMark with tables) holds no raw
+             HTML, no link but to a sibling page, no code block but Mermaid's, whose every line
+             is a node or an edge with its label inside quotes, and no table row with more or
+             fewer cells than its header
     output   spec.cli.main, every command, writing to a standard output that fails (a reader
              gone, a full device, at once or after some text) or cannot encode (ASCII,
              Latin-1): 141 and nothing on stderr, or 2 and one line, or the usual outcome
@@ -68,11 +79,14 @@ import warnings
 import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from importlib import import_module
 from pathlib import Path
 
 import numpy as np
+from markdown_it import MarkdownIt
 
-from codegen import weights
+from codegen import docs, weights
 from spec import api, cli, language
 from spec.errors import TspecError
 from spec.grid import parse_axis
@@ -83,8 +97,8 @@ STATUSES = ("result", "ours", "crash", "hang")
 # Shares of --inputs per target: cheap targets get more (the mix keeps 100,000 inputs within
 # about a quarter of an hour on two workers).
 SHARES = {"parse": 0.16, "expr": 0.16, "check": 0.10, "variant": 0.14, "set": 0.10,
-          "grid": 0.10, "weights": 0.18, "cli": 0.06, "output": 0.002, "printers": 0.001,
-          "meanings": 0.005}
+          "grid": 0.10, "weights": 0.18, "cli": 0.06, "docs": 0.01, "output": 0.002,
+          "printers": 0.001, "meanings": 0.005}
 TARGETS = tuple(SHARES)
 CHUNK = 50
 SLOTS = 5            # per worker, shared with the parent: target, chunk start, input, its start,
@@ -125,6 +139,8 @@ FRAGMENTS = [
     'P "T d" = sinusoidal_encoding(T, d)\nY_h[H] "B T d" = silu(R_h) + tanh(P)\n',
     ('note "only notes and dims"\nsource "nowhere"\ndim n "count" = 3\ndim m "more"\nlet m = 2*n + 1\n'
      'require m >= n\n'),
+    HEADER + 'input X "B T d"\ninput P ? implied "T d" "positions"\nparam W ? implied "d d"\n'
+    'Y "B T d" = X @ W + P\nreused Y as Y, X, transpose "the output and the input"\n',
 ]
 
 NAMES = ["X", "Y", "Z", "W", "b", "B", "T", "d", "H", "N", "V", "t", "m", "M", "E", "P", "g",
@@ -132,7 +148,7 @@ NAMES = ["X", "Y", "Z", "W", "b", "B", "T", "d", "H", "N", "V", "t", "m", "M", "
          "softmax", "spec", "dim", "_x", "x1", "É", "ℌ", "a" * 300]
 KEYWORDS = ["spec", "source", "note", "dim", "let", "require", "choice", "when", "else", "in",
             "and", "or", "not", "input", "param", "state", "update", "tensor", "output", "block",
-            "repeat", "as", "from", "int", "bool", "float", "?"]
+            "repeat", "as", "from", "int", "bool", "float", "?", "reused", "implied"]
 FUNCTIONS = ["relu", "gelu", "gelu_tanh", "silu", "tanh", "exp", "log", "sqrt", "softmax",
              "layer_norm", "rms_norm", "concat", "concat_heads", "split_heads", "repeat_heads",
              "einsum", "first", "max", "transpose", "padding_mask", "causal_mask", "rotary",
@@ -718,6 +734,221 @@ def gen_npz(rng: random.Random, valid: bytes, shapes: dict) -> bytes:
 
 
 # ---------------------------------------------------------------------------------------------
+# Docs pages: hostile text in every place a spec or variant holds text, and the pages' oracle
+
+DOCS_TEXT = [
+    "<script>alert(document.domain)</script>", "<img src=x onerror=alert(1)>",
+    "<svg onload=alert(1)>", "<a href='javascript:alert(1)'>x</a>", "javascript:alert(1)",
+    "[x](javascript:alert(1))", "![x](data:text/html;base64,PHNjcmlwdD4=)",
+    "<javascript:alert(1)>", "[x]: javascript:alert(1)", "[x]", "x](javascript:y)",
+    r"$\text{<script>alert(document.domain)</script>}$", r"$\href{javascript:alert(1)}{x}$",
+    r"$\style{background:url(x)}{y}$", r"$\class{x}{y}$", r"$\cssId{x}{y}$", r"$\color{red}{x}$",
+    r"$\hspace{1em' onload='x}$", r"$\require{x}$", r"$\unicode{60}$", r"$\text{&#x3c;b&#x3e;}$",
+    r"$\mathrm{</mtext><script>}$", "$x^$", r"$\frac{$", r"$\begin{matrix}$", "$a<b$",
+    "$|x| \\| y$", "$a`b$", "$" + "{" * 300 + "$", "$" + "x^{" * 300 + "$", "`code|<pipe>`",
+    "```", "```mermaid", "~~~", "|", "||", "\\|", "\\", "$", "$$", "&lt;script&gt;",
+    "&#60;script&#62;", '%%{init: {"securityLevel": "loose"}}%%', "'", "#", "# heading",
+    "- item", "1. item", "---", "> quote", "    indented", "{{ x }}", "{% raw %}", "]]>",
+    "<!--", "-->", "<![CDATA[", "</title><script>", "</style><script>", "</math>", "é",
+    "\U0001d465", "\u202e", "x" * 3000, '"', "\x1b[31m", "\n", "\t", "plain words",
+]
+DOCS_NAMES = ["v", "<script>alert(1)<", "javascript:alert(1)", "a|b", "a`b", "x](javascript:y)",
+              "a b", "#x", "-x", "1. x", "%%", "é", "&amp;", "a\\nb", "a\u202eb", "$x$"]
+DOCS_SPEC = """spec tiny "{0}"
+source "{1}"
+note "{2}"
+dim B "{3}"
+dim T "{4}"
+dim d_model "{5}"
+dim H "{11}"
+require d_model % H == 0
+block f(X "B T d_model") -> Y:
+    param W "d_model d_model" "{6}"
+    Y "B T d_model" "{7}" = {10}
+input X "B T d_model" "{8}"
+Y "B T d_model" "{9}" = f(X) as first
+output Y
+"""
+
+
+def docs_text(rng: random.Random) -> str:
+    """One hostile text: a few pieces of the corpus and plain words, sometimes mutated."""
+    pieces = [rng.choice(DOCS_TEXT) if rng.random() < 0.6 else rng.choice(NAMES[:20])
+              for _ in range(rng.choice((1, 1, 2, 3, 4)))]
+    text = rng.choice((" ", "")).join(pieces)
+    if rng.random() < 0.2:
+        text = mutate_text(rng, text, DOCS_TEXT, 1)
+    return text
+
+
+def gen_docs(rng: random.Random) -> dict:
+    """A spec whose every text is hostile (with a printable, quote-free one mostly, so that
+    the spec parses), and one or two variants of it with a hostile description, published text
+    and file name (two: the index compares them; d_model and H: it shows a grid around one)."""
+    def text():
+        value = docs_text(rng)
+        if rng.random() < 0.9:
+            value = "".join(c for c in value if c.isprintable() and c != '"')
+        return value
+    dims = {"d_model": 256, "H": 8}
+    if rng.random() < 0.25:                 # a fragment of another shape, its dims' meanings
+        spec = re.sub(r'^(dim \w+) "[^"]*"', lambda m: f'{m.group(1)} "{text()}"',
+                      rng.choice(FRAGMENTS), flags=re.MULTILINE)
+        if not spec.startswith("spec "):
+            spec = f'spec t "{text()}"\nsource "{text()}"\nnote "{text()}"\n' + spec
+        dims = {"d": 4} if re.search(r"^dim d ", spec, re.MULTILINE) else {}
+    else:
+        equation = rng.choice(["X @ W"] * 6 + ['einsum("btd,de->bte", X, W)',
+                                               'einsum("<b>,de->bte", X, W)'])
+        spec = DOCS_SPEC.format(*(text() for _ in range(10)), equation, text())
+    spec_name = (rng.choice(DOCS_NAMES) if rng.random() < 0.3 else "spec") + ".tspec"
+    variants = {}
+    for number in range(rng.choice((1, 1, 2))):
+        variant = {"spec": spec_name, "description": text(),
+                   "dims": {k: v * (number + 1) for k, v in dims.items()}}
+        if not dims:
+            del variant["dims"]
+        if rng.random() < 0.7:
+            variant["published"] = {"parameters": 16, "source": text(), "note": text()}
+        name = rng.choice(DOCS_NAMES) if rng.random() < 0.5 else f"v{number}"
+        variants[name] = _toml(variant)
+    return {"spec": spec, "spec_name": spec_name, "variants": variants}
+
+
+def _toml(table: dict, prefix: str = "") -> str:
+    """A small TOML document of strings, integers and tables (strings as JSON: TOML reads
+    the escapes json.dumps writes)."""
+    lines, tables = [], []
+    for key, value in table.items():
+        if isinstance(value, dict):
+            tables.append(f"\n[{prefix}{key}]\n" + _toml(value))
+        else:
+            lines.append(f"{key} = {json.dumps(value, ensure_ascii=False)}")
+    return "\n".join(lines) + "\n" + "".join(tables)
+
+
+def run_docs(data: dict, ctx) -> dict:
+    folder = ctx.fresh("")
+    folder.mkdir()
+    try:
+        (folder / data["spec_name"]).write_text(data["spec"], encoding="utf-8",
+                                                errors="surrogatepass")
+        paths = []
+        for name, text in data["variants"].items():
+            paths.append(folder / f"{name}.toml")
+            paths[-1].write_text(text, encoding="utf-8", errors="surrogatepass")
+        pages = docs.files([api.load(path) for path in paths])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    for name, text in pages.items():
+        problems = page_problems(name, text)
+        if problems:
+            raise Crash(f"{name}: {problems[0]}")
+    return pages
+
+
+PAGE_TAGS = frozenset(["html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "h4",
+                       "p", "code", "em", "table", "tr", "th", "td", "a", "ul", "li", "figure",
+                       "section"])
+SVG_TAGS = frozenset(["svg", "title", "defs", "marker", "path", "line", "text", "rect"])
+MATHML_TAGS = frozenset(["math", "mrow", "mi", "mn", "mo", "ms", "mtext", "mspace", "msub",
+                         "msup", "msubsup", "mfrac", "msqrt", "mroot", "mstyle", "mpadded",
+                         "mphantom", "menclose", "mover", "munder", "munderover", "mtable", "mtr",
+                         "mtd"])
+POLICY = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+_SIBLING = re.compile(r"[A-Za-z0-9%._~-]+\.(md|html)\Z")
+_MERMAID_LINE = re.compile(r'flowchart TD|    n\d+(\(\["[^"]*"\]\)|\[\["[^"]*"\]\]|\["[^"]*"\])'
+                           r'|    n\d+ -->\|"[^"]*"\| n\d+')
+_MERMAID_LABEL = re.compile(r'"([^"]*)"')
+_LABEL_CHARACTERS = re.compile(r"[\w :=()\[\],@+*\-./#;]*\Z")
+
+
+def page_problems(name: str, text: str) -> list[str]:
+    """What is wrong with a docs page made from hostile text ([] when nothing): see the
+    module's docstring, target docs."""
+    return _html_problems(text) if name.endswith(".html") else _markdown_problems(text)
+
+
+class _PageParser(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.problems, self.policies = [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in PAGE_TAGS | SVG_TAGS | MATHML_TAGS:
+            self.problems.append(f"element <{tag}>")
+        for key, value in attrs:
+            value = value or ""
+            bare = re.sub(r"[\x00-\x20]", "", value).lower()
+            if key.startswith("on") or key == "style":
+                self.problems.append(f"attribute {key}={value!r} on <{tag}>")
+            elif bare.startswith(("javascript:", "data:", "vbscript:")) or \
+                    "url(" in bare and bare != "url(#arrow)":
+                self.problems.append(f"a URL in {key}={value!r} on <{tag}>")
+            elif key in ("href", "src", "xlink:href", "action", "formaction") and \
+                    not (tag == "a" and key == "href" and _SIBLING.match(value)):
+                self.problems.append(f"a link {key}={value!r} on <{tag}>")
+            elif key == "http-equiv" and value.lower() == "content-security-policy":
+                self.policies.append(dict(attrs).get("content"))
+            elif key == "http-equiv":
+                self.problems.append(f"a <meta http-equiv={value!r}>")
+
+    handle_startendtag = handle_starttag
+
+
+def _html_problems(text: str) -> list[str]:
+    parser = _PageParser()
+    parser.feed(text)
+    parser.close()
+    if parser.policies != [POLICY]:
+        parser.problems.append(f"the policies {parser.policies!r}, not one forbidding scripts")
+    return parser.problems
+
+
+def _markdown_problems(text: str) -> list[str]:
+    md = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
+    md.validateLink = lambda url: True          # every link shown, to be judged here
+    lines, problems, header, in_head = text.split("\n"), [], 0, False
+    for token in md.parse(text):
+        for inner in [token, *(token.children or [])]:
+            kind = inner.type
+            if kind in ("html_block", "html_inline", "code_block", "image"):
+                problems.append(f"{kind} {inner.content!r:.80}")
+            elif kind == "link_open" and not _SIBLING.match(str(inner.attrs.get("href"))):
+                problems.append(f"a link to {inner.attrs.get('href')!r}")
+            elif kind == "fence":
+                problems += _mermaid_problems(inner)
+            elif kind in ("thead_open", "thead_close"):
+                in_head = kind == "thead_open"
+            elif kind == "tr_open":
+                cells = _row_cells(lines[inner.map[0]])
+                if in_head:
+                    header = cells
+                elif cells != header:
+                    problems.append(f"a row of {cells} cells under {header}: "
+                                    f"{lines[inner.map[0]]!r:.80}")
+    return problems
+
+
+def _row_cells(line: str) -> int:
+    """The cells of a table's row as markdown-it splits them."""
+    columns = import_module("markdown_it.rules_block.table").escapedSplit(line.strip())
+    return len(columns) - (columns[:1] == [""]) - (len(columns) > 1 and columns[-1] == "")
+
+
+def _mermaid_problems(fence) -> list[str]:
+    if fence.info != "mermaid":
+        return [f"a code block {fence.info!r}"]
+    problems = []
+    for line in fence.content.rstrip("\n").split("\n"):
+        labels = _MERMAID_LABEL.findall(line)
+        if not _MERMAID_LINE.fullmatch(line) or \
+                not all(_LABEL_CHARACTERS.match(label) for label in labels):
+            problems.append(f"a Mermaid line {line!r:.80}")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
 # Cases
 
 @dataclass
@@ -852,6 +1083,8 @@ def make_case(target: str, seed: int, index: int, ctx: Context) -> Case:
         return Case(target, index, data, suffix)
     if target == "cli":
         return Case(target, index, gen_argv(rng, ctx))
+    if target == "docs":
+        return Case(target, index, gen_docs(rng))
     if target in ONE_LINE_TARGETS:
         return ONE_LINE_TARGETS[target][0](rng, index, ctx)
     raise ValueError(f"unknown target {target!r}")
@@ -972,6 +1205,8 @@ def run_case(case: Case, ctx: Context):
             path.unlink()
     if target == "cli":
         return run_cli(data, ctx)
+    if target == "docs":
+        return run_docs(data, ctx)
     if target in ONE_LINE_TARGETS:
         return ONE_LINE_TARGETS[target][1](case, ctx)
     raise ValueError(target)

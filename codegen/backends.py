@@ -71,7 +71,8 @@ BACKENDS: dict[str, Backend] = {
         helpers={name: f"helpers/cupy/{name}.py.j2"
                  for name in ("kernel_support", "softmax", "masked_softmax", "layer_norm",
                               "gelu", "gelu_tanh", "batched_matmul")},
-        helper_needs={"softmax": ("kernel_support",), "masked_softmax": ("softmax",),
+        helper_needs={"softmax": ("kernel_support", "checked_axis"),
+                      "masked_softmax": ("softmax",),
                       "layer_norm": ("kernel_support",), "gelu": ("kernel_support",),
                       "gelu_tanh": ("kernel_support",)}),
 }

@@ -78,10 +78,16 @@ def mermaid(g: Graph) -> list[str]:
     return lines
 
 
+_MERMAID_NAMED = {'"': "#quot;", "<": "#lt;", ">": "#gt;"}
+_MERMAID_PLAIN = frozenset(" _:=()[],@+*-./")
+
+
 def _mermaid_text(text: str) -> str:
-    # Mermaid reads quotes, angle brackets and # specially inside labels: its own entities
-    return (text.replace("#", "#35;").replace('"', "#quot;").replace("<", "#lt;")
-            .replace(">", "#gt;"))
+    """A label inside Mermaid's quotes: letters, digits and the punctuation of equations and
+    shapes as they are, every other character as Mermaid's own entity (#quot;, #60;), so that no
+    label can end its quotes, its line or the Markdown fence, or hold a directive or HTML."""
+    return "".join(c if c.isalnum() and c.isprintable() or c in _MERMAID_PLAIN
+                   else _MERMAID_NAMED.get(c, f"#{ord(c)};") for c in text)
 
 
 def svg(g: Graph, title: str) -> str:

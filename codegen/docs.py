@@ -9,16 +9,13 @@ published models, our parameter count beside the published one. The counts come 
 prepared here as strings; the templates (Markdown, HTML) only place them.
 """
 
-import functools
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import latex2mathml.converter
 import sympy
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
-from codegen import diagram
+from codegen import diagram, markup
 from codegen.comparisons import comparisons, grid_example
 from codegen.lower import step_choices
 from codegen.render import environment
@@ -34,7 +31,7 @@ from spec.counts import (
     size_text,
     used_dims,
 )
-from spec.errors import SpecError, UsageError
+from spec.errors import UsageError
 from spec.files import inside, shown, stale_diff, write_atomic
 from spec.files import where as spec_line
 from spec.latex import name_latex
@@ -81,7 +78,7 @@ class BodyView:
     calls: list[str]           # where it is called, and the dims it is called with
     binding: str               # the call whose sizes the concrete figures use
     equations: list[EquationView]
-    mermaid: list[str]
+    mermaid: list[markup.Markdown]
     svg: Markup
 
 
@@ -233,12 +230,9 @@ def _flop_rows(spec, model, number, dims, choices) -> list[Row]:
 
 def _positions(spec, choices):
     """The positions a forward pass produces outputs for: T_dec with a decoder, else T; None
-    for a spec without a batch B and positions T to count them by."""
+    for a spec without a batch and a sequence (per token is then a dash)."""
     symbols = spec.symbols()
-    if choices.get("arch") == "encoder_only" or "T_dec" not in symbols:
-        length = "T"
-    else:
-        length = "T_dec"
+    length = "T" if choices.get("arch") == "encoder_only" or "T_dec" not in symbols else "T_dec"
     if "B" not in symbols or length not in symbols:
         return None
     return symbols["B"] * symbols[length]
@@ -367,7 +361,7 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
                 (f", {record.repeat} copies" if record.repeat is not None else "")
         equations.append(EquationView(
             title=f"{step.output}: {meaning}" if meaning else step.output,
-            latex=latex, mathml=Markup(_mathml(latex)),
+            latex=latex, mathml=markup.formula(latex),
             inputs=[f"`{n}` {s.text()} = {concrete(s)}" for n, s in step.inputs],
             output=f"`{step.output}` {step.shape.text()} = {concrete(step.shape)}",
             parameters=params or "none",
@@ -387,7 +381,9 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
         summary=body.name.replace("_", " ").capitalize() if body.block else spec.title,
         where=where, calls=call_lines,
         binding=call_lines[0] if call_lines else "",
-        equations=equations, mermaid=diagram.mermaid(g),
+        equations=equations,
+        # Mermaid lines, each label escaped by diagram.mermaid: placed as they are
+        mermaid=[markup.Markdown(line) for line in diagram.mermaid(g)],
         svg=Markup(diagram.svg(g, f"dataflow of {body.name}")))
 
 
@@ -441,33 +437,6 @@ def _symbol(name: str) -> str:
     return f"${name_latex(name)}$"
 
 
-@functools.cache
-def _mathml(latex: str, display: str = "block") -> str:
-    try:
-        return latex2mathml.converter.convert(latex, display=display)
-    except Exception as error:  # noqa: BLE001 (the converter raises many kinds, no base class)
-        raise SpecError(f"${latex}$ is not LaTeX that HTML pages can show as MathML "
-                        f"({type(error).__name__}): fix it in the spec, or write the Markdown "
-                        "pages alone with --format md") from None
-
-
-_RICH = re.compile(r"\$([^$]+)\$|`([^`]+)`")
-
-
-def rich(text: str) -> Markup:
-    """Markdown-ish text for HTML: $...$ as MathML, `...` as code, the rest escaped."""
-    text = str(text)
-    out, end = [], 0
-    for match in _RICH.finditer(text):
-        out.append(escape(text[end:match.start()]))
-        math, code = match.groups()
-        out.append(Markup(_mathml(math, "inline")) if math is not None else
-                   Markup("<code>") + escape(code) + Markup("</code>"))
-        end = match.end()
-    out.append(escape(text[end:]))
-    return Markup("").join(out)
-
-
 def _bytes(n) -> str:
     if n is FREE:
         return "—"
@@ -498,16 +467,29 @@ def files(variants: list[Variant], format: str = "all") -> dict[str, str]:
     formats = FORMATS if format == "all" else (format,)
     pages = [page(v) for v in variants]
     compared, grid = comparisons(variants), grid_example(variants)
-    env = environment().overlay()
-    env.filters = {**env.filters, "rich": rich}
+    envs = _environments()
     out = {}
     for kind in formats:
+        env = envs[kind]
         for p in pages:
             out[f"{p.name}.{kind}"] = env.get_template(f"docs/variant.{kind}.j2").render(
                 page=p, dtype=DTYPE, bytes=BYTES[DTYPE])
         out[f"index.{kind}"] = env.get_template(f"docs/index.{kind}.j2").render(
             pages=pages, comparisons=compared, grid=grid)
     return out
+
+
+def _environments() -> dict:
+    """The templates' environments: HTML escapes every value it places (autoescape) and
+    draws docs text with ``rich``; Markdown escapes every value with ``markup.markdown``
+    (finalize) unless a filter made it Markdown already."""
+    base = environment()
+    html = base.overlay()
+    html.filters = {**base.filters, "rich": markup.rich, "page_link": markup.page_link}
+    md = base.overlay(finalize=markup.finalize)
+    md.filters = {**base.filters, "cell": markup.cell, "cells": markup.cells,
+                  "code": markup.code, "latex": markup.latex, "page_link": markup.page_link}
+    return {"html": html, "md": md}
 
 
 def shipped_variants() -> list[Variant]:

@@ -310,12 +310,14 @@ HELPER_ORDER = ("subtrace", "decoding", "extend", "require_size", "require_memor
                 "parallel", "project", "embed", "table_rows", "positional_encoding", "log_mask",
                 "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
                 "rotary", "repeat_heads", "concat_heads", "kernel_support", "batched_matmul",
-                "float16", "softmax", "masked_softmax", "query_blocks", "layer_norm", "rms_norm",
-                "relu", "gelu", "gelu_tanh", "silu")
+                "checked_axis", "float16", "softmax", "masked_softmax", "query_blocks",
+                "layer_norm", "rms_norm", "relu", "gelu", "gelu_tanh", "silu")
 HELPER_NEEDS: dict[str, tuple[str, ...]] = {"query_blocks": ("parallel", "softmax"),
                                             "parallel": ("workspace",),
-                                            "softmax": ("float16",), "layer_norm": ("float16",),
-                                            "rms_norm": ("float16",)}
+                                            "softmax": ("checked_axis", "float16"),
+                                            "layer_norm": ("float16",),
+                                            "rms_norm": ("float16",), "gelu": ("float16",),
+                                            "gelu_tanh": ("float16",), "silu": ("float16",)}
 # with a thread pool (Backend.thread_pool), these helpers run in chunks of rows on it
 THREAD_POOL_NEEDS: dict[str, tuple[str, ...]] = {
     name: ("parallel",) for name in ("project", "softmax", "layer_norm", "rms_norm")

@@ -86,6 +86,7 @@ def _imports(text: str, module: ir.Module) -> list[str]:
     body = re.sub(r'r?"""[\s\S]*?"""', "", text)
     standard = ["import ctypes"] if "ctypes." in body else []
     standard += ["import functools"] if "functools." in body else []
+    standard += ["import inspect"] if "inspect." in body else []
     standard += ["import itertools"] if "itertools." in body else []
     standard += ["import math"] if "math." in body else []
     standard += ["import os"]

@@ -34,9 +34,10 @@ def attention_core(block: Block | None, producers: dict,
 
         S = X + L,   A = softmax(S, axis=-1),   O = A @ V
 
-    with L (..., T_q, T_kv) and V (..., T_kv, d) inputs and X an expression of inputs in which
-    T_q and T_kv are free axes (never contracted or reduced). ``producers``: the block's
-    equations under one choice of options, by output; ``decls``: its tensor declarations.
+    (the softmax over S's last axis, written -1 or counted from the first), with L
+    (..., T_q, T_kv) and V (..., T_kv, d) inputs and X an expression of inputs in which T_q and
+    T_kv are free axes (never contracted or reduced). ``producers``: the block's equations
+    under one choice of options, by output; ``decls``: its tensor declarations.
 
     Code generation computes such a block a block of query rows at a time (rows are
     independent) and drops the keys after the last one the mask leaves visible to the rows:
@@ -52,8 +53,12 @@ def attention_core(block: Block | None, producers: dict,
     weights, values = (a.name for a in out.expr.args)
     attend = producers.get(weights)
     if not (isinstance(attend, Equation) and _is_op(attend.expr, "softmax", 1) and
-            attend.expr.attr.get("axis", -1) == -1 and
             isinstance(attend.expr.args[0], TensorRef)):
+        return None
+    scores = decls.get(attend.expr.args[0].name)
+    axis = attend.expr.attr.get("axis", -1)
+    if axis != -1 and not (scores is not None and scores.shape is not None and
+                           axis == scores.shape.rank - 1):      # the last axis, counted from 0
         return None
     score = producers.get(attend.expr.args[0].name)
     if not (isinstance(score, Equation) and _is_op(score.expr, "add", 2)):

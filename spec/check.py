@@ -25,6 +25,7 @@ from spec.model import (
     Let,
     Note,
     OpNode,
+    Reused,
     ScalarExpr,
     Spec,
     TensorDecl,
@@ -208,6 +209,17 @@ def _operand_hint(what: str, a, b) -> str:
     return f"make {format_expr(a)} and {format_expr(b)} the same dim, or broadcast with a 1"
 
 
+def _reused_finding(reused: Reused) -> Finding:
+    """A name the source uses for different things: its own finding, whatever the sizes."""
+    names = ", ".join(reused.names)
+    return Finding(
+        kind="name-reused", message=f"the source uses the name {reused.name} for different "
+        f"things: {reused.text}", file=reused.file, line=reused.line,
+        hint=f"give each its own name (this spec names them {names})" if len(reused.names) > 1
+        else f"give each its own name (this spec keeps the one name {names}, so that the "
+             "checker judges how its uses clash)")
+
+
 class _Run:
     """Checks one spec under one combination of choices (and optional dim values)."""
 
@@ -270,6 +282,8 @@ class _Run:
 
     # -- the run
     def run(self) -> list[TensorRow]:
+        for reused in (s for s in select(self.spec.body, self.choices) if isinstance(s, Reused)):
+            self.add(_reused_finding(reused))
         if self.check_constraints():
             # sizes that break a constraint are outside the spec: nothing more to evaluate
             return []
@@ -556,7 +570,10 @@ class _Run:
             self.check_update(scope, update, decls[update.state])
         for name, shape in scope.unstated.items():
             # reported at the end of the run: a caller may still pin these widths down
-            self.pending.append((scope.qualified(name), decls[name], shape,
+            decl = decls[name]
+            if decl.implied is not None and scope.binding:
+                decl = replace(decl, implied=decl.implied.subs(scope.binding))
+            self.pending.append((scope.qualified(name), decl, shape,
                                  scope.unstated_like.get(name), {}))
 
     def check_update(self, scope: _Scope, update: Update, state: TensorDecl) -> None:
@@ -620,22 +637,58 @@ class _Run:
                 f"{'is a width' if len(rename) == 1 else 'are widths'} the spec never names"
                 ) if rename else ""
         if like is not None:
-            like = like.subs(rename)
             note += (f"; any shape that broadcasts to "
-                     f"({', '.join(format_expr(d) for d in like.dims)}) fits, and this is the "
-                     "smallest")
+                     f"({', '.join(format_expr(d) for d in like.subs(rename).dims)}) fits, "
+                     "and this is the smallest")
+        implied = decl.implied
+        if implied is not None and not self.implied_fits(qualified, decl, resolved, like,
+                                                         rename, selection):
+            implied = None
+        reported = shown if implied is None else implied
         family = f"[{format_expr(shown.family)}]" if shown.family is not None else ""
-        shape_text = " ".join(format_expr(d) for d in shown.dims)
+        shape_text = " ".join(format_expr(d) for d in reported.dims)
+        source = "" if implied is None else \
+            f"its source implies ({', '.join(format_expr(d) for d in implied.dims)}); "
         self.add(Finding(
             kind="unstated-shape",
             message=f"{'parameter' if decl.role == 'param' else 'input'} {decl.name} has no "
-                    f"stated shape; its uses require {dims}{note}",
-            file=decl.file, line=decl.line, tensor=qualified, inferred=shown.text(),
+                    f"stated shape; {source}its uses require {dims}{note}",
+            file=decl.file, line=decl.line, tensor=qualified, inferred=reported.text(),
             hint=f"declare it: {decl.role} {decl.name}{family} \"{shape_text}\""
                  + (f", after declaring {' and '.join(f'dim {s}' for s in rename.values())}"
-                    if rename else ""), selection=selection))
-        return TensorRow(qualified, decl.role, shown, decl.dtype, decl.meaning, False, "",
+                    if rename and implied is None else ""), selection=selection))
+        return TensorRow(qualified, decl.role, reported, decl.dtype, decl.meaning, False, "",
                          decl.file, decl.line)
+
+    def implied_fits(self, qualified: str, decl: TensorDecl, inferred: Shape,
+                     like: Shape | None, rename: dict, selection: dict) -> bool:
+        """Whether the shape an unstated tensor's source implies is one its uses accept: the
+        shape they require, led (where it is a broadcast operand) by axes of the shape it
+        broadcasts against, or 1s. One that does not fit is a finding."""
+        implied = decl.implied
+        extra = implied.rank - inferred.rank
+        fits = 0 <= extra and implied.rank <= (inferred if like is None else like).rank
+        pairs = []
+        if fits:
+            lead = like.dims[like.rank - implied.rank:like.rank - inferred.rank] if extra else ()
+            pairs = [(a, b) for i, (a, b) in enumerate(zip(implied.dims, (*lead, *inferred.dims)))
+                     if not (b.free_symbols & self.fresh.symbols) and not (i < extra and a == 1)]
+        verdict = self.prover.equal_all(pairs) if pairs else None
+        if fits and (verdict is None or verdict.proved):
+            return True
+        shown = inferred.subs(rename).text()
+        broadcast = "" if like is None else \
+            f", or a shape that broadcasts to {like.subs(rename).text()}"
+        self.add(Finding(
+            kind="unproved" if verdict is not None and verdict.unknown else "shape-mismatch",
+            message=f"{decl.name}: the shape its source implies, {implied.text()}, does not "
+                    f"fit its uses: they require {shown}{broadcast}",
+            file=decl.file, line=decl.line, tensor=qualified, expected=implied.text(),
+            inferred=shown,
+            counterexample=dict(verdict.counterexample) if verdict and verdict.counterexample
+            else None, hint="state the shape the equations need, or fix them",
+            selection=selection))
+        return False
 
     def check_sizes(self, scope: _Scope, decl: TensorDecl, shape: Shape) -> None:
         """Every size in a declared shape is a positive whole number for all allowed sizes."""
@@ -729,18 +782,20 @@ class _Run:
     def compare_shapes(self, scope: _Scope, record, claim: Shape, inferred: Shape) -> None:
         scope.equation = record
         name = record.output
+        stated = claim                                     # the claim as written, for reports
 
         def report(message, verdict, exprs):
             family = "" if inferred.family is None else f"[{format_expr(inferred.family)}]"
             hint = f"declare {name}{family} as \"{_declaration(inferred)}\", or fix the equation"
             scope.finding("unproved" if verdict is not None and verdict.unknown
-                          else "shape-mismatch", message, verdict, exprs, hint, claim.text(),
+                          else "shape-mismatch", message, verdict, exprs, hint, stated.text(),
                           inferred.text())
 
         while claim.rank > inferred.rank and claim.dims[0] == 1:
             claim = Shape(claim.dims[1:], claim.family)    # leading unit axes broadcast away
+        units = stated.rank - claim.rank
         if claim.rank != inferred.rank:
-            report(f"{name} is declared with rank {claim.rank} but its equation gives rank "
+            report(f"{name} is declared with rank {stated.rank} but its equation gives rank "
                    f"{inferred.rank}", None, list(claim.dims) + list(inferred.dims))
             return
         if claim.family is None and inferred.family is not None:
@@ -770,10 +825,10 @@ class _Run:
         if not verdict.proved:
             differing = [i for i, (a, b) in enumerate(pairs)
                          if self.prover.norm(a) != self.prover.norm(b) and i < claim.rank]
-            message = f"{name} is declared {claim.text()} but its equation gives " \
+            message = f"{name} is declared {stated.text()} but its equation gives " \
                       f"{inferred.text()}"
-            if differing:
-                message += f" (axis {', '.join(str(i) for i in differing)})"
+            if differing:    # counted in the claim as written, its unit axes included
+                message += f" (axis {', '.join(str(i + units) for i in differing)})"
             if verdict.unknown:
                 message += (f" (not proved, and no counterexample with every dim up to "
                             f"{SEARCH_MAX})")

@@ -20,11 +20,13 @@ KINDS = {
     "operand-mismatch": "an op's operands do not fit together (matmul inner dims, broadcasting)",
     "argument-mismatch": "a block call passes a tensor whose shape differs from the block input",
     "repeat-mismatch": "a repeated block's output cannot feed its next copy",
-    "not-divisible": "an op needs one dim to divide another (heads, sin/cos pairs)",
+    "not-divisible": "an op needs one dim to divide another (heads, rotary's feature pairs)",
     "not-integral": "a derived dim is not a whole number for every allowed size",
     "out-of-range": "an op needs one size not to exceed another (positions vs table length)",
     "unproved": "a claim neither proved nor refuted by a counterexample",
-    "unstated-shape": "a parameter's shape is not stated; the shape it must have is reported",
+    "unstated-shape": "a parameter's or input's shape is unstated: what its source implies "
+                      "(or its uses need) is reported",
+    "name-reused": "the source uses one name for different things (the spec names each)",
     "constraint-violated": "a variant's dim values break a constraint",
     "unsatisfiable": "no sizes meet every constraint, so every claim would hold vacuously",
 }

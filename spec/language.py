@@ -6,13 +6,17 @@ A spec is a sequence of lines; a line ending in ':' opens an indented body (``bl
     spec NAME "title"                       name and title of the model
     source "seed 001, section 4"            where the following records come from
     note "text"                             something the checker cannot judge
+    reused NAME as A, B "what each is"      the source uses NAME for different things, named
+                                            A and B here (dims, tensors or ops; a finding)
     dim NAME "meaning" [= VALUE]            a dimension (a positive integer), maybe bound
     let NAME = EXPR                         a derived dim: let d_k = d_model / H
     require EXPR                            a constraint: d_model % H == 0, T <= max_len
     choice NAME = a | b | c "meaning"       a design choice; the first option is the default
     when NAME == a:  /  when NAME in a | b:  /  when NAME == a and OTHER != b:  /  else:
     input NAME[FAMILY] "shape" DTYPE "meaning"
-    param NAME[FAMILY] "shape" "meaning"    a learned parameter ("?" leaves the shape unstated)
+    param NAME[FAMILY] "shape" "meaning"    a learned parameter ("?" leaves the shape unstated;
+                                            `? implied "shape"`: unstated, but the source's
+                                            text implies it, which its uses must accept)
     state NAME[FAMILY] "shape" "meaning" from TENSOR
                                             in a block: a tensor kept between calls (a decoding
                                             step's key-value cache), one per instance like a
@@ -51,6 +55,7 @@ from spec.model import (
     Note,
     OpNode,
     Output,
+    Reused,
     ScalarExpr,
     Spec,
     TensorDecl,
@@ -137,8 +142,8 @@ class _RawEquation:
     column: int
 
 
-_KEYWORDS = ("spec", "source", "note", "dim", "let", "require", "choice", "when", "input",
-             "param", "state", "update", "tensor", "output", "block")
+_KEYWORDS = ("spec", "source", "note", "reused", "dim", "let", "require", "choice", "when",
+             "input", "param", "state", "update", "tensor", "output", "block")
 
 
 class _Reader:
@@ -258,6 +263,21 @@ class _Reader:
         text = self.string(parser, "the note")
         self.end(parser)
         return Note(text, self.source, self.file, token.line)
+
+    def stmt_reused(self, parser, token, line, scope, local_dims):
+        if scope != "top":
+            raise self.error("'reused' is about the source's names: it belongs at the top "
+                             "level", token.line)
+        name = parser.expect_name("the source's name").text
+        parser.expect("as", "'as' and the names this spec gives its meanings")
+        names = [parser.expect_name("a dim, tensor or op name").text]
+        while parser.accept(","):
+            names.append(parser.expect_name("a dim, tensor or op name").text)
+        text = self.string(parser, "what each is")
+        self.end(parser)
+        if len(set(names)) != len(names):
+            raise self.error(f"reused {name}: a name is listed twice", token.line)
+        return Reused(name, tuple(names), text, self.source, self.file, token.line)
 
     def stmt_dim(self, parser, token, line, scope, local_dims):
         if scope == "block":
@@ -426,20 +446,27 @@ class _Reader:
             parser.expect("]")
         shape: str | None = None
         unstated = False
+        implied: str | None = None
         if parser.peek.kind == "string":
             shape = self.string(parser, "a shape")
+            if parser.peek.kind == "name" and parser.peek.text == "implied":
+                raise parser.error(f"{name}: 'implied' follows '?' (an unstated shape); a "
+                                   "stated shape needs none")
         elif parser.accept("?"):
             unstated = True
+            if parser.peek.kind == "name" and parser.peek.text == "implied":
+                parser.next()
+                implied = self.string(parser, "the shape the source implies")
         dtype = None
         if parser.peek.kind == "name" and parser.peek.text in DTYPES:
             dtype = parser.next().text
         meaning = self.string(parser, "a meaning") if parser.peek.kind == "string" else ""
-        return (name, family, shape, unstated, dtype, meaning, token.line)
+        return (name, family, shape, unstated, dtype, meaning, token.line, implied)
 
     def declaration(self, parser, token, role, scope):
         parts = self.decl_parts(parser, parser.peek)
         self.end(parser)
-        name, _family, shape, unstated, _dtype, _meaning, line = parts
+        name, _family, shape, unstated, _dtype, _meaning, line, _implied = parts
         if shape is None and not unstated and role != "param":
             raise self.error(f"{role} {name} needs a shape in double quotes (or '?' when the "
                              "source leaves it unstated)", line)
@@ -449,7 +476,8 @@ class _Reader:
         return ("decl", role, parts)
 
     def equation(self, parser: ex.Parser, token: ex.Token):
-        name, family, shape, unstated, dtype, meaning, line = self.decl_parts(parser, token)
+        name, family, shape, unstated, dtype, meaning, line, _implied = \
+            self.decl_parts(parser, token)
         if unstated:
             raise self.error(f"{name}: '?' is for parameters; leave the shape out of an "
                              "equation to have it inferred", line)
@@ -492,10 +520,35 @@ class _Builder:
             blocks[name] = Block(name, local, input_decls, output, records, self.file,
                                  line.number)
         records = self.scope(body, symbols, block_names, [], "the model", outputs=r.outputs)
+        self.check_reused(records, blocks)
         name = r.name or (Path(self.file).stem if self.file else "spec")
         digest = hashlib.sha256(r.text.encode()).hexdigest()[:16]
         return Spec(name, r.title, self.file, dict(r.dims), dict(r.choices), blocks, records,
                     list(r.outputs), digest)
+
+    def check_reused(self, records: list, blocks: dict[str, Block]) -> None:
+        """Each name a `reused` statement lists is a dim, a tensor (of the model or of any
+        block) or an op of this spec."""
+        known = set(self.r.dims) | set(OPS)
+
+        def collect(statements):
+            for s in statements:
+                if isinstance(s, TensorDecl):
+                    known.add(s.name)
+                elif isinstance(s, When):
+                    collect(s.body)
+                    collect(s.otherwise)
+        collect(records)
+        for block in blocks.values():
+            known.update(block.local_dims)
+            collect(block.inputs)
+            collect(block.body)
+        for s in records:
+            if isinstance(s, Reused):
+                for name in s.names:
+                    if name not in known:
+                        raise self.error(f"reused {s.name}: {name!r} is not a dim, tensor or "
+                                         f"op of this spec{_suggest(name, known)}", s.line)
 
     def check_when(self, when: When) -> None:
         choice = self.r.choices.get(when.choice)
@@ -508,16 +561,19 @@ class _Builder:
                                  f"options: {', '.join(choice.options)}", when.line)
 
     def tensor_decl(self, role: str, parts: tuple, symbols: dict) -> TensorDecl:
-        name, family, shape, unstated, dtype, meaning, line = parts
-        parsed, unstated_family = None, None
+        name, family, shape, unstated, dtype, meaning, line, implied = parts
+        parsed, unstated_family, implied_shape = None, None, None
         if shape is not None:
             parsed = parse_shape(shape, symbols, file=self.file, line=line, family=family)
         elif family is not None and unstated:
             unstated_family = ex.to_sympy(family, symbols, file=self.file, what="family size")
         elif family is not None:
             raise self.error(f"{name}: a family size needs a member shape", line)
+        if implied is not None:
+            implied_shape = parse_shape(implied, symbols, file=self.file, line=line,
+                                        family=family)
         return TensorDecl(name, role, parsed, dtype or "float", meaning, self.file, line,
-                          unstated_family)
+                          unstated_family, implied_shape)
 
     def scope(self, raw: list, symbols: dict, blocks: set, inputs: list[TensorDecl], where: str,
               outputs: list[str]) -> list:
@@ -550,7 +606,7 @@ class _Builder:
             out = []
             converted[id(statements)] = (statements, out)
             for s in statements:
-                if isinstance(s, (Note, Output)):
+                if isinstance(s, (Note, Reused, Output)):
                     out.append(s)
                 elif isinstance(s, When):
                     self.check_when(s)
@@ -588,7 +644,7 @@ class _Builder:
                 elif isinstance(s, _RawEquation):
                     role = "output" if s.name in output_set else "intermediate"
                     decl = self.tensor_decl(role, (s.name, s.family, s.shape, False, s.dtype,
-                                                   s.meaning, s.line), symbols) \
+                                                   s.meaning, s.line, None), symbols) \
                         if (s.shape is not None or s.family is not None) else \
                         TensorDecl(s.name, role, None, s.dtype or "float", s.meaning,
                                    self.file, s.line)

@@ -120,6 +120,19 @@ class Note:
 
 
 @dataclass
+class Reused:
+    """``reused NAME as A, B "what each is"``: the source uses one name for different things,
+    which the spec names A, B (dims, tensors or ops; one name where the spec keeps the clash
+    so that the checker judges it). Reported as a finding of its own."""
+    name: str
+    names: tuple[str, ...]
+    text: str
+    source: str = ""
+    file: str | None = None
+    line: int | None = None
+
+
+@dataclass
 class Output:
     """``output NAME, NAME``: the model's outputs, at the top level or under a top-level
     ``when`` (BERT's pooled vector in place of the vocabulary scores)."""
@@ -138,6 +151,7 @@ class TensorDecl:
     file: str | None = None
     line: int | None = None
     unstated_family: sympy.Basic | None = None   # the family size of an unstated shape
+    implied: Shape | None = None     # an unstated shape that the source's text implies
     start: str | None = None         # a state's first value: the full model's tensor of this
     #                                  name at the same place (what prefill keeps)
 
@@ -225,7 +239,8 @@ class When:
     chain: list = field(default_factory=list, repr=False, compare=False)
 
 
-Statement = Constraint | Let | Note | Output | TensorDecl | Equation | BlockCall | Update | When
+Statement = Constraint | Let | Note | Reused | Output | TensorDecl | Equation | BlockCall | \
+    Update | When
 
 
 @dataclass

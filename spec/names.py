@@ -12,7 +12,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 # imports and helpers), which a tensor, dim or block named the same would shadow.
 RESERVED = frozenset({
     "spec", "source", "note", "dim", "let", "require", "choice", "when", "else", "input",
-    "param", "tensor", "output", "block", "as", "in", "repeat", "float", "int", "bool",
+    "param", "tensor", "output", "block", "as", "in", "repeat", "float", "int", "bool", "reused",
     "state", "update", "cache", "prefill", "decode_step", "StateRecorder", "recorder",
     "require_size", "check_cache", "CACHE_STATES", "require_memory", "MEMORY_LIMIT", "memory_total",
     "params", "np", "xp", "cp", "numpy", "cupy", "scipy", "special", "math", "os", "sys",
@@ -33,7 +33,8 @@ RESERVED = frozenset({
     "launch_rows", "stacked", "ACCUMULATE", "STORAGE",
     "ROWS_PER_BLOCK", "ROWS_PRELUDE", "SOFTMAX_SOURCE", "LAYER_NORM_SOURCE", "GELU_KERNEL",
     "GELU_TANH_KERNEL", "GEMM_SCALARS", "GEMM_TYPES", "ctypes", "resource", "warnings",
-    "weakref", "Optional", "Tuple", "TypedDict", "rounded_to_float16",
+    "weakref", "Optional", "Tuple", "TypedDict", "rounded_to_float16", "inspect",
+    "in_place_or_apart", "checked_axis", "result_into", "widened",
 })
 
 

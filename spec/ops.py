@@ -866,12 +866,14 @@ class PaddingMask(Op):
 class Sinusoidal(Op):
     """sinusoidal_encoding(T, d) or sinusoidal_encoding(T, d, offset): the rows of positions
     pos = offset .. offset + T - 1 (offset a dim expression, 0 when absent) of the table
-    P[pos, 2i] = sin(pos / 10000^(2i/d)), P[pos, 2i+1] = cos(...)."""
+    P[pos, 2i] = sin(pos / 10000^(2i/d)), P[pos, 2i+1] = cos(...).
+
+    Every column is defined on its own, so any width d will do: an odd d ends with a sin
+    column (2i = d - 1) that has no cos partner.
+    """
 
     def infer(self, ctx, args, attrs):
         length, width = args[:2]        # the offset, a scalar, changes no shape
-        ctx.divides(sympy.Integer(2), width.scalar,
-                    "sinusoidal encoding pairs sin and cos columns, so its width must be even")
         return Value(Shape((length.scalar, width.scalar)), "float")
 
     def latex(self, args, attrs):

@@ -264,6 +264,10 @@ def _published(table, text: str, file: str) -> Published | None:
                                file=file, line=line)
         if key != "parameters" and not isinstance(value, str):
             raise VariantError(f"[published] {key} must be a string", file=file, line=line)
+        control = next((c for c in value if hidden(c)), None) if key != "parameters" else None
+        if control is not None:             # the docs place it as one line of text
+            raise VariantError(f"[published] {key} holds the {hidden_kind(control)} "
+                               f"U+{ord(control):04X}", file=file, line=line)
     if "parameters" not in table or "source" not in table:
         raise VariantError("[published] needs parameters and source", file=file,
                            line=_line_of(text, None, "published"))

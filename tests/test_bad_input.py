@@ -56,6 +56,30 @@ def test_declared_tensor_without_a_shape():
         parse(HEADER + 'tensor Y\n')
 
 
+@pytest.mark.parametrize("text, error, expected", [
+    (HEADER + 'input X "B T d" implied "B T d"\n', SpecSyntaxError,
+     "t.tspec:4:17: X: 'implied' follows '?' (an unstated shape); a stated shape needs none"),
+    (HEADER + 'input X ? implied\n', SpecSyntaxError,
+     "t.tspec:4:18: expected the shape the source implies in double quotes"),
+    (HEADER + 'input X ? implied "B e"\n', SpecError,
+     "t.tspec:4: bad shape token 'e' in \"B e\": unknown dim 'e' in shape \"B e\""),
+    (HEADER + 'reused T as T, Tx "x"\n', SpecError,
+     "t.tspec:4: reused T: 'Tx' is not a dim, tensor or op of this spec; did you mean 'T'?"),
+    (HEADER + 'reused T as T, T "x"\n', SpecError, "t.tspec:4: reused T: a name is listed twice"),
+    (HEADER + 'reused T T "x"\n', SpecSyntaxError,
+     "t.tspec:4:10: expected 'as' and the names this spec gives its meanings, found 'T'"),
+    (HEADER + 'reused T as T\n', SpecSyntaxError,
+     "t.tspec:4:14: expected what each is in double quotes"),
+    (HEADER + 'choice c = a | b\nwhen c == a:\n    reused T as T "x"\n', SpecError,
+     "t.tspec:6: 'reused' is about the source's names: it belongs at the top level"),
+    (HEADER + 'input X "B"\nreused "B" = relu(X)\n', SpecSyntaxError,
+     "t.tspec:5:8: expected the source's name, found '\"B\"'"),
+])
+def test_implied_shapes_and_reused_names_are_checked(text, error, expected):
+    with raises(error, expected):
+        parse(text)
+
+
 def test_syntax_error_carries_line_and_column():
     with pytest.raises(SpecSyntaxError) as info:
         parse(HEADER + 'input X "B T d"\nY "B T d" = relu(X))\n')

@@ -310,15 +310,25 @@ def test_a_fully_masked_row_gives_zero_weights_not_nan():
     assert (A_h[:, 1] == 0).all() and np.allclose(A_h[:, 0].sum(-1), 1)
 
 
-def test_positional_encoding_is_the_seeds_formula():
-    module = generated()
-    P = module.positional_encoding(7, 6, np.float64)
-    for pos in range(7):
-        for i in range(3):
-            assert P[pos, 2 * i] == pytest.approx(math.sin(pos / 10000 ** (2 * i / 6)), abs=1e-15)
-            assert P[pos, 2 * i + 1] == pytest.approx(math.cos(pos / 10000 ** (2 * i / 6)),
-                                                      abs=1e-15)
-    assert module.positional_encoding(3, 4, np.float32).dtype == np.float32
+def sinusoidal_loop(T, d, offset=0):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) for
+    pos = offset .. offset + T - 1, entry by entry in float64 (an odd d ends with a sin)."""
+    P = np.empty((T, d))
+    for row, pos in enumerate(range(offset, offset + T)):
+        for column in range(d):
+            angle = pos / 10000 ** (2 * (column // 2) / d)
+            P[row, column] = math.sin(angle) if column % 2 == 0 else math.cos(angle)
+    return P
+
+
+@pytest.mark.parametrize("T, d, offset", [(7, 6, 0), (7, 7, 0), (4, 1, 0), (3, 2, 0),
+                                          (5, 9, 4), (2, 8, 11), (1, 3, 30)])
+def test_positional_encoding_is_the_seeds_formula_for_odd_and_even_widths(T, d, offset):
+    table = generated().positional_encoding
+    np.testing.assert_allclose(table(T, d, np.float64, offset=offset),
+                               sinusoidal_loop(T, d, offset), rtol=0, atol=1e-15)
+    P32 = table(T, d, np.float32, offset=offset)
+    assert P32.dtype == np.float32 and P32.shape == (T, d)
 
 
 def test_exact_and_tanh_gelu_against_the_normal_cdf():
@@ -546,7 +556,9 @@ def variants(draw):
                for name, choice in SPEC.choices.items()}
     choices["decoding"] = "full"      # the step is drawn in test_decoding, against this forward
     H = draw(st.integers(1, 3))
-    d_model = H * 2 * draw(st.integers(1, 3))
+    # rotary positions turn pairs of a head's features (d_k even); the others take any width
+    d_model = H * (2 * draw(st.integers(1, 3)) if choices["positional"] == "rotary" else
+                   draw(st.integers(1, 6)))
     T, T_dec = draw(st.integers(1, 5)), draw(st.integers(1, 5))
     dims = {"B": draw(st.integers(1, 3)), "T": T, "T_dec": T_dec, "d_model": d_model, "H": H,
             "d_ff": draw(st.integers(1, 9)), "V": draw(st.integers(2, 9)),
@@ -574,6 +586,9 @@ _SMALL = {"B": 2, "T": 3, "T_dec": 4, "d_model": 8, "H": 2, "H_kv": 1, "d_ff": 5
 @example(({**_MODERN, "arch": "decoder_only", "norm": "pre"}, _SMALL))
 @example(({**_MODERN, "arch": "encoder_decoder", "norm": "post"}, _SMALL))
 @example(({**_MODERN, "arch": "encoder_only", "norm": "pre"}, {**_SMALL, "H_kv": 2}))
+# the seeds' model at an odd width: the sinusoidal table's last column is a sin
+@example(({name: choice.options[0] for name, choice in SPEC.choices.items()},
+          {**{k: v for k, v in _SMALL.items() if k != "H_kv"}, "d_model": 9, "H": 3}))
 def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(variant):
     choices, dims = variant
     variant_object = api.load("transformer", [f"{k}={v}" for k, v in {**choices, **dims}.items()])
@@ -734,7 +749,9 @@ ATTENTION = ('dim B "b"\ndim T_q "q"\ndim T_kv "k"\ndim d "d"\n'
 @pytest.mark.parametrize("scores, axis, blocked", [
     ("Q @ K.T / sqrt(d) + L", -1, True),
     ("Q @ K.T * 2 + L", -1, True),
+    ("Q @ K.T / sqrt(d) + L", 2, True),        # the last axis, counted from the first
     ("Q @ K.T / sqrt(d) + L", 1, False),       # softmax over the query rows
+    ("Q @ K.T / sqrt(d) + L", -2, False),
     ("L + Q @ K.T", -1, False),                # the mask not the last term: not recognised
     ("Q @ K.T * L", -1, False),                # no additive mask
 ])

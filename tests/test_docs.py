@@ -209,3 +209,13 @@ def test_variant_text_is_escaped_in_html(tmp_path):
     page = docs.files([api.load(str(path))], "html")["hostile.html"]
     assert "<script>" not in page
     assert "<h1>hostile: &lt;script&gt;alert(1)&lt;/script&gt; &amp; more</h1>" in page
+
+
+def test_a_spec_without_a_batch_or_a_sequence_has_no_per_token_figures(tmp_path):
+    # per token divides by B T (or B T_dec); a spec with neither used to be a KeyError
+    path = tmp_path / "s.tspec"
+    path.write_text('dim n "count" = 3\ndim m "more"\nlet m = 2*n + 1\ninput X "n m"\n'
+                    'param W "m m"\nY "n m" = X @ W\noutput Y\n')
+    page = docs.files([api.load(path)], "md")["s.md"]
+    assert "| matrix products | $2 m^{2} n$ | 294 | — |\n" in page
+    assert "| total | $2 m^{2} n$ | 294 | — |\n" in page

@@ -46,6 +46,20 @@ def test_shape_mismatch():
            hint='declare Y as "B T d", or fix the equation')
 
 
+def test_shape_mismatch_quotes_the_claim_as_written_leading_unit_axes_included():
+    # "1 T d" broadcasts like "T d", so it is compared so; but the report quotes the claim and
+    # counts its axes as the spec writes them
+    finding = only(HEADER + 'dim U "other length"\nP "1 T d" = sinusoidal_encoding(U, d)\n')
+    expect(finding, kind="shape-mismatch",
+           message="P is declared 1 T d but its equation gives U d (axis 1)", line=5,
+           equation="P = sinusoidal_encoding(U, d)", tensor="P", expected="1 T d",
+           inferred="U d", counterexample={"T": 2, "U": 1},
+           hint='declare P as "U d", or fix the equation')
+    finding = only(HEADER + 'input X "B T d"\nY "1 B T d d" = relu(X)\n')
+    assert (finding.message, finding.expected) == (
+        "Y is declared with rank 5 but its equation gives rank 3", "1 B T d d")
+
+
 def test_shape_mismatch_of_rank():
     finding = only(HEADER + 'input X "B T d"\nY "B T" = relu(X)\n')
     expect(finding, kind="shape-mismatch",
@@ -131,12 +145,19 @@ def test_not_divisible():
            hint="add the constraint `require d % H == 0`")
 
 
-def test_not_divisible_sinusoidal_width():
-    finding = only(HEADER + 'P "T d" = sinusoidal_encoding(T, d)\n')
+def test_sinusoidal_encoding_takes_any_width():
+    # each column is its own sin or cos, so an odd width (ending with a sin column) is fine
+    assert findings_of(HEADER + 'P "T d" = sinusoidal_encoding(T, d)\n'
+                       'P_later "T d" = sinusoidal_encoding(T, d, T)\noutput P, P_later\n') == []
+
+
+def test_not_divisible_rotary_width():
+    # rotary turns feature i with feature i + d/2: without an even width there is no pairing
+    finding = only(HEADER + 'input X "T d"\nY "T d" = rotary(X)\n')
     expect(finding, kind="not-divisible",
-           message="sinusoidal encoding pairs sin and cos columns, so its width must be even: "
-                   "2 must divide d", line=4, equation="P = sinusoidal_encoding(T, d)",
-           tensor="P", counterexample={"d": 1}, hint="add the constraint `require d % 2 == 0`")
+           message="rotary turns pairs of features, so the width must be even: 2 must divide d",
+           line=5, equation="Y = rotary(X)", tensor="Y", counterexample={"d": 1},
+           hint="add the constraint `require d % 2 == 0`")
 
 
 def test_not_integral():
@@ -276,6 +297,55 @@ def test_unstated_shape_with_a_width_the_spec_never_names():
            message="parameter E has no stated shape; its uses require (k1, d); k1 is a width "
                    "the spec never names", line=4, tensor="E", inferred="k1 d",
            hint='declare it: param E "k1 d", after declaring dim k1')
+
+
+def test_unstated_shape_that_its_source_implies():
+    # a positional encoding added per position: the source implies (T, d); the smallest
+    # shape its use accepts, (d), is a remark
+    finding = only(HEADER + 'input X "B T d"\ninput P ? implied "T d" "positions"\n'
+                   'Y "B T d" = X + P\n')
+    expect(finding, kind="unstated-shape",
+           message="input P has no stated shape; its source implies (T, d); its uses require "
+                   "(d); any shape that broadcasts to (B, T, d) fits, and this is the smallest",
+           line=5, tensor="P", inferred="T d", hint='declare it: input P "T d"')
+    # a width the uses leave free is named by what the source implies
+    finding = only(HEADER + 'dim V "vocabulary"\nparam E ? implied "V d"\ninput t "B T" int\n'
+                   'X "B T d" = E[t]\n')
+    assert (finding.message, finding.inferred, finding.hint) == (
+        ("parameter E has no stated shape; its source implies (V, d); its uses require (k1, d); "
+        "k1 is a width the spec never names"), "V d", 'declare it: param E "V d"')
+
+
+@pytest.mark.parametrize("implied, needs", [
+    ("d T", "d, or a shape that broadcasts to B T d"),     # the wrong axis last
+    ("B B T d", "d, or a shape that broadcasts to B T d"),  # more axes than the sum has
+    ("2 d", "d, or a shape that broadcasts to B T d"),      # neither T nor 1 in front
+])
+def test_an_implied_shape_its_uses_do_not_accept_is_a_finding(implied, needs):
+    found = findings_of(HEADER + f'input X "B T d"\ninput P ? implied "{implied}"\n'
+                        'Y "B T d" = X + P\n')
+    assert [(f.kind, f.line, f.message, f.expected) for f in found] == [
+        ("shape-mismatch", 5, (f"P: the shape its source implies, {implied}, does not fit its "
+         f"uses: they require {needs}"), implied),
+        ("unstated-shape", 5, ("input P has no stated shape; its uses require (d); any shape "
+         "that broadcasts to (B, T, d) fits, and this is the smallest"), None)]
+    # a matmul operand broadcasts nothing: the implied shape is the one its use requires
+    found = findings_of(HEADER + 'input X "B T d"\nparam W ? implied "d T"\nY "B T d" = X @ W\n')
+    assert next((f.kind, f.message) for f in found) == (
+        "shape-mismatch", ("W: the shape its source implies, d T, does not fit its uses: they "
+        "require d d"))
+
+
+def test_name_reused():
+    finding = only(HEADER + 'dim V "vocabulary size"\ninput X "B T d"\nY "B T d" = X\n'
+                   'source "a note, section 2"\n'
+                   'reused V as V, Y "V is the vocabulary size and the values"\n')
+    expect(finding, kind="name-reused", line=8,
+           message="the source uses the name V for different things: V is the vocabulary size "
+                   "and the values", hint="give each its own name (this spec names them V, Y)")
+    finding = only(HEADER + 'input Q "T d"\nreused Q as Q "the queries and the input"\n')
+    assert finding.hint == ("give each its own name (this spec keeps the one name Q, so that "
+                            "the checker judges how its uses clash)")
 
 
 def test_constraint_violated():

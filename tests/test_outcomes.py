@@ -363,7 +363,7 @@ def test_a_spec_path_that_is_not_utf8_runs_and_is_shown_escaped(capsys, tmp_path
     assert "Y  1 x 4" in out.splitlines()
     assert run(capsys, "docs", str(path), "--format", "md", "--out", str(tmp_path / "d"))[0] == 0
     page = (tmp_path / "d" / "s.md").read_text(encoding="utf-8")
-    assert f"from {tmp_path}/bad\\xff.tspec (sha256 " in page
+    assert f"from {tmp_path}/bad\\\\xff.tspec (sha256 " in page   # Markdown: \\ is a backslash
 
 
 NOT_PLAIN = "is not a plain identifier (ASCII letter first, then letters, digits, underscores)"
@@ -454,7 +454,7 @@ def test_docs_show_huge_counts_rounded(capsys, huge):
     code, _, err = run(capsys, "docs", str(huge / "a.toml"), "--out", str(huge / "docs"))
     assert (code, err) == (0, "")
     page = (huge / "docs" / "a.md").read_text(encoding="utf-8")
-    assert "| $k$ | huge | ~1.000e7680 | $k = d^{192}$ | — |" in page
+    assert "| $k$ | huge | \\~1.000e7680 | $k = d^{192}$ | — |" in page   # Markdown: \\~ is ~
 
 
 def test_run_refuses_huge_sizes_with_the_estimate_rounded(capsys, huge):

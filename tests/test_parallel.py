@@ -29,7 +29,12 @@ SPEC = api.read_spec(api.BUILTIN_SPEC)
 def module(threads: int, typecheck: bool = False, **choices):
     """A fresh generated module whose pool has ``threads`` workers (1: no pool), with pieces
     and blocks so small that every shared-out path runs on small inputs."""
-    loaded = load_source(source(SPEC, choices), typecheck=typecheck)
+    return on_a_pool(load_source(source(SPEC, choices), typecheck=typecheck), threads)
+
+
+def on_a_pool(loaded, threads: int):
+    """A generated NumPy module, its pool given ``threads`` workers (1: no pool) and its pieces
+    and blocks made so small that every shared-out path runs on small inputs."""
     loaded.WORKERS = threads
     loaded.POOL = ThreadPoolExecutor(threads - 1) if threads > 1 else None
     loaded.PARALLEL_MIN_WORK = 1

@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from arrays import BACKEND_DTYPES, NUMPY, to_numpy
+from arrays import BACKEND_DTYPES, CUPY, NUMPY, needs_cupy, to_numpy
 from compare import TOLERANCES, assert_close, flat
 
 from codegen import checkpoints, weights
@@ -182,6 +182,18 @@ def test_transformer_matches_torch_layer_by_layer(norm, activation, arrays, dtyp
                         expected, dtype)
     assert len(rows) == 5 + N * (5 + 7)      # every layer's sublayers, the stacks, the head
     assert logits.dtype == probs.dtype == untraced.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("T, width, offset", [(9, 8, 0), (9, 7, 0), (4, 1, 0), (5, 7, 6)])
+@pytest.mark.parametrize("arrays", [NUMPY, pytest.param(CUPY, marks=needs_cupy)])
+def test_sinusoidal_table_matches_hugging_face_at_odd_and_even_widths(T, width, offset, arrays):
+    """DistilBERT's fixed position table (XLM's too): sin on the even columns, cos on the
+    odd, at any width; an odd one ends with a sin column. Rows offset .. offset + T - 1."""
+    from transformers.models.distilbert.modeling_distilbert import create_sinusoidal_embeddings
+    reference = create_sinusoidal_embeddings(offset + T, width, torch.empty(offset + T, width))
+    table = generated(arrays.name).positional_encoding(T, width, np.float64, offset=offset)
+    # Hugging Face computes in float64 and stores float32: within half a float32 ulp of 1
+    np.testing.assert_allclose(to_numpy(table), numpy(reference)[offset:], rtol=0, atol=6e-8)
 
 
 @pytest.mark.parametrize("arrays, dtype", BACKEND_DTYPES)

@@ -173,18 +173,30 @@ def choice_values():
 def test_random_valid_variants_check_clean(H, k, d_ff, N, groups, choices):
     transformer = spec.load("transformer").spec
     divisors = [g for g in range(1, H + 1) if H % g == 0]
-    variant = Variant("random", transformer, {"d_model": H * k * 2, "H": H, "d_ff": d_ff,
+    # rotary positions need an even d_k; every other choice takes any multiple of H
+    d_model = H * k * (2 if choices["positional"] == "rotary" else 1)
+    variant = Variant("random", transformer, {"d_model": d_model, "H": H, "d_ff": d_ff,
                                               "N": N, "H_kv": divisors[groups % len(divisors)]},
                       choices)
     report = api.check(variant)
     assert report.ok, [f.text() for f in report.findings]
 
 
+def test_an_odd_width_takes_sinusoidal_positions_but_not_rotary_ones():
+    # the sinusoidal table is defined at every width (an odd one ends with a sin column);
+    # rotary turns pairs of a head's features, so it still needs d_k, here 57, even
+    assert api.check(api.load("base", ["d_model=513", "H=9"])).ok
+    report = api.check(api.load("base", ["d_model=513", "H=9", "positional=rotary"]))
+    assert [(f.kind, f.message) for f in report.findings] == [
+        ("constraint-violated", "d_model=513 is not divisible by 2*H=18")]
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(H=st.sampled_from([3, 4, 5, 6, 7, 8, 12, 16]), half=st.integers(1, 600),
+@given(H=st.sampled_from([3, 4, 5, 6, 7, 8, 12, 16]), width=st.integers(1, 1200),
        choices=choice_values())
-def test_random_divisibility_breaking_variants_have_one_finding(H, half, choices):
-    d_model = 2 * half              # even, so only d_model % H == 0 can break
+def test_random_divisibility_breaking_variants_have_one_finding(H, width, choices):
+    # any width, but an even one under rotary positions (no H makes an odd one valid there)
+    d_model = 2 * width if choices["positional"] == "rotary" else width
     assume(d_model % H != 0)
     transformer = spec.load("transformer").spec
     variant = Variant("random", transformer, {"d_model": d_model, "H": H, "H_kv": 1},
@@ -204,14 +216,14 @@ def test_random_divisibility_breaking_variants_have_one_finding(H, half, choices
 def test_seed_004_reports_the_seeds_shape_mistakes():
     report = api.check("seed_004")
     mismatches = sorted(f.tensor for f in report.findings if f.kind == "shape-mismatch")
-    assert mismatches == ["decoder[i].K_ch", "decoder[i].O_h", "decoder[i].Q_ch",
+    assert mismatches == ["P_dec", "decoder[i].K_ch", "decoder[i].O_h", "decoder[i].Q_ch",
                           "decoder[i].S_ch", "decoder[i].V_ch"]
     o_h = next(f for f in report.findings if f.tensor == "decoder[i].O_h")
     assert o_h.message == ("O_h is declared [H] B T d_v but its equation gives [H] B T_dec d_v "
                            "(axis 1)")
     assert o_h.counterexample == {"T": 2, "T_dec": 1}
     kinds = {f.kind for f in report.findings}
-    assert kinds == {"shape-mismatch", "unstated-shape"}
+    assert kinds == {"shape-mismatch", "unstated-shape", "name-reused"}
 
 
 # ---------------------------------------------------------------------------------------------
