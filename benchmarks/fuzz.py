@@ -49,6 +49,13 @@ Targets:
              HTML, no link but to a sibling page, no code block but Mermaid's, whose every line
              is a node or an edge with its label inside quotes, and no table row with more or
              fewer cells than its header
+    output   spec.cli.main, every command, writing to a standard output that fails (a reader
+             gone, a full device, at once or after some text) or cannot encode (ASCII,
+             Latin-1): 141 and nothing on stderr, or 2 and one line, or the usual outcome
+    printers specs whose derived dims grow to thousands of digits (powers of 40-digit dims),
+             through every command that shows numbers (check, shapes, diff, --grid, docs, run)
+    meanings specs whose free text holds random LaTeX ($x^$, \\frac{, ...), through tspec docs
+             (Markdown and HTML pages, made in memory)
 """
 
 import argparse
@@ -90,7 +97,8 @@ STATUSES = ("result", "ours", "crash", "hang")
 # Shares of --inputs per target: cheap targets get more (the mix keeps 100,000 inputs within
 # about a quarter of an hour on two workers).
 SHARES = {"parse": 0.16, "expr": 0.16, "check": 0.10, "variant": 0.14, "set": 0.10,
-          "grid": 0.10, "weights": 0.18, "cli": 0.06, "docs": 0.01}
+          "grid": 0.10, "weights": 0.18, "cli": 0.06, "docs": 0.01, "output": 0.002,
+          "printers": 0.001, "meanings": 0.005}
 TARGETS = tuple(SHARES)
 CHUNK = 50
 SLOTS = 5            # per worker, shared with the parent: target, chunk start, input, its start,
@@ -1077,6 +1085,8 @@ def make_case(target: str, seed: int, index: int, ctx: Context) -> Case:
         return Case(target, index, gen_argv(rng, ctx))
     if target == "docs":
         return Case(target, index, gen_docs(rng))
+    if target in ONE_LINE_TARGETS:
+        return ONE_LINE_TARGETS[target][0](rng, index, ctx)
     raise ValueError(f"unknown target {target!r}")
 
 
@@ -1197,6 +1207,8 @@ def run_case(case: Case, ctx: Context):
         return run_cli(data, ctx)
     if target == "docs":
         return run_docs(data, ctx)
+    if target in ONE_LINE_TARGETS:
+        return ONE_LINE_TARGETS[target][1](case, ctx)
     raise ValueError(target)
 
 
@@ -1253,6 +1265,155 @@ def judge(case: Case, ctx: Context, time_limit: float) -> tuple[str, str]:
         return "crash", traceback.format_exc()
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line's one-line promise (issues 19 and 20): output that cannot be written,
+# numbers too long to print, LaTeX that does not convert
+
+OUTPUT_KINDS = ("closed", "full", "ascii", "latin-1")
+FULL_DEVICE = "tspec: error: cannot write the output: No space left on device\n"
+
+
+class HostileStdout(io.TextIOBase):
+    """A standard output whose reader goes away ("closed") or whose device fills ("full")
+    after ``room`` characters (None: never)."""
+
+    def __init__(self, kind: str, room: int | None):
+        self.kind, self.room, self.failed = kind, room, False
+
+    def write(self, text: str) -> int:
+        if self.room is not None and len(text) > self.room:
+            self.room, self.failed = 0, True
+            if self.kind == "closed":
+                raise BrokenPipeError(32, "Broken pipe")
+            raise OSError(28, "No space left on device")
+        if self.room is not None:
+            self.room -= len(text)
+        return len(text)
+
+
+def gen_output_case(rng: random.Random, index: int, ctx: Context) -> Case:
+    out = str(ctx.scratch / f"out{rng.randrange(3)}")
+    command = rng.choices(["check", "shapes", "diff", "list", "audit", "docs", "generate",
+                           "run", "grid"], weights=[3, 3, 3, 2, 2, 2, 1, 1, 3])[0]
+    formats = ["--format", rng.choice(["text", "json"])] if rng.random() < 0.4 else []
+    argv = {
+        "check": ["check", rng.choice(["base", "seed_004", "small.tspec", "variant.toml"])],
+        "shapes": ["shapes", rng.choice(["base", "variant.toml", "gpt2_small"]), *formats],
+        "diff": ["diff", *rng.sample(["base", "big", "gpt2_small", "gpt2_medium"], 2),
+                 *formats],
+        "list": ["list"],
+        "audit": ["audit", "--out", f"{out}/audit.md"] + (["--check"] * (rng.random() < 0.3)),
+        "docs": ["docs", "variant.toml", "--format", rng.choice(["md", "html", "all"]), "--out",
+                 f"{out}/docs"] + (["--check"] * (rng.random() < 0.3)),
+        "generate": ["generate", "--backend", "numpy", "--out", f"{out}/generated"],
+        "run": ["run", "variant.toml", "--set", "B=1", "--set", "T=3"],
+        "grid": ["check", "base", "--grid", "H=8,10", "--grid", "d_model=512:768:256",
+                 "--format", rng.choice(["text", "json", "csv"])],
+    }[command]
+    if command == "check" and formats:
+        argv += formats
+    kind = rng.choice(OUTPUT_KINDS)
+    room = rng.choice([0, 1, 17, 300, 5000]) if kind in ("closed", "full") else None
+    return Case("output", index, argv, extra={"output": kind, "room": room})
+
+
+def run_output(case: Case, ctx: Context) -> int:
+    """spec.cli.main with a hostile standard output: a reader gone is 141 and silence, a full
+    device 2 and its one line, an encoding without em dashes the usual outcome."""
+    kind = case.extra["output"]
+    if kind in ("closed", "full"):
+        stdout = HostileStdout(kind, case.extra["room"])
+    else:
+        stdout = io.TextIOWrapper(io.BytesIO(), encoding=kind)
+    err = io.StringIO()
+    here = os.getcwd()
+    os.chdir(ctx.scratch)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(err):
+            status = cli.main(list(case.data))
+    finally:
+        os.chdir(here)
+    text = err.getvalue()
+    if getattr(stdout, "failed", False):
+        if kind == "closed" and (status, text) != (141, ""):
+            raise Crash(f"a reader gone: exit {status}, stderr {text!r} (141 and nothing)")
+        if kind == "full" and (status != 2 or not text.endswith(FULL_DEVICE)):
+            raise Crash(f"a full device: exit {status}, stderr {text!r}")
+        return status
+    if status not in (0, 1, 2):
+        raise Crash(f"exit status {status!r}, stderr {text!r}")
+    if status == 2:
+        if not (text.startswith("tspec: error: ") and text.count("\n") == 1):
+            raise Crash(f"exit 2 without exactly one error line: {text!r}")
+        raise Refused(text.strip())
+    return status
+
+
+def gen_printers_case(rng: random.Random, index: int, ctx: Context) -> Case:
+    """A spec with derived dims k and m of up to 64 * 3 * 40 = 7,680 digits and more, two
+    variants of it, and one command that shows their numbers. (Constraints between such
+    polynomials cost the prover seconds: those are not what this target is for.)"""
+    powers = " * ".join(f"d**{rng.randint(40, 64)}" for _ in range(rng.randint(1, 3)))
+    require = rng.choice(["", "require k <= 3\n", "require k % 7 == 0\n", "require d <= 99\n"])
+    text = (HEADER + f'dim k "huge"\ndim m "huger"\nlet k = {powers}\n'
+            f"let m = k * d + {rng.randint(1, 9)}\n{require}"
+            'input X "B T d" "x"\nparam W "d k" "w"\nparam W2 "k m" "w2"\n'
+            'Y "B T m" "y" = X @ W @ W2\noutput Y\n')
+    sizes = ["9" * rng.randint(36, 40), "9" * rng.randint(1, 40)]   # the first: past 4,300
+    command = rng.choice(["check", "check-json", "shapes", "shapes-json", "diff", "diff-json",
+                          "grid", "grid-csv", "grid-json", "docs", "run"])
+    return Case("printers", index, [text, *sizes, command], ".json")
+
+
+def run_printers(case: Case, ctx: Context):
+    text, a, b, command = case.data
+    stem = ctx.fresh("")
+    spec = stem.with_suffix(".tspec")
+    spec.write_text(text)
+    for name, size in (("a", a), ("b", b)):
+        Path(f"{stem}_{name}.toml").write_text(f'spec = "{spec.name}"\n[dims]\nd = {size}\n')
+    first, second = f"{stem}_a.toml", f"{stem}_b.toml"
+    argv = {"check": ["check", first], "check-json": ["check", first, "--format", "json"],
+            "shapes": ["shapes", first], "shapes-json": ["shapes", first, "--format", "json"],
+            "diff": ["diff", first, second],
+            "diff-json": ["diff", first, second, "--format", "json"],
+            "grid": ["check", str(spec), "--grid", f"d={a},{b}"],
+            "grid-csv": ["check", str(spec), "--grid", f"d={a},{b}", "--format", "csv"],
+            "grid-json": ["check", str(spec), "--grid", f"d={a},{b}", "--format", "json"],
+            "docs": ["docs", first, "--format", "all", "--out", f"{stem}_docs"],
+            "run": ["run", first]}[command]
+    return run_cli(argv, ctx)
+
+
+LATEX = ["$", "$", "x", "^", "_", "{", "}", "{}", "\\frac", "\\sqrt", "\\left(", "\\right)",
+         "\\", "&", "\\begin{matrix}", "\\end{matrix}", "\\begin{", "1", " ", "\\alpha",
+         "\\mathrm", "\\operatorname", "`", "<", ">", "&amp;", "'", "\\\\", "%", "#", "~",
+         "\\limits", "\\sum", "^{", "_{", "\\over", "\\binom", "\\color{red}", "\\text{",
+         "\\hat", "\\,", "\\!", "|", "\\|", "\\{", "\\}", "é", "𝑥", "<script>"]
+
+
+def gen_meanings_case(rng: random.Random, index: int, ctx: Context) -> Case:
+    meanings = ["".join(rng.choice(LATEX) for _ in range(rng.randint(1, 12)))
+                for _ in range(3)]
+    return Case("meanings", index, meanings, ".json")
+
+
+def run_meanings(case: Case, ctx: Context):
+    from codegen import docs
+    first, second, third = (m.replace('"', "'") for m in case.data)
+    text = (f'spec tiny "{first}"\ndim B "batch"\ndim T "length"\ndim d "{second}"\n'
+            f'input X "B T d" "x"\nparam W "d d" "{third}"\nY "B T d" "y" = X @ W\n'
+            "output Y\n")
+    variant = Variant("tiny", language.parse(text, "tiny.tspec"), file="tiny.tspec",
+                      is_spec=True)
+    return docs.files([variant.with_settings(["d=4"])], "all")
+
+
+ONE_LINE_TARGETS = {"output": (gen_output_case, run_output),
+                    "printers": (gen_printers_case, run_printers),
+                    "meanings": (gen_meanings_case, run_meanings)}
 
 
 # ---------------------------------------------------------------------------------------------

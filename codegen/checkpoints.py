@@ -14,9 +14,17 @@ import numpy as np
 from codegen.weights import WeightsError
 
 
-def _array(value) -> np.ndarray:
+def _array(value, what: str, name: str) -> np.ndarray:
+    """An entry of a state dict as a NumPy array; one whose dtype NumPy has no type for (a
+    bfloat16 or float8 tensor) is refused by name, before any parameter is used."""
     if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        try:
+            value = value.numpy()
+        except TypeError:                   # PyTorch: "Got unsupported ScalarType BFloat16"
+            raise WeightsError(f"{what}: entry {name!r} has dtype {value.dtype}, which NumPy "
+                               "has no type for; convert the state dict first, e.g. "
+                               "model.float().state_dict()") from None
     return np.asarray(value)
 
 
@@ -33,7 +41,7 @@ class _Source:
         if name not in self.state:
             raise WeightsError(f"{self.what}: state dict has no entry {name!r}")
         self.used.add(name)
-        return _array(self.state[name])
+        return _array(self.state[name], self.what, name)
 
     def has(self, name: str) -> bool:
         return name in self.state
@@ -90,9 +98,9 @@ def from_torch_transformer(state: dict, *, norm: str, embedding=None,
     read = _Source(state, "nn.Transformer")
     flat: dict[str, np.ndarray] = {}
     if embedding is not None:
-        flat["E"] = _array(embedding)
+        flat["E"] = _array(embedding, "nn.Transformer", "embedding")
     if output is not None:
-        flat["W_out"] = _array(output)
+        flat["W_out"] = _array(output, "nn.Transformer", "output")
     width = read("encoder.layers.0.self_attn.in_proj_weight").shape[1]
     for stack in ("encoder", "decoder"):
         index = 0

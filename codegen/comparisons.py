@@ -10,6 +10,7 @@ from spec import api
 from spec.diff import compare, profile, relative
 from spec.files import where as spec_line
 from spec.model import choices_in_force
+from spec.numbers import integer_text
 from spec.variant import Variant
 
 ARROW = "→"
@@ -83,7 +84,7 @@ def _total(p) -> int | None:
 
 
 def _number(value) -> str:
-    return "—" if value is None else f"{value:,}"
+    return "—" if value is None else integer_text(value, grouped=True)
 
 
 def _change(a, b) -> str:

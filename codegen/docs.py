@@ -44,6 +44,7 @@ from spec.model import (
     concrete_values,
     select,
 )
+from spec.numbers import integer_text
 from spec.prove import evaluate as prove_evaluate
 from spec.variant import Variant
 
@@ -179,7 +180,7 @@ def _dim_rows(spec, choices, values, variant, dims, used) -> list[Row]:
             origin = "free"
         involved = [c.text for c in constraints
                     if name in {str(s) for s in c.relation.free_symbols}]
-        value = f"{values[name]:,}" if name in values else "—"
+        value = _count(values[name]) if name in values else "—"
         rows.append(Row([_symbol(name), dim.meaning, value, origin,
                          "; ".join(f"`{c}`" for c in involved) or "—"]))
     return rows
@@ -193,7 +194,7 @@ def _parameter_rows(bodies, number) -> list[Row]:
         if body.parameters == 0:
             continue
         rows.append(Row([f"`{name}`", _latex(body.parameters),
-                         f"{number(body.parameters):,}"]))
+                         _count(number(body.parameters))]))
     return rows
 
 
@@ -206,8 +207,8 @@ def _parameter_list(spec, choices, bodies, paths, number) -> list[Row]:
         for param, shape, size in body.own_params:
             decl_meaning = _decl_meaning(spec, choices, body, param)
             rows.append(Row([f"`{name}.{param}`", shape.text(), decl_meaning,
-                             f"{number(size):,}", f"{number(copies):,}",
-                             f"{number(size * copies):,}"]))
+                             _count(number(size)), _count(number(copies)),
+                             _count(number(size * copies))]))
     return rows
 
 
@@ -223,7 +224,7 @@ def _flop_rows(spec, model, number, dims, choices) -> list[Row]:
                         ("of which attention (softmax(QK^T/sqrt(d_k) + L) V)",
                          model.flops.attention)):
         total = number(expr)
-        rows.append(Row([label, _latex(expr), f"{total:,}", f"{total / per:,.0f}"]))
+        rows.append(Row([label, _latex(expr), _count(total), _per(total, per)]))
     return rows
 
 
@@ -288,7 +289,7 @@ def _decoding(spec, choices, dims) -> Decoding | None:
         positions, rows,
         [_latex(total * BYTES[DTYPE]), _bytes(_number(total * BYTES[DTYPE], values)),
          _bytes(_number(per_position * BYTES[DTYPE], values))],
-        [_latex(flops), f"{_number(flops, values):,}"])
+        [_latex(flops), _count(_number(flops, values))])
 
 
 def _published(variant: Variant, ours: int) -> list[str]:
@@ -341,8 +342,8 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
         return _number(sympy.sympify(expr).xreplace(binding), values)
 
     def concrete(shape) -> str:
-        sizes = [format(number(d)) for d in
-                 ((shape.family,) if shape.family is not None else ()) + shape.dims]
+        sizes = [integer_text(n) if isinstance(n, int) else format(n) for n in map(number, (
+                 (shape.family,) if shape.family is not None else ()) + shape.dims)]
         return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
 
     equations = []
@@ -365,8 +366,8 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
             output=f"`{step.output}` {step.shape.text()} = {concrete(step.shape)}",
             parameters=params or "none",
             flops_latex=_plain_latex(step.flops.total),
-            flops_number=f"{number(step.flops.total):,}",
-            params_number=f"{number(step.parameters):,}"))
+            flops_number=_count(number(step.flops.total)),
+            params_number=_count(number(step.parameters))))
     inputs = [(d.name, d.shape.text()) for d in body.inputs]
     g = diagram.graph(body, inputs)
     where = spec_line(body.block) if body.block else spec_line(spec)
@@ -439,7 +440,22 @@ def _symbol(name: str) -> str:
 def _bytes(n) -> str:
     if n is FREE:
         return "—"
-    return size_text(n) if n < 2 ** 10 else f"{size_text(n)} ({n:,} bytes)"
+    return size_text(n) if n < 2 ** 10 else f"{size_text(n)} ({_count(n)} bytes)"
+
+
+def _count(n) -> str:
+    """A count as the pages show it: 1,234,567 (rounded past numbers.SHOWN_DIGITS digits), a
+    dash where it needs a free dim."""
+    return integer_text(n, grouped=True) if isinstance(n, int) else f"{n:,}"
+
+
+def _per(total, per) -> str:
+    """``total / per`` to the nearest whole number (both counts; a dash where either needs a
+    free dim); past a float's range, the whole part."""
+    try:
+        return f"{total / per:,.0f}"
+    except OverflowError:
+        return _count(total // per)
 
 
 # -- files

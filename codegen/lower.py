@@ -25,7 +25,7 @@ from codegen.backends import Backend
 from spec.attention import AttentionCore, attention_core
 from spec.check import check, topological
 from spec.counts import BOOL_BYTES, INT_BYTES
-from spec.errors import CodegenError
+from spec.errors import CodegenError, SpecError
 from spec.files import shown, where
 from spec.latex import name_latex
 from spec.model import (
@@ -50,6 +50,7 @@ from spec.model import (
 )
 from spec.model import lets as derived_dims
 from spec.model import outputs as model_outputs
+from spec.names import check_name
 from spec.ops import ACTIVATIONS, ATOM, OPS, SETTINGS, Operand, Unchecked, Value, align, numel, wrap
 from spec.shape import Shape, format_expr
 
@@ -68,6 +69,7 @@ def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
     under ``decoding=step`` (its functions that differ named ``..._step``), and ``prefill``:
     the full forward, whose keys and values start the cache."""
     chosen = spec.choice_values(choices)
+    _require_code_name(spec)
     _require_proved(spec, chosen)
     module = _Lowerer(spec, chosen, backend).module()
     reading = [f.name for f in module.functions if f.cache]
@@ -87,6 +89,16 @@ def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
     if not any(function.cache for function in stepping.functions):
         return module                       # nothing to keep between steps: no decoder
     return _with_decoding(module, stepping, _cache_starts(spec, step, chosen))
+
+
+def _require_code_name(spec: Spec) -> None:
+    """A spec without a `spec NAME` line is named after its file, whose name need not be one
+    generated code can use (``my-spec.tspec``, ``class.tspec``): refused, saying so."""
+    try:
+        check_name(spec.name, "spec")
+    except SpecError as error:
+        raise CodegenError(f"{error.message}; it is the spec's file name, as the spec has no "
+                           '`spec NAME "title"` line: give it one', file=spec.file) from None
 
 
 def _require_proved(spec: Spec, chosen: dict[str, str]) -> None:

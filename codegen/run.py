@@ -1,7 +1,9 @@
 """`tspec run`: a variant's generated forward pass on random (seeded) weights and tokens, and
 with `--decode`, the same sequence decoded step by step from a prompt."""
 
+import contextlib
 import time
+import traceback
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -13,7 +15,7 @@ from codegen.render import render
 from codegen.runtime import load_source
 from spec import counts
 from spec.check import check
-from spec.errors import UsageError
+from spec.errors import RunError, TspecError, UsageError
 from spec.model import (
     NEW,
     PAST,
@@ -33,6 +35,7 @@ from spec.variant import Variant
 
 # sizes for the dims a variant leaves free, so that it can run
 RUN_DEFAULTS = {"B": 2, "T": 32, "T_dec": 32, "V": 1000, "max_len": 512, "V_type": 2}
+MAX_RANK = 64              # axes a NumPy (or CuPy) array may have
 
 
 def with_run_defaults(variant: Variant) -> Variant:
@@ -150,6 +153,11 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
     module = load_source(render(lowered), typecheck=typecheck)
     module.MEMORY_LIMIT = max_memory        # the generated functions' own checks: the same
     shapes = weights.expected_shapes(spec, choices, sizes)
+    inputs_shapes = [(name, shape) for name, shape, _, _ in _inputs(spec, choices, sizes)]
+    for name, shape in [*shapes.items(), *inputs_shapes]:
+        if len(shape) > MAX_RANK:
+            raise UsageError(f"{name} has {len(shape)} axes; arrays have at most {MAX_RANK}, so "
+                             f"{variant.name} cannot run")
     params = weights.random_params(shapes, seed, np.dtype(dtype))
     rng = np.random.default_rng(seed + 1)
     inputs = {}
@@ -202,12 +210,14 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
     keywords = _keywords(prepared, prepared.lowered.entry, prepared.sizes)
     trace: dict = {}
     start = time.perf_counter()
-    result = entry(*prepared.inputs.values(), *_params(prepared, prepared.lowered.entry),
-                   **keywords, trace=trace)
+    with _generated(prepared, variant.name):
+        result = entry(*prepared.inputs.values(), *_params(prepared, prepared.lowered.entry),
+                       **keywords, trace=trace)
     seconds = time.perf_counter() - start
     outputs = result if isinstance(result, tuple) else (result,)
     flat = weights.flatten(trace)
-    decoded = None if decode_steps is None else _decode(prepared, decode_steps, outputs[0])
+    decoded = None if decode_steps is None else _decode(prepared, decode_steps, outputs[0],
+                                                        variant.name)
     return RunResult(prepared.sizes, [(n, tuple(v.shape)) for n, v in flat.items()],
                      dict(zip(model_outputs(spec, prepared.choices), outputs)), seconds,
                      sum(int(np.prod(s)) for s in prepared.shapes.values()), decoded)
@@ -222,10 +232,39 @@ def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
     prepared = _prepare(variant, backend, seed, dtype, typecheck, max_memory)
     _can_decode(prepared, variant.name, steps)
     entry = getattr(prepared.module, prepared.spec.name)
-    full_logits = _first(entry(*prepared.inputs.values(),
-                               *_params(prepared, prepared.lowered.entry),
-                               **_keywords(prepared, prepared.lowered.entry, prepared.sizes)))
-    return _decode(prepared, steps, full_logits)
+    keywords = _keywords(prepared, prepared.lowered.entry, prepared.sizes)
+    with _generated(prepared, variant.name):
+        full_logits = _first(entry(*prepared.inputs.values(),
+                                   *_params(prepared, prepared.lowered.entry), **keywords))
+    return _decode(prepared, steps, full_logits, variant.name)
+
+
+@contextlib.contextmanager
+def _generated(prepared: _Prepared, name: str):
+    """A call into the generated code of variant ``name``: an error raised in it ends as a
+    RunError naming the generated functions it was in (outermost first), on one line; a
+    MemoryError (the code's own memory check, or an allocation that failed) as a UsageError,
+    as the estimate's refusal before the run."""
+    try:
+        yield
+    except TspecError:
+        raise
+    except MemoryError as error:
+        raise UsageError(f"{name}: {_one_line(error) or 'out of memory'}") from None
+    except Exception as error:  # noqa: BLE001 (whatever the generated code raised)
+        generated = prepared.module.__file__
+        functions = []
+        for frame in traceback.extract_tb(error.__traceback__):
+            if frame.filename == generated and not frame.name.startswith("<") and \
+                    frame.name not in functions[-1:]:
+                functions.append(frame.name)
+        where = " > ".join(functions) or "its module"
+        raise RunError(f"{name}: the generated code raised {type(error).__name__} in {where}: "
+                       f"{_one_line(error)}") from None
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
 
 
 def _first(result):
@@ -258,7 +297,8 @@ def _sequence(prepared: _Prepared) -> str:
     return str(dim)
 
 
-def _decode(prepared: _Prepared, steps: int, full_logits) -> DecodeResult:
+def _decode(prepared: _Prepared, steps: int, full_logits, variant_name: str
+            ) -> DecodeResult:
     """Prefill, then one position a step, against the full forward's ``full_logits``."""
     module, sizes = prepared.module, prepared.sizes
     sequence = _sequence(prepared)
@@ -268,9 +308,10 @@ def _decode(prepared: _Prepared, steps: int, full_logits) -> DecodeResult:
     arguments = [_positions(prepared, prepared.choices, name, array, 0, prompt,
                             sizes | {sequence: prompt})
                  for name, array in prepared.inputs.items()]
+    keywords = _keywords(prepared, "prefill", sizes)
     start = time.perf_counter()
-    *outputs, cache = module.prefill(*arguments, *_params(prepared, "prefill"),
-                                     **_keywords(prepared, "prefill", sizes))
+    with _generated(prepared, variant_name):
+        *outputs, cache = module.prefill(*arguments, *_params(prepared, "prefill"), **keywords)
     logits = outputs[0]
     prefill_seconds = time.perf_counter() - start
     step = next(f for f in prepared.lowered.functions if f.name == "decode_step")
@@ -281,9 +322,11 @@ def _decode(prepared: _Prepared, steps: int, full_logits) -> DecodeResult:
         at = sizes | {PAST: position, NEW: 1}
         arguments = [_positions(prepared, stepping, a.name, prepared.inputs[a.name], position,
                                 position + 1, at) for a in step.arguments]
+        keywords = _keywords(prepared, "decode_step", at)
         start = time.perf_counter()
-        logits = _first(module.decode_step(*arguments, *_params(prepared, "decode_step"),
-                                           cache, **_keywords(prepared, "decode_step", at)))
+        with _generated(prepared, variant_name):
+            logits = _first(module.decode_step(*arguments, *_params(prepared, "decode_step"),
+                                               cache, **keywords))
         step_seconds.append(time.perf_counter() - start)
         differences.append(_difference(logits, full_logits, axis, position, position + 1))
     first = weights.flatten(cache)

@@ -24,6 +24,9 @@ from spec.errors import UsageError, VariantError
 from spec.model import BlockCall, Spec, TensorDecl, concrete_values, select
 from spec.prove import evaluate
 
+# the dtypes generated code computes in (no erf, BLAS or CUDA kernel takes float128)
+FLOAT_DTYPES = tuple(np.dtype(name) for name in ("float16", "float32", "float64"))
+
 
 class WeightsError(VariantError):
     """Parameters that do not fit the spec: missing, unexpected, or of the wrong shape."""
@@ -164,6 +167,10 @@ def _check(found: dict[str, tuple], shapes: dict[str, tuple], where: str) -> Non
         if dtype.kind != "f":
             raise WeightsError(f"{where}: parameter {name} has dtype {dtype}; parameters "
                                "are floating point")
+        if dtype not in FLOAT_DTYPES:
+            raise WeightsError(f"{where}: parameter {name} has dtype {dtype}, which the "
+                               "generated code does not compute in; parameters are float16, "
+                               "float32 or float64")
         dtypes.add(dtype)
     if len(dtypes) > 1:
         raise WeightsError(f"{where}: parameters mix dtypes ({', '.join(sorted(map(str, dtypes)))})"

@@ -1119,7 +1119,7 @@ def _is_divisor(symbol, constraints: list[Constraint]) -> bool:
 
 
 def _plain(value):
-    return int(value) if getattr(value, "denominator", 1) == 1 else str(value)
+    return int(value) if getattr(value, "denominator", 1) == 1 else format_value(value)
 
 
 def _violation_message(relation, values: dict) -> str:
@@ -1127,7 +1127,8 @@ def _violation_message(relation, values: dict) -> str:
             relation.rhs == 0:
         n, d = relation.lhs.args
         return f"{_valued(n, values)} is not divisible by {_valued(d, values)}"
-    shown = ", ".join(f"{s}={_plain(values[s])}" for s in sorted(relation.free_symbols, key=str))
+    shown = ", ".join(f"{s}={format_value(_plain(values[s]))}"
+                      for s in sorted(relation.free_symbols, key=str))
     return f"{_relation_text(relation)} does not hold for {shown}"
 
 
@@ -1135,7 +1136,7 @@ def _valued(expr, values: dict) -> str:
     """`H=10` for a dim or expression, `2` for a number."""
     if expr.is_number:
         return format_expr(expr)
-    return f"{format_expr(expr)}={_plain(evaluate(expr, values))}"
+    return f"{format_expr(expr)}={format_value(_plain(evaluate(expr, values)))}"
 
 
 def _relation_text(relation) -> str:

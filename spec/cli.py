@@ -13,15 +13,17 @@
               [--decode STEPS] [--max-memory SIZE]
 
 Exit status: 0 when everything is proved, 1 when there are findings (or, for `audit --check`,
-a stale report; for a grid, an invalid combination; for `diff`, a difference), 2 on bad usage
-or unreadable input (with a one-line error, never a traceback), 141 when the reader of the
-output went away (`tspec check | head`).
+a stale report; for a grid, an invalid combination; for `diff`, a difference; for `run`, an
+error the generated code raised as it ran), 2 on bad usage, unreadable input or a file or
+output that cannot be written (with a one-line error, never a traceback), 130 when stopped by
+Ctrl-C, 141 when the reader of the output went away (`tspec check | head`).
 """
 
 import argparse
 import os
 import re
 import sys
+import traceback
 from pathlib import Path
 
 from spec import api, counts, limits
@@ -32,7 +34,9 @@ from spec.model import choices_in_force
 from spec.model import lets as derived_dims
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130     # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 EXIT_BROKEN_PIPE = 141     # 128 + SIGPIPE, as a shell reports `yes | head`
+EXIT_INTERNAL = 70         # EX_SOFTWARE: a defect of tspec's own, never of the input
 
 
 def _one_line(message: str) -> str:
@@ -151,35 +155,147 @@ def _settings(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run one command and return its exit status (argparse's own exits, --help and usage
+    errors, raise SystemExit as usual). Every outcome of every command is turned into the
+    status and at most one line on stderr here, and the output is flushed here, so that what
+    goes wrong writing it (the reader went away, a full device) is handled once for all."""
+    output = _Output(sys.stdout)
+    sys.stdout = output
     try:
-        if args.command == "check":
-            return _check(args)
-        if args.command == "shapes":
-            return _shapes(args)
-        if args.command == "diff":
-            return _diff(args)
-        if args.command == "audit":
-            return _audit(args)
-        if args.command == "generate":
-            return _generate(args)
-        if args.command == "run":
-            return _run(args)
-        if args.command == "docs":
-            return _docs(args)
+        try:
+            code = _command(argv)
+        except SystemExit as stop:          # argparse: after --help or a usage error
+            code = _flushed(output, stop.code)
+            raise SystemExit(code) from None
+        except BaseException as error:      # noqa: BLE001 (each kind is judged in _failure)
+            code = _failure(error, output)
+        return _flushed(output, code)
+    finally:
+        sys.stdout = output.stream
+
+
+def _command(argv: list[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "list":
         return _list()
-    except TspecError as error:
+    return {"check": _check, "shapes": _shapes, "diff": _diff, "audit": _audit,
+            "generate": _generate, "run": _run, "docs": _docs}[args.command](args)
+
+
+class _OutputFailed(Exception):
+    """Writing standard output failed (the OSError is its cause): not a file the command
+    writes, whose errors name their path."""
+
+
+class _Output:
+    """Standard output while a command runs: a failed write raises _OutputFailed, and text the
+    stream cannot encode (an em dash on an ASCII or Latin-1 terminal) is written with
+    backslash escapes (\\u2014), as Python writes it to stderr, instead of failing."""
+
+    def __init__(self, stream):
+        self.stream = stream          # None where the process started with stdout closed
+        self.abandoned = False        # after a failure: nothing more is written
+
+    def write(self, text: str) -> int:
+        if self.stream is None or self.abandoned:
+            return len(text)
+        try:
+            try:
+                return self.stream.write(text)
+            except UnicodeEncodeError:  # raised before anything is written
+                encoding = self.stream.encoding
+                return self.stream.write(text.encode(encoding, "backslashreplace")
+                                         .decode(encoding))
+        except OSError as error:
+            raise _OutputFailed() from error
+
+    def flush(self) -> None:
+        if self.stream is None or self.abandoned:
+            return
+        try:
+            self.stream.flush()
+        except OSError as error:
+            raise _OutputFailed() from error
+
+    def abandon(self) -> None:
+        """Point the stream's file at /dev/null, as Python's documentation advises after a
+        broken pipe: what is still buffered goes nowhere, and the interpreter's own flush at
+        exit cannot fail again ("Exception ignored ... BrokenPipeError", exit 120)."""
+        self.abandoned = True
+        try:
+            descriptor = self.stream.fileno()
+        except (AttributeError, OSError, ValueError):   # no file: an in-memory stream
+            return
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, descriptor)
+        os.close(devnull)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def _flushed(output: _Output, code):
+    """``code`` once the output is written out; 141 when its reader went away, 2 when it
+    cannot be written (a full device)."""
+    try:
+        output.flush()
+        return code
+    except _OutputFailed as failed:
+        return _failure(failed, output)
+    except KeyboardInterrupt as error:
+        return _failure(error, output)
+
+
+def _failure(error: BaseException, output: _Output) -> int:
+    """The exit status of a command that raised ``error``, its one line said on stderr."""
+    if isinstance(error, _OutputFailed):
+        output.abandon()
+        if isinstance(error.__cause__, BrokenPipeError):
+            return EXIT_BROKEN_PIPE           # the reader went away (tspec check | head)
+        return _error(f"cannot write the output: {_reason(error.__cause__)}")
+    if isinstance(error, KeyboardInterrupt):
+        try:
+            output.flush()
+        except _OutputFailed:
+            output.abandon()
+        _say("tspec: interrupted")
+        return EXIT_INTERRUPTED
+    if isinstance(error, TspecError):
         if error.file:
             error.file = display_path(error.file)
-        print(f"tspec: error: {_one_line(str(error))}", file=sys.stderr)
-        return EXIT_USAGE
-    except RecursionError:
-        print("tspec: error: the spec nests too deeply to check", file=sys.stderr)
-        return EXIT_USAGE
-    except BrokenPipeError:
-        # the reader went away (tspec check | head): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
+        return _error(str(error), error.exit_status)
+    if isinstance(error, RecursionError):
+        return _error("the spec nests too deeply to check")
+    if isinstance(error, OSError):            # one no command turned into ours
+        where = f"{display_path(str(error.filename))}: " if error.filename is not None else ""
+        return _error(f"{where}{_reason(error)}")
+    if isinstance(error, MemoryError):
+        return _error(f"out of memory{': ' if str(error) else ''}{error}")
+    if not isinstance(error, Exception) or os.environ.get("TSPEC_TRACEBACK"):
+        raise error                           # SystemExit and the like; or asked to
+    # a defect of tspec's own: one line still, saying so (TSPEC_TRACEBACK=1 shows where)
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f"at {Path(frames[-1].filename).name}:{frames[-1].lineno}; " if frames else ""
+    _say(f"tspec: internal error: {type(error).__name__}: {_one_line(str(error))} ({where}"
+         "please report it; TSPEC_TRACEBACK=1 shows the traceback)")
+    return EXIT_INTERNAL
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or str(error) or type(error).__name__
+
+
+def _error(message: str, code: int = EXIT_USAGE) -> int:
+    _say(f"tspec: error: {_one_line(message)}")
+    return code
+
+
+def _say(line: str) -> None:
+    """One line on stderr; where stderr itself cannot be written, nothing more can be said."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _check(args) -> int:

@@ -37,6 +37,7 @@ from spec.model import (
     local_binding,
     select,
 )
+from spec.numbers import integer_text
 from spec.ops import OPS, Unchecked, Value, numel
 from spec.prove import evaluate as prove_evaluate
 from spec.shape import Shape
@@ -233,8 +234,11 @@ def size_text(n: int) -> str:
     """A number of bytes as the docs and errors show it: 1.5 GiB, 640.0 KiB, 12 bytes."""
     for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
         if n >= size:
-            return f"{n / size:,.1f} {unit}"
-    return f"{n:,} bytes"
+            try:
+                return f"{n / size:,.1f} {unit}"
+            except OverflowError:    # past a float's range: whole units
+                return f"{integer_text(n // size, grouped=True)} {unit}"
+    return f"{integer_text(n, grouped=True)} bytes"
 
 
 def evaluate(expr, spec: Spec, choices: dict[str, str], dims: dict[str, int]) -> int:

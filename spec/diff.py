@@ -19,6 +19,7 @@ from spec.counts import DTYPE, call_paths, costs, free_sizes, used_dims
 from spec.errors import UsageError
 from spec.findings import display_path
 from spec.model import choices_in_force, concrete_values
+from spec.numbers import integer_text
 from spec.prove import evaluate
 from spec.variant import Variant
 
@@ -270,7 +271,7 @@ def _aligned(rows: list[tuple[str, str, str, str]], indent: str = "  ") -> list[
 def _shown(value) -> str:
     if value is None:
         return "—"
-    return f"{value:,}" if isinstance(value, int) else str(value)
+    return integer_text(value, grouped=True) if isinstance(value, int) else str(value)
 
 
 def _change(a, b) -> str:
@@ -278,12 +279,16 @@ def _change(a, b) -> str:
     counted."""
     if not isinstance(a, int) or not isinstance(b, int) or a == b:
         return ""
-    return f"{b - a:+,}" + (f" ({relative(a, b)})" if a else "")
+    return f"{'+' if b > a else '-'}{integer_text(abs(b - a), grouped=True)}" + (
+        f" ({relative(a, b)})" if a else "")
 
 
 def relative(a: int, b: int) -> str:
     """``+300.0%``: how much ``b`` is more than ``a`` (not 0)."""
-    return f"{(b - a) / a:+.1%}"
+    try:
+        return f"{(b - a) / a:+.1%}"
+    except OverflowError:            # past a float's range: in whole percent
+        return f"{'+' if b > a else '-'}{integer_text(abs(b - a) * 100 // abs(a), True)}%"
 
 
 def _describe(variant: Variant) -> str:

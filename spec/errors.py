@@ -9,8 +9,9 @@ Shape problems in a well-formed spec are not errors: they are findings (see ``sp
 import unicodedata
 
 # Unicode categories of the characters that end a line (of Python source, of a terminal's
-# output) or do not show: control and format characters, line and paragraph separators
-HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+# output) or do not show: control and format characters, line and paragraph separators, and
+# lone surrogates (how Python holds a byte of a file name that is not UTF-8; no encoder takes it)
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
 def hidden(char: str) -> bool:
@@ -19,10 +20,12 @@ def hidden(char: str) -> bool:
 
 
 def hidden_kind(char: str) -> str:
-    """What an error calls a hidden character: "line separator", "paragraph separator" or
-    "control character" (format characters too: they are as invisible)."""
+    """What an error calls a hidden character: "line separator", "paragraph separator", "lone
+    surrogate" or "control character" (format characters too: they are as invisible)."""
     if unicodedata.category(char) in ("Zl", "Zp"):
         return unicodedata.name(char).lower()
+    if unicodedata.category(char) == "Cs":
+        return "lone surrogate"
     return "control character"
 
 
@@ -34,6 +37,8 @@ def quoted(text: str) -> str:
 
 class TspecError(Exception):
     """Base class: bad input that tspec refuses, with the place it was found."""
+
+    exit_status = 2           # the command line's: bad usage or unreadable input
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
                  column: int | None = None):
@@ -80,3 +85,11 @@ class GridError(UsageError):
 class LimitError(TspecError):
     """Work past a bound tspec sets so that no input can make it hang or exhaust the machine:
     the checker's time limit, the number of tensors a spec expands to."""
+
+
+class RunError(TspecError):
+    """The generated code of a variant the checker passed raised an error as it ran (`tspec
+    run`): the message names the generated functions it was in. A finding about the model,
+    not bad input: the command line exits 1, as for findings."""
+
+    exit_status = 1

@@ -88,23 +88,30 @@ def _exact(result) -> np.ndarray:
 
 
 def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if not _wide(a, b) and np.all(_float(a) * _float(b) < INT64_SAFE):
+    if not _wide(a, b) and _safe(lambda: _float(a) * _float(b)):
         return a * b
     a, b = _objects(a, b)
     return _exact(a * b)
 
 
 def _sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if not _wide(a, b) and np.all(_float(a) + _float(b) < INT64_SAFE):
+    if not _wide(a, b) and _safe(lambda: _float(a) + _float(b)):
         return a + b
     a, b = _objects(a, b)
     return _exact(a + b)
 
 
 def _power(a: np.ndarray, exponent: int) -> np.ndarray:
-    if not _wide(a) and np.all(_float(a) ** exponent < INT64_SAFE):
+    if not _wide(a) and _safe(lambda: _float(a) ** exponent):
         return a ** exponent
     return _exact(a.astype(object) ** exponent)
+
+
+def _safe(estimate) -> bool:
+    """Whether a result's float estimate is below INT64_SAFE everywhere: one past a float's
+    range is inf, which is not (and is no warning on stderr)."""
+    with np.errstate(over="ignore"):
+        return bool(np.all(estimate() < INT64_SAFE))
 
 
 def _reduced(num: np.ndarray, den: np.ndarray) -> Exact:

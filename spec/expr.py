@@ -421,8 +421,16 @@ def to_sympy(node: Node, symbols: dict[str, sympy.Symbol], *, file: str | None =
         raise fail(n, f"{what}: {to_text(n)!r} is not a dim expression "
                       "(use integers, dim names, + - * / % **)")
 
-    return walk(node)
+    expr = walk(node)
+    if any(abs(number.p) >= _TOO_LONG or number.q >= _TOO_LONG
+           for number in expr.atoms(sympy.Rational)):
+        # each constant and power is within bounds, but their product or sum is not
+        raise fail(node, f"{what}: {to_text(node)} makes a number of more than "
+                         f"{MAX_RESULT_DIGITS} digits")
+    return expr
 
+
+_TOO_LONG = 10 ** MAX_RESULT_DIGITS
 
 _RELATIONS = {
     "==": lambda a, b: sympy.Eq(a, b, evaluate=False),

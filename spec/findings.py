@@ -11,6 +11,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 
+from spec.numbers import shown_json, value_text
+
 # Every kind of finding, with what it means. Tests pin one message per kind.
 KINDS = {
     "shape-mismatch": "an equation's declared shape differs from the shape its ops produce",
@@ -34,11 +36,7 @@ KINDS = {
 
 
 def format_value(value) -> str:
-    if isinstance(value, Fraction):
-        if value.denominator == 1:
-            return str(value.numerator)
-        return f"{value.numerator}/{value.denominator}"
-    return str(value)
+    return value_text(value)
 
 
 @dataclass
@@ -108,4 +106,4 @@ def _pairs(values: dict) -> str:
 
 
 def to_json(payload) -> str:
-    return json.dumps(payload, indent=2, sort_keys=False)
+    return json.dumps(shown_json(payload), indent=2, sort_keys=False)

@@ -36,6 +36,7 @@ from spec.errors import GridError
 from spec.evaluate import Evaluator, Exact, as_integers, free_symbols
 from spec.findings import display_path, format_value
 from spec.model import Constraint, Let, choices_in_force, select
+from spec.numbers import integer_text
 from spec.variant import MAX_DIGITS, Variant, dim_value, shown, unknown_dim
 
 MAX_COMBINATIONS = 1_000_000
@@ -296,7 +297,8 @@ class Grid:
             figures = [point.parameters, point.flops, point.activation_bytes]
             rows.append([str(point.dims[axis.name]) for axis in self.axes]
                         + ["yes" if point.valid else "no"]
-                        + ["—" if f is None else f"{f:,}" for f in figures]
+                        + ["—" if f is None else integer_text(f, grouped=True)
+                           for f in figures]
                         + ["; ".join(b.text() for b in point.breaks)])
         right = len(self.axes) + 4           # numbers right-aligned, valid and breaks left
         widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
@@ -336,7 +338,7 @@ class Grid:
             figures = [point.parameters, point.flops, point.activation_bytes]
             writer.writerow([point.dims[axis.name] for axis in self.axes]
                             + ["true" if point.valid else "false"]
-                            + ["" if f is None else f for f in figures]
+                            + ["" if f is None else integer_text(f) for f in figures]
                             + ["; ".join(b.text() for b in point.breaks)])
         return out.getvalue()
 

@@ -17,6 +17,8 @@ from spec.model import BlockCall, Equation, Let, Spec, TensorDecl, When
 TIME_LIMIT = 60.0            # seconds a check may take by default (the built-in spec: ~0.6)
 MAX_TENSORS = 100_000        # tensors a spec may expand to, every block call its own
 MAX_CALL_DEPTH = 64          # blocks calling blocks calling blocks...
+LONGEST_TIMER = 2 ** 31 - 1  # seconds (68 years): a longer limit is timed by the clock alone,
+#                              as setitimer takes no more on every platform
 
 
 class _Bound:
@@ -73,7 +75,7 @@ class time_limit:
                     raise bound.error()
             self.previous = signal.signal(signal.SIGALRM, expired)
             self.timer = True
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            signal.setitimer(signal.ITIMER_REAL, min(self.seconds, LONGEST_TIMER))
         return self
 
     def __exit__(self, *exception) -> bool:

@@ -13,6 +13,7 @@ import sympy
 
 from spec.errors import SpecError, TspecError
 from spec.expr import Node, parse_expression, to_sympy
+from spec.numbers import expr_text
 
 DTYPES = ("float", "int", "bool")
 
@@ -36,7 +37,7 @@ class Dim:
 @functools.lru_cache(maxsize=4096)
 def format_expr(expr: sympy.Basic) -> str:
     """A dim expression as one shape token: ``H*d_k``, ``d_model/H``, no spaces."""
-    return str(expr).replace(" ", "")
+    return expr_text(expr).replace(" ", "")
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,10 @@ import sys
 
 import pytest
 from command_line import ROOT, run
+from refusals import raises
 
 from spec import api, cli
+from spec.errors import UsageError
 from spec.findings import KINDS
 
 
@@ -305,7 +307,7 @@ def test_write_atomic_leaves_the_old_file_whole_when_writing_fails(tmp_path, mon
     def broken_replace(source, destination):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(files.os, "replace", broken_replace)
-    with pytest.raises(OSError, match="No space left on device"):
+    with raises(UsageError, f"cannot write {target}: No space left on device"):
         files.write_atomic(target, "new\n")
     assert target.read_text(encoding="utf-8") == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.md"]   # no temporary left

@@ -409,3 +409,32 @@ def test_any_text_is_safe_in_html_and_in_a_markdown_cell_or_paragraph(text):
     assert fuzz.page_problems("x.html", html) == []
     row = f"| a | b |\n| --- | --- |\n| {markup.cell(text)} | {markup.cell(text)} |\n\n"
     assert fuzz.page_problems("x.md", row + markup.markdown(text) + "\n") == []
+
+
+# Any text through `tspec docs`, as a command: pages, or one error line
+LATEX = ["costs $x^$ each", "$\\frac$", "$_{$", "${}_&amp;\\right)_x&\\left($", "$\\begin{x}$",
+         "$x$ and $y^{2}$", "$<script>$", "`$x^$`"]
+
+
+@pytest.mark.parametrize("text", HOSTILE + LATEX, ids=[ascii(t[:24]) for t in HOSTILE + LATEX])
+def test_hostile_text_in_the_docs_ends_in_pages_or_one_error_line(tmp_path, capsys, text):
+    path = tmp_path / "t.tspec"
+    path.write_text(SPEC.format(text=text), encoding="utf-8", newline="")
+    code = main(["docs", str(path), "--set", "d=4", "--format", "all", "--out",
+                 str(tmp_path / "docs")])
+    err = capsys.readouterr().err
+    assert code in (0, 2)
+    assert err == "" if code == 0 else err.startswith("tspec: error: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name, shown", [(b"bad\xff.tspec", "bad\\xff.tspec"),
+                                         (b"\xe9t\xe9.tspec", "\\xe9t\\xe9.tspec")])
+def test_a_spec_path_that_is_not_utf8_is_named_by_its_escapes(tmp_path, name, shown):
+    # before: the path's stand-ins for its bytes (lone surrogates) reached the generated
+    # module, which then could not be encoded or compiled
+    path = tmp_path / os.fsdecode(name)
+    path.write_text(SPEC.format(text="plain"))
+    generated = source(parse_file(path), {})
+    assert f"{tmp_path}/{shown}" in generated
+    assert program(generated) == PLAIN
+    compile(generated, "generated.py", "exec")
