@@ -15,6 +15,7 @@ import sympy
 
 from spec import limits
 from spec.errors import SpecError
+from spec.expr import dim_text
 from spec.findings import Finding, format_value
 from spec.limits import TIME_LIMIT, require_tensor_count
 from spec.model import (
@@ -34,6 +35,7 @@ from spec.model import (
     outputs,
     select,
     selections,
+    tensor_names,
 )
 from spec.ops import OPS, Value, join_family
 from spec.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
@@ -104,6 +106,10 @@ class _Scope:
         self.rows: list[TensorRow] = []
         self.equation = None                     # the record being checked, for findings
         self.node = None
+        self.decls: dict[str, TensorDecl] = {}   # the body's declarations, for hints
+        # tensors whose value an earlier finding made doubtful: name -> (the value the spec
+        # declares, the key of that finding), see _Run.follows
+        self.suspect: dict[str, tuple[Value, tuple]] = {}
 
     # -- the Context protocol of spec.ops
     def resolve(self, expr):
@@ -128,26 +134,72 @@ class _Scope:
         if not verdict.proved:
             self.report_claim("operand-mismatch", verdict, f"{what}: {format_expr(a)} vs "
                               f"{format_expr(b)}", [a, b],
-                              hint=_operand_hint(what, a, b))
+                              hint=_operand_hint(what, a, b, self.declared_operands()))
         return a
 
     def divides(self, divisor, n, what):
         divisor, n = self.resolve(divisor), self.resolve(n)
         verdict = self.checker.prover.divides(divisor, n)
         if not verdict.proved:
+            relation = sympy.Eq(sympy.Mod(n, divisor), 0, evaluate=False)
+            hint, suggested = self.checker.constraint_hint(
+                relation, ("divides", divisor, n),
+                f"check that the equation divides {format_expr(n)} by the count it means, "
+                f"and the declared shapes of {self.declared_operands()}")
             self.report_claim("not-divisible", verdict,
                               f"{what}: {format_expr(divisor)} must divide {format_expr(n)}",
-                              [divisor, n], hint=f"add the constraint `require {format_expr(n)} "
-                              f"% {format_expr(divisor)} == 0`")
+                              [divisor, n], hint=hint, suggested=suggested)
 
     def at_most(self, a, b, what):
         a, b = self.resolve(a), self.resolve(b)
         verdict = self.checker.prover.at_most(a, b)
         if not verdict.proved:
+            relation = sympy.LessThan(a, b, evaluate=False)
+            hint, suggested = self.checker.constraint_hint(
+                relation, ("at_most", a, b), self.range_advice(a, b, what))
             self.report_claim("out-of-range", verdict,
                               f"{what}: {format_expr(a)} must not exceed {format_expr(b)}",
-                              [a, b], hint=f"add the constraint `require {format_expr(a)} <= "
-                              f"{format_expr(b)}`")
+                              [a, b], hint=hint, suggested=suggested)
+
+    def declared_operands(self) -> str:
+        """The tensors the op being checked reads, each with the line that declares it:
+        ``X (line 5) and W (line 6)``."""
+        names = []
+        for term in getattr(self.node, "args", ()):
+            names += [n for n in tensor_names(term) if n not in names]
+        shown = [f"{n} (line {self.decls[n].line})" if n in self.decls and
+                 self.decls[n].line is not None else n for n in names]
+        return " and ".join(shown) if len(shown) < 3 else \
+            ", ".join(shown[:-1]) + " and " + shown[-1]
+
+    def range_advice(self, a, b, what: str) -> str:
+        """What to do about ``a <= b`` when no constraint is the fix: for the rows taken from
+        a declared table, its declaration; else the sizes the equation passes."""
+        node = self.node
+        if what.endswith("vs table length") and isinstance(node, OpNode) and \
+                isinstance(node.args[0], TensorRef):
+            table = node.args[0].name
+            decl = self.decls.get(table)
+            where = f" (line {decl.line})" if decl is not None and decl.line is not None \
+                else ""
+            if node.op == "relative_position_bias":
+                return (f"declare {table}{where} with an entry for every relative offset it "
+                        f"serves: its {format_expr(b)} entries do not cover the "
+                        f"{format_expr(a)} needed")
+            return (f"declare {table}{where} with a row for every position it serves: its "
+                    f"{format_expr(b)} rows do not cover {format_expr(a)}")
+        if what.startswith("slice start (rows skipped)"):
+            return (f"the slice's start {format_expr(b)} must be at least 0 for every size "
+                    "the spec allows: check it")
+        if what.startswith("slice start vs stop"):
+            return (f"the slice's stop {format_expr(b)} must be past its start "
+                    f"{format_expr(a - 1)} for every size the spec allows: check both")
+        if "queries (the last positions of the keys) vs keys" in what:
+            return (f"the queries ({format_expr(a)}) are the last positions of the keys "
+                    f"({format_expr(b)}), so never more: check the lengths the equation "
+                    "passes, queries first")
+        return (f"{format_expr(a)} can exceed {format_expr(b)} for sizes the spec allows: "
+                "check the sizes the equation passes")
 
     def resolve_shape(self, shape: Shape) -> Shape:
         if not self.unknowns:
@@ -176,14 +228,14 @@ class _Scope:
 
     def report_claim(self, kind: str, verdict: Verdict, message: str, exprs: list,
                      hint: str = "", expected: str | None = None,
-                     inferred: str | None = None) -> None:
+                     inferred: str | None = None, suggested=None) -> None:
         if verdict.unknown:
             kind = "unproved"
             message += f" (not proved, and no counterexample with every dim up to {SEARCH_MAX})"
-        self.finding(kind, message, verdict, exprs, hint, expected, inferred)
+        self.finding(kind, message, verdict, exprs, hint, expected, inferred, suggested)
 
     def finding(self, kind, message, verdict: Verdict | None, exprs, hint="", expected=None,
-                inferred=None):
+                inferred=None, suggested=None):
         record = self.equation
         symbols = set()
         for e in exprs:
@@ -194,18 +246,21 @@ class _Scope:
             tensor=self.qualified(record.output), expected=expected, inferred=inferred,
             counterexample=dict(verdict.counterexample) if verdict and verdict.counterexample
             else None,
-            dims=self.checker.dim_values(symbols), hint=hint))
+            dims=self.checker.dim_values(symbols), hint=hint, suggested=suggested))
 
 
-def _operand_hint(what: str, a, b) -> str:
+def _operand_hint(what: str, a, b, declared: str) -> str:
+    shapes = f"the declared shapes of {declared}" if declared else "the declared shapes"
     if what.startswith("matmul inner"):
         return ("the last axis of the left operand must equal the second-to-last of the "
-                "right: check the declared shapes of both, or transpose one")
+                f"right: check {shapes}, or transpose one")
     if "family" in what:
-        return "both operands must be families of the same size"
-    if "layer_norm" in what:
-        return "LayerNorm's gain and bias have the normalised (last) axis's width"
-    return f"make {format_expr(a)} and {format_expr(b)} the same dim, or broadcast with a 1"
+        return f"both operands must be families of the same size: check {shapes}"
+    if what.startswith(("layer_norm", "rms_norm")):
+        return ("a normalisation's gain and bias have the width of its input's last axis: "
+                f"check {shapes}")
+    return (f"{format_expr(a)} and {format_expr(b)} must be the same size (or one of them 1, "
+            f"to broadcast): check {shapes}")
 
 
 class _Run:
@@ -256,6 +311,33 @@ class _Run:
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
 
+    def constraint_hint(self, relation, claim: tuple, otherwise: str) -> tuple[str, object]:
+        """The hint for a claim a constraint could settle, and the constraint it suggests:
+        ``add the constraint `require ...``` when ``relation`` is a fix (see ``offers``),
+        else ``otherwise`` and None."""
+        if self.offers(relation, claim):
+            return f"add the constraint `require {dim_text(relation)}`", relation
+        return otherwise, None
+
+    def offers(self, relation, claim: tuple) -> bool:
+        """Whether adding ``relation`` as a constraint fixes ``claim`` (a Prover method's name
+        and arguments): it must not merely tie the lengths of the model's inputs together
+        (``require T <= T_dec`` would hide a mistake, not fix it), some sizes the spec allows
+        must meet it together with every other constraint (a witness from the prover's
+        search), and under it the claim must be proved."""
+        if not isinstance(relation, sympy.core.relational.Relational) or \
+                relation.free_symbols <= _input_dims(self.spec):
+            return False
+        key = ("offers", self.prover_key, relation, claim)
+        answer = self.record_cache.get(key)
+        if answer is None:
+            prover = Prover(self.prover.dims, self.prover.constraints + [relation],
+                            self.prover.lets, self.prover.values)
+            method, *args = claim
+            answer = self.record_cache[key] = prover.satisfiable() == "yes" and \
+                getattr(prover, method)(*args).proved
+        return answer
+
     def dim_values(self, symbols: set) -> dict:
         """The values of the dims involved, where the run has them (a variant)."""
         if not self.value_map:
@@ -283,17 +365,17 @@ class _Run:
             if failure is None:
                 continue
             kind, verdict, what = failure
-            numerator, denominator = sympy.fraction(sympy.together(let.expr))
-            hint = (f"add the constraint `require {format_expr(numerator)} % "
-                    f"{format_expr(denominator)} == 0`") if kind == "not-integral" else \
-                f"add the constraint `require {let.text} >= 1`"
+            hint, suggested = self.size_hint(
+                kind, let.expr, f"redefine {let.dim}: no constraint to add makes it {what} "
+                "for every size the spec allows")
             self.add(Finding(
                 kind="unproved" if verdict.unknown else kind,
                 message=f"derived dim {let.dim} = {let.text} is not {what} for every "
                         "size the constraints allow",
                 file=let.file, line=let.line, equation=f"let {let.dim} = {let.text}",
                 counterexample=dict(verdict.counterexample) if verdict.counterexample
-                else None, dims=self.dim_values(let.expr.free_symbols), hint=hint))
+                else None, dims=self.dim_values(let.expr.free_symbols), hint=hint,
+                suggested=suggested))
         scope = _Scope(self, "", {}, None)
         self.check_body(scope, select(self.spec.body, self.choices), [],
                         outputs(self.spec, self.choices), "the model")
@@ -393,16 +475,22 @@ class _Run:
         return len(undefined)
 
     def nearest_hint(self, involved: list, given: dict) -> str:
-        """Valid values near the given ones, one dim at a time, others held fixed."""
+        """Valid values near the given ones, one dim at a time, others held fixed.
+
+        A candidate is judged by the constraints and derived dims that hold at the given
+        values, and by those the dim takes part in: one that fails whatever this dim is (a
+        second broken constraint) is no reason to refuse a candidate."""
         parts = []
         order = sorted((s for s in involved if s in given),
                        key=lambda s: (0 if _is_divisor(s, self.constraints) else 1, str(s)))
+        failing = self.failing(given)
         for symbol in order:
+            ignored = [item for item in failing if symbol not in self.base_symbols(item)]
             value = given[symbol]
             below = next((v for v in range(value - 1, max(0, value - NEAREST_WINDOW), -1)
-                          if self.valid({**given, symbol: v})), None)
+                          if self.valid(given, symbol, v, ignored)), None)
             above = next((v for v in range(value + 1, value + NEAREST_WINDOW)
-                          if self.valid({**given, symbol: v})), None)
+                          if self.valid(given, symbol, v, ignored)), None)
             near = [str(v) for v in (below, above) if v is not None]
             if near:
                 parts.append(f"valid {symbol} near {value}: {', '.join(near)}")
@@ -411,26 +499,45 @@ class _Run:
                              "the other dims held")
         return "; ".join(parts)
 
-    def valid(self, given: dict) -> bool:
+    def valid(self, given: dict, symbol, value: int, ignored: list) -> bool:
+        """Whether ``symbol = value``, the other dims as given, breaks nothing but
+        ``ignored``."""
+        return all(item in ignored for item in self.failing({**given, symbol: value}))
+
+    def failing(self, given: dict) -> list:
+        """The derived dims (their symbols) that the given values leave undefined or not a
+        positive whole number, and the constraints they break."""
         full = dict(given)
+        failed: list = []
         for symbol, expr in self.let_map.items():
             if not expr.free_symbols - set(given):
                 try:
                     value = evaluate(expr, given)
                 except ZeroDivisionError:
-                    return False
+                    failed.append(symbol)
+                    continue
                 if not is_whole(value):
-                    return False
+                    failed.append(symbol)
                 full[symbol] = value
         for constraint in self.constraints:
             relation = constraint.relation
             if relation.free_symbols <= set(full):
                 try:
-                    if not evaluate(relation, full):
-                        return False
+                    holds = evaluate(relation, full)
                 except ZeroDivisionError:
-                    return False
-        return True
+                    holds = False
+                if not holds:
+                    failed.append(constraint)
+        return failed
+
+    def base_symbols(self, item) -> set:
+        """The given dims a derived dim (a symbol) or a constraint depends on, through the
+        derived dims it names."""
+        if "base_lets" not in self.__dict__:
+            self.base_lets = Prover._compose(dict(self.let_map))    # lets over given dims
+        expr = self.let_map[item] if isinstance(item, sympy.Symbol) else item.relation
+        return {found for s in expr.free_symbols
+                for found in (self.base_lets[s].free_symbols if s in self.base_lets else {s})}
 
     # -- bodies
     def structure(self, statements: list, inputs: list[TensorDecl], outputs: list[str],
@@ -510,6 +617,7 @@ class _Run:
             structure = self.record_cache[structure_key] = self.structure(
                 statements, inputs, outputs, where)
         decls, order = structure
+        scope.decls = decls
         for decl in decls.values():
             if decl.role in DECLARED:
                 limits.reached(decl)
@@ -657,12 +765,9 @@ class _Run:
             if failure is None:
                 continue
             kind, verdict, what = failure
-            if kind == "not-integral":
-                hint = "add a divisibility constraint (`require ... % ... == 0`)"
-            elif size.free_symbols:
-                hint = f"add the constraint `require {format_expr(size)} >= 1`"
-            else:
-                hint = "fix the declared shape: a size is at least 1"
+            hint, suggested = self.size_hint(
+                kind, size, "fix the declared shape: a size is at least 1" if kind ==
+                "out-of-range" else "fix the declared shape: a size is a whole number")
             self.add(Finding(
                 kind="unproved" if verdict.unknown else kind,
                 message=f"size {format_expr(size)} in the declared shape of {decl.name} "
@@ -670,7 +775,18 @@ class _Run:
                 file=decl.file, line=decl.line, tensor=scope.qualified(decl.name),
                 expected=shape.text(),
                 counterexample=dict(verdict.counterexample) if verdict.counterexample
-                else None, dims=self.dim_values(size.free_symbols), hint=hint))
+                else None, dims=self.dim_values(size.free_symbols), hint=hint,
+                suggested=suggested))
+
+    def size_hint(self, kind: str, size, otherwise: str) -> tuple[str, object]:
+        """The hint for a size that is not a whole number (a divisibility constraint) or not
+        at least 1 (a bound), as ``size_failure`` found it."""
+        if kind == "not-integral":
+            numerator, denominator = sympy.fraction(sympy.together(size))
+            return self.constraint_hint(sympy.Eq(sympy.Mod(numerator, denominator), 0,
+                                                 evaluate=False), ("integral", size), otherwise)
+        return self.constraint_hint(sympy.GreaterThan(size, 1, evaluate=False),
+                                    ("at_most", sympy.Integer(1), size), otherwise)
 
     def size_failure(self, size, derived_whole: bool = True) -> tuple[str, Verdict, str] | None:
         """The first way a size can fail to be a positive whole number for some allowed sizes:
@@ -787,7 +903,9 @@ class _Run:
         assert isinstance(term, OpNode)
         args = [self.infer(scope, a) for a in term.args]
         scope.node = term
-        return OPS[term.op].infer(scope, args, term.attr)
+        value = OPS[term.op].infer(scope, args, term.attr)
+        # an operand that is an expression is named by its text in later messages
+        return replace(value, text=term.text) if term.text else value
 
     # -- block calls
     def check_call(self, scope: _Scope, call: BlockCall, declared: TensorDecl | None) -> None:
@@ -813,9 +931,10 @@ class _Run:
                 any(a.family is not None for a in actuals):
             mapped = join_family(scope, *(a.family for a in actuals))
             actuals = [Shape(a.dims) for a in actuals]
+        bound_by: dict = {}       # local dim -> the argument and input that bound it
         for decl, arg, actual in zip(block.inputs, call.args, actuals):
             self.bind(scope, call, block, decl, arg, actual, scope.values[arg].dtype, binding,
-                      locals_)
+                      locals_, bound_by)
         unbound = [d.name for d in block.local_dims.values() if d.symbol not in binding]
         if unbound:
             raise SpecError(f"block {block.name}: local dim{'s' if len(unbound) > 1 else ''} "
@@ -874,7 +993,8 @@ class _Run:
                               hint="a repeated block must return the shape of its first input")
         self.compare(scope, call, declared, output)
 
-    def bind(self, scope, call, block, decl, arg, actual: Shape, dtype, binding, locals_):
+    def bind(self, scope, call, block, decl, arg, actual: Shape, dtype, binding, locals_,
+             bound_by):
         declared = decl.shape
         expected = declared.subs(binding)
         problem = None
@@ -883,13 +1003,15 @@ class _Run:
         elif declared.family is None and actual.family is not None:
             problem = "a family where the block takes one tensor"
         if problem is None:
-            pairs = []
+            pairs, written = [], []
             for d, a in zip(declared.dims, actual.dims):
-                d = d.xreplace(binding)
-                if d in locals_:
-                    binding[d] = a
+                bound = d.xreplace(binding)
+                if bound in locals_:
+                    binding[bound] = a
+                    bound_by[bound] = (arg, decl.name, actual)
                 else:
-                    pairs.append((d, a))
+                    pairs.append((bound, a))
+                    written.append(d)
             if declared.family is not None and actual.family is not None:
                 pairs.append((declared.family.xreplace(binding), actual.family))
             if any(e.free_symbols & locals_ for pair in pairs for e in pair):
@@ -899,11 +1021,28 @@ class _Run:
             verdict = self.prover.equal_all(pairs) if pairs else None
             if verdict is not None and not verdict.proved:
                 expected = declared.subs(binding)
-                scope.finding("argument-mismatch",
-                              f"{arg} ({actual.text()}) passed as {block.name}'s input "
-                              f"{decl.name} ({expected.text()})", verdict,
-                              [e for pair in pairs for e in pair],
-                              hint=f"pass a tensor of shape {expected.text()}",
+                # a local dim an earlier argument bound, which this one gives otherwise: the
+                # two arguments disagree, and either may be the one not meant
+                conflict = next(((local, b, a) for local, (b, a) in zip(written, pairs)
+                                 if local in bound_by
+                                 and not self.prover.equal(b, a).proved), None)
+                if conflict is None:
+                    message = (f"{arg} ({actual.text()}) passed as {block.name}'s input "
+                               f"{decl.name} ({expected.text()})")
+                    hint = f"pass a tensor of shape {expected.text()}"
+                else:
+                    local, earlier, given = conflict
+                    other, other_input, other_shape = bound_by[local]
+                    message = (f"{arg} ({actual.text()}) passed as {block.name}'s input "
+                               f"{decl.name} ({declared.text()}) gives {local} = "
+                               f"{format_expr(given)}, but {other} ({other_shape.text()}), "
+                               f"passed as {other_input}, gives {local} = "
+                               f"{format_expr(earlier)}")
+                    hint = (f"{block.name}'s inputs {other_input} and {decl.name} share "
+                            f"{local}: pass {other} and {arg} with one {local}, or check "
+                            "which of them is not the tensor meant")
+                scope.finding("argument-mismatch", message, verdict,
+                              [e for pair in pairs for e in pair], hint=hint,
                               expected=expected.text(), inferred=actual.text())
         else:
             for d, a in zip(declared.dims, actual.dims):
@@ -990,6 +1129,24 @@ def _choices_used(spec: Spec, block_name: str) -> tuple[str, ...]:
     walk(spec.blocks[block_name].body)
     memo[block_name] = tuple(sorted(found))
     return memo[block_name]
+
+
+def _input_dims(spec: Spec) -> set:
+    """The dims that size the model's inputs (B, T, T_dec...), under any choice (memoised):
+    the lengths of the data, which a fix may not tie together."""
+    memo = spec.__dict__.get("_input_dims")
+    if memo is None:
+        memo = spec.__dict__["_input_dims"] = set()
+
+        def walk(statements):
+            for s in statements:
+                if isinstance(s, When):
+                    walk(s.body)
+                    walk(s.otherwise)
+                elif isinstance(s, TensorDecl) and s.role == "input" and s.shape is not None:
+                    memo.update(s.shape.free_symbols())
+        walk(spec.body)
+    return memo
 
 
 def _is_divisor(symbol, constraints: list[Constraint]) -> bool:

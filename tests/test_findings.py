@@ -3,11 +3,13 @@
 from fractions import Fraction
 
 import pytest
+import sympy
 
 import spec
 from spec import api
 from spec.check import check, combinations, describe_combinations
 from spec.findings import KINDS, Finding
+from spec.shape import dim_symbol
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
 
@@ -65,10 +67,11 @@ def test_operand_mismatch():
     finding = only(HEADER + 'dim e "other"\ninput X "B T d"\nparam W "e d"\n'
                    'Y "B T d" = X @ W\n')
     expect(finding, kind="operand-mismatch",
-           message="matmul inner dimensions (B T d @ e d): d vs e", line=7,
+           message="matmul inner dimensions of X (B T d) @ W (e d): d vs e", line=7,
            equation="Y = X @ W", tensor="Y", counterexample={"d": 2, "e": 1},
            hint="the last axis of the left operand must equal the second-to-last of the "
-                "right: check the declared shapes of both, or transpose one")
+                "right: check the declared shapes of X (line 5) and W (line 6), or transpose "
+                "one")
 
 
 def test_operand_mismatch_inside_a_repeated_block_names_the_qualified_tensor():
@@ -79,10 +82,11 @@ def test_operand_mismatch_inside_a_repeated_block_names_the_qualified_tensor():
                    'input Z "B T d"\n'
                    'O "B T d" = repeat(N, stage, Z) as layers\n')
     expect(finding, kind="operand-mismatch",
-           message="matmul inner dimensions (B T d @ e d): d vs e", line=8,
+           message="matmul inner dimensions of X (B T d) @ W (e d): d vs e", line=8,
            equation="Y = X @ W", tensor="layers[i].Y", counterexample={"d": 2, "e": 1},
            hint="the last axis of the left operand must equal the second-to-last of the "
-                "right: check the declared shapes of both, or transpose one")
+                "right: check the declared shapes of X (line 6) and W (line 7), or transpose "
+                "one")
 
 
 def test_argument_mismatch():
@@ -190,14 +194,18 @@ def test_out_of_range_slice_past_the_table():
     finding = only(STEP + 'Y "max_len+1 d" = P_table[:max_len+1]\n')
     expect(finding, kind="out-of-range", message="rows taken vs table length: max_len+1 must "
            "not exceed max_len", line=11, equation="Y = P_table[:max_len + 1]", tensor="Y",
-           hint="add the constraint `require max_len+1 <= max_len`")
+           # was `require max_len+1 <= max_len`, which no size meets
+           hint="declare P_table (line 9) with a row for every position it serves: its "
+                "max_len rows do not cover max_len+1")
 
 
 def test_out_of_range_slice_of_no_rows():
     finding = only(STEP + 'Y "0 d" = P_table[T_past:T_past]\n')
     expect(finding, kind="out-of-range", message="slice start vs stop (a row at least): "
            "T_past+1 must not exceed T_past", line=11, equation="Y = P_table[T_past:T_past]",
-           tensor="Y", hint="add the constraint `require T_past+1 <= T_past`")
+           # was `require T_past+1 <= T_past`, which no size meets
+           tensor="Y", hint="the slice's stop T_past must be past its start T_past for every "
+           "size the spec allows: check both")
 
 
 def test_out_of_range_slice_from_before_the_first_row():
@@ -205,7 +213,9 @@ def test_out_of_range_slice_from_before_the_first_row():
     expect(finding, kind="out-of-range", message="slice start (rows skipped): 0 must not "
            "exceed T-3", line=11, equation="Y = P_table[T - 3:T]", tensor="Y",
            counterexample={"T_past": 1, "T": 1, "max_len": 2},
-           hint="add the constraint `require 0 <= T-3`")
+           # was `require 0 <= T-3`: a bound on the input's length T alone hides the mistake
+           hint="the slice's start T-3 must be at least 0 for every size the spec allows: "
+                "check it")
 
 
 def test_out_of_range_slice_stop_past_the_table():
@@ -213,7 +223,7 @@ def test_out_of_range_slice_stop_past_the_table():
     expect(finding, kind="out-of-range", message="slice stop vs table length: T+T_past+1 must "
            "not exceed max_len", line=11, equation="Y = P_table[T_past + 1:T_past + T + 1]",
            tensor="Y", counterexample={"T_past": 1, "T": 1, "max_len": 2},
-           hint="add the constraint `require T+T_past+1 <= max_len`")
+           hint="add the constraint `require T + T_past + 1 <= max_len`")
 
 
 def test_out_of_range_causal_mask_with_more_queries_than_keys():
@@ -242,7 +252,7 @@ def test_out_of_range_relative_position_bias_offsets_need_the_keys_length():
            "2*T_kv-1 must not exceed 2*T_q-1", line=8,
            equation="L = relative_position_bias(R, T_q, T_kv)", tensor="L",
            counterexample={"T_q": 1, "T_kv": 2},
-           hint="add the constraint `require 2*T_kv-1 <= 2*T_q-1`")
+           hint="add the constraint `require 2*T_kv - 1 <= 2*T_q - 1`")
 
 
 def test_unproved():
@@ -632,3 +642,82 @@ def test_checking_all_choices_at_once_finds_what_each_combination_finds():
     held = check(parsed, {"b": "q"}, all_choices=True).findings
     expected = {key for key, where in alone.items() if any(c["b"] == "q" for c in where)}
     assert {f.key() for f in held} == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Hints are advice people follow verbatim: each must be true
+
+def test_a_hint_brackets_a_divisor_that_is_a_product():
+    # was `require d % 2*H == 0`, which the parser reads as (d % 2) * H == 0
+    finding = only('dim d "width"\ndim H "heads"\ndim d_k "half a head"\nlet d_k = d / (2*H)\n')
+    assert finding.hint == "add the constraint `require d % (2*H) == 0`"
+    assert finding.suggested == sympy.Eq(sympy.Mod(dim_symbol("d"), 2 * dim_symbol("H")), 0)
+
+
+def test_no_hint_of_a_constraint_no_size_meets():
+    # was `require m + n <= n`: no size meets it beside m >= 1
+    finding = only('dim n "rows"\ndim m "start"\ndim d "width"\nparam P "n d"\n'
+                   'Y "n d" = P[m:m + n]\n')
+    assert (finding.kind, finding.message) == (
+        "out-of-range", "slice stop vs table length: m+n must not exceed n")
+    assert finding.hint == ("declare P (line 4) with a row for every position it serves: its n "
+                            "rows do not cover m+n")
+    assert finding.suggested is None
+
+
+def test_no_hint_that_ties_the_input_lengths_together_points_at_the_table():
+    # a learned table sized T_dec but indexed with T: was `require T <= T_dec`, which hides the
+    # mistake (the encoder's length bounded by the decoder's); the table's declaration is it
+    finding = only(HEADER + 'dim T_dec "target length"\ninput t "B T" int\n'
+                   'input u "B T_dec" int\nparam P "T_dec d"\nY "T d" = P[:T]\n')
+    assert finding.kind == "out-of-range"
+    assert finding.hint == ("declare P (line 7) with a row for every position it serves: its "
+                            "T_dec rows do not cover T")
+    assert finding.suggested is None
+    # a table of its own length is bounded by a constraint: that hint stays
+    finding = only(HEADER + 'dim L "table length"\ninput t "B T" int\nparam P "L d"\n'
+                   'Y "T d" = P[:T]\n')
+    assert finding.hint == "add the constraint `require T <= L`"
+
+
+def test_no_hint_of_a_constraint_on_the_inputs_lengths_for_a_mask():
+    finding = only(HEADER + 'dim T_dec "target length"\ninput t "B T" int\n'
+                   'input u "B T_dec" int\nM "T_dec T" bool = causal_mask(T_dec, T)\n')
+    assert finding.hint == ("the queries (T_dec) are the last positions of the keys (T), so "
+                            "never more: check the lengths the equation passes, queries first")
+    assert finding.suggested is None
+
+
+def test_nearest_values_are_judged_by_the_constraints_that_hold():
+    # was "no valid d_model within 4095 of 384": H % H_kv, broken too, ruled out every d_model
+    report = api.check("llama3_8b", ["d_model=384", "H=7"])
+    hints = {f.equation: f.hint for f in report.findings}
+    assert hints == {
+        "require d_model % H == 0": "valid H near 7: 8; valid d_model near 384: 378, 392",
+        "require H % H_kv == 0": "valid H near 7: 8; valid H_kv near 8: 7",
+        "require d_model % (2 * H) == 0": "valid H near 7: 8; valid d_model near 384: 378, 392",
+    }
+
+
+def test_an_argument_mismatch_names_both_arguments_that_disagree():
+    # cross-attention fed the decoder's keys: was blamed on the mask alone
+    finding = only(HEADER + 'dim S "source length"\n'
+                   'block attend(X_q "B T_q d", X_kv "B T_kv d", L "B T_q T_kv") -> O:\n'
+                   '    dim T_q "q"\n    dim T_kv "k"\n'
+                   '    O "B T_q d" = softmax(X_q @ X_kv.T + L, axis=-1) @ X_kv\n'
+                   'input Y "B T d"\ninput Z "B S d"\ninput M "B T S"\n'
+                   'A "B T d" = attend(Y, Y, M)\n')
+    assert finding.kind == "argument-mismatch"
+    assert finding.message == ("M (B T S) passed as attend's input L (B T_q T_kv) gives "
+                               "T_kv = S, but Y (B T d), passed as X_kv, gives T_kv = T")
+    assert finding.hint == ("attend's inputs X_kv and L share T_kv: pass Y and M with one "
+                            "T_kv, or check which of them is not the tensor meant")
+
+
+def test_an_operand_mismatch_names_the_operands():
+    finding = only(HEADER + 'dim T_dec "t"\ninput X "B T d"\ninput P "T_dec d"\n'
+                   'Z "B T d" = relu(X) + P * 2\n')
+    assert finding.message == ("add operands relu(X) (B T d) and P * 2 (T_dec d), axis -2: "
+                               "T vs T_dec")
+    assert finding.hint == ("T and T_dec must be the same size (or one of them 1, to "
+                            "broadcast): check the declared shapes of X (line 5) and P (line 6)")
