@@ -8,15 +8,17 @@ the body once per binding. Every claim that fails becomes a ``Finding`` with a c
 given dim values (a variant), the same run also evaluates every shape and constraint.
 """
 
+import contextlib
 import itertools
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import sympy
 
 from spec import limits
 from spec.errors import SpecError
 from spec.expr import dim_text
-from spec.findings import Finding, format_value
+from spec.findings import Finding, format_value, grouped
 from spec.limits import TIME_LIMIT, require_tensor_count
 from spec.model import (
     Block,
@@ -90,6 +92,15 @@ class _Fresh:
         return symbol
 
 
+class _Doubt(NamedTuple):
+    """A tensor whose value a refuted claim made doubtful: later equations go on from one of
+    the claim and what the equation gives; ``other`` is the other one."""
+    other: Value
+    cause: tuple            # the key of the claim's finding
+    declared: bool          # whether ``other`` is the claim
+    tensor: str             # the tensor whose claim it is
+
+
 class _Scope:
     """One body being checked: the model, or one block under one binding of its local dims."""
 
@@ -107,9 +118,8 @@ class _Scope:
         self.equation = None                     # the record being checked, for findings
         self.node = None
         self.decls: dict[str, TensorDecl] = {}   # the body's declarations, for hints
-        # tensors whose value an earlier finding made doubtful: name -> (the value the spec
-        # declares, the key of that finding), see _Run.follows
-        self.suspect: dict[str, tuple[Value, tuple]] = {}
+        # tensors whose value an earlier finding made doubtful, see _Run.follows
+        self.suspect: dict[str, _Doubt] = {}
 
     # -- the Context protocol of spec.ops
     def resolve(self, expr):
@@ -135,6 +145,13 @@ class _Scope:
             self.report_claim("operand-mismatch", verdict, f"{what}: {format_expr(a)} vs "
                               f"{format_expr(b)}", [a, b],
                               hint=_operand_hint(what, a, b, self.declared_operands()))
+        failed = None if verdict.proved else self.checker.findings[-1].key()
+        for term in getattr(self.node, "args", ()):
+            decl = self.decls.get(term.name) if isinstance(term, TensorRef) else None
+            if decl is not None and decl.role in DECLARED and decl.shape is not None:
+                shape = self.resolve_shape(self.values[term.name].shape)
+                if {a, b} & set(shape.dims + (shape.family,)):    # a dim it declares
+                    self.checker.used(decl, failed)
         return a
 
     def divides(self, divisor, n, what):
@@ -274,6 +291,13 @@ class _Run:
         self.fresh = _Fresh()
         self.block_cache = block_cache
         self.record_cache = {} if record_cache is None else record_cache
+        # each declared tensor's uses in claims, over every run: id(decl) -> [decl, whether
+        # some use fits it, the keys of the findings of those that do not]
+        self.uses = self.record_cache.setdefault(("uses",), {})
+        # what later equations say of a refuted claim, over every run: the key of its finding
+        # -> {"claim": lines of uses that fit the declared shape alone, "equation": lines of
+        # uses that fit what the equation gives alone}
+        self.evidence = self.record_cache.setdefault(("evidence",), {})
         self.want_rows = rows
         self.findings: list[Finding] = []
         self.unknowns: dict = {}      # fresh unknown widths -> what they were pinned to
@@ -310,6 +334,15 @@ class _Run:
     # -- helpers
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
+
+    def used(self, decl: TensorDecl, failed: tuple | None) -> None:
+        """A use of a declared tensor (an operand, or a block input bound at a call) that fits
+        its declared shape (``failed`` None) or does not (the key of its finding)."""
+        entry = self.uses.setdefault(id(decl), [decl, False, []])
+        if failed is None:
+            entry[1] = True
+        else:
+            entry[2].append(failed)
 
     def constraint_hint(self, relation, claim: tuple, otherwise: str) -> tuple[str, object]:
         """The hint for a claim a constraint could settle, and the constraint it suggests:
@@ -639,33 +672,94 @@ class _Run:
             # the same record with the same inputs under the same constraints gives the same
             # answer: remembered across choice combinations (not while widths are unknown)
             key = None
+            suspects = [n for n in record.inputs if n in scope.suspect]
             if not self.fresh.symbols:
                 blocks = _choices_used(self.spec, record.block) \
                     if isinstance(record, BlockCall) else ()
                 key = (id(record), tuple(scope.values[n] for n in record.inputs),
                        id(declared), self.prover_key, scope.prefix, binding_key,
-                       tuple((c, self.choices.get(c)) for c in blocks), self.want_rows)
+                       tuple((c, self.choices.get(c)) for c in blocks), self.want_rows,
+                       tuple(scope.suspect[n] for n in suspects))
                 hit = self.record_cache.get(key)
                 if hit is not None:
-                    value, findings, rows = hit
+                    value, findings, rows, suspect = hit
                     scope.values[record.output] = value
+                    if suspect is not None:
+                        scope.suspect[record.output] = suspect
                     self.findings.extend(findings)
                     scope.rows.extend(rows)
                     continue
             start, rows_start = len(self.findings), len(scope.rows)
-            if isinstance(record, Equation):
-                self.check_equation(scope, record, declared)
-            else:
-                self.check_call(scope, record, declared)
+            self.check_record(scope, record, declared)
+            if suspects:
+                self.follows(scope, record, declared, suspects, start)
             if key is not None and not self.fresh.symbols:
                 self.record_cache[key] = (scope.values[record.output], self.findings[start:],
-                                          scope.rows[rows_start:])
+                                          scope.rows[rows_start:],
+                                          scope.suspect.get(record.output))
         for update in (s for s in statements if isinstance(s, Update)):
             self.check_update(scope, update, decls[update.state])
         for name, shape in scope.unstated.items():
             # reported at the end of the run: a caller may still pin these widths down
             self.pending.append((scope.qualified(name), decls[name], shape,
                                  scope.unstated_like.get(name), {}))
+
+    def check_record(self, scope: _Scope, record, declared: TensorDecl | None) -> None:
+        if isinstance(record, Equation):
+            self.check_equation(scope, record, declared)
+        else:
+            self.check_call(scope, record, declared)
+
+    def follows(self, scope: _Scope, record, declared: TensorDecl | None, suspects: list,
+                start: int) -> None:
+        """A record that reads tensors an earlier finding made doubtful (``scope.suspect``) is
+        checked again with the other value of each. Where that finds nothing, each of its
+        findings follows from the earlier one (its ``cause``); where its value differs, its
+        value is doubtful too, for the same cause (a chain of consequences, each beneath the
+        first cause)."""
+        doubt = scope.suspect[suspects[0]]
+        found = self.findings[start:]
+        value = scope.values[record.output]
+        with self.aside(scope):
+            for name in suspects:
+                scope.values[name] = scope.suspect[name].other
+            alternative = len(self.findings)
+            self.check_record(scope, record, declared)
+            clean = len(self.findings) == alternative
+            other = scope.values[record.output]
+        if clean != (not found) and suspects[0] == doubt.tensor:
+            # a use that fits one of the two alone: the claim, or what the equation gives
+            self.evidence.setdefault(doubt.cause, {}).setdefault(
+                "claim" if clean == doubt.declared else "equation", set()).add(record.line)
+        if clean:
+            for finding in found:
+                if finding.cause is None:
+                    finding.cause = doubt.cause
+        if record.output not in scope.suspect and other.shape != value.shape:
+            scope.suspect[record.output] = doubt._replace(other=other)
+
+    @contextlib.contextmanager
+    def aside(self, scope: _Scope):
+        """A check whose findings, rows, values and pinned widths are all undone after it."""
+        findings, rows, pending = len(self.findings), len(scope.rows), len(self.pending)
+        values, suspect = dict(scope.values), dict(scope.suspect)
+        unknowns, fresh = dict(self.unknowns), set(self.fresh.symbols)
+        unstated, like = dict(scope.unstated), dict(scope.unstated_like)
+        equation, node = scope.equation, scope.node
+        try:
+            yield
+        finally:
+            del self.findings[findings:]
+            del scope.rows[rows:]
+            del self.pending[pending:]
+            for now, then in ((scope.values, values), (scope.suspect, suspect),
+                              (self.unknowns, unknowns), (scope.unstated, unstated),
+                              (scope.unstated_like, like)):
+                now.clear()
+                now.update(then)
+            self.fresh.symbols.clear()
+            self.fresh.symbols.update(fresh)
+            scope.equation, scope.node = equation, node
 
     def check_update(self, scope: _Scope, update: Update, state: TensorDecl) -> None:
         """A state's next value is the state grown along its positions (the second-to-last
@@ -832,6 +926,13 @@ class _Run:
                               hint=f"declare {name} as {value.dtype}, or change the equation")
             result = Value(inferred if refuted and trust_inferred else claim, declared.dtype,
                            tensor=name)
+            if refuted and inferred is not None:
+                # later equations go on from one of the claim and what the equation gives:
+                # where they trip over it but not over the other, they follow from this
+                # finding (see follows)
+                other = claim if trust_inferred else inferred
+                scope.suspect[name] = _Doubt(Value(other, declared.dtype, tensor=name),
+                                             self.findings[before].key(), trust_inferred, name)
             shape = claim
         else:
             shape = inferred
@@ -969,9 +1070,35 @@ class _Run:
     def call_block(self, scope: _Scope, call: BlockCall, block: Block, binding: dict,
                    mapped, path: str, declared: TensorDecl | None) -> None:
         """Check a call of a block whose choices are all set: its body, then its output
-        against the declared shape."""
-        output, rows = self.check_block(block, binding, path)
+        against the declared shape (which later equations go on from: the same under every
+        way of setting the choices the block consults)."""
+        output, rows, suspect = self.check_block(block, binding, path)
         scope.rows.extend(rows)
+        body = len(self.findings)
+        self.finish_call(scope, call, block, binding, mapped, declared, output)
+        if suspect is None:
+            return
+        # the block's output is doubtful (an equation inside gave what its claim did not):
+        # what the call finds about it follows from that finding when the declared output
+        # would have given none
+        found = self.findings[body:]
+        if found:
+            with self.aside(scope):
+                alternative = len(self.findings)
+                self.finish_call(scope, call, block, binding, mapped, declared, suspect.other)
+                clean = len(self.findings) == alternative
+            if clean:
+                for finding in found:
+                    if finding.cause is None:
+                        finding.cause = suspect.cause
+        if declared is None or declared.shape is None:
+            scope.suspect.setdefault(call.output, suspect._replace(
+                other=replace(suspect.other, tensor=call.output)))
+
+    def finish_call(self, scope: _Scope, call: BlockCall, block: Block, binding: dict,
+                    mapped, declared: TensorDecl | None, output: Value) -> None:
+        """A call's output: mapped over families, fed back by a repeat, compared with the
+        claim."""
         if mapped is not None and output.shape is not None:
             output = Value(Shape(output.shape.dims, mapped), output.dtype, tensor=output.tensor)
         if call.repeat is not None:
@@ -1044,6 +1171,9 @@ class _Run:
                 scope.finding("argument-mismatch", message, verdict,
                               [e for pair in pairs for e in pair], hint=hint,
                               expected=expected.text(), inferred=actual.text())
+                self.used(decl, self.findings[-1].key())
+            else:
+                self.used(decl, None)
         else:
             for d, a in zip(declared.dims, actual.dims):
                 if d in locals_ and d not in binding:
@@ -1052,12 +1182,13 @@ class _Run:
                           f"{block.name}'s input {decl.name} ({declared.text()}): {problem}",
                           None, [], hint=f"pass a tensor of shape {declared.text()}",
                           expected=declared.text(), inferred=actual.text())
+            self.used(decl, self.findings[-1].key())
         if dtype != decl.dtype:
             scope.finding("argument-mismatch", f"{arg} is {dtype} but {block.name}'s input "
                           f"{decl.name} is {decl.dtype}", None, [],
                           hint=f"pass a {decl.dtype} tensor")
 
-    def check_block(self, block: Block, binding: dict, path: str) -> tuple[Value, list]:
+    def check_block(self, block: Block, binding: dict, path: str) -> tuple[Value, list, tuple]:
         relevant = _choices_used(self.spec, block.name)
         key = (block.name, tuple(sorted(((k.name, v) for k, v in binding.items()),
                                         key=lambda kv: kv[0])),
@@ -1077,12 +1208,12 @@ class _Run:
             value = inner.values[block.output]
             pinned = {k: v for k, v in self.unknowns.items() if k not in known}
             cached = (value, self.findings[start:], inner.rows, self.pending[pending_start:],
-                      pinned)
+                      pinned, inner.suspect.get(block.output))
             del self.findings[start:]
             del self.pending[pending_start:]
             self.block_cache[key] = cached
             self.active.pop()
-        value, findings, rows, pending, pinned = cached
+        value, findings, rows, pending, pinned, suspect = cached
         self.unknowns.update(pinned)
         self.pending.extend((path + name, decl, shape, like, selection)
                             for name, decl, shape, like, selection in pending)
@@ -1091,8 +1222,9 @@ class _Run:
             copy.tensor = path + finding.tensor if finding.tensor else finding.tensor
             self.findings.append(copy)
         if not self.want_rows:
-            return value, []
-        return value, [TensorRow(**{**row.__dict__, "name": path + row.name}) for row in rows]
+            return value, [], suspect
+        return value, [TensorRow(**{**row.__dict__, "name": path + row.name}) for row in rows], \
+            suspect
 
 
 def _check_let_cycles(lets: list[Let], let_map: dict, symbols: dict) -> None:
@@ -1274,6 +1406,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     record_cache: dict = {}
     merged: dict = {}
     seen_in: dict = {}
+    causes: set = set()
     rows: list[TensorRow] = []
     notes: list[Note] = []
     lets: dict = {}
@@ -1294,6 +1427,23 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
             key = finding.key()
             merged.setdefault(key, finding)
             seen_in[key] = seen_in.get(key, 0) | members.matching(way | finding.selection)
+            if finding.cause is None:
+                causes.add(key)        # a cause under some choices is a cause
+    for decl, failed in _misfits(record_cache.get(("uses",), {}).values(), merged):
+        declared = _misfit_declaration(decl, [merged[k] for k in failed])
+        if declared is not None:
+            key = declared.key()
+            merged.setdefault(key, declared)
+            causes.add(key)
+            seen_in[key] = 0
+            for use in failed:
+                seen_in[key] |= seen_in.get(use, 0)
+                if use in causes and merged[use].cause is None:
+                    merged[use].cause = key
+                    causes.discard(use)
+    for key, said in record_cache.get(("evidence",), {}).items():
+        if key in merged and len(said) == 1:
+            merged[key].hint = _weighed_hint(merged[key], *said.items())
     findings = list(merged.values())
     if len(combos) > 1:
         for key, finding in merged.items():
@@ -1301,7 +1451,84 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     for finding in findings:
         finding.selection = {}
     findings.sort(key=lambda f: (f.file or "", f.line or 0, f.kind, f.tensor))
-    return Result(spec, findings, combos, rows, notes, given, lets)
+    return Result(spec, _grouped(findings, merged, causes), combos, rows, notes, given, lets)
+
+
+def _weighed_hint(finding: Finding, said: tuple[str, set]) -> str:
+    """A refuted claim's hint (declare it as the equation gives, or fix the equation), with
+    what later equations say: they fit the claim alone, or what the equation gives alone.
+    (Evidence, not a verdict: a seed can be wrong the same way twice.)"""
+    hint = finding.hint
+    if finding.kind != "shape-mismatch" or not hint.endswith(", or fix the equation"):
+        return hint
+    name = finding.equation.split(" = ", 1)[0]
+    fits, lines = said
+    where = f"line {next(iter(lines))} uses" if len(lines) == 1 else \
+        f"lines {', '.join(map(str, sorted(lines)))} use"
+    if fits == "claim":
+        return f"{hint}; {where} {name} as declared"
+    return f"{hint}; {where} what its equation gives"
+
+
+def _misfits(uses, merged: dict) -> list[tuple[TensorDecl, list[tuple]]]:
+    """The declared tensors that none of their uses fits, at two or more lines, each with the
+    keys of those uses' findings; one that shares a finding with another such declaration is
+    left out (X @ W where both fit no use: either may be the mistake)."""
+    found = []
+    for decl, fits, failed in uses:
+        keys = [k for k in dict.fromkeys(failed) if k in merged]
+        if not fits and len({merged[k].line for k in keys}) >= 2:
+            found.append((decl, keys))
+    shared = [key for _, keys in found for key in keys]
+    return [(decl, keys) for decl, keys in found
+            if all(shared.count(key) == 1 for key in keys)]
+
+
+def _misfit_declaration(decl: TensorDecl, failed: list[Finding]) -> Finding | None:
+    """A declared tensor that none of its uses fits, at two or more lines: its declaration is
+    the likelier mistake than each use, and their findings follow from it. (With one use, the
+    use may as well be the mistake: that finding stands alone.)"""
+    lines = sorted({f.line for f in failed if f.line is not None})
+    family = "" if decl.shape.family is None else f"[{format_expr(decl.shape.family)}]"
+    first = min(failed, key=lambda f: (f.line or 0, f.kind, f.tensor))
+    return Finding(
+        kind="declaration-mismatch",
+        message=f"{decl.name} is declared {decl.shape.text()}, which none of its uses fits "
+                f"(lines {', '.join(map(str, lines))})",
+        file=decl.file, line=decl.line,
+        equation=f'{decl.role} {decl.name}{family} "{_declaration(decl.shape)}"',
+        hint=f"declare {decl.name} with the shape its uses need, or fix them; the first, at "
+             f"line {first.line}: {first.message}")
+
+
+def _grouped(findings: list[Finding], merged: dict, causes: set) -> list[Finding]:
+    """Each finding linked to the earlier finding it follows from (``caused_by``), then in
+    order: every cause, each followed by what follows from it.
+
+    A finding follows from another when its only reason is that one's tensor (``cause``, see
+    ``_Run.follows``), or when it is the same statement's mistake again (same line and kind:
+    a block checked at other sizes)."""
+    for finding in findings:
+        cause = merged.get(finding.cause) if finding.key() not in causes else None
+        finding.caused_by = cause if cause is not finding else None
+        finding.cause = None
+    for finding in findings:
+        # a chain that comes back to this finding (choices that disagree) is no cause
+        seen, step = {id(finding)}, finding.caused_by
+        while step is not None and id(step) not in seen:
+            seen.add(id(step))
+            step = step.caused_by
+        if step is not None:
+            finding.caused_by = None
+    first: dict = {}
+    for finding in findings:
+        if finding.caused_by is None:
+            where = (finding.file, finding.line, finding.kind)
+            if where in first:
+                finding.caused_by = first[where]
+            else:
+                first[where] = finding
+    return [f for cause, rest in grouped(findings) for f in (cause, *rest)]
 
 
 class _Members:

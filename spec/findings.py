@@ -17,6 +17,8 @@ KINDS = {
     "dtype-mismatch": "an equation's declared dtype differs from the dtype its ops produce",
     "operand-mismatch": "an op's operands do not fit together (matmul inner dims, broadcasting)",
     "argument-mismatch": "a block call passes a tensor whose shape differs from the block input",
+    "declaration-mismatch": "a declared tensor's shape fits none of its uses (two or more, "
+                            "reported beneath it)",
     "repeat-mismatch": "a repeated block's output cannot feed its next copy",
     "not-divisible": "an op needs one dim to divide another (heads, sin/cos pairs)",
     "not-integral": "a derived dim is not a whole number for every allowed size",
@@ -97,20 +99,27 @@ class Finding:
 
 
 def grouped(findings: list[Finding]) -> list[tuple[Finding, list[Finding]]]:
-    """Each finding that follows from no other, in order, with the findings that follow from
-    it (through any chain of causes), in order."""
+    """Each finding that follows from no other listed one, in order, with the findings that
+    follow from it (through any chain of causes), in order."""
     listed = {id(f) for f in findings}
-    groups: dict[int, tuple[Finding, list[Finding]]] = {}
-    for finding in findings:
-        root = finding
+
+    def root(finding: Finding) -> Finding:
         for _ in range(len(findings)):
-            if root.caused_by is None or id(root.caused_by) not in listed:
+            cause = finding.caused_by
+            if cause is None or id(cause) not in listed:
                 break
-            root = root.caused_by
-        if root is finding:
-            groups.setdefault(id(finding), (finding, []))
-        else:
-            groups.setdefault(id(root), (root, []))[1].append(finding)
+            finding = cause
+        return finding
+
+    roots = [root(f) for f in findings]
+    groups = {id(f): (f, []) for f, r in zip(findings, roots) if r is f}
+    for finding, cause in zip(findings, roots):
+        if cause is finding:
+            continue
+        if id(cause) in groups:
+            groups[id(cause)][1].append(finding)
+        else:                       # a chain of causes that runs in a circle: its own group
+            groups[id(finding)] = (finding, [])
     return list(groups.values())
 
 

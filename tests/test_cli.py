@@ -88,6 +88,37 @@ def test_check_json_with_findings_is_valid_json(capsys, tmp_path):
     assert finding["line"] == 4
 
 
+# P's equation takes T_dec rows where its claim, and Z's equation, has T
+CONSEQUENCE = ('dim B "b"\ndim T "t"\ndim d "d"\ndim T_dec "t"\ndim L "rows"\n'
+               'require T <= L\nrequire T_dec <= L\nparam P_table "L d"\ninput X "B T d"\n'
+               'P "T d" = P_table[:T_dec]\nZ "B T d" = X + P\n')
+
+
+def test_check_lists_consequences_beneath_their_cause(capsys, tmp_path):
+    path = tmp_path / "m.tspec"
+    path.write_text(CONSEQUENCE)
+    code, out, err = run(capsys, "check", str(path))
+    assert code == 1 and err == ""
+    lines = out.splitlines()
+    assert lines[1] == "   1 finding and 1 consequence (the spec as written)"
+    assert lines[3] == (f"{path}:10: shape-mismatch: P is declared T d but its equation gives "
+                        "T_dec d (axis 0)")
+    assert lines[-3:] == [
+        "    and 1 consequence, which follows from it:",
+        (f"        {path}:11: operand-mismatch: add operands X (B T d) and P (T_dec d), "
+         "axis -2: T vs T_dec"), ""]
+
+
+def test_check_json_links_a_consequence_to_its_cause(capsys, tmp_path):
+    path = tmp_path / "m.tspec"
+    path.write_text(CONSEQUENCE)
+    code, out, err = run(capsys, "check", "--format", "json", str(path))
+    assert code == 1 and err == ""
+    [report] = json.loads(out)
+    assert [(f["line"], f["kind"], f["caused_by"]) for f in report["findings"]] == [
+        (10, "shape-mismatch", None), (11, "operand-mismatch", 0)]
+
+
 def test_shapes_base(capsys):
     code, out, err = run(capsys, "shapes", "base")
     assert code == 0 and err == ""

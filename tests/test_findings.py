@@ -8,7 +8,7 @@ import sympy
 import spec
 from spec import api
 from spec.check import check, combinations, describe_combinations
-from spec.findings import KINDS, Finding
+from spec.findings import KINDS, Finding, findings_data, findings_text, grouped, summary
 from spec.shape import dim_symbol
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
@@ -425,6 +425,49 @@ def test_broadcast_counterexample_has_both_sizes_above_one():
     assert finding.counterexample == {"B": 3, "H": 2}
 
 
+def test_declaration_mismatch():
+    # a parameter that none of its uses (two lines) fits: its declaration is the mistake, and
+    # each use's finding follows from it
+    found = findings_of(HEADER + 'dim e "other"\nchoice act = relu | gelu\n'
+                        'input X "B T d"\nparam W "e d"\nY_0 "B T d" = X + X\n'
+                        'when act == relu:\n    Y "B T d" = relu(X @ W)\n'
+                        'else:\n    Y "B T d" = gelu(X @ W)\n', all_choices=True)
+    cause, *consequences = found
+    expect(cause, kind="declaration-mismatch",
+           message="W is declared e d, which none of its uses fits (lines 10, 12)", line=7,
+           equation='param W "e d"',
+           hint="declare W with the shape its uses need, or fix them; the first, at line 10: "
+                "matmul inner dimensions of X (B T d) @ W (e d): d vs e")
+    assert cause.choices == "all choices"
+    assert [(f.kind, f.line, f.caused_by) for f in consequences] == [
+        ("operand-mismatch", 10, cause), ("operand-mismatch", 12, cause)]
+    # X fits X + X at line 8; without that use, X or W may be the mistake
+    found = findings_of(HEADER + 'dim e "other"\nchoice act = relu | gelu\n'
+                        'input X "B T d"\nparam W "e d"\n'
+                        'when act == relu:\n    Y "B T d" = relu(X @ W)\n'
+                        'else:\n    Y "B T d" = gelu(X @ W)\n', all_choices=True)
+    assert [(f.kind, f.line) for f in found] == [("operand-mismatch", 9),
+                                                  ("operand-mismatch", 11)]
+
+
+def test_a_declaration_with_one_use_that_does_not_fit_is_the_uses_finding():
+    # seed 003 multiplies the queries Q (n d_k) by W_Q_h (d_model d_k), its only use: the
+    # equation may as well be the mistake, so the finding stays with it
+    found = findings_of(HEADER + 'dim e "other"\ninput X "B T d"\nparam W "e d"\n'
+                        'Y "B T d" = relu(X @ W)\n')
+    assert [(f.kind, f.line) for f in found] == [("operand-mismatch", 7)]
+
+
+def test_a_declaration_that_some_use_fits_is_not_blamed():
+    # W fits X @ W at line 7; Z fits neither of its uses
+    found = findings_of(HEADER + 'input X "B T d"\ninput Z "B T T"\nparam W "d d"\n'
+                        'Y "B T d" = X @ W\nV "B T d" = Z @ W\nU "B T d" = relu(Z @ W)\n')
+    assert [(f.kind, f.line) for f in found] == [("declaration-mismatch", 5),
+                                                  ("operand-mismatch", 8),
+                                                  ("operand-mismatch", 9)]
+    assert found[0].message == "Z is declared B T T, which none of its uses fits (lines 8, 9)"
+
+
 def test_every_kind_has_a_test():
     # one test per kind, named after it: test_shape_mismatch, test_not_integral, ...
     missing = [kind for kind in KINDS if f"test_{kind.replace('-', '_')}" not in globals()]
@@ -449,6 +492,77 @@ def test_a_refuted_claim_is_reported_once_not_again_downstream():
     found = findings_of(HEADER + 'input X "B T d"\nY "B d d" = relu(X)\n'
                         'Z "B T d" = relu(Y)\n')
     assert [(f.kind, f.tensor) for f in found] == [("shape-mismatch", "Y")]
+
+
+# ---------------------------------------------------------------------------------------------
+# One mistake, one finding first: consequences beneath their cause
+
+def test_a_finding_that_only_follows_from_an_earlier_ones_tensor_is_its_consequence():
+    # P's equation takes T_dec rows where its claim (and Z's equation) has T: Z's operand
+    # mismatch is no second mistake, it follows from P's
+    found = findings_of(HEADER + 'dim T_dec "t"\ndim L "rows"\nrequire T <= L\n'
+                        'require T_dec <= L\nparam P_table "L d"\ninput X "B T d"\n'
+                        'P "T d" = P_table[:T_dec]\nZ "B T d" = X + P\nO "B T d" = relu(Z)\n')
+    cause, consequence = found
+    assert (cause.kind, cause.line, consequence.kind, consequence.line) == (
+        "shape-mismatch", 10, "operand-mismatch", 11)
+    assert consequence.caused_by is cause and cause.caused_by is None
+    # Z's equation uses P as declared: the equation is what to fix, not the declaration
+    assert cause.hint == 'declare P as "T_dec d", or fix the equation; line 11 uses P as declared'
+    assert findings_text(found) == [cause.text() + (
+        "\n    and 1 consequence, which follows from it:\n"
+        "        t.tspec:11: operand-mismatch: add operands X (B T d) and P (T_dec d), axis -2: "
+        "T vs T_dec")]
+    assert summary(found) == "1 finding and 1 consequence"
+    assert [d["caused_by"] for d in findings_data(found)] == [None, 0]
+
+
+def test_a_finding_with_a_reason_of_its_own_is_no_consequence():
+    found = findings_of(HEADER + 'dim T_dec "t"\ndim L "rows"\nrequire T <= L\n'
+                        'require T_dec <= L\nparam P_table "L d"\ninput X "B T d"\n'
+                        'P "T d" = P_table[:T_dec]\nZ "B d d" = X + P\n')
+    # Z's claim B d d fits neither P: its two findings are its own
+    assert [(f.kind, f.line, f.caused_by) for f in found] == [
+        ("shape-mismatch", 10, None), ("operand-mismatch", 11, None),
+        ("shape-mismatch", 11, None)]
+
+
+def test_a_wrong_claim_on_a_block_calls_output_comes_first_its_consequences_beneath():
+    # later equations go on from the call's claim (the same under every way of setting the
+    # choices the block consults): U trips over it, and V over U; both follow from O, listed
+    # beneath it (one wrong O_h in the built-in spec gave 16 findings, each first in line,
+    # each with a hint to change a correct declaration)
+    found = findings_of(HEADER + 'block f(X "B T_x d") -> Y:\n    dim T_x "x"\n'
+                        '    Y "B T_x d" = relu(X)\n'
+                        'input Z "B T d"\nO "T T d" = f(Z)\nU "B T d" = relu(O)\n'
+                        'V "B T d" = U + Z\n')
+    assert [(f.kind, f.line) for f in found] == [
+        ("shape-mismatch", 8), ("shape-mismatch", 9), ("operand-mismatch", 10),
+        ("shape-mismatch", 10)]
+    assert [len(rest) for _, rest in grouped(found)] == [3]
+    assert found[0].hint == ('declare O as "B T d", or fix the equation; line 9 uses what its '
+                             'equation gives')
+
+
+def test_the_same_statements_finding_under_other_sizes_follows_the_first():
+    found = findings_of(HEADER + 'dim S "s"\nblock f(X "B T_x d") -> Y:\n    dim T_x "x"\n'
+                        '    Y "T_x T_x d" = relu(X)\n'
+                        'input Z "B T d"\ninput W "B S d"\nO "B T d" = f(Z) as one\n'
+                        'Q "B S d" = f(W) as two\n')
+    assert [(f.line, f.tensor, f.caused_by is None) for f in found] == [
+        (7, "one.Y", True), (7, "two.Y", False)]
+
+
+def test_consequences_in_a_block_follow_a_cause_outside_it():
+    # P's equation gives T_dec rows; the block called with it binds T_x to T_dec, and what
+    # trips there follows from P
+    found = findings_of(HEADER + 'dim T_dec "t"\ndim L "rows"\nrequire T <= L\n'
+                        'require T_dec <= L\nparam P_table "L d"\ninput X "B T d"\n'
+                        'block g(A "B T_x d", C "T_x d") -> Y:\n    dim T_x "x"\n'
+                        '    Y "B T_x d" = A + C\n'
+                        'P "T d" = P_table[:T_dec]\nZ "B T d" = g(X, P)\n')
+    assert [(f.kind, f.line, f.caused_by is None) for f in found] == [
+        ("shape-mismatch", 13, True), ("argument-mismatch", 14, False)]
 
 
 def test_findings_under_some_choices_say_which():
