@@ -148,10 +148,12 @@ class _Scope:
         failed = None if verdict.proved else self.checker.findings[-1].key()
         for term in getattr(self.node, "args", ()):
             decl = self.decls.get(term.name) if isinstance(term, TensorRef) else None
-            if decl is not None and decl.role in DECLARED and decl.shape is not None:
+            # a block's input is judged by its calls (see bind), not by its body
+            if decl is not None and decl.role in DECLARED and decl.shape is not None and \
+                    (self.block is None or decl not in self.block.inputs):
                 shape = self.resolve_shape(self.values[term.name].shape)
                 if {a, b} & set(shape.dims + (shape.family,)):    # a dim it declares
-                    self.checker.used(decl, failed)
+                    self.checker.used(decl, self.equation, failed)
         return a
 
     def divides(self, divisor, n, what):
@@ -257,13 +259,19 @@ class _Scope:
         symbols = set()
         for e in exprs:
             symbols |= sympy.sympify(e).free_symbols
+        # a claim over a derived dim that is not a whole number (or not positive) is beyond
+        # the prover, which assumes derived dims whole: it follows from the derived dim's
+        broken = self.checker.broken_lets
+        cause = next((broken[s] for s in sorted(symbols, key=str) if s in broken), None) \
+            if kind == "unproved" else None
         self.checker.add(Finding(
             kind=kind, message=message, file=record.file, line=record.line,
             equation=f"{record.output} = {record.text}" if record.text else "",
             tensor=self.qualified(record.output), expected=expected, inferred=inferred,
             counterexample=dict(verdict.counterexample) if verdict and verdict.counterexample
             else None,
-            dims=self.checker.dim_values(symbols), hint=hint, suggested=suggested))
+            dims=self.checker.dim_values(symbols), hint=hint, suggested=suggested,
+            cause=cause))
 
 
 def _operand_hint(what: str, a, b, declared: str) -> str:
@@ -291,13 +299,14 @@ class _Run:
         self.fresh = _Fresh()
         self.block_cache = block_cache
         self.record_cache = {} if record_cache is None else record_cache
-        # each declared tensor's uses in claims, over every run: id(decl) -> [decl, whether
-        # some use fits it, the keys of the findings of those that do not]
+        # each declared tensor's uses, over every run: id(decl) -> [decl, the records whose
+        # claims about it hold, record -> the keys of the findings of those that fail]
         self.uses = self.record_cache.setdefault(("uses",), {})
         # what later equations say of a refuted claim, over every run: the key of its finding
         # -> {"claim": lines of uses that fit the declared shape alone, "equation": lines of
         # uses that fit what the equation gives alone}
         self.evidence = self.record_cache.setdefault(("evidence",), {})
+        self.broken_lets: dict = {}   # derived dim -> the key of its finding, in this run
         self.want_rows = rows
         self.findings: list[Finding] = []
         self.unknowns: dict = {}      # fresh unknown widths -> what they were pinned to
@@ -335,14 +344,15 @@ class _Run:
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
 
-    def used(self, decl: TensorDecl, failed: tuple | None) -> None:
-        """A use of a declared tensor (an operand, or a block input bound at a call) that fits
-        its declared shape (``failed`` None) or does not (the key of its finding)."""
-        entry = self.uses.setdefault(id(decl), [decl, False, []])
+    def used(self, decl: TensorDecl, record, failed: tuple | None) -> None:
+        """A use of a declared tensor by a record (an operand of its ops, a block input bound
+        at a call, a state updated) that fits its declared shape (``failed`` None) or does not
+        (the key of its finding). A record fits when none of its claims fails."""
+        entry = self.uses.setdefault(id(decl), [decl, set(), {}])
         if failed is None:
-            entry[1] = True
+            entry[1].add(id(record))
         else:
-            entry[2].append(failed)
+            entry[2].setdefault(id(record), []).append(failed)
 
     def constraint_hint(self, relation, claim: tuple, otherwise: str) -> tuple[str, object]:
         """The hint for a claim a constraint could settle, and the constraint it suggests:
@@ -367,8 +377,16 @@ class _Run:
             prover = Prover(self.prover.dims, self.prover.constraints + [relation],
                             self.prover.lets, self.prover.values)
             method, *args = claim
-            answer = self.record_cache[key] = prover.satisfiable() == "yes" and \
-                getattr(prover, method)(*args).proved
+            # cheapest first: the claim under it, linear infeasibility (T + T_past <= T
+            # would otherwise exhaust the search), then the search for a witness
+            try:
+                answer = getattr(prover, method)(*args).proved and \
+                    not prover._linear_infeasible() and prover.satisfiable() == "yes"
+            except TypeError:
+                # the prover's slack method compares 0/0 for a fact with no linear term in
+                # the claim's first dim (H*H + d >= 3): no proof, so nothing offered
+                answer = False
+            self.record_cache[key] = answer
         return answer
 
     def dim_values(self, symbols: set) -> dict:
@@ -409,6 +427,7 @@ class _Run:
                 counterexample=dict(verdict.counterexample) if verdict.counterexample
                 else None, dims=self.dim_values(let.expr.free_symbols), hint=hint,
                 suggested=suggested))
+            self.broken_lets[self.spec.symbols()[let.dim]] = self.findings[-1].key()
         scope = _Scope(self, "", {}, None)
         self.check_body(scope, select(self.spec.body, self.choices), [],
                         outputs(self.spec, self.choices), "the model")
@@ -698,7 +717,11 @@ class _Run:
                                           scope.rows[rows_start:],
                                           scope.suspect.get(record.output))
         for update in (s for s in statements if isinstance(s, Update)):
+            start = len(self.findings)
             self.check_update(scope, update, decls[update.state])
+            # an update is a use of the state's declared shape
+            self.used(decls[update.state], update,
+                      self.findings[start].key() if len(self.findings) > start else None)
         for name, shape in scope.unstated.items():
             # reported at the end of the run: a caller may still pin these widths down
             self.pending.append((scope.qualified(name), decls[name], shape,
@@ -724,9 +747,12 @@ class _Run:
             for name in suspects:
                 scope.values[name] = scope.suspect[name].other
             alternative = len(self.findings)
-            self.check_record(scope, record, declared)
-            clean = len(self.findings) == alternative
-            other = scope.values[record.output]
+            try:
+                self.check_record(scope, record, declared)
+                clean = len(self.findings) == alternative
+                other = scope.values[record.output]
+            except SpecError:           # the other value breaks an op outright
+                clean, other = False, value
         if clean != (not found) and suspects[0] == doubt.tensor:
             # a use that fits one of the two alone: the claim, or what the equation gives
             self.evidence.setdefault(doubt.cause, {}).setdefault(
@@ -1033,9 +1059,10 @@ class _Run:
             mapped = join_family(scope, *(a.family for a in actuals))
             actuals = [Shape(a.dims) for a in actuals]
         bound_by: dict = {}       # local dim -> the argument and input that bound it
+        doubts: dict = {}         # block input -> its doubt, where the argument does not fit
         for decl, arg, actual in zip(block.inputs, call.args, actuals):
             self.bind(scope, call, block, decl, arg, actual, scope.values[arg].dtype, binding,
-                      locals_, bound_by)
+                      locals_, bound_by, doubts)
         unbound = [d.name for d in block.local_dims.values() if d.symbol not in binding]
         if unbound:
             raise SpecError(f"block {block.name}: local dim{'s' if len(unbound) > 1 else ''} "
@@ -1048,7 +1075,7 @@ class _Run:
         if ways is None:
             ways = self.record_cache[ways_key] = selections(self.spec, block.name, self.choices)
         if ways == [{}]:
-            self.call_block(scope, call, block, binding, mapped, path, declared)
+            self.call_block(scope, call, block, binding, mapped, path, declared, doubts)
             return
         # the block consults choices the caller left open: it is checked under each way of
         # setting them, its findings marked with the way; the caller goes on from the declared
@@ -1058,7 +1085,7 @@ class _Run:
             self.choices, self.want_rows = outer | way, want_rows and index == 0
             start, pending_start, rows_start = len(self.findings), len(self.pending), \
                 len(scope.rows)
-            self.call_block(scope, call, block, binding, mapped, path, declared)
+            self.call_block(scope, call, block, binding, mapped, path, declared, doubts)
             self.findings[start:] = [replace(f, selection=way | f.selection)
                                      for f in self.findings[start:]]
             self.pending[pending_start:] = [entry[:4] + (way | entry[4],)
@@ -1068,11 +1095,11 @@ class _Run:
         self.choices, self.want_rows = outer, want_rows
 
     def call_block(self, scope: _Scope, call: BlockCall, block: Block, binding: dict,
-                   mapped, path: str, declared: TensorDecl | None) -> None:
+                   mapped, path: str, declared: TensorDecl | None, doubts: dict) -> None:
         """Check a call of a block whose choices are all set: its body, then its output
         against the declared shape (which later equations go on from: the same under every
         way of setting the choices the block consults)."""
-        output, rows, suspect = self.check_block(block, binding, path)
+        output, rows, suspect = self.check_block(block, binding, path, doubts)
         scope.rows.extend(rows)
         body = len(self.findings)
         self.finish_call(scope, call, block, binding, mapped, declared, output)
@@ -1105,6 +1132,7 @@ class _Run:
             first = block.inputs[0].shape.subs(binding)
             if output.shape is not None and output.shape.rank == first.rank:
                 verdict = self.prover.equal_all(list(zip(output.shape.dims, first.dims)))
+                before = len(self.findings)
                 if not verdict.proved:
                     scope.finding("repeat-mismatch",
                                   f"repeat({format_expr(call.repeat)}, {block.name}) feeds each "
@@ -1113,6 +1141,9 @@ class _Run:
                                   verdict, list(output.shape.dims) + list(first.dims),
                                   hint="a repeated block must return the shape of its first "
                                        "input")
+                # the next copy's input is a use of the block's first input
+                self.used(block.inputs[0], call,
+                          self.findings[-1].key() if len(self.findings) > before else None)
             elif output.shape is not None:
                 scope.finding("repeat-mismatch", f"repeat({format_expr(call.repeat)}, "
                               f"{block.name}) returns rank {output.shape.rank} but takes rank "
@@ -1121,7 +1152,7 @@ class _Run:
         self.compare(scope, call, declared, output)
 
     def bind(self, scope, call, block, decl, arg, actual: Shape, dtype, binding, locals_,
-             bound_by):
+             bound_by, doubts):
         declared = decl.shape
         expected = declared.subs(binding)
         problem = None
@@ -1156,7 +1187,8 @@ class _Run:
                 if conflict is None:
                     message = (f"{arg} ({actual.text()}) passed as {block.name}'s input "
                                f"{decl.name} ({expected.text()})")
-                    hint = f"pass a tensor of shape {expected.text()}"
+                    hint = (f"pass a tensor of shape {expected.text()}, or check "
+                            f"{block.name}'s declaration of {decl.name} (line {decl.line})")
                 else:
                     local, earlier, given = conflict
                     other, other_input, other_shape = bound_by[local]
@@ -1171,9 +1203,13 @@ class _Run:
                 scope.finding("argument-mismatch", message, verdict,
                               [e for pair in pairs for e in pair], hint=hint,
                               expected=expected.text(), inferred=actual.text())
-                self.used(decl, self.findings[-1].key())
+                self.used(decl, call, self.findings[-1].key())
+                # in the body, the input is doubtful: what trips over it there but not over
+                # the argument passed follows from this finding
+                doubts[decl.name] = _Doubt(Value(actual, dtype, tensor=decl.name),
+                                           self.findings[-1].key(), False, decl.name)
             else:
-                self.used(decl, None)
+                self.used(decl, call, None)
         else:
             for d, a in zip(declared.dims, actual.dims):
                 if d in locals_ and d not in binding:
@@ -1182,17 +1218,19 @@ class _Run:
                           f"{block.name}'s input {decl.name} ({declared.text()}): {problem}",
                           None, [], hint=f"pass a tensor of shape {declared.text()}",
                           expected=declared.text(), inferred=actual.text())
-            self.used(decl, self.findings[-1].key())
+            self.used(decl, call, self.findings[-1].key())
         if dtype != decl.dtype:
             scope.finding("argument-mismatch", f"{arg} is {dtype} but {block.name}'s input "
                           f"{decl.name} is {decl.dtype}", None, [],
                           hint=f"pass a {decl.dtype} tensor")
 
-    def check_block(self, block: Block, binding: dict, path: str) -> tuple[Value, list, tuple]:
+    def check_block(self, block: Block, binding: dict, path: str,
+                    doubts: dict) -> tuple[Value, list, tuple]:
         relevant = _choices_used(self.spec, block.name)
         key = (block.name, tuple(sorted(((k.name, v) for k, v in binding.items()),
                                         key=lambda kv: kv[0])),
-               self.prover_key, tuple((c, self.choices.get(c)) for c in relevant))
+               self.prover_key, tuple((c, self.choices.get(c)) for c in relevant),
+               tuple(sorted(doubts.items())))
         cached = self.block_cache.get(key)
         if cached is None:
             if block.name in self.active:
@@ -1201,6 +1239,7 @@ class _Run:
                                 file=block.file, line=block.line)
             self.active.append(block.name)
             inner = _Scope(self, "", binding, block)
+            inner.suspect.update(doubts)
             start, pending_start = len(self.findings), len(self.pending)
             known = set(self.unknowns)
             self.check_body(inner, select(block.body, self.choices), block.inputs,
@@ -1299,7 +1338,7 @@ def _violation_message(relation, values: dict) -> str:
         n, d = relation.lhs.args
         return f"{_valued(n, values)} is not divisible by {_valued(d, values)}"
     shown = ", ".join(f"{s}={_plain(values[s])}" for s in sorted(relation.free_symbols, key=str))
-    return f"{_relation_text(relation)} does not hold for {shown}"
+    return f"{dim_text(relation)} does not hold for {shown}"
 
 
 def _valued(expr, values: dict) -> str:
@@ -1307,12 +1346,6 @@ def _valued(expr, values: dict) -> str:
     if expr.is_number:
         return format_expr(expr)
     return f"{format_expr(expr)}={_plain(evaluate(expr, values))}"
-
-
-def _relation_text(relation) -> str:
-    ops = {sympy.Eq: "==", sympy.Ne: "!=", sympy.StrictLessThan: "<", sympy.LessThan: "<=",
-           sympy.StrictGreaterThan: ">", sympy.GreaterThan: ">="}
-    return f"{format_expr(relation.lhs)} {ops[type(relation)]} {format_expr(relation.rhs)}"
 
 
 def _declaration(shape: Shape) -> str:
@@ -1475,9 +1508,9 @@ def _misfits(uses, merged: dict) -> list[tuple[TensorDecl, list[tuple]]]:
     keys of those uses' findings; one that shares a finding with another such declaration is
     left out (X @ W where both fit no use: either may be the mistake)."""
     found = []
-    for decl, fits, failed in uses:
-        keys = [k for k in dict.fromkeys(failed) if k in merged]
-        if not fits and len({merged[k].line for k in keys}) >= 2:
+    for decl, passed, failed in uses:
+        keys = [k for k in dict.fromkeys(k for ks in failed.values() for k in ks) if k in merged]
+        if not passed - set(failed) and len({merged[k].line for k in keys}) >= 2:
             found.append((decl, keys))
     shared = [key for _, keys in found for key in keys]
     return [(decl, keys) for decl, keys in found
@@ -1506,8 +1539,8 @@ def _grouped(findings: list[Finding], merged: dict, causes: set) -> list[Finding
     order: every cause, each followed by what follows from it.
 
     A finding follows from another when its only reason is that one's tensor (``cause``, see
-    ``_Run.follows``), or when it is the same statement's mistake again (same line and kind:
-    a block checked at other sizes)."""
+    ``_Run.follows``), or when it is about the same statement (the same line: a block checked
+    at other sizes, a claim refuted after its operands were)."""
     for finding in findings:
         cause = merged.get(finding.cause) if finding.key() not in causes else None
         finding.caused_by = cause if cause is not finding else None
@@ -1522,12 +1555,11 @@ def _grouped(findings: list[Finding], merged: dict, causes: set) -> list[Finding
             finding.caused_by = None
     first: dict = {}
     for finding in findings:
-        if finding.caused_by is None:
-            where = (finding.file, finding.line, finding.kind)
-            if where in first:
-                finding.caused_by = first[where]
-            else:
-                first[where] = finding
+        where = (finding.file, finding.line)
+        if where not in first:
+            first[where] = finding
+        elif finding.caused_by is None:
+            finding.caused_by = first[where]
     return [f for cause, rest in grouped(findings) for f in (cause, *rest)]
 
 
