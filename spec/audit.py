@@ -43,6 +43,9 @@ def _finding(finding: Finding) -> list[str]:
     for label, text in finding.details():
         shown = text if label == "hint" else f"`{text}`"
         lines.append(f"  - {_LABELS.get(label, label)}: {shown}")
+    cause = finding.caused_by
+    if cause is not None:
+        lines.append(f"  - follows from: the {cause.kind} at `{_path(cause.file)}:{cause.line}`")
     return lines
 
 

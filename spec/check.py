@@ -8,15 +8,18 @@ the body once per binding. Every claim that fails becomes a ``Finding`` with a c
 given dim values (a variant), the same run also evaluates every shape and constraint.
 """
 
+import contextlib
 import itertools
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 import sympy
 
 from spec import limits
 from spec.errors import SpecError
-from spec.findings import Finding, format_value
+from spec.expr import dim_text
+from spec.findings import Finding, format_value, grouped
 from spec.limits import TIME_LIMIT, require_tensor_count
 from spec.model import (
     DECODING,
@@ -46,6 +49,7 @@ from spec.model import (
     prompt_dims,
     select,
     selections,
+    tensor_names,
 )
 from spec.ops import OPS, Value, join_family
 from spec.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
@@ -100,6 +104,15 @@ class _Fresh:
         return symbol
 
 
+class _Doubt(NamedTuple):
+    """A tensor whose value a refuted claim made doubtful: later equations go on from one of
+    the claim and what the equation gives; ``other`` is the other one."""
+    other: Value
+    cause: tuple            # the key of the claim's finding
+    declared: bool          # whether ``other`` is the claim
+    tensor: str             # the tensor whose claim it is
+
+
 class _Scope:
     """One body being checked: the model, or one block under one binding of its local dims."""
 
@@ -116,6 +129,9 @@ class _Scope:
         self.rows: list[TensorRow] = []
         self.equation = None                     # the record being checked, for findings
         self.node = None
+        self.decls: dict[str, TensorDecl] = {}   # the body's declarations, for hints
+        # tensors whose value an earlier finding made doubtful, see _Run.follows
+        self.suspect: dict[str, _Doubt] = {}
 
     # -- the Context protocol of spec.ops
     def resolve(self, expr):
@@ -140,26 +156,81 @@ class _Scope:
         if not verdict.proved:
             self.report_claim("operand-mismatch", verdict, f"{what}: {format_expr(a)} vs "
                               f"{format_expr(b)}", [a, b],
-                              hint=_operand_hint(what, a, b))
+                              hint=_operand_hint(what, a, b, self.declared_operands()))
+        failed = None if verdict.proved else self.checker.findings[-1].key()
+        for term in getattr(self.node, "args", ()):
+            decl = self.decls.get(term.name) if isinstance(term, TensorRef) else None
+            # a block's input is judged by its calls (see bind), not by its body
+            if decl is not None and decl.role in DECLARED and decl.shape is not None and \
+                    (self.block is None or decl not in self.block.inputs):
+                shape = self.resolve_shape(self.values[term.name].shape)
+                if {a, b} & set(shape.dims + (shape.family,)):    # a dim it declares
+                    self.checker.used(decl, self.equation, failed)
         return a
 
     def divides(self, divisor, n, what):
         divisor, n = self.resolve(divisor), self.resolve(n)
         verdict = self.checker.prover.divides(divisor, n)
         if not verdict.proved:
+            relation = sympy.Eq(sympy.Mod(n, divisor), 0, evaluate=False)
+            hint, suggested = self.checker.constraint_hint(
+                relation, ("divides", divisor, n),
+                f"check that the equation divides {format_expr(n)} by the count it means, "
+                f"and the declared shapes of {self.declared_operands()}")
             self.report_claim("not-divisible", verdict,
                               f"{what}: {format_expr(divisor)} must divide {format_expr(n)}",
-                              [divisor, n], hint=f"add the constraint `require {format_expr(n)} "
-                              f"% {format_expr(divisor)} == 0`")
+                              [divisor, n], hint=hint, suggested=suggested)
 
     def at_most(self, a, b, what):
         a, b = self.resolve(a), self.resolve(b)
         verdict = self.checker.prover.at_most(a, b)
         if not verdict.proved:
+            relation = sympy.LessThan(a, b, evaluate=False)
+            hint, suggested = self.checker.constraint_hint(
+                relation, ("at_most", a, b), self.range_advice(a, b, what))
             self.report_claim("out-of-range", verdict,
                               f"{what}: {format_expr(a)} must not exceed {format_expr(b)}",
-                              [a, b], hint=f"add the constraint `require {format_expr(a)} <= "
-                              f"{format_expr(b)}`")
+                              [a, b], hint=hint, suggested=suggested)
+
+    def declared_operands(self) -> str:
+        """The tensors the op being checked reads, each with the line that declares it:
+        ``X (line 5) and W (line 6)``."""
+        names = []
+        for term in getattr(self.node, "args", ()):
+            names += [n for n in tensor_names(term) if n not in names]
+        shown = [f"{n} (line {self.decls[n].line})" if n in self.decls and
+                 self.decls[n].line is not None else n for n in names]
+        return " and ".join(shown) if len(shown) < 3 else \
+            ", ".join(shown[:-1]) + " and " + shown[-1]
+
+    def range_advice(self, a, b, what: str) -> str:
+        """What to do about ``a <= b`` when no constraint is the fix: for the rows taken from
+        a declared table, its declaration; else the sizes the equation passes."""
+        node = self.node
+        if what.endswith("vs table length") and isinstance(node, OpNode) and \
+                isinstance(node.args[0], TensorRef):
+            table = node.args[0].name
+            decl = self.decls.get(table)
+            where = f" (line {decl.line})" if decl is not None and decl.line is not None \
+                else ""
+            if node.op == "relative_position_bias":
+                return (f"declare {table}{where} with an entry for every relative offset it "
+                        f"serves: its {format_expr(b)} entries do not cover the "
+                        f"{format_expr(a)} needed")
+            return (f"declare {table}{where} with a row for every position it serves: its "
+                    f"{format_expr(b)} rows do not cover {format_expr(a)}")
+        if what.startswith("slice start (rows skipped)"):
+            return (f"the slice's start {format_expr(b)} must be at least 0 for every size "
+                    "the spec allows: check it")
+        if what.startswith("slice start vs stop"):
+            return (f"the slice's stop {format_expr(b)} must be past its start "
+                    f"{format_expr(a - 1)} for every size the spec allows: check both")
+        if "queries (the last positions of the keys) vs keys" in what:
+            return (f"the queries ({format_expr(a)}) are the last positions of the keys "
+                    f"({format_expr(b)}), so never more: check the lengths the equation "
+                    "passes, queries first")
+        return (f"{format_expr(a)} can exceed {format_expr(b)} for sizes the spec allows: "
+                "check the sizes the equation passes")
 
     def resolve_shape(self, shape: Shape) -> Shape:
         if not self.unknowns:
@@ -188,36 +259,45 @@ class _Scope:
 
     def report_claim(self, kind: str, verdict: Verdict, message: str, exprs: list,
                      hint: str = "", expected: str | None = None,
-                     inferred: str | None = None) -> None:
+                     inferred: str | None = None, suggested=None) -> None:
         if verdict.unknown:
             kind = "unproved"
             message += f" (not proved, and no counterexample with every dim up to {SEARCH_MAX})"
-        self.finding(kind, message, verdict, exprs, hint, expected, inferred)
+        self.finding(kind, message, verdict, exprs, hint, expected, inferred, suggested)
 
     def finding(self, kind, message, verdict: Verdict | None, exprs, hint="", expected=None,
-                inferred=None):
+                inferred=None, suggested=None):
         record = self.equation
         symbols = set()
         for e in exprs:
             symbols |= sympy.sympify(e).free_symbols
+        # a claim over a derived dim that is not a whole number (or not positive) is beyond
+        # the prover, which assumes derived dims whole: it follows from the derived dim's
+        broken = self.checker.broken_lets
+        cause = next((broken[s] for s in sorted(symbols, key=str) if s in broken), None) \
+            if kind == "unproved" else None
         self.checker.add(Finding(
             kind=kind, message=message, file=record.file, line=record.line,
             equation=f"{record.output} = {record.text}" if record.text else "",
             tensor=self.qualified(record.output), expected=expected, inferred=inferred,
             counterexample=dict(verdict.counterexample) if verdict and verdict.counterexample
             else None,
-            dims=self.checker.dim_values(symbols), hint=hint))
+            dims=self.checker.dim_values(symbols), hint=hint, suggested=suggested,
+            cause=cause))
 
 
-def _operand_hint(what: str, a, b) -> str:
+def _operand_hint(what: str, a, b, declared: str) -> str:
+    shapes = f"the declared shapes of {declared}" if declared else "the declared shapes"
     if what.startswith("matmul inner"):
         return ("the last axis of the left operand must equal the second-to-last of the "
-                "right: check the declared shapes of both, or transpose one")
+                f"right: check {shapes}, or transpose one")
     if "family" in what:
-        return "both operands must be families of the same size"
-    if "layer_norm" in what:
-        return "LayerNorm's gain and bias have the normalised (last) axis's width"
-    return f"make {format_expr(a)} and {format_expr(b)} the same dim, or broadcast with a 1"
+        return f"both operands must be families of the same size: check {shapes}"
+    if what.startswith(("layer_norm", "rms_norm")):
+        return ("a normalisation's gain and bias have the width of its input's last axis: "
+                f"check {shapes}")
+    return (f"{format_expr(a)} and {format_expr(b)} must be the same size (or one of them 1, "
+            f"to broadcast): check {shapes}")
 
 
 def _reused_finding(reused: Reused) -> Finding:
@@ -242,6 +322,14 @@ class _Run:
         self.fresh = _Fresh()
         self.block_cache = block_cache
         self.record_cache = {} if record_cache is None else record_cache
+        # each declared tensor's uses, over every run: id(decl) -> [decl, the records whose
+        # claims about it hold, record -> the keys of the findings of those that fail]
+        self.uses = self.record_cache.setdefault(("uses",), {})
+        # what later equations say of a refuted claim, over every run: the key of its finding
+        # -> {"claim": lines of uses that fit the declared shape alone, "equation": lines of
+        # uses that fit what the equation gives alone}
+        self.evidence = self.record_cache.setdefault(("evidence",), {})
+        self.broken_lets: dict = {}   # derived dim -> the key of its finding, in this run
         self.want_rows = rows
         self.findings: list[Finding] = []
         self.unknowns: dict = {}      # fresh unknown widths -> what they were pinned to
@@ -252,6 +340,7 @@ class _Run:
         self.starts: list = []
         self.start_names = _start_names(spec)
         self.outputs: tuple = ()
+        self.output_causes: dict = {}   # output -> the finding that made its value doubtful
         self.active: list[str] = []   # blocks being checked, innermost last (for cycles)
         top = select(spec.body, choices)
         self.lets = [s for s in top if isinstance(s, Let)]
@@ -285,6 +374,53 @@ class _Run:
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
 
+    def used(self, decl: TensorDecl, record, failed: tuple | None) -> None:
+        """A use of a declared tensor by a record (an operand of its ops, a block input bound
+        at a call, a state updated) that fits its declared shape (``failed`` None) or does not
+        (the key of its finding). A record fits when none of its claims fails."""
+        entry = self.uses.setdefault(id(decl), [decl, set(), {}])
+        if failed is None:
+            entry[1].add(id(record))
+        else:
+            entry[2].setdefault(id(record), []).append(failed)
+
+    def constraint_hint(self, relation, claim: tuple, otherwise: str) -> tuple[str, object]:
+        """The hint for a claim a constraint could settle, and the constraint it suggests:
+        ``add the constraint `require ...``` when ``relation`` is a fix (see ``offers``),
+        else ``otherwise`` and None."""
+        if self.offers(relation, claim):
+            return f"add the constraint `require {dim_text(relation)}`", relation
+        return otherwise, None
+
+    def offers(self, relation, claim: tuple) -> bool:
+        """Whether adding ``relation`` as a constraint fixes ``claim`` (a Prover method's name
+        and arguments): it must not merely bound or tie the sizes of the model's inputs
+        (``require T <= T_dec`` or ``require 3 <= T`` would hide a mistake, not fix it; that an
+        input's width be divisible, ``require d % 2 == 0``, is a fix), some sizes the spec allows
+        must meet it together with every other constraint (a witness from the prover's
+        search), and under it the claim must be proved."""
+        if not isinstance(relation, sympy.core.relational.Relational) or (
+                relation.free_symbols <= _input_dims(self.spec) and
+                not _divisibility(relation)):
+            return False
+        key = ("offers", self.prover_key, relation, claim)
+        answer = self.record_cache.get(key)
+        if answer is None:
+            prover = Prover(self.prover.dims, self.prover.constraints + [relation],
+                            self.prover.lets, self.prover.values)
+            method, *args = claim
+            # cheapest first: the claim under it, linear infeasibility (T + T_past <= T
+            # would otherwise exhaust the search), then the search for a witness
+            try:
+                answer = getattr(prover, method)(*args).proved and \
+                    not prover._linear_infeasible() and prover.satisfiable() == "yes"
+            except TypeError:
+                # the prover's slack method compares 0/0 for a fact with no linear term in
+                # the claim's first dim (H*H + d >= 3): no proof, so nothing offered
+                answer = False
+            self.record_cache[key] = answer
+        return answer
+
     def dim_values(self, symbols: set) -> dict:
         """The values of the dims involved, where the run has them (a variant)."""
         if not self.value_map:
@@ -314,17 +450,18 @@ class _Run:
             if failure is None:
                 continue
             kind, verdict, what = failure
-            numerator, denominator = sympy.fraction(sympy.together(let.expr))
-            hint = (f"add the constraint `require {format_expr(numerator)} % "
-                    f"{format_expr(denominator)} == 0`") if kind == "not-integral" else \
-                f"add the constraint `require {let.text} >= 1`"
+            hint, suggested = self.size_hint(
+                kind, let.expr, f"redefine {let.dim}: no constraint to add makes it {what} "
+                "for every size the spec allows")
             self.add(Finding(
                 kind="unproved" if verdict.unknown else kind,
                 message=f"derived dim {let.dim} = {let.text} is not {what} for every "
                         "size the constraints allow",
                 file=let.file, line=let.line, equation=f"let {let.dim} = {let.text}",
                 counterexample=dict(verdict.counterexample) if verdict.counterexample
-                else None, dims=self.dim_values(let.expr.free_symbols), hint=hint))
+                else None, dims=self.dim_values(let.expr.free_symbols), hint=hint,
+                suggested=suggested))
+            self.broken_lets[self.spec.symbols()[let.dim]] = self.findings[-1].key()
         scope = _Scope(self, "", {}, None)
         statements = select(self.spec.body, self.choices)
         self.check_body(scope, statements, [], outputs(self.spec, self.choices), "the model")
@@ -334,6 +471,8 @@ class _Run:
             (name, scope.values[name].dtype, scope.resolve_shape(scope.values[name].shape),
              (said.file, said.line)) for name in outputs(self.spec, self.choices)
             if name in scope.values and scope.values[name].shape is not None)
+        self.output_causes = {name: doubt.cause for name, doubt in scope.suspect.items()
+                              if name in outputs(self.spec, self.choices)}
         rows = scope.rows
         if self.pending:
             reported = {}
@@ -430,16 +569,22 @@ class _Run:
         return len(undefined)
 
     def nearest_hint(self, involved: list, given: dict) -> str:
-        """Valid values near the given ones, one dim at a time, others held fixed."""
+        """Valid values near the given ones, one dim at a time, others held fixed.
+
+        A candidate is judged by the constraints and derived dims that hold at the given
+        values, and by those the dim takes part in: one that fails whatever this dim is (a
+        second broken constraint) is no reason to refuse a candidate."""
         parts = []
         order = sorted((s for s in involved if s in given),
                        key=lambda s: (0 if _is_divisor(s, self.constraints) else 1, str(s)))
+        failing = self.failing(given)
         for symbol in order:
+            ignored = [item for item in failing if symbol not in self.base_symbols(item)]
             value = given[symbol]
             below = next((v for v in range(value - 1, max(0, value - NEAREST_WINDOW), -1)
-                          if self.valid({**given, symbol: v})), None)
+                          if self.valid(given, symbol, v, ignored)), None)
             above = next((v for v in range(value + 1, value + NEAREST_WINDOW)
-                          if self.valid({**given, symbol: v})), None)
+                          if self.valid(given, symbol, v, ignored)), None)
             near = [str(v) for v in (below, above) if v is not None]
             if near:
                 parts.append(f"valid {symbol} near {value}: {', '.join(near)}")
@@ -448,26 +593,45 @@ class _Run:
                              "the other dims held")
         return "; ".join(parts)
 
-    def valid(self, given: dict) -> bool:
+    def valid(self, given: dict, symbol, value: int, ignored: list) -> bool:
+        """Whether ``symbol = value``, the other dims as given, breaks nothing but
+        ``ignored``."""
+        return all(item in ignored for item in self.failing({**given, symbol: value}))
+
+    def failing(self, given: dict) -> list:
+        """The derived dims (their symbols) that the given values leave undefined or not a
+        positive whole number, and the constraints they break."""
         full = dict(given)
+        failed: list = []
         for symbol, expr in self.let_map.items():
             if not expr.free_symbols - set(given):
                 try:
                     value = evaluate(expr, given)
                 except ZeroDivisionError:
-                    return False
+                    failed.append(symbol)
+                    continue
                 if not is_whole(value):
-                    return False
+                    failed.append(symbol)
                 full[symbol] = value
         for constraint in self.constraints:
             relation = constraint.relation
             if relation.free_symbols <= set(full):
                 try:
-                    if not evaluate(relation, full):
-                        return False
+                    holds = evaluate(relation, full)
                 except ZeroDivisionError:
-                    return False
-        return True
+                    holds = False
+                if not holds:
+                    failed.append(constraint)
+        return failed
+
+    def base_symbols(self, item) -> set:
+        """The given dims a derived dim (a symbol) or a constraint depends on, through the
+        derived dims it names."""
+        if "base_lets" not in self.__dict__:
+            self.base_lets = Prover._compose(dict(self.let_map))    # lets over given dims
+        expr = self.let_map[item] if isinstance(item, sympy.Symbol) else item.relation
+        return {found for s in expr.free_symbols
+                for found in (self.base_lets[s].free_symbols if s in self.base_lets else {s})}
 
     # -- bodies
     def structure(self, statements: list, inputs: list[TensorDecl], outputs: list[str],
@@ -547,6 +711,7 @@ class _Run:
             structure = self.record_cache[structure_key] = self.structure(
                 statements, inputs, outputs, where)
         decls, order = structure
+        scope.decls = decls
         for decl in decls.values():
             if decl.role in DECLARED:
                 limits.reached(decl)
@@ -568,16 +733,20 @@ class _Run:
             # the same record with the same inputs under the same constraints gives the same
             # answer: remembered across choice combinations (not while widths are unknown)
             key = None
+            suspects = [n for n in record.inputs if n in scope.suspect]
             if not self.fresh.symbols:
                 blocks = _choices_used(self.spec, record.block) \
                     if isinstance(record, BlockCall) else ()
                 key = (id(record), tuple(scope.values[n] for n in record.inputs),
                        id(declared), self.prover_key, scope.prefix, binding_key,
-                       tuple((c, self.choices.get(c)) for c in blocks), self.want_rows)
+                       tuple((c, self.choices.get(c)) for c in blocks), self.want_rows,
+                       tuple(scope.suspect[n] for n in suspects))
                 hit = self.record_cache.get(key)
                 if hit is not None:
-                    value, findings, rows, states, starts = hit
+                    value, findings, rows, states, starts, suspect = hit
                     scope.values[record.output] = value
+                    if suspect is not None:
+                        scope.suspect[record.output] = suspect
                     self.findings.extend(findings)
                     scope.rows.extend(rows)
                     self.states.extend(states)
@@ -585,16 +754,20 @@ class _Run:
                     continue
             start, rows_start = len(self.findings), len(scope.rows)
             states_start, starts_start = len(self.states), len(self.starts)
-            if isinstance(record, Equation):
-                self.check_equation(scope, record, declared)
-            else:
-                self.check_call(scope, record, declared)
+            self.check_record(scope, record, declared)
+            if suspects:
+                self.follows(scope, record, declared, suspects, start)
             if key is not None and not self.fresh.symbols:
                 self.record_cache[key] = (scope.values[record.output], self.findings[start:],
                                           scope.rows[rows_start:], self.states[states_start:],
-                                          self.starts[starts_start:])
+                                          self.starts[starts_start:],
+                                          scope.suspect.get(record.output))
         for update in (s for s in statements if isinstance(s, Update)):
+            start = len(self.findings)
             self.check_update(scope, update, decls[update.state])
+            # an update is a use of the state's declared shape
+            self.used(decls[update.state], update,
+                      self.findings[start].key() if len(self.findings) > start else None)
         for name, shape in scope.unstated.items():
             # reported at the end of the run: a caller may still pin these widths down
             decl = decls[name]
@@ -615,6 +788,70 @@ class _Run:
                 self.starts.append((scope.qualified(record.output), value.dtype,
                                     None if value.shape is None else
                                     scope.resolve_shape(value.shape), {}))
+
+    def check_record(self, scope: _Scope, record, declared: TensorDecl | None) -> None:
+        if isinstance(record, Equation):
+            self.check_equation(scope, record, declared)
+        else:
+            self.check_call(scope, record, declared)
+
+    def follows(self, scope: _Scope, record, declared: TensorDecl | None, suspects: list,
+                start: int) -> None:
+        """A record that reads tensors an earlier finding made doubtful (``scope.suspect``) is
+        checked again with the other value of each. Where that finds nothing, each of its
+        findings follows from the earlier one (its ``cause``); where its value differs, its
+        value is doubtful too, for the same cause (a chain of consequences, each beneath the
+        first cause)."""
+        doubt = scope.suspect[suspects[0]]
+        found = self.findings[start:]
+        value = scope.values[record.output]
+        with self.aside(scope):
+            for name in suspects:
+                scope.values[name] = scope.suspect[name].other
+            alternative = len(self.findings)
+            try:
+                self.check_record(scope, record, declared)
+                clean = len(self.findings) == alternative
+                other = scope.values[record.output]
+            except SpecError:           # the other value breaks an op outright
+                clean, other = False, value
+        if clean != (not found) and suspects[0] == doubt.tensor:
+            # a use that fits one of the two alone: the claim, or what the equation gives
+            self.evidence.setdefault(doubt.cause, {}).setdefault(
+                "claim" if clean == doubt.declared else "equation", set()).add(record.line)
+        if clean:
+            for finding in found:
+                if finding.cause is None:
+                    finding.cause = doubt.cause
+        if record.output not in scope.suspect and other.shape != value.shape:
+            scope.suspect[record.output] = doubt._replace(other=other)
+
+    @contextlib.contextmanager
+    def aside(self, scope: _Scope):
+        """A check whose findings, rows, values, pinned widths and the states and starts it
+        records for the decoding pass are all undone after it."""
+        findings, rows, pending = len(self.findings), len(scope.rows), len(self.pending)
+        states, starts = len(self.states), len(self.starts)
+        values, suspect = dict(scope.values), dict(scope.suspect)
+        unknowns, fresh = dict(self.unknowns), set(self.fresh.symbols)
+        unstated, like = dict(scope.unstated), dict(scope.unstated_like)
+        equation, node = scope.equation, scope.node
+        try:
+            yield
+        finally:
+            del self.findings[findings:]
+            del scope.rows[rows:]
+            del self.pending[pending:]
+            del self.states[states:]
+            del self.starts[starts:]
+            for now, then in ((scope.values, values), (scope.suspect, suspect),
+                              (self.unknowns, unknowns), (scope.unstated, unstated),
+                              (scope.unstated_like, like)):
+                now.clear()
+                now.update(then)
+            self.fresh.symbols.clear()
+            self.fresh.symbols.update(fresh)
+            scope.equation, scope.node = equation, node
 
     def check_update(self, scope: _Scope, update: Update, state: TensorDecl) -> None:
         """A state's next value is the state grown along its positions (the second-to-last
@@ -759,12 +996,9 @@ class _Run:
             if failure is None:
                 continue
             kind, verdict, what = failure
-            if kind == "not-integral":
-                hint = "add a divisibility constraint (`require ... % ... == 0`)"
-            elif size.free_symbols:
-                hint = f"add the constraint `require {format_expr(size)} >= 1`"
-            else:
-                hint = "fix the declared shape: a size is at least 1"
+            hint, suggested = self.size_hint(
+                kind, size, "fix the declared shape: a size is at least 1" if kind ==
+                "out-of-range" else "fix the declared shape: a size is a whole number")
             self.add(Finding(
                 kind="unproved" if verdict.unknown else kind,
                 message=f"size {format_expr(size)} in the declared shape of {decl.name} "
@@ -772,7 +1006,18 @@ class _Run:
                 file=decl.file, line=decl.line, tensor=scope.qualified(decl.name),
                 expected=shape.text(),
                 counterexample=dict(verdict.counterexample) if verdict.counterexample
-                else None, dims=self.dim_values(size.free_symbols), hint=hint))
+                else None, dims=self.dim_values(size.free_symbols), hint=hint,
+                suggested=suggested))
+
+    def size_hint(self, kind: str, size, otherwise: str) -> tuple[str, object]:
+        """The hint for a size that is not a whole number (a divisibility constraint) or not
+        at least 1 (a bound), as ``size_failure`` found it."""
+        if kind == "not-integral":
+            numerator, denominator = sympy.fraction(sympy.together(size))
+            return self.constraint_hint(sympy.Eq(sympy.Mod(numerator, denominator), 0,
+                                                 evaluate=False), ("integral", size), otherwise)
+        return self.constraint_hint(sympy.GreaterThan(size, 1, evaluate=False),
+                                    ("at_most", sympy.Integer(1), size), otherwise)
 
     def size_failure(self, size, derived_whole: bool = True) -> tuple[str, Verdict, str] | None:
         """The first way a size can fail to be a positive whole number for some allowed sizes:
@@ -818,6 +1063,13 @@ class _Run:
                               hint=f"declare {name} as {value.dtype}, or change the equation")
             result = Value(inferred if refuted and trust_inferred else claim, declared.dtype,
                            tensor=name)
+            if refuted and inferred is not None:
+                # later equations go on from one of the claim and what the equation gives:
+                # where they trip over it but not over the other, they follow from this
+                # finding (see follows)
+                other = claim if trust_inferred else inferred
+                scope.suspect[name] = _Doubt(Value(other, declared.dtype, tensor=name),
+                                             self.findings[before].key(), trust_inferred, name)
             shape = claim
         else:
             shape = inferred
@@ -891,7 +1143,9 @@ class _Run:
         assert isinstance(term, OpNode)
         args = [self.infer(scope, a) for a in term.args]
         scope.node = term
-        return OPS[term.op].infer(scope, args, term.attr)
+        value = OPS[term.op].infer(scope, args, term.attr)
+        # an operand that is an expression is named by its text in later messages
+        return replace(value, text=term.text) if term.text else value
 
     # -- block calls
     def check_call(self, scope: _Scope, call: BlockCall, declared: TensorDecl | None) -> None:
@@ -923,9 +1177,11 @@ class _Run:
                                 file=call.file, line=call.line)
             mapped = join_family(scope, *(a.family for a in actuals))
             actuals = [Shape(a.dims) for a in actuals]
+        bound_by: dict = {}       # local dim -> the argument and input that bound it
+        doubts: dict = {}         # block input -> its doubt, where the argument does not fit
         for decl, arg, actual in zip(block.inputs, call.args, actuals):
             self.bind(scope, call, block, decl, arg, actual, scope.values[arg].dtype, binding,
-                      locals_)
+                      locals_, bound_by, doubts)
         unbound = [d.name for d in block.local_dims.values() if d.symbol not in binding]
         if unbound:
             raise SpecError(f"block {block.name}: local dim{'s' if len(unbound) > 1 else ''} "
@@ -938,7 +1194,7 @@ class _Run:
         if ways is None:
             ways = self.record_cache[ways_key] = selections(self.spec, block.name, self.choices)
         if ways == [{}]:
-            self.call_block(scope, call, block, binding, mapped, path, declared)
+            self.call_block(scope, call, block, binding, mapped, path, declared, doubts)
             return
         # the block consults choices the caller left open: it is checked under each way of
         # setting them, its findings marked with the way; the caller goes on from the declared
@@ -949,7 +1205,7 @@ class _Run:
             start, pending_start, rows_start = len(self.findings), len(self.pending), \
                 len(scope.rows)
             states_start, starts_start = len(self.states), len(self.starts)
-            self.call_block(scope, call, block, binding, mapped, path, declared)
+            self.call_block(scope, call, block, binding, mapped, path, declared, doubts)
             self.findings[start:] = [replace(f, selection=way | f.selection)
                                      for f in self.findings[start:]]
             self.pending[pending_start:] = [entry[:4] + (way | entry[4],)
@@ -961,17 +1217,44 @@ class _Run:
         self.choices, self.want_rows = outer, want_rows
 
     def call_block(self, scope: _Scope, call: BlockCall, block: Block, binding: dict,
-                   mapped, path: str, declared: TensorDecl | None) -> None:
+                   mapped, path: str, declared: TensorDecl | None, doubts: dict) -> None:
         """Check a call of a block whose choices are all set: its body, then its output
-        against the declared shape."""
-        output, rows = self.check_block(block, binding, path)
+        against the declared shape (which later equations go on from: the same under every
+        way of setting the choices the block consults)."""
+        output, rows, suspect = self.check_block(block, binding, path, doubts)
         scope.rows.extend(rows)
+        body = len(self.findings)
+        self.finish_call(scope, call, block, binding, mapped, declared, output)
+        if suspect is None:
+            return
+        # the block's output is doubtful (an equation inside gave what its claim did not):
+        # what the call finds about it follows from that finding when the declared output
+        # would have given none
+        found = self.findings[body:]
+        if found:
+            with self.aside(scope):
+                alternative = len(self.findings)
+                self.finish_call(scope, call, block, binding, mapped, declared, suspect.other)
+                clean = len(self.findings) == alternative
+            if clean:
+                for finding in found:
+                    if finding.cause is None:
+                        finding.cause = suspect.cause
+        if declared is None or declared.shape is None:
+            scope.suspect.setdefault(call.output, suspect._replace(
+                other=replace(suspect.other, tensor=call.output)))
+
+    def finish_call(self, scope: _Scope, call: BlockCall, block: Block, binding: dict,
+                    mapped, declared: TensorDecl | None, output: Value) -> None:
+        """A call's output: mapped over families, fed back by a repeat, compared with the
+        claim."""
         if mapped is not None and output.shape is not None:
             output = Value(Shape(output.shape.dims, mapped), output.dtype, tensor=output.tensor)
         if call.repeat is not None:
             first = block.inputs[0].shape.subs(binding)
             if output.shape is not None and output.shape.rank == first.rank:
                 verdict = self.prover.equal_all(list(zip(output.shape.dims, first.dims)))
+                before = len(self.findings)
                 if not verdict.proved:
                     scope.finding("repeat-mismatch",
                                   f"repeat({format_expr(call.repeat)}, {block.name}) feeds each "
@@ -980,6 +1263,9 @@ class _Run:
                                   verdict, list(output.shape.dims) + list(first.dims),
                                   hint="a repeated block must return the shape of its first "
                                        "input")
+                # the next copy's input is a use of the block's first input
+                self.used(block.inputs[0], call,
+                          self.findings[-1].key() if len(self.findings) > before else None)
             elif output.shape is not None:
                 scope.finding("repeat-mismatch", f"repeat({format_expr(call.repeat)}, "
                               f"{block.name}) returns rank {output.shape.rank} but takes rank "
@@ -987,7 +1273,8 @@ class _Run:
                               hint="a repeated block must return the shape of its first input")
         self.compare(scope, call, declared, output)
 
-    def bind(self, scope, call, block, decl, arg, actual: Shape, dtype, binding, locals_):
+    def bind(self, scope, call, block, decl, arg, actual: Shape, dtype, binding, locals_,
+             bound_by, doubts):
         declared = decl.shape
         expected = declared.subs(binding)
         problem = None
@@ -996,13 +1283,15 @@ class _Run:
         elif declared.family is None and actual.family is not None:
             problem = "a family where the block takes one tensor"
         if problem is None:
-            pairs = []
+            pairs, written = [], []
             for d, a in zip(declared.dims, actual.dims):
-                d = d.xreplace(binding)
-                if d in locals_:
-                    binding[d] = a
+                bound = d.xreplace(binding)
+                if bound in locals_:
+                    binding[bound] = a
+                    bound_by[bound] = (arg, decl.name, actual)
                 else:
-                    pairs.append((d, a))
+                    pairs.append((bound, a))
+                    written.append(d)
             if declared.family is not None and actual.family is not None:
                 pairs.append((declared.family.xreplace(binding), actual.family))
             if any(e.free_symbols & locals_ for pair in pairs for e in pair):
@@ -1012,12 +1301,37 @@ class _Run:
             verdict = self.prover.equal_all(pairs) if pairs else None
             if verdict is not None and not verdict.proved:
                 expected = declared.subs(binding)
-                scope.finding("argument-mismatch",
-                              f"{arg} ({actual.text()}) passed as {block.name}'s input "
-                              f"{decl.name} ({expected.text()})", verdict,
-                              [e for pair in pairs for e in pair],
-                              hint=f"pass a tensor of shape {expected.text()}",
+                # a local dim an earlier argument bound, which this one gives otherwise: the
+                # two arguments disagree, and either may be the one not meant
+                conflict = next(((local, b, a) for local, (b, a) in zip(written, pairs)
+                                 if local in bound_by
+                                 and not self.prover.equal(b, a).proved), None)
+                if conflict is None:
+                    message = (f"{arg} ({actual.text()}) passed as {block.name}'s input "
+                               f"{decl.name} ({expected.text()})")
+                    hint = (f"pass a tensor of shape {expected.text()}, or check "
+                            f"{block.name}'s declaration of {decl.name} (line {decl.line})")
+                else:
+                    local, earlier, given = conflict
+                    other, other_input, other_shape = bound_by[local]
+                    message = (f"{arg} ({actual.text()}) passed as {block.name}'s input "
+                               f"{decl.name} ({declared.text()}) gives {local} = "
+                               f"{format_expr(given)}, but {other} ({other_shape.text()}), "
+                               f"passed as {other_input}, gives {local} = "
+                               f"{format_expr(earlier)}")
+                    hint = (f"{block.name}'s inputs {other_input} and {decl.name} share "
+                            f"{local}: pass {other} and {arg} with one {local}, or check "
+                            "which of them is not the tensor meant")
+                scope.finding("argument-mismatch", message, verdict,
+                              [e for pair in pairs for e in pair], hint=hint,
                               expected=expected.text(), inferred=actual.text())
+                self.used(decl, call, self.findings[-1].key())
+                # in the body, the input is doubtful: what trips over it there but not over
+                # the argument passed follows from this finding
+                doubts[decl.name] = _Doubt(Value(actual, dtype, tensor=decl.name),
+                                           self.findings[-1].key(), False, decl.name)
+            else:
+                self.used(decl, call, None)
         else:
             for d, a in zip(declared.dims, actual.dims):
                 if d in locals_ and d not in binding:
@@ -1026,16 +1340,19 @@ class _Run:
                           f"{block.name}'s input {decl.name} ({declared.text()}): {problem}",
                           None, [], hint=f"pass a tensor of shape {declared.text()}",
                           expected=declared.text(), inferred=actual.text())
+            self.used(decl, call, self.findings[-1].key())
         if dtype != decl.dtype:
             scope.finding("argument-mismatch", f"{arg} is {dtype} but {block.name}'s input "
                           f"{decl.name} is {decl.dtype}", None, [],
                           hint=f"pass a {decl.dtype} tensor")
 
-    def check_block(self, block: Block, binding: dict, path: str) -> tuple[Value, list]:
+    def check_block(self, block: Block, binding: dict, path: str,
+                    doubts: dict) -> tuple[Value, list, tuple]:
         relevant = _choices_used(self.spec, block.name)
         key = (block.name, tuple(sorted(((k.name, v) for k, v in binding.items()),
                                         key=lambda kv: kv[0])),
-               self.prover_key, tuple((c, self.choices.get(c)) for c in relevant))
+               self.prover_key, tuple((c, self.choices.get(c)) for c in relevant),
+               tuple(sorted(doubts.items())))
         cached = self.block_cache.get(key)
         if cached is None:
             if block.name in self.active:
@@ -1044,6 +1361,7 @@ class _Run:
                                 file=block.file, line=block.line)
             self.active.append(block.name)
             inner = _Scope(self, "", binding, block)
+            inner.suspect.update(doubts)
             start, pending_start = len(self.findings), len(self.pending)
             states_start, starts_start = len(self.states), len(self.starts)
             known = set(self.unknowns)
@@ -1052,14 +1370,15 @@ class _Run:
             value = inner.values[block.output]
             pinned = {k: v for k, v in self.unknowns.items() if k not in known}
             cached = (value, self.findings[start:], inner.rows, self.pending[pending_start:],
-                      pinned, self.states[states_start:], self.starts[starts_start:])
+                      pinned, self.states[states_start:], self.starts[starts_start:],
+                      inner.suspect.get(block.output))
             del self.findings[start:]
             del self.pending[pending_start:]
             del self.states[states_start:]
             del self.starts[starts_start:]
             self.block_cache[key] = cached
             self.active.pop()
-        value, findings, rows, pending, pinned, states, starts = cached
+        value, findings, rows, pending, pinned, states, starts, suspect = cached
         self.unknowns.update(pinned)
         self.pending.extend((path + name, decl, shape, like, selection)
                             for name, decl, shape, like, selection in pending)
@@ -1070,8 +1389,9 @@ class _Run:
             copy.tensor = path + finding.tensor if finding.tensor else finding.tensor
             self.findings.append(copy)
         if not self.want_rows:
-            return value, []
-        return value, [TensorRow(**{**row.__dict__, "name": path + row.name}) for row in rows]
+            return value, [], suspect
+        return value, [TensorRow(**{**row.__dict__, "name": path + row.name}) for row in rows], \
+            suspect
 
 
 def _check_let_cycles(lets: list[Let], let_map: dict, symbols: dict) -> None:
@@ -1110,6 +1430,30 @@ def _choices_used(spec: Spec, block_name: str) -> tuple[str, ...]:
     return memo[block_name]
 
 
+def _divisibility(relation) -> bool:
+    """Whether ``relation`` is ``n % m == 0``."""
+    return isinstance(relation, sympy.Eq) and isinstance(relation.lhs, sympy.Mod) and \
+        relation.rhs == 0
+
+
+def _input_dims(spec: Spec) -> set:
+    """The dims that size the model's inputs (B, T, T_dec...), under any choice (memoised):
+    the lengths of the data, which a fix may not tie together."""
+    memo = spec.__dict__.get("_input_dims")
+    if memo is None:
+        memo = spec.__dict__["_input_dims"] = set()
+
+        def walk(statements):
+            for s in statements:
+                if isinstance(s, When):
+                    walk(s.body)
+                    walk(s.otherwise)
+                elif isinstance(s, TensorDecl) and s.role == "input" and s.shape is not None:
+                    memo.update(s.shape.free_symbols())
+        walk(spec.body)
+    return memo
+
+
 def _is_divisor(symbol, constraints: list[Constraint]) -> bool:
     for c in constraints:
         r = c.relation
@@ -1123,13 +1467,12 @@ def _plain(value):
 
 
 def _violation_message(relation, values: dict) -> str:
-    if isinstance(relation, sympy.Eq) and isinstance(relation.lhs, sympy.Mod) and \
-            relation.rhs == 0:
+    if _divisibility(relation):
         n, d = relation.lhs.args
         return f"{_valued(n, values)} is not divisible by {_valued(d, values)}"
     shown = ", ".join(f"{s}={format_value(_plain(values[s]))}"
                       for s in sorted(relation.free_symbols, key=str))
-    return f"{_relation_text(relation)} does not hold for {shown}"
+    return f"{dim_text(relation)} does not hold for {shown}"
 
 
 def _valued(expr, values: dict) -> str:
@@ -1137,12 +1480,6 @@ def _valued(expr, values: dict) -> str:
     if expr.is_number:
         return format_expr(expr)
     return f"{format_expr(expr)}={format_value(_plain(evaluate(expr, values)))}"
-
-
-def _relation_text(relation) -> str:
-    ops = {sympy.Eq: "==", sympy.Ne: "!=", sympy.StrictLessThan: "<", sympy.LessThan: "<=",
-           sympy.StrictGreaterThan: ">", sympy.GreaterThan: ">="}
-    return f"{format_expr(relation.lhs)} {ops[type(relation)]} {format_expr(relation.rhs)}"
 
 
 def _declaration(shape: Shape) -> str:
@@ -1236,6 +1573,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     record_cache: dict = {}
     merged: dict = {}
     seen_in: dict = {}
+    causes: set = set()
     rows: list[TensorRow] = []
     notes: list[Note] = []
     lets: dict = {}
@@ -1258,6 +1596,8 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
             key = finding.key()
             merged.setdefault(key, finding)
             seen_in[key] = seen_in.get(key, 0) | members.matching(way | finding.selection)
+            if finding.cause is None:
+                causes.add(key)        # a cause under some choices is a cause
     if decodes(spec) and fixed.get(DECODING) == STEP:
         # the full model that starts the states of the steps checked: run for what it
         # computes alone (its own findings are a check of decoding=full)
@@ -1270,6 +1610,23 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
         key = finding.key()
         merged.setdefault(key, finding)
         seen_in[key] = seen_in.get(key, 0) | found
+        if finding.cause is None:
+            causes.add(key)
+    for decl, failed in _misfits(record_cache.get(("uses",), {}).values(), merged):
+        declared = _misfit_declaration(decl, [merged[k] for k in failed])
+        if declared is not None:
+            key = declared.key()
+            merged.setdefault(key, declared)
+            causes.add(key)
+            seen_in[key] = 0
+            for use in failed:
+                seen_in[key] |= seen_in.get(use, 0)
+                if use in causes and merged[use].cause is None:
+                    merged[use].cause = key
+                    causes.discard(use)
+    for key, said in record_cache.get(("evidence",), {}).items():
+        if key in merged and len(said) == 1:
+            merged[key].hint = _weighed_hint(merged[key], *said.items())
     findings = list(merged.values())
     if len(combos) > 1:
         for key, finding in merged.items():
@@ -1277,7 +1634,83 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     for finding in findings:
         finding.selection = {}
     findings.sort(key=lambda f: (f.file or "", f.line or 0, f.kind, f.tensor))
-    return Result(spec, findings, combos, rows, notes, given, lets)
+    return Result(spec, _grouped(findings, merged, causes), combos, rows, notes, given, lets)
+
+
+def _weighed_hint(finding: Finding, said: tuple[str, set]) -> str:
+    """A refuted claim's hint (declare it as the equation gives, or fix the equation), with
+    what later equations say: they fit the claim alone, or what the equation gives alone.
+    (Evidence, not a verdict: a seed can be wrong the same way twice.)"""
+    hint = finding.hint
+    if finding.kind != "shape-mismatch" or not hint.endswith(", or fix the equation"):
+        return hint
+    name = finding.equation.split(" = ", 1)[0]
+    fits, lines = said
+    where = f"line {next(iter(lines))} uses" if len(lines) == 1 else \
+        f"lines {', '.join(map(str, sorted(lines)))} use"
+    if fits == "claim":
+        return f"{hint}; {where} {name} as declared"
+    return f"{hint}; {where} what its equation gives"
+
+
+def _misfits(uses, merged: dict) -> list[tuple[TensorDecl, list[tuple]]]:
+    """The declared tensors that none of their uses fits, at two or more lines, each with the
+    keys of those uses' findings; one that shares a finding with another such declaration is
+    left out (X @ W where both fit no use: either may be the mistake)."""
+    found = []
+    for decl, passed, failed in uses:
+        keys = [k for k in dict.fromkeys(k for ks in failed.values() for k in ks) if k in merged]
+        if not passed - set(failed) and len({merged[k].line for k in keys}) >= 2:
+            found.append((decl, keys))
+    shared = [key for _, keys in found for key in keys]
+    return [(decl, keys) for decl, keys in found
+            if all(shared.count(key) == 1 for key in keys)]
+
+
+def _misfit_declaration(decl: TensorDecl, failed: list[Finding]) -> Finding | None:
+    """A declared tensor that none of its uses fits, at two or more lines: its declaration is
+    the likelier mistake than each use, and their findings follow from it. (With one use, the
+    use may as well be the mistake: that finding stands alone.)"""
+    lines = sorted({f.line for f in failed if f.line is not None})
+    family = "" if decl.shape.family is None else f"[{format_expr(decl.shape.family)}]"
+    first = min(failed, key=lambda f: (f.line or 0, f.kind, f.tensor))
+    return Finding(
+        kind="declaration-mismatch",
+        message=f"{decl.name} is declared {decl.shape.text()}, which none of its uses fits "
+                f"(lines {', '.join(map(str, lines))})",
+        file=decl.file, line=decl.line,
+        equation=f'{decl.role} {decl.name}{family} "{_declaration(decl.shape)}"',
+        hint=f"declare {decl.name} with the shape its uses need, or fix them; the first, at "
+             f"line {first.line}: {first.message}")
+
+
+def _grouped(findings: list[Finding], merged: dict, causes: set) -> list[Finding]:
+    """Each finding linked to the earlier finding it follows from (``caused_by``), then in
+    order: every cause, each followed by what follows from it.
+
+    A finding follows from another when its only reason is that one's tensor (``cause``, see
+    ``_Run.follows``), or when it is about the same statement (the same line: a block checked
+    at other sizes, a claim refuted after its operands were)."""
+    for finding in findings:
+        cause = merged.get(finding.cause) if finding.key() not in causes else None
+        finding.caused_by = cause if cause is not finding else None
+        finding.cause = None
+    for finding in findings:
+        # a chain that comes back to this finding (choices that disagree) is no cause
+        seen, step = {id(finding)}, finding.caused_by
+        while step is not None and id(step) not in seen:
+            seen.add(id(step))
+            step = step.caused_by
+        if step is not None:
+            finding.caused_by = None
+    first: dict = {}
+    for finding in findings:
+        where = (finding.file, finding.line)
+        if where not in first:
+            first[where] = finding
+        elif finding.caused_by is None:
+            finding.caused_by = first[where]
+    return [f for cause, rest in grouped(findings) for f in (cause, *rest)]
 
 
 def _keeps_states(spec: Spec, block_name: str) -> bool:
@@ -1398,6 +1831,7 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                 hint=f"start it from a tensor the full model ({DECODING} = {FULL}) computes "
                      "in the block it calls at the same place"), bits & ~covered))
     pairs: dict[tuple, int] = {}        # (step inputs, full inputs, prover) -> combinations
+    doubted: dict[tuple, dict] = {}     # the same -> outputs an earlier finding made doubtful
     for way, run in runs:
         step_bits = members.matching(way) & step & kept
         if not step_bits:
@@ -1409,8 +1843,10 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                        run.outputs, full_run.outputs, run.prover_key)
                 pairs[key] = pairs.get(key, 0) | both
                 provers[run.prover_key] = run.prover
+                doubted.setdefault(key, full_run.output_causes | run.output_causes)
     decls_by_id = {id(d): d for group in inputs.values() for d in group}
-    for (step_ids, full_ids, step_outputs, full_outputs, prover_key), bits in pairs.items():
+    for key, bits in pairs.items():
+        step_ids, full_ids, step_outputs, full_outputs, prover_key = key
         prover = provers[prover_key]
         step_inputs = [decls_by_id[i] for i in step_ids]
         full_inputs = [decls_by_id[i] for i in full_ids]
@@ -1418,8 +1854,10 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                                                               full_inputs)]
         prompt = prompt_dims(full_inputs, step_inputs)
         if len(prompt) == 1:
-            found += [(finding, bits) for finding in _step_outputs(
-                spec, prover, step_outputs, full_outputs, *prompt)]
+            for finding in _step_outputs(spec, prover, step_outputs, full_outputs, *prompt):
+                # an output whose shape an earlier finding made doubtful follows from it
+                finding.cause = doubted[key].get(finding.tensor)
+                found.append((finding, bits))
     return found
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from spec import api, counts, limits
 from spec.errors import GridError, TspecError, UsageError, hidden
-from spec.findings import KINDS, display_path, to_json
+from spec.findings import KINDS, display_path, findings_data, findings_text, summary, to_json
 from spec.grid import MAX_COMBINATIONS, parse_axis
 from spec.model import choices_in_force
 from spec.model import lets as derived_dims
@@ -324,8 +324,8 @@ def _grid(args) -> int:
     axes = [parse_axis(text) for text in args.grid]
     grid = api.grid(targets[0], axes, args.settings)
     if not grid.proved:
-        for finding in grid.proof.findings:
-            print(finding.text(), file=sys.stderr)
+        for text in findings_text(grid.proof.findings):
+            print(text, file=sys.stderr)
         print(f"tspec: {len(grid.proof.findings)} finding(s) in the proof of "
               f"{grid.variant.name}: no combination judged; run `tspec check {targets[0]}`",
               file=sys.stderr)
@@ -374,11 +374,10 @@ def _report_text(report) -> str:
             lines.append(f"   variant: every constraint holds and every shape evaluates "
                          f"({values})")
     else:
-        lines.append(f"   {len(report.findings)} finding{'s' if len(report.findings) != 1 else ''}"
-                     f" ({scope})")
-        for finding in report.findings:
+        lines.append(f"   {summary(report.findings)} ({scope})")
+        for text in findings_text(report.findings):
             lines.append("")
-            lines.append(finding.text())
+            lines.append(text)
     if report.notes:
         lines.append("")
         lines.append("   not judged by the checker:")
@@ -397,7 +396,7 @@ def _report_json(report) -> dict:
         "choice_combinations": len(report.proof.combinations),
         "choices": report.proof.combinations[0] if not variant.is_spec else None,
         "dims": variant.dims,
-        "findings": [f.as_dict() for f in report.findings],
+        "findings": findings_data(report.findings),
         "notes": [{"text": n.text, "source": n.source, "line": n.line} for n in report.notes],
     }
 
@@ -409,8 +408,8 @@ def _shapes(args) -> int:
               and f.scope == "variant"]
     if broken:
         # sizes outside the spec have no shapes to show
-        for finding in broken:
-            print(finding.text(), file=sys.stderr)
+        for text in findings_text(broken):
+            print(text, file=sys.stderr)
         return EXIT_FINDINGS
     rows = api.shapes(variant)
     if args.format == "json":
@@ -515,8 +514,8 @@ def _run(args) -> int:
     variant = with_run_defaults(api.load(args.target, args.settings))
     report = api.check(variant)
     if not report.ok:
-        for finding in report.findings:
-            print(finding.text(), file=sys.stderr)
+        for text in findings_text(report.findings):
+            print(text, file=sys.stderr)
         print(f"tspec: {len(report.findings)} finding(s) in {variant.name}: nothing to run",
               file=sys.stderr)
         return EXIT_FINDINGS

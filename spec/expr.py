@@ -10,8 +10,10 @@ import re
 from dataclasses import dataclass
 
 import sympy
+from sympy.printing.precedence import precedence
 
 from spec.errors import SpecError, SpecSyntaxError
+from spec.numbers import IntegerPrinter
 
 # ---------------------------------------------------------------------------------------------
 # Tokens
@@ -440,3 +442,51 @@ _RELATIONS = {
     ">": lambda a, b: sympy.StrictGreaterThan(a, b, evaluate=False),
     ">=": lambda a, b: sympy.GreaterThan(a, b, evaluate=False),
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# Dim expressions printed back in the language
+
+class _LanguagePrinter(IntegerPrinter):
+    """sympy's own printer, its integers as ``spec.numbers`` shows them (Python's precedence, which the language shares: ``+ -`` below
+    ``* / %`` below unary ``-`` below ``**``), with ``%`` for a remainder and the language's
+    comparisons: what it prints parses back to the same expression."""
+
+    def _print_Mod(self, expr):
+        n, d = expr.args
+        # left-associative: a product on the left needs no brackets; on the right, anything
+        # but a name, a whole number or a power of one does (1/T is a division too)
+        right = self._print(d)
+        if not (d.is_Symbol or (d.is_Integer and d >= 0) or
+                (d.is_Pow and d.base.is_Symbol and d.exp.is_Integer and d.exp > 0)):
+            right = f"({right})"
+        return f"{self.parenthesize(n, precedence(expr), strict=True)} % {right}"
+
+    def _as_ordered_terms(self, expr, order=None):
+        # sympy's order, with the terms it subtracts last: ``n - m``, not ``-m + n``
+        terms = super()._as_ordered_terms(expr, order=order)
+        return sorted(terms, key=lambda term: term.could_extract_minus_sign())
+
+    def _print_Mul(self, expr):
+        # sympy prints -(d_model % H) as -d_model % H, which is (-d_model) % H: a leading
+        # minus binds tighter than %, so a remainder under one is bracketed
+        if expr.has(sympy.Mod) and expr.could_extract_minus_sign():
+            positive = -expr
+            text = self._print(positive)
+            return f"-({text})" if isinstance(positive, (sympy.Mod, sympy.Add)) else f"-{text}"
+        return super()._print_Mul(expr)
+
+    def _print_Pow(self, expr, rational=False):
+        # 1/H**2, not H**(-2): the language's exponents are whole numbers from 0 to 64
+        if expr.exp.is_Integer and expr.exp < -1:
+            return f"1/{self._print(sympy.Pow(expr.base, -expr.exp))}"
+        return super()._print_Pow(expr, rational)
+
+    def _print_Relational(self, expr):
+        return f"{self._print(expr.lhs)} {expr.rel_op} {self._print(expr.rhs)}"
+
+
+def dim_text(expr: sympy.Basic) -> str:
+    """A dim expression, or a constraint, as the language writes it: ``d_model % (2*H) == 0``,
+    ``T_new + T_past <= max_len``; it parses back to the same expression."""
+    return _LanguagePrinter().doprint(expr)  # a printer per call: it keeps state as it prints

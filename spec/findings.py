@@ -8,7 +8,7 @@ hint for the fix.
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 
 from spec.numbers import shown_json, value_text
@@ -19,6 +19,8 @@ KINDS = {
     "dtype-mismatch": "an equation's declared dtype differs from the dtype its ops produce",
     "operand-mismatch": "an op's operands do not fit together (matmul inner dims, broadcasting)",
     "argument-mismatch": "a block call passes a tensor whose shape differs from the block input",
+    "declaration-mismatch": "a declared tensor's shape fits none of its uses (two or more, "
+                            "reported beneath it)",
     "repeat-mismatch": "a repeated block's output cannot feed its next copy",
     "not-divisible": "an op needs one dim to divide another (heads, rotary's feature pairs)",
     "not-integral": "a derived dim is not a whole number for every allowed size",
@@ -57,6 +59,13 @@ class Finding:
     # the checker's own record of the choices it saw the finding under, before ``choices``
     # describes the combinations; not part of the finding's text or data
     selection: dict = field(default_factory=dict, repr=False, compare=False)
+    # the earlier finding this one follows from (its tensor's shape is what this one trips
+    # over, or it is the same statement's mistake seen again), or None for a cause; while
+    # checking, the checker holds that finding's key in ``cause``
+    caused_by: "Finding | None" = field(default=None, repr=False, compare=False)
+    cause: tuple | None = field(default=None, repr=False, compare=False)
+    # the constraint the hint suggests adding (a sympy relation), None when it suggests none
+    suggested: object = field(default=None, repr=False, compare=False)
 
     def key(self) -> tuple:
         return (self.kind, self.file, self.line, self.message, self.expected, self.inferred,
@@ -83,13 +92,68 @@ class Finding:
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
-        data = asdict(self)
-        del data["selection"]
+        """The finding as data; ``findings_data`` adds the ``caused_by`` link."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
         for name in ("counterexample", "dims"):
             if data[name] is not None:
                 data[name] = {k: (format_value(v) if isinstance(v, Fraction) else v)
                               for k, v in data[name].items()}
         return data
+
+
+def grouped(findings: list[Finding]) -> list[tuple[Finding, list[Finding]]]:
+    """Each finding that follows from no other listed one, in order, with the findings that
+    follow from it (through any chain of causes), in order."""
+    listed = {id(f) for f in findings}
+
+    def root(finding: Finding) -> Finding:
+        for _ in range(len(findings)):
+            cause = finding.caused_by
+            if cause is None or id(cause) not in listed:
+                break
+            finding = cause
+        return finding
+
+    roots = [root(f) for f in findings]
+    groups = {id(f): (f, []) for f, r in zip(findings, roots) if r is f}
+    for finding, cause in zip(findings, roots):
+        if cause is finding:
+            continue
+        if id(cause) in groups:
+            groups[id(cause)][1].append(finding)
+        else:                       # a chain of causes that runs in a circle: its own group
+            groups[id(finding)] = (finding, [])
+    return list(groups.values())
+
+
+def findings_text(findings: list[Finding]) -> list[str]:
+    """Each cause's text, its consequences beneath it one line each: what a reader fixes first
+    comes first."""
+    blocks = []
+    for cause, consequences in grouped(findings):
+        lines = [cause.text()]
+        if consequences:
+            count = len(consequences)
+            lines.append(f"    and {count} consequence{'s' if count != 1 else ''}, which "
+                         f"follow{'s' if count == 1 else ''} from it:")
+            lines += [f"        {f.where}: {f.kind}: {f.message}" for f in consequences]
+        blocks.append("\n".join(lines))
+    return blocks
+
+
+def findings_data(findings: list[Finding]) -> list[dict]:
+    """The findings as data, each consequence with ``caused_by``: the index in this list of
+    the finding it follows from (null for a cause)."""
+    index = {id(f): i for i, f in enumerate(findings)}
+    return [{**f.as_dict(), "caused_by": index.get(id(f.caused_by))} for f in findings]
+
+
+def summary(findings: list[Finding]) -> str:
+    """``3 findings``, or ``1 finding and 2 consequences`` when some follow from others."""
+    causes = len(grouped(findings))
+    rest = len(findings) - causes
+    text = f"{causes} finding{'s' if causes != 1 else ''}"
+    return text + (f" and {rest} consequence{'s' if rest != 1 else ''}" if rest else "")
 
 
 def display_path(path: str, base: str | None = None) -> str:

@@ -37,7 +37,7 @@ Nothing here evaluates text: expressions go through ``spec.expr``'s parser and w
 import difflib
 import hashlib
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -748,6 +748,12 @@ class _Lowering:
                          raw.source, self.file, raw.line)
 
     def lower(self, node: ex.Node):
+        term = self._lower(node)
+        if isinstance(term, OpNode) and not term.text:
+            term = replace(term, text=ex.to_text(node))      # for the checker's messages
+        return term
+
+    def _lower(self, node: ex.Node):
         if isinstance(node, ex.Name):
             if node.id in self.tensors:
                 return TensorRef(node.id, node.line, node.column)

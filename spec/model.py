@@ -47,6 +47,7 @@ class OpNode:
     attrs: tuple[tuple[str, object], ...] = ()
     line: int | None = None
     column: int | None = None
+    text: str = field(default="", compare=False, repr=False)   # as written, for messages
 
     @property
     def attr(self) -> dict:

@@ -60,8 +60,9 @@ def value_text(value) -> str:
     return str(value)
 
 
-class _Printer(StrPrinter):
-    """sympy's own text, with every integer as integer_text gives it."""
+class IntegerPrinter(StrPrinter):
+    """sympy's own text, with every integer as integer_text gives it (the base of the
+    language's printer, ``spec.expr.dim_text``)."""
 
     def _print_Integer(self, expr) -> str:
         return integer_text(expr.p)
@@ -75,7 +76,7 @@ class _Printer(StrPrinter):
 def expr_text(expr) -> str:
     """A sympy expression as ``str`` gives it, its integers as integer_text gives them (a
     printer per call, as ``str`` makes: a printer keeps state while it prints)."""
-    return _Printer().doprint(expr)
+    return IntegerPrinter().doprint(expr)
 
 
 def shown_json(value):

@@ -26,6 +26,8 @@ class Value:
     dtype: str = "float"
     scalar: sympy.Basic | None = None   # set for scalar expressions over dims (sqrt(d_k))
     tensor: str | None = None           # the tensor name, for a leaf
+    # how an operand that is an expression is written (``X @ W_1 + b_1``), for messages
+    text: str | None = field(default=None, compare=False)
 
     @property
     def is_scalar(self) -> bool:
@@ -174,6 +176,17 @@ def join_family(ctx: Context, *families) -> sympy.Basic | None:
     return result
 
 
+def named(value: Value, shape: Shape) -> str:
+    """An operand as messages name it: ``X (B T d)``, ``X @ W_1 (B T d_ff)``; its shape alone
+    when it has no name."""
+    name = value.text or value.tensor
+    return f"{name} ({shape.text()})" if name else f"({shape.text()})"
+
+
+def operands(a: Value, shape_a: Shape, b: Value, shape_b: Shape, joined: str = "and") -> str:
+    return f"{named(a, shape_a)} {joined} {named(b, shape_b)}"
+
+
 def broadcast(ctx: Context, a: Shape, b: Shape, what: str) -> Shape:
     """NumPy broadcasting of two shapes, right-aligned; unequal dims must be provably 1."""
     out = []
@@ -214,7 +227,8 @@ def normalised(ctx: Context, x: Value, params: dict[str, Value], op: str) -> Val
         vector = ctx.shape(param, 1, name)
         if vector.rank != 1:
             raise ctx.error(f"{op} {name} must be a vector, got {vector.text()}")
-        ctx.equal(vector.dims[0], shape.dims[-1], f"{op} {name} width vs input's last axis")
+        ctx.equal(vector.dims[0], shape.dims[-1], f"{op} {name} {named(param, vector)} width "
+                  f"vs the last axis of its input {named(x, shape)}")
     return Value(shape, "float")
 
 
@@ -369,7 +383,8 @@ class Binary(Op):
         shape_a = ctx.shape(a, 1, "operand", like=b.shape)
         shape_b = ctx.shape(b, 1, "operand", like=shape_a)
         dtype = "float" if self.name in ("div",) else result_dtype([a, b])
-        return Value(broadcast(ctx, shape_a, shape_b, f"{self.name} operands"), dtype)
+        return Value(broadcast(ctx, shape_a, shape_b, f"{self.name} operands "
+                               f"{operands(a, shape_a, b, shape_b)}"), dtype)
 
     def fraction(self, attrs):
         return self.name == "div"
@@ -404,7 +419,8 @@ class Maximum(Op):
             return Value(ctx.shape(tensor, 1, "operand"), result_dtype([tensor]))
         shape_a = ctx.shape(a, 1, "operand", like=b.shape)
         shape_b = ctx.shape(b, 1, "operand", like=shape_a)
-        return Value(broadcast(ctx, shape_a, shape_b, "max operands"), result_dtype([a, b]))
+        return Value(broadcast(ctx, shape_a, shape_b, "max operands "
+                               f"{operands(a, shape_a, b, shape_b)}"), result_dtype([a, b]))
 
     def latex(self, args, attrs):
         return f"\\max\\left({args[0]},\\, {args[1]}\\right)"
@@ -466,9 +482,10 @@ class MatMul(Op):
         require_rank(ctx, shape_a, 2, "a left operand", "matmul")
         require_rank(ctx, shape_b, 2, "a right operand", "matmul")
         ctx.equal(shape_a.dims[-1], shape_b.dims[-2],
-                  f"matmul inner dimensions ({shape_a.text()} @ {shape_b.text()})")
+                  f"matmul inner dimensions of {operands(a, shape_a, b, shape_b, '@')}")
         batch = broadcast(ctx, Shape(shape_a.dims[:-2], shape_a.family),
-                          Shape(shape_b.dims[:-2], shape_b.family), "matmul batch axes")
+                          Shape(shape_b.dims[:-2], shape_b.family),
+                          f"matmul batch axes of {operands(a, shape_a, b, shape_b, '@')}")
         dims = batch.dims + (shape_a.dims[-2], shape_b.dims[-1])
         return Value(Shape(dims, batch.family), "float")
 
@@ -804,7 +821,8 @@ class Concat(Op):
         axis = axis_index(ctx, attrs["axis"], shape_a.rank, "concat")
         dims = []
         for i, (x, y) in enumerate(zip(shape_a.dims, shape_b.dims)):
-            dims.append(x + y if i == axis else ctx.equal(x, y, f"concat axis {i}"))
+            dims.append(x + y if i == axis else ctx.equal(
+                x, y, f"concat axis {i} of {operands(a, shape_a, b, shape_b)}"))
         return Value(Shape(tuple(dims), join_family(ctx, shape_a.family, shape_b.family)),
                      result_dtype([a, b]))
 
@@ -934,6 +952,7 @@ class Einsum(Op):
         spec = attrs["spec"]
         inputs, output = _parse_einsum(ctx, spec, len(args))
         sizes: dict[str, sympy.Basic] = {}
+        owners: dict[str, tuple[Value, Shape]] = {}      # the operand that sized each letter
         for letters, value in zip(inputs, args):
             if value.is_scalar:
                 raise ctx.error("einsum operands must be tensors")
@@ -944,8 +963,11 @@ class Einsum(Op):
                 raise ctx.error(f"einsum {spec!r}: operand {letters!r} has rank {len(letters)} "
                                 f"in the pattern but rank {shape.rank} ({shape.text()})")
             for letter, dim in zip(letters, shape.dims):
-                sizes[letter] = dim if letter not in sizes else \
-                    ctx.equal(sizes[letter], dim, f"einsum axis {letter!r}")
+                if letter not in sizes:
+                    sizes[letter], owners[letter] = dim, (value, shape)
+                else:
+                    sizes[letter] = ctx.equal(sizes[letter], dim, f"einsum axis {letter!r} of "
+                                              f"{operands(*owners[letter], value, shape)}")
         return Value(Shape(tuple(sizes[c] for c in output)), result_dtype(args))
 
     def flops(self, args, out, attrs):

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import sympy
 
 from spec.errors import SpecError, TspecError
-from spec.expr import Node, parse_expression, to_sympy
-from spec.numbers import expr_text
+from spec.expr import Node, dim_text, parse_expression, to_sympy
 
 DTYPES = ("float", "int", "bool")
 
@@ -36,8 +35,9 @@ class Dim:
 
 @functools.lru_cache(maxsize=4096)
 def format_expr(expr: sympy.Basic) -> str:
-    """A dim expression as one shape token: ``H*d_k``, ``d_model/H``, no spaces."""
-    return expr_text(expr).replace(" ", "")
+    """A dim expression as one shape token: ``H*d_k``, ``d_model/H``, no spaces (the
+    language's own form, see ``spec.expr.dim_text``)."""
+    return dim_text(expr).replace(" ", "")
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,37 @@ def test_check_json_with_findings_is_valid_json(capsys, tmp_path):
     assert finding["line"] == 4
 
 
+# P's equation takes T_dec rows where its claim, and Z's equation, has T
+CONSEQUENCE = ('dim B "b"\ndim T "t"\ndim d "d"\ndim T_dec "t"\ndim L "rows"\n'
+               'require T <= L\nrequire T_dec <= L\nparam P_table "L d"\ninput X "B T d"\n'
+               'P "T d" = P_table[:T_dec]\nZ "B T d" = X + P\n')
+
+
+def test_check_lists_consequences_beneath_their_cause(capsys, tmp_path):
+    path = tmp_path / "m.tspec"
+    path.write_text(CONSEQUENCE)
+    code, out, err = run(capsys, "check", str(path))
+    assert code == 1 and err == ""
+    lines = out.splitlines()
+    assert lines[1] == "   1 finding and 1 consequence (the spec as written)"
+    assert lines[3] == (f"{path}:10: shape-mismatch: P is declared T d but its equation gives "
+                        "T_dec d (axis 0)")
+    assert lines[-3:] == [
+        "    and 1 consequence, which follows from it:",
+        (f"        {path}:11: operand-mismatch: add operands X (B T d) and P (T_dec d), "
+         "axis -2: T vs T_dec"), ""]
+
+
+def test_check_json_links_a_consequence_to_its_cause(capsys, tmp_path):
+    path = tmp_path / "m.tspec"
+    path.write_text(CONSEQUENCE)
+    code, out, err = run(capsys, "check", "--format", "json", str(path))
+    assert code == 1 and err == ""
+    [report] = json.loads(out)
+    assert [(f["line"], f["kind"], f["caused_by"]) for f in report["findings"]] == [
+        (10, "shape-mismatch", None), (11, "operand-mismatch", 0)]
+
+
 def test_shapes_base(capsys):
     code, out, err = run(capsys, "shapes", "base")
     assert code == 0 and err == ""
@@ -311,3 +342,45 @@ def test_write_atomic_leaves_the_old_file_whole_when_writing_fails(tmp_path, mon
         files.write_atomic(target, "new\n")
     assert target.read_text(encoding="utf-8") == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.md"]   # no temporary left
+
+
+def _readme_check_examples() -> list[tuple[list[str], list[str]]]:
+    """The `tspec check` examples of README.md's "What `tspec check` tells you": each
+    command's arguments and the lines it shows."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## What `tspec check` tells you", 1)[1].split("\n## ", 1)[0]
+    examples = []
+    for block in section.split("```\n")[1::2]:
+        command, *shown = block.rstrip("\n").split("\n")
+        assert command.startswith("$ tspec check ")
+        examples.append((command.removeprefix("$ tspec ").split(), shown))
+    return examples
+
+
+def test_the_readmes_check_examples_are_what_check_prints(capsys, tmp_path, monkeypatch):
+    examples = _readme_check_examples()
+    assert len(examples) == 3
+    for argv, shown in examples:
+        if "mine.tspec" in argv:
+            # the built-in spec with line 280's weight declared d_ff d_ff
+            lines = api.BUILTIN_SPEC.read_text().split("\n")
+            assert lines[279].strip().startswith('param W_1 "d_model d_ff"')
+            lines[279] = lines[279].replace('"d_model d_ff"', '"d_ff d_ff"')
+            (tmp_path / "mine.tspec").write_text("\n".join(lines))
+            monkeypatch.chdir(tmp_path)
+        else:
+            monkeypatch.chdir(ROOT)
+        code, out, err = run(capsys, *argv)
+        assert code == 1 and err == ""
+        printed = out.splitlines()
+        # every line shown is printed, in order; "..." stands for lines or a line's end left
+        # out
+        at = 0
+        for line in shown:
+            if line == "...":
+                continue
+            head, cut, _ = line.partition("...")
+            found = [i for i in range(at, len(printed))
+                     if (printed[i].startswith(head) if cut else printed[i] == line)]
+            assert found, (line, printed[at:at + 3])
+            at = found[0] + 1

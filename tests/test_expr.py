@@ -1,5 +1,6 @@
 """The tokenizer, the Pratt parser, to_text and the to_sympy whitelist (spec.expr)."""
 
+import itertools
 import re
 import string
 
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from spec import expr as ex
 from spec.errors import SpecError, SpecSyntaxError, TspecError
+from spec.prove import evaluate
 from spec.shape import dim_symbol
 
 DIMS = {name: dim_symbol(name) for name in ("d_model", "H", "T", "max_len", "d_k")}
@@ -346,3 +348,81 @@ def test_huge_integer_literal_is_a_tspec_error():
 def test_deep_nesting_is_a_tspec_error():
     with pytest.raises(TspecError):
         ex.parse_expression("(" * 1000 + "a" + ")" * 1000)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dim expressions and constraints printed back in the language (messages and hints)
+
+_DIMS = {name: dim_symbol(name) for name in ("d_model", "H", "T", "T_past")}
+
+
+def _reads_back(expr) -> sympy.Basic:
+    return ex.to_sympy(ex.parse_expression(ex.dim_text(expr)), _DIMS, relational=True)
+
+
+_POINTS = list(itertools.product((1, 2, 3, 7), repeat=len(_DIMS)))[::3]
+
+
+def _same(a, b) -> bool:
+    """The same relation between the same values at sizes 1..7 (sympy may build one
+    expression as two trees: -(H + T) or -H - T)."""
+    if isinstance(a, sympy.core.relational.Relational):
+        return type(a) is type(b) and _same(a.lhs - a.rhs, b.lhs - b.rhs)
+    for values in _POINTS:
+        point = dict(zip(_DIMS.values(), values))
+        try:
+            x = evaluate(a, point)
+        except ZeroDivisionError:
+            x = None
+        try:
+            y = evaluate(b, point)
+        except ZeroDivisionError:
+            y = None
+        if x != y:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("expr, text", [
+    # was `d_model % 2*H == 0`, which the parser reads as (d_model % 2) * H == 0
+    (sympy.Eq(sympy.Mod(_DIMS["d_model"], 2 * _DIMS["H"]), 0, evaluate=False),
+     "d_model % (2*H) == 0"),
+    (2 * sympy.Mod(_DIMS["d_model"], _DIMS["H"]), "2*(d_model % H)"),
+    (sympy.Mod(_DIMS["d_model"] + _DIMS["T"], _DIMS["H"]), "(T + d_model) % H"),
+    (sympy.Mod(_DIMS["d_model"] / _DIMS["H"], 2), "d_model/H % 2"),
+    (sympy.LessThan(_DIMS["T"] + _DIMS["T_past"], _DIMS["T"], evaluate=False),
+     "T + T_past <= T"),
+    (sympy.GreaterThan(_DIMS["d_model"] - _DIMS["T"], 1, evaluate=False), "d_model - T >= 1"),
+    (_DIMS["d_model"] / (2 * _DIMS["H"]), "d_model/(2*H)"),
+])
+def test_dim_text_prints_with_the_languages_precedence(expr, text):
+    assert ex.dim_text(expr) == text
+    assert _reads_back(expr) == expr
+
+
+_ATOMS = st.sampled_from([*_DIMS.values(), sympy.Integer(1), sympy.Integer(2),
+                          sympy.Integer(3)])
+
+
+def _combine(children):
+    pair = st.tuples(children, children)
+    return st.one_of(
+        pair.map(lambda p: p[0] + p[1]), pair.map(lambda p: p[0] - p[1]),
+        pair.map(lambda p: p[0] * p[1]),
+        pair.filter(lambda p: p[1] != 0).map(lambda p: p[0] / p[1]),
+        pair.filter(lambda p: p[1] != 0 and not p[1].is_number or p[1] > 0).map(
+            lambda p: sympy.Mod(*p)),
+        children.map(lambda c: c ** 2), children.map(lambda c: -c))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(_ATOMS, _combine, max_leaves=6),
+       st.sampled_from(["==", "<=", None]))
+def test_dim_text_reads_back_as_the_same_expression(expr, relation):
+    if relation == "==":
+        expr = sympy.Eq(expr, 0, evaluate=False)
+    elif relation == "<=":
+        expr = sympy.LessThan(expr, _DIMS["T"], evaluate=False)
+    if expr.has(sympy.zoo, sympy.nan) or not expr.free_symbols and expr.is_number is False:
+        return
+    assert _same(_reads_back(expr), expr), ex.dim_text(expr)

@@ -3,11 +3,13 @@
 from fractions import Fraction
 
 import pytest
+import sympy
 
 import spec
 from spec import api
 from spec.check import check, combinations, describe_combinations
-from spec.findings import KINDS, Finding
+from spec.findings import KINDS, Finding, findings_data, findings_text, grouped, summary
+from spec.shape import dim_symbol
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
 
@@ -79,10 +81,11 @@ def test_operand_mismatch():
     finding = only(HEADER + 'dim e "other"\ninput X "B T d"\nparam W "e d"\n'
                    'Y "B T d" = X @ W\n')
     expect(finding, kind="operand-mismatch",
-           message="matmul inner dimensions (B T d @ e d): d vs e", line=7,
+           message="matmul inner dimensions of X (B T d) @ W (e d): d vs e", line=7,
            equation="Y = X @ W", tensor="Y", counterexample={"d": 2, "e": 1},
            hint="the last axis of the left operand must equal the second-to-last of the "
-                "right: check the declared shapes of both, or transpose one")
+                "right: check the declared shapes of X (line 5) and W (line 6), or transpose "
+                "one")
 
 
 def test_operand_mismatch_inside_a_repeated_block_names_the_qualified_tensor():
@@ -93,10 +96,11 @@ def test_operand_mismatch_inside_a_repeated_block_names_the_qualified_tensor():
                    'input Z "B T d"\n'
                    'O "B T d" = repeat(N, stage, Z) as layers\n')
     expect(finding, kind="operand-mismatch",
-           message="matmul inner dimensions (B T d @ e d): d vs e", line=8,
+           message="matmul inner dimensions of X (B T d) @ W (e d): d vs e", line=8,
            equation="Y = X @ W", tensor="layers[i].Y", counterexample={"d": 2, "e": 1},
            hint="the last axis of the left operand must equal the second-to-last of the "
-                "right: check the declared shapes of both, or transpose one")
+                "right: check the declared shapes of X (line 6) and W (line 7), or transpose "
+                "one")
 
 
 def test_argument_mismatch():
@@ -108,7 +112,7 @@ def test_argument_mismatch():
     expect(finding, kind="argument-mismatch", message="Z (B T e) passed as f's input X "
            "(B T d)", line=8, equation="O = f(Z)", tensor="O", expected="B T d",
            inferred="B T e", counterexample={"d": 2, "e": 1},
-           hint="pass a tensor of shape B T d")
+           hint="pass a tensor of shape B T d, or check f's declaration of X (line 5)")
 
 
 def test_repeat_mismatch():
@@ -211,14 +215,18 @@ def test_out_of_range_slice_past_the_table():
     finding = only(STEP + 'Y "max_len+1 d" = P_table[:max_len+1]\n')
     expect(finding, kind="out-of-range", message="rows taken vs table length: max_len+1 must "
            "not exceed max_len", line=11, equation="Y = P_table[:max_len + 1]", tensor="Y",
-           hint="add the constraint `require max_len+1 <= max_len`")
+           # was `require max_len+1 <= max_len`, which no size meets
+           hint="declare P_table (line 9) with a row for every position it serves: its "
+                "max_len rows do not cover max_len+1")
 
 
 def test_out_of_range_slice_of_no_rows():
     finding = only(STEP + 'Y "0 d" = P_table[T_past:T_past]\n')
     expect(finding, kind="out-of-range", message="slice start vs stop (a row at least): "
            "T_past+1 must not exceed T_past", line=11, equation="Y = P_table[T_past:T_past]",
-           tensor="Y", hint="add the constraint `require T_past+1 <= T_past`")
+           # was `require T_past+1 <= T_past`, which no size meets
+           tensor="Y", hint="the slice's stop T_past must be past its start T_past for every "
+           "size the spec allows: check both")
 
 
 def test_out_of_range_slice_from_before_the_first_row():
@@ -226,7 +234,9 @@ def test_out_of_range_slice_from_before_the_first_row():
     expect(finding, kind="out-of-range", message="slice start (rows skipped): 0 must not "
            "exceed T-3", line=11, equation="Y = P_table[T - 3:T]", tensor="Y",
            counterexample={"T_past": 1, "T": 1, "max_len": 2},
-           hint="add the constraint `require 0 <= T-3`")
+           # was `require 0 <= T-3`: a bound on the input's length T alone hides the mistake
+           hint="the slice's start T-3 must be at least 0 for every size the spec allows: "
+                "check it")
 
 
 def test_out_of_range_slice_stop_past_the_table():
@@ -234,7 +244,7 @@ def test_out_of_range_slice_stop_past_the_table():
     expect(finding, kind="out-of-range", message="slice stop vs table length: T+T_past+1 must "
            "not exceed max_len", line=11, equation="Y = P_table[T_past + 1:T_past + T + 1]",
            tensor="Y", counterexample={"T_past": 1, "T": 1, "max_len": 2},
-           hint="add the constraint `require T+T_past+1 <= max_len`")
+           hint="add the constraint `require T + T_past + 1 <= max_len`")
 
 
 def test_out_of_range_causal_mask_with_more_queries_than_keys():
@@ -263,7 +273,7 @@ def test_out_of_range_relative_position_bias_offsets_need_the_keys_length():
            "2*T_kv-1 must not exceed 2*T_q-1", line=8,
            equation="L = relative_position_bias(R, T_q, T_kv)", tensor="L",
            counterexample={"T_q": 1, "T_kv": 2},
-           hint="add the constraint `require 2*T_kv-1 <= 2*T_q-1`")
+           hint="add the constraint `require 2*T_kv - 1 <= 2*T_q - 1`")
 
 
 def test_unproved():
@@ -500,6 +510,49 @@ def test_decoding_mismatch():
                 "`when decoding == step`")
 
 
+def test_declaration_mismatch():
+    # a parameter that none of its uses (two lines) fits: its declaration is the mistake, and
+    # each use's finding follows from it
+    found = findings_of(HEADER + 'dim e "other"\nchoice act = relu | gelu\n'
+                        'input X "B T d"\nparam W "e d"\nY_0 "B T d" = X + X\n'
+                        'when act == relu:\n    Y "B T d" = relu(X @ W)\n'
+                        'else:\n    Y "B T d" = gelu(X @ W)\n', all_choices=True)
+    cause, *consequences = found
+    expect(cause, kind="declaration-mismatch",
+           message="W is declared e d, which none of its uses fits (lines 10, 12)", line=7,
+           equation='param W "e d"',
+           hint="declare W with the shape its uses need, or fix them; the first, at line 10: "
+                "matmul inner dimensions of X (B T d) @ W (e d): d vs e")
+    assert cause.choices == "all choices"
+    assert [(f.kind, f.line, f.caused_by) for f in consequences] == [
+        ("operand-mismatch", 10, cause), ("operand-mismatch", 12, cause)]
+    # X fits X + X at line 8; without that use, X or W may be the mistake
+    found = findings_of(HEADER + 'dim e "other"\nchoice act = relu | gelu\n'
+                        'input X "B T d"\nparam W "e d"\n'
+                        'when act == relu:\n    Y "B T d" = relu(X @ W)\n'
+                        'else:\n    Y "B T d" = gelu(X @ W)\n', all_choices=True)
+    assert [(f.kind, f.line) for f in found] == [("operand-mismatch", 9),
+                                                  ("operand-mismatch", 11)]
+
+
+def test_a_declaration_with_one_use_that_does_not_fit_is_the_uses_finding():
+    # seed 003 multiplies the queries Q (n d_k) by W_Q_h (d_model d_k), its only use: the
+    # equation may as well be the mistake, so the finding stays with it
+    found = findings_of(HEADER + 'dim e "other"\ninput X "B T d"\nparam W "e d"\n'
+                        'Y "B T d" = relu(X @ W)\n')
+    assert [(f.kind, f.line) for f in found] == [("operand-mismatch", 7)]
+
+
+def test_a_declaration_that_some_use_fits_is_not_blamed():
+    # W fits X @ W at line 7; Z fits neither of its uses
+    found = findings_of(HEADER + 'input X "B T d"\ninput Z "B T T"\nparam W "d d"\n'
+                        'Y "B T d" = X @ W\nV "B T d" = Z @ W\nU "B T d" = relu(Z @ W)\n')
+    assert [(f.kind, f.line) for f in found] == [("declaration-mismatch", 5),
+                                                  ("operand-mismatch", 8),
+                                                  ("operand-mismatch", 9)]
+    assert found[0].message == "Z is declared B T T, which none of its uses fits (lines 8, 9)"
+
+
 def test_every_kind_has_a_test():
     # one test per kind, named after it: test_shape_mismatch, test_not_integral, ...
     missing = [kind for kind in KINDS if f"test_{kind.replace('-', '_')}" not in globals()]
@@ -524,6 +577,78 @@ def test_a_refuted_claim_is_reported_once_not_again_downstream():
     found = findings_of(HEADER + 'input X "B T d"\nY "B d d" = relu(X)\n'
                         'Z "B T d" = relu(Y)\n')
     assert [(f.kind, f.tensor) for f in found] == [("shape-mismatch", "Y")]
+
+
+# ---------------------------------------------------------------------------------------------
+# One mistake, one finding first: consequences beneath their cause
+
+def test_a_finding_that_only_follows_from_an_earlier_ones_tensor_is_its_consequence():
+    # P's equation takes T_dec rows where its claim (and Z's equation) has T: Z's operand
+    # mismatch is no second mistake, it follows from P's
+    found = findings_of(HEADER + 'dim T_dec "t"\ndim L "rows"\nrequire T <= L\n'
+                        'require T_dec <= L\nparam P_table "L d"\ninput X "B T d"\n'
+                        'P "T d" = P_table[:T_dec]\nZ "B T d" = X + P\nO "B T d" = relu(Z)\n')
+    cause, consequence = found
+    assert (cause.kind, cause.line, consequence.kind, consequence.line) == (
+        "shape-mismatch", 10, "operand-mismatch", 11)
+    assert consequence.caused_by is cause and cause.caused_by is None
+    # Z's equation uses P as declared: the equation is what to fix, not the declaration
+    assert cause.hint == 'declare P as "T_dec d", or fix the equation; line 11 uses P as declared'
+    assert findings_text(found) == [cause.text() + (
+        "\n    and 1 consequence, which follows from it:\n"
+        "        t.tspec:11: operand-mismatch: add operands X (B T d) and P (T_dec d), axis -2: "
+        "T vs T_dec")]
+    assert summary(found) == "1 finding and 1 consequence"
+    assert [d["caused_by"] for d in findings_data(found)] == [None, 0]
+
+
+def test_a_finding_with_a_reason_of_its_own_is_no_consequence():
+    found = findings_of(HEADER + 'dim T_dec "t"\ndim L "rows"\nrequire T <= L\n'
+                        'require T_dec <= L\nparam P_table "L d"\ninput X "B T d"\n'
+                        'P "T d" = P_table[:T_dec]\nZ "B d d" = X + P\n')
+    # Z's claim B d d fits neither P: its operand mismatch is its own, and its refuted claim
+    # is about the same statement
+    assert [(f.kind, f.line) for f in found] == [
+        ("shape-mismatch", 10), ("operand-mismatch", 11), ("shape-mismatch", 11)]
+    assert [f.caused_by for f in found] == [None, None, found[1]]
+
+
+def test_a_wrong_claim_on_a_block_calls_output_comes_first_its_consequences_beneath():
+    # later equations go on from the call's claim (the same under every way of setting the
+    # choices the block consults): U trips over it, and V over U; both follow from O, listed
+    # beneath it (one wrong O_h in the built-in spec gave 16 findings, each first in line,
+    # each with a hint to change a correct declaration)
+    found = findings_of(HEADER + 'block f(X "B T_x d") -> Y:\n    dim T_x "x"\n'
+                        '    Y "B T_x d" = relu(X)\n'
+                        'input Z "B T d"\nO "T T d" = f(Z)\nU "B T d" = relu(O)\n'
+                        'V "B T d" = U + Z\n')
+    assert [(f.kind, f.line) for f in found] == [
+        ("shape-mismatch", 8), ("shape-mismatch", 9), ("operand-mismatch", 10),
+        ("shape-mismatch", 10)]
+    assert [len(rest) for _, rest in grouped(found)] == [3]
+    assert found[0].hint == ('declare O as "B T d", or fix the equation; line 9 uses what its '
+                             'equation gives')
+
+
+def test_the_same_statements_finding_under_other_sizes_follows_the_first():
+    found = findings_of(HEADER + 'dim S "s"\nblock f(X "B T_x d") -> Y:\n    dim T_x "x"\n'
+                        '    Y "T_x T_x d" = relu(X)\n'
+                        'input Z "B T d"\ninput W "B S d"\nO "B T d" = f(Z) as one\n'
+                        'Q "B S d" = f(W) as two\n')
+    assert [(f.line, f.tensor, f.caused_by is None) for f in found] == [
+        (7, "one.Y", True), (7, "two.Y", False)]
+
+
+def test_consequences_in_a_block_follow_a_cause_outside_it():
+    # P's equation gives T_dec rows; the block called with it binds T_x to T_dec, and what
+    # trips there follows from P
+    found = findings_of(HEADER + 'dim T_dec "t"\ndim L "rows"\nrequire T <= L\n'
+                        'require T_dec <= L\nparam P_table "L d"\ninput X "B T d"\n'
+                        'block g(A "B T_x d", C "T_x d") -> Y:\n    dim T_x "x"\n'
+                        '    Y "B T_x d" = A + C\n'
+                        'P "T d" = P_table[:T_dec]\nZ "B T d" = g(X, P)\n')
+    assert [(f.kind, f.line, f.caused_by is None) for f in found] == [
+        ("shape-mismatch", 13, True), ("argument-mismatch", 14, False)]
 
 
 def test_findings_under_some_choices_say_which():
@@ -717,3 +842,82 @@ def test_checking_all_choices_at_once_finds_what_each_combination_finds():
     held = check(parsed, {"b": "q"}, all_choices=True).findings
     expected = {key for key, where in alone.items() if any(c["b"] == "q" for c in where)}
     assert {f.key() for f in held} == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Hints are advice people follow verbatim: each must be true
+
+def test_a_hint_brackets_a_divisor_that_is_a_product():
+    # was `require d % 2*H == 0`, which the parser reads as (d % 2) * H == 0
+    finding = only('dim d "width"\ndim H "heads"\ndim d_k "half a head"\nlet d_k = d / (2*H)\n')
+    assert finding.hint == "add the constraint `require d % (2*H) == 0`"
+    assert finding.suggested == sympy.Eq(sympy.Mod(dim_symbol("d"), 2 * dim_symbol("H")), 0)
+
+
+def test_no_hint_of_a_constraint_no_size_meets():
+    # was `require m + n <= n`: no size meets it beside m >= 1
+    finding = only('dim n "rows"\ndim m "start"\ndim d "width"\nparam P "n d"\n'
+                   'Y "n d" = P[m:m + n]\n')
+    assert (finding.kind, finding.message) == (
+        "out-of-range", "slice stop vs table length: m+n must not exceed n")
+    assert finding.hint == ("declare P (line 4) with a row for every position it serves: its n "
+                            "rows do not cover m+n")
+    assert finding.suggested is None
+
+
+def test_no_hint_that_ties_the_input_lengths_together_points_at_the_table():
+    # a learned table sized T_dec but indexed with T: was `require T <= T_dec`, which hides the
+    # mistake (the encoder's length bounded by the decoder's); the table's declaration is it
+    finding = only(HEADER + 'dim T_dec "target length"\ninput t "B T" int\n'
+                   'input u "B T_dec" int\nparam P "T_dec d"\nY "T d" = P[:T]\n')
+    assert finding.kind == "out-of-range"
+    assert finding.hint == ("declare P (line 7) with a row for every position it serves: its "
+                            "T_dec rows do not cover T")
+    assert finding.suggested is None
+    # a table of its own length is bounded by a constraint: that hint stays
+    finding = only(HEADER + 'dim L "table length"\ninput t "B T" int\nparam P "L d"\n'
+                   'Y "T d" = P[:T]\n')
+    assert finding.hint == "add the constraint `require T <= L`"
+
+
+def test_no_hint_of_a_constraint_on_the_inputs_lengths_for_a_mask():
+    finding = only(HEADER + 'dim T_dec "target length"\ninput t "B T" int\n'
+                   'input u "B T_dec" int\nM "T_dec T" bool = causal_mask(T_dec, T)\n')
+    assert finding.hint == ("the queries (T_dec) are the last positions of the keys (T), so "
+                            "never more: check the lengths the equation passes, queries first")
+    assert finding.suggested is None
+
+
+def test_nearest_values_are_judged_by_the_constraints_that_hold():
+    # was "no valid d_model within 4095 of 384": H % H_kv, broken too, ruled out every d_model
+    report = api.check("llama3_8b", ["d_model=384", "H=7"])
+    hints = {f.equation: f.hint for f in report.findings}
+    assert hints == {
+        "require d_model % H == 0": "valid H near 7: 8; valid d_model near 384: 378, 392",
+        "require H % H_kv == 0": "valid H near 7: 8; valid H_kv near 8: 7",
+        "require d_model % (2 * H) == 0": "valid H near 7: 8; valid d_model near 384: 378, 392",
+    }
+
+
+def test_an_argument_mismatch_names_both_arguments_that_disagree():
+    # cross-attention fed the decoder's keys: was blamed on the mask alone
+    finding = only(HEADER + 'dim S "source length"\n'
+                   'block attend(X_q "B T_q d", X_kv "B T_kv d", L "B T_q T_kv") -> O:\n'
+                   '    dim T_q "q"\n    dim T_kv "k"\n'
+                   '    O "B T_q d" = softmax(X_q @ X_kv.T + L, axis=-1) @ X_kv\n'
+                   'input Y "B T d"\ninput Z "B S d"\ninput M "B T S"\n'
+                   'A "B T d" = attend(Y, Y, M)\n')
+    assert finding.kind == "argument-mismatch"
+    assert finding.message == ("M (B T S) passed as attend's input L (B T_q T_kv) gives "
+                               "T_kv = S, but Y (B T d), passed as X_kv, gives T_kv = T")
+    assert finding.hint == ("attend's inputs X_kv and L share T_kv: pass Y and M with one "
+                            "T_kv, or check which of them is not the tensor meant")
+
+
+def test_an_operand_mismatch_names_the_operands():
+    finding = only(HEADER + 'dim T_dec "t"\ninput X "B T d"\ninput P "T_dec d"\n'
+                   'Z "B T d" = relu(X) + P * 2\n')
+    assert finding.message == ("add operands relu(X) (B T d) and P * 2 (T_dec d), axis -2: "
+                               "T vs T_dec")
+    assert finding.hint == ("T and T_dec must be the same size (or one of them 1, to "
+                            "broadcast): check the declared shapes of X (line 5) and P (line 6)")

@@ -26,9 +26,10 @@ MISTAKES = {
         ("shape-mismatch", 71, "P_dec", {"T": 2, "T_dec": 1}),
         ("shape-mismatch", 90, "decoder[i].O_h", {"T": 2, "T_dec": 1}),
         ("shape-mismatch", 105, "decoder[i].Q_ch", {"T": 1}),
+        # S_ch follows from Q_ch (listed beneath it): declared as Q_ch is, it fits
+        ("shape-mismatch", 108, "decoder[i].S_ch", {"T": 2, "T_dec": 1}),
         ("shape-mismatch", 106, "decoder[i].K_ch", {"T": 1, "T_dec": 1}),
         ("shape-mismatch", 107, "decoder[i].V_ch", {"T": 1, "T_dec": 1}),
-        ("shape-mismatch", 108, "decoder[i].S_ch", {"T": 2, "T_dec": 1}),
     ],
 }
 # (line, the seed's name, the names the transcription gives what it stands for)
@@ -96,7 +97,8 @@ def test_seed_004_decoder_weighted_sum_is_over_T_dec(reports):
     assert finding.equation == "O_h = A_h @ V_h"
     assert (finding.expected, finding.inferred) == ("[H] B T d_v", "[H] B T_dec d_v")
     assert finding.dims == {"H": 8, "d_v": 64}     # bound by the seed itself
-    assert finding.hint == 'declare O_h[H] as "B T_dec d_v", or fix the equation'
+    assert finding.hint == ('declare O_h[H] as "B T_dec d_v", or fix the equation; line 91 '
+                            'uses what its equation gives')
 
 
 def test_seed_004_cross_attention_scores_are_T_dec_by_T(reports):
@@ -104,12 +106,14 @@ def test_seed_004_cross_attention_scores_are_T_dec_by_T(reports):
     assert finding.message == ("S_ch is declared [H] B T_dec T_dec but its equation gives "
                                "[H] B T_dec T (axis 2)")
     assert finding.counterexample == {"T": 2, "T_dec": 1}
+    # declared as Q_ch is (T_dec by T), its scores would be T_dec by T_dec: it follows
+    assert (finding.caused_by.line, finding.caused_by.tensor) == (105, "decoder[i].Q_ch")
 
 
 def test_seed_003_projects_the_wrong_input(reports):
     (finding,) = [f for f in reports["seed_003"].findings if f.line == 38]
-    assert finding.message == ("matmul inner dimensions (n d_k @ [H] d_model d_k): "
-                               "d_k vs d_model")
+    assert finding.message == ("matmul inner dimensions of Q (n d_k) @ W_Q_h ([H] d_model "
+                               "d_k): d_k vs d_model")
     assert finding.equation == "Q_h = Q @ W_Q_h"
 
 

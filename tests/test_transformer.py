@@ -250,7 +250,8 @@ def test_scores_without_the_transpose_are_caught():
     inner = next(f for f in findings
                  if f.tensor == "encoder.layers[i].self_attention.attention.S_h"
                  and f.message.startswith("matmul"))
-    assert inner.message == ("matmul inner dimensions ([H] B T d_k @ [H] B T d_k): d_k vs T")
+    assert inner.message == ("matmul inner dimensions of Q_h ([H] B T d_k) @ K_h ([H] B T d_k): "
+                             "d_k vs T")
     assert inner.counterexample["T"] != inner.counterexample["d_k"]
 
 
