@@ -13,7 +13,7 @@ import inspect
 
 import numpy as np
 import pytest
-from arrays import CUPY, needs_cupy, to_numpy
+from arrays import BACKENDS, CUPY, CUPY_ON_CPU, DEVICES, MARKS, NUMPY, to_numpy
 from command_line import run
 from compare import assert_close
 from hypothesis import HealthCheck, given, settings
@@ -46,8 +46,8 @@ SIZES = {"d_model": 8, "H": 2, "d_ff": 12, "N": 2, "V": 11, "max_len": 12}
 
 
 @functools.cache
-def module(**choices):
-    return load_source(source(SPEC, choices))
+def module(arrays=NUMPY, **choices):
+    return arrays.load(source(SPEC, choices, arrays.backend))
 
 
 def params_for(choices, dtype, **dims):
@@ -68,36 +68,41 @@ def by_position(logits):
     return {f"logits at position {t}": logits[:, t] for t in range(logits.shape[1])}
 
 
-def decode_in_steps(model, full_inputs, step_inputs, params, prompt, steps, dims):
+def decode_in_steps(model, full_inputs, step_inputs, params, prompt, steps, dims,
+                    arrays=NUMPY):
     """Logits of prefill over the first ``prompt`` positions, then of decode_step over the
-    rest, ``steps`` positions a step; and the length of the first layer's cached keys after
-    each step."""
+    rest, ``steps`` positions a step (as NumPy arrays); and the length of the first layer's
+    cached keys after each step. The inputs are moved to ``arrays``' backend."""
     forward = keywords(model.prefill, **dims)
-    logits, _, cache = model.prefill(*full_inputs(0, prompt), params, **forward)
-    pieces, lengths = [logits], []
+    logits, _, cache = model.prefill(*arrays.put(full_inputs(0, prompt)), params, **forward)
+    pieces, lengths = [to_numpy(logits)], []
     start = prompt
     for size in steps:
-        step_logits, _ = model.decode_step(*step_inputs(start, start + size, cache), params,
-                                           cache, **keywords(model.decode_step, **dims))
-        pieces.append(step_logits)
+        step_logits, _ = model.decode_step(*arrays.put(step_inputs(start, start + size, cache)),
+                                           params, cache, **keywords(model.decode_step, **dims))
+        pieces.append(to_numpy(step_logits))
         lengths.append(cache["decoder"]["layers"][0]["self_attention"]["K_past"].shape[-2])
         start += size
     return np.concatenate(pieces, axis=1), lengths
 
 
 @pytest.mark.parametrize("name", sorted(DECODERS))
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_decoding_step_by_step_gives_the_full_forwards_logits(name, dtype):
+@pytest.mark.parametrize("arrays, dtype", [
+    pytest.param(arrays, dtype, id=f"{arrays}-{np.dtype(dtype).name}", marks=MARKS[arrays])
+    for arrays in (NUMPY, CUPY, CUPY_ON_CPU)
+    for dtype in ((np.float64, np.float32) + ((np.float16,) if arrays is not NUMPY else ()))])
+def test_decoding_step_by_step_gives_the_full_forwards_logits(name, arrays, dtype):
     choices = DECODERS[name]
-    model = module(**choices)
+    model = module(arrays, **choices)
     dims = {"H": 2, "H_kv": 1}
-    params = params_for(choices, dtype, H_kv=1)
+    params = arrays.put(params_for(choices, dtype, H_kv=1))
     B, T = 2, 9
     rng = np.random.default_rng(7)
     u = rng.integers(0, SIZES["V"], (B, T))
     m = np.ones((B, T), dtype=bool)
     m[1, :2] = False                      # the second sequence is padded on the left
-    reference, _ = model.transformer(u, m, params, **keywords(model.transformer, **dims))
+    reference, _ = model.transformer(*arrays.put((u, m)), params,
+                                     **keywords(model.transformer, **dims))
 
     def full_inputs(start, stop):
         return u[:, start:stop], m[:, start:stop]
@@ -106,23 +111,24 @@ def test_decoding_step_by_step_gives_the_full_forwards_logits(name, dtype):
         return u[:, start:stop], m[:, :stop]       # the key mask covers every position so far
 
     logits, lengths = decode_in_steps(model, full_inputs, step_inputs, params, prompt=4,
-                                      steps=(1, 1, 3), dims=dims)
+                                      steps=(1, 1, 3), dims=dims, arrays=arrays)
     assert lengths == [5, 6, 9]                      # the cache grows by each step's positions
     assert logits.dtype == dtype
     assert_close(by_position(logits), by_position(reference), np.dtype(dtype).name)
 
 
 @pytest.mark.parametrize("positional", ["sinusoidal", "relative"])
-def test_encoder_decoder_decoding_gives_the_full_forwards_logits(positional):
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_encoder_decoder_decoding_gives_the_full_forwards_logits(arrays, positional):
     choices = {"arch": "encoder_decoder", "positional": positional, "norm": "pre"}
-    model = module(**choices)
-    params = params_for(choices, np.float64)
+    model = module(arrays, **choices)
+    params = arrays.put(params_for(choices, np.float64))
     B, T, T_dec = 2, 6, 7
     rng = np.random.default_rng(3)
     t, u = rng.integers(0, SIZES["V"], (B, T)), rng.integers(0, SIZES["V"], (B, T_dec))
     m_src, m_tgt = np.ones((B, T), dtype=bool), np.ones((B, T_dec), dtype=bool)
     m_src[0, -2:] = False
-    reference, _ = model.transformer(t, m_src, u, m_tgt, params,
+    reference, _ = model.transformer(*arrays.put((t, m_src, u, m_tgt)), params,
                                      **keywords(model.transformer, H=2))
     caches = []
 
@@ -134,7 +140,7 @@ def test_encoder_decoder_decoding_gives_the_full_forwards_logits(positional):
         return m_src, u[:, start:stop], m_tgt[:, :stop]
 
     logits, lengths = decode_in_steps(model, full_inputs, step_inputs, params, prompt=3,
-                                      steps=(1, 2, 1), dims={"H": 2})
+                                      steps=(1, 2, 1), dims={"H": 2}, arrays=arrays)
     assert lengths == [4, 6, 7]
     # the source's keys and values, computed once by prefill: (H, B, T, d_k)
     cross = caches[0]["decoder"]["layers"][1]["cross_attention"]
@@ -487,27 +493,32 @@ def test_a_block_named_like_a_steps_function_is_refused():
                                  "gives a decoding step's function; rename it")
 
 
-@needs_cupy
-@pytest.mark.parametrize("name", ["llama", "gpt2"])
-def test_cupy_decoding_matches_the_numpy_full_forward(name):
-    """The CuPy module's prefill and decode_step, on the GPU, against NumPy's full forward."""
+@pytest.mark.parametrize("name", sorted(DECODERS))
+@pytest.mark.parametrize("device", DEVICES)
+def test_cupy_decoding_matches_the_numpy_full_forward(device, name):
+    """The CuPy module's prefill and decode_step (on the GPU, and on the CPU through the
+    stand-in) against NumPy's full forward, one position a step and then two."""
     choices = DECODERS[name]
-    model = load_source(source(SPEC, choices, "cupy"))
+    model = module(device, **choices)
     reference_model = module(**choices)
     dims = {"H": 2, "H_kv": 1}
     params = params_for(choices, np.float64, H_kv=1)
-    u = np.random.default_rng(2).integers(0, SIZES["V"], (2, 7))
-    m = np.ones((2, 7), dtype=bool)
+    u = np.random.default_rng(2).integers(0, SIZES["V"], (2, 8))
+    m = np.ones((2, 8), dtype=bool)
+    m[0, :2] = False
     reference, _ = reference_model.transformer(u, m, params,
                                                **keywords(reference_model.transformer, **dims))
-    logits, _, cache = model.prefill(*CUPY.put((u[:, :4], m[:, :4], params)),
-                                     **keywords(model.prefill, **dims))
-    pieces = [to_numpy(logits)]
-    for t in range(4, 7):
-        step, _ = model.decode_step(*CUPY.put((u[:, t:t + 1], m[:, :t + 1], params)), cache,
-                                    **keywords(model.decode_step, **dims))
-        pieces.append(to_numpy(step))
-    assert_close(by_position(np.concatenate(pieces, axis=1)), by_position(reference), "float64")
+
+    def full_inputs(start, stop):
+        return u[:, start:stop], m[:, start:stop]
+
+    def step_inputs(start, stop, cache):
+        return u[:, start:stop], m[:, :stop]
+
+    logits, lengths = decode_in_steps(model, full_inputs, step_inputs, device.put(params),
+                                      prompt=4, steps=(1, 1, 2), dims=dims, arrays=device)
+    assert lengths == [5, 6, 8]
+    assert_close(by_position(logits), by_position(reference), "float64")
 
 
 # ---------------------------------------------------------------------------------------------

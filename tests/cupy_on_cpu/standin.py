@@ -176,10 +176,13 @@ def _memory_at(address: int, nbytes: int, what: str) -> np.ndarray:
 # Routines
 
 def _routine(function):
-    """A NumPy routine as CuPy's: device arrays in, device arrays out, host arrays refused."""
+    """A NumPy routine as CuPy's: device arrays in, device arrays out (``out`` itself where
+    one is given), host arrays refused."""
     @functools.wraps(function)
     def routine(*args, **kwargs):
-        return _wrap(function(*_unwrap(args), **_unwrap(kwargs)))
+        result = function(*_unwrap(args), **_unwrap(kwargs))
+        out = kwargs.get("out")
+        return out if isinstance(out, ndarray) else _wrap(result)
     return routine
 
 
