@@ -563,3 +563,31 @@ def test_a_float16_score_overflowing_at_a_masked_key_stays_masked(arrays, traced
     np.testing.assert_allclose(O[0, 0, 1], weights @ V[0, 0].astype(np.float64), rtol=2e-3)
     if traced:
         assert to_numpy(trace["S_h"])[0, 0, 0, 1] == -np.inf
+
+
+@pytest.mark.parametrize("arrays, dtype", [
+    pytest.param(arrays, dtype, id=f"{arrays}-{dtype}", marks=MARKS[arrays])
+    for arrays in (NUMPY, CUPY, CUPY_ON_CPU) for dtype in ("float64", "float32")])
+@pytest.mark.parametrize("score", ["nan", "inf"])
+def test_a_nan_or_infinite_score_at_a_masked_key_is_the_equations_nan(arrays, dtype, score):
+    """Above float16 the equations hold as written: S = X + L at a masked key whose score is
+    NaN (a NaN key) or +inf (an overflow) is NaN, and softmax makes every row that holds it
+    NaN, traced or not, on every backend. CuPy's fused kernel (masked_softmax) took a masked
+    entry as -inf whatever its score, so its untraced attention gave finite numbers where its
+    traced attention and NumPy gave NaN. Keys 0, 1, 3 and 4 are visible; key 2 is masked."""
+    module = model(arrays, "decoder_only")
+    rng = np.random.default_rng(8)
+    Q = rng.standard_normal((1, 2, 3, 4)).astype(dtype)                      # H B T_q d
+    K, V = (rng.standard_normal((1, 2, 5, 4)).astype(dtype) for _ in range(2))
+    if score == "nan":
+        K[:, :, 2] = np.nan
+    else:                                      # Q . K past the dtype's range: +inf
+        Q[...], K[:, :, 2] = abs(Q) + 1, float(np.finfo(dtype).max)
+    L = np.zeros((1, 1, 3, 5), dtype=dtype)
+    L[..., 2] = -np.inf
+    with np.errstate(over="ignore", invalid="ignore"):
+        for trace in (None, {}):
+            O = to_numpy(module.scaled_dot_product_attention(*arrays.put([Q, K, V, L]),
+                                                             trace=trace))
+            assert O.shape == (1, 2, 3, 4) and O.dtype == np.dtype(dtype)
+            assert np.isnan(O).all(), ("traced" if trace is not None else "untraced", O)
