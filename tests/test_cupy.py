@@ -17,6 +17,7 @@ import pytest
 from arrays import DEVICES, NUMPY, to_numpy
 from compare import assert_close, flat
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from reference_numpy import softmax as softmax_reference
 from scipy.special import erf
 from test_codegen import variants  # random variants over every choice
@@ -167,6 +168,180 @@ def test_kernels_refuse_integer_arrays(device):
     with pytest.raises(TypeError, match=r"^softmax_rows runs on float16, float32 or float64 "
                                         r"arrays, got int32$"):
         generated(device).softmax(device.xp.zeros((2, 3), dtype=device.xp.int32))
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernels on drawn inputs: odd row lengths and counts, every broadcast of the mask and of the
+# scores, views with zero and negative strides, fully masked, +-inf, NaN, huge and constant rows,
+# empty inputs, mixed dtypes
+
+ROW_LENGTHS = [0, 1, 2, 7, 31, 32, 33, 64, 65, 100]
+KERNEL_TOLERANCES = {"float64": 1e-13, "float32": 2e-6, "float16": 2e-3}
+SPECIALS = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "huge": 1.0, "-huge": -1.0}
+
+
+def limit_softmax(S: np.ndarray) -> np.ndarray:
+    """softmax along the last axis in float64, with the kernels' definitions: a row that is
+    -inf everywhere gives 0; a row holding +inf its limit (the +inf entries share the
+    weight); a row holding NaN NaN."""
+    S = np.asarray(S, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        weights = softmax_reference(np.where(np.isposinf(S).any(-1, keepdims=True),
+                                             np.where(np.isposinf(S), 0.0, -np.inf), S))
+    return np.where(np.isnan(S).any(-1, keepdims=True), np.nan, weights)
+
+
+def drawn_values(draw, shape, dtype, specials=SPECIALS):
+    """Normal values times 4 in ``dtype``, some entries made special (NaN, +-inf, the dtype's
+    largest: of ``specials``) and, for rows of two or more, some rows constant."""
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+    values = rng.standard_normal(shape) * 4
+    if values.size and specials:
+        big = float(np.finfo(dtype).max)
+        for _ in range(draw(st.integers(0, 3))):
+            name = draw(st.sampled_from(sorted(specials)))
+            index = tuple(int(rng.integers(n)) for n in shape)
+            values[index] = SPECIALS[name] * (big if "huge" in name else 1)
+        if shape[-1] > 1 and draw(st.booleans()):
+            row = tuple(int(rng.integers(n)) for n in shape[:-1])
+            values[row] = values[row][0]
+    return values.astype(dtype)
+
+
+def broadcast_of(draw, shape, least=1):
+    """A shape that broadcasts to ``shape``: some leading axes dropped (``least`` kept), some
+    made 1."""
+    kept = shape[draw(st.integers(0, len(shape) - least)):]
+    return tuple(1 if draw(st.booleans()) else n for n in kept[:-1]) + kept[-1:]
+
+
+@st.composite
+def masked_rows(draw):
+    """Scores X and an additive mask L that broadcast to one shape (two to six axes: over
+    five, masked_softmax goes to softmax(X + L)), each of any float dtype."""
+    rank = draw(st.integers(2, 6))
+    shape = tuple(draw(st.integers(0, 3)) for _ in range(rank - 1))
+    shape += (draw(st.sampled_from(ROW_LENGTHS[1:])),)
+    X_dtype, L_dtype = draw(st.sampled_from(FLOATS)), draw(st.sampled_from(FLOATS))
+    X = drawn_values(draw, broadcast_of(draw, shape, 2), X_dtype)
+    L_shape = broadcast_of(draw, shape, 2)
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+    L = np.where(rng.random(L_shape) < draw(st.sampled_from([0.0, 0.3, 0.9])), -np.inf,
+                 rng.standard_normal(L_shape) * draw(st.sampled_from([0.0, 1.0])))
+    if L_shape[-2] > 0 and draw(st.booleans()):
+        L[..., 0, :] = -np.inf                                    # a fully masked row
+    return X, L.astype(L_dtype), draw(st.sampled_from(["contiguous", "broadcast", "reversed"]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=masked_rows())
+def test_masked_softmax_on_drawn_scores_and_masks(device, drawn):
+    """masked_softmax(X, L) against float64's softmax(X + L) in X + L's dtype (float16: a
+    masked entry -inf, whatever X is there), the mask given contiguous, as a broadcast view
+    (stride 0) or reversed along its rows (negative strides)."""
+    X, L, layout = drawn
+    xp = device.xp
+    if layout == "broadcast":
+        L_device = xp.broadcast_to(xp.asarray(L[..., :1, :]), L.shape)
+        L = np.broadcast_to(L[..., :1, :], L.shape)
+    elif layout == "reversed":
+        L_device = xp.asarray(np.ascontiguousarray(L[..., ::-1]))[..., ::-1]
+    else:
+        L_device = xp.asarray(L)
+    y = generated(device).masked_softmax(xp.asarray(X), L_device)
+    dtype = np.result_type(X, L)
+    wide_X, wide_L = X.astype(dtype).astype(np.float64), L.astype(dtype).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        S = wide_X + wide_L
+    if dtype == np.float16:
+        S = np.where(np.broadcast_to(wide_L, S.shape) == -np.inf, -np.inf, S)
+    assert y.dtype == dtype and y.shape == S.shape
+    np.testing.assert_allclose(to_numpy(y).astype(np.float64), limit_softmax(S),
+                               atol=KERNEL_TOLERANCES[dtype.name], rtol=0)
+
+
+@st.composite
+def normalised_rows(draw):
+    """LayerNorm's rows (constant, NaN, infinite and huge ones among them), gamma and beta (of
+    the row's width, or of width 1, broadcast), eps (0 too) and a dtype."""
+    dtype = draw(st.sampled_from(FLOATS))
+    rows = tuple(draw(st.lists(st.integers(0, 5), min_size=0, max_size=3)))
+    n = draw(st.sampled_from(ROW_LENGTHS))
+    # the dtype's largest values are left out: their squares overflow the sums above float16
+    # (NaN on CuPy, beta on NumPy; float64's answer is neither)
+    x = drawn_values(draw, rows + (n,), dtype, draw(st.sampled_from([(), ("nan", "inf", "-inf")])))
+    if dtype == "float16" and x.size and draw(st.booleans()):
+        x = (x.astype(np.float64) * 250).clip(-6e4, 6e4).astype(dtype)  # squares past 65504
+    width = draw(st.sampled_from([n, 1]))
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+    gamma, beta = (rng.standard_normal(width).astype(dtype) for _ in range(2))
+    return x, gamma, beta, draw(st.sampled_from([0.0, 1e-12, 1e-5]))
+
+
+def constant_rows(x: np.ndarray) -> np.ndarray:
+    """Which rows (along the last axis) hold one finite value throughout."""
+    if x.shape[-1] == 0:
+        return np.zeros(x.shape[:-1], dtype=bool)
+    return (x == x[..., :1]).all(-1) & np.isfinite(x[..., 0])
+
+
+def layer_norm_reference(x, gamma, beta, eps):
+    """LayerNorm in float64 over the last axis; a constant row gives beta exactly (a row
+    holding an infinity or NaN NaN)."""
+    x = x.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        mean = x.mean(-1, keepdims=True) if x.shape[-1] else np.zeros(x.shape[:-1] + (1,))
+        centred = x - mean
+        root = np.sqrt((centred ** 2).mean(-1, keepdims=True) + eps) if x.shape[-1] else 1.0
+        y = centred / root * gamma.astype(np.float64) + beta.astype(np.float64)
+    constant = constant_rows(x)[..., None]
+    return np.where(constant, np.broadcast_to(beta.astype(np.float64), y.shape), y)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=normalised_rows())
+def test_layer_norm_on_drawn_rows(device, drawn):
+    """layer_norm against float64 on rows of every length (0 and 1 too) and count (none too),
+    constant rows (beta exactly, eps 0 too), rows holding NaN or an infinity (NaN), huge
+    float16 rows (their squares summed in float32), gamma and beta broadcast from width 1."""
+    x, gamma, beta, eps = drawn
+    xp = device.xp
+    y = generated(device).layer_norm(xp.asarray(x), xp.asarray(gamma), xp.asarray(beta), eps)
+    expected = layer_norm_reference(x, gamma, beta, eps)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    ours = to_numpy(y).astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(expected))
+    constant = constant_rows(x)
+    np.testing.assert_array_equal(ours[constant], expected[constant])
+    scale = np.maximum(1.0, np.abs(np.nan_to_num(expected)))
+    error = np.abs(np.nan_to_num(ours) - np.nan_to_num(expected)) / scale
+    assert error.max(initial=0.0) <= {"float16": 1e-2}.get(x.dtype.name, 1e-5 if eps == 0
+                                                           else KERNEL_TOLERANCES[x.dtype.name])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", ["gelu", "gelu_tanh"])
+def test_gelu_kernels_at_the_ends_and_into_out(device, name, dtype):
+    """NaN stays NaN, GELU(+inf) = +inf, the dtype's largest values (their own value, and -0
+    for the most negative: no overflow in the cube of the tanh form, which is formed in
+    float32 for float16), zeros keep their sign; an empty array, and a strided view into a
+    strided out."""
+    xp = device.xp
+    function = getattr(generated(device, activation=name), name)
+    big = float(np.finfo(dtype).max)
+    x = np.array([np.nan, np.inf, big, -big, 0.0, -0.0], dtype=dtype)
+    y = to_numpy(function(xp.asarray(x))).astype(np.float64)
+    np.testing.assert_array_equal(y, [np.nan, np.inf, big, -0.0, 0.0, -0.0])
+    np.testing.assert_array_equal(np.signbit(y[3:]), [True, False, True])
+    assert function(xp.zeros((0, 3), dtype=dtype)).shape == (0, 3)
+    values = np.linspace(-5, 5, 12).astype(dtype)
+    strided = xp.zeros(24, dtype=dtype)
+    strided[::2] = xp.asarray(values)
+    out = xp.zeros(36, dtype=dtype)
+    assert function(strided[::2], out=out[::3]) is not None
+    expected = to_numpy(function(xp.asarray(values)))
+    np.testing.assert_array_equal(to_numpy(out)[::3], expected)
+    assert not to_numpy(out)[1::3].any()                          # nothing written between
 
 
 # ---------------------------------------------------------------------------------------------
