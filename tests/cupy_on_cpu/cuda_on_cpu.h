@@ -565,16 +565,21 @@ static const char* const* argument_names = nullptr;
 static int argument_count = 0;
 static const Argument* arguments = nullptr;
 
+static const char* argument_of(int region) {
+    for (int a = 0; a < argument_count; ++a)
+        if (arguments[a].kind == 1 && arguments[a].region == region) return argument_names[a];
+    return "?";
+}
+
 static void describe_address(const char* what, std::uintptr_t address) {
     for (int r = 0; r < copy_count; ++r) {
         const Copy& c = copies[r];
         const std::uintptr_t begin = reinterpret_cast<std::uintptr_t>(c.mapping);
         if (address < begin || address >= begin + c.mapping_size) continue;
-        const char* name = "?";
+        const char* name = argument_of(r);
         long long offset = 0;
         for (int a = 0; a < argument_count; ++a)
             if (arguments[a].kind == 1 && arguments[a].region == r) {
-                name = argument_names[a];
                 offset = arguments[a].offset;
                 break;
             }
@@ -650,9 +655,8 @@ static void return_copies() {
         const std::size_t size = static_cast<std::size_t>(regions[r].size);
         if (!size || !std::memcmp(c.data, regions[r].host, size)) continue;
         if (!regions[r].writable) {
-            describe_address("wrote into", reinterpret_cast<std::uintptr_t>(c.data));
-            std::strncat(message, ", an array that is read-only (a broadcast view?)",
-                         sizeof message - std::strlen(message) - 1);
+            std::snprintf(message, sizeof message, "%s wrote into argument %s, an array that is "
+                          "read-only (a broadcast view?)", kernel_name, argument_of(r));
             siglongjmp(escape, 1);
         }
         std::memcpy(regions[r].host, c.data, size);
@@ -706,6 +710,10 @@ static int launch(void (*kernel)(P...), const char* name, const long long* confi
             if (static_cast<std::size_t>(given[i].size) < sizes[i])
                 fail("%s: argument %s is a scalar of %lld bytes, but the kernel reads %zu there",
                      name, names[i], given[i].size, sizes[i]);
+            if (given[i].floating && is_floating[i] &&
+                static_cast<std::size_t>(given[i].size) != sizes[i])
+                fail("%s: argument %s is a floating-point number of %lld bytes, but the kernel "
+                     "takes one of %zu there", name, names[i], given[i].size, sizes[i]);
             if (given[i].floating != is_floating[i])
                 fail("%s: argument %s is %s, but the kernel takes %s there", name, names[i],
                      given[i].floating ? "a floating-point number" : "an integer",

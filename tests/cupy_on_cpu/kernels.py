@@ -34,7 +34,9 @@ from codegen.runtime import _private_folder
 from spec.files import write_atomic
 
 PRELUDE = Path(__file__).with_name("cuda_on_cpu.h")
-FLAGS = ("-O1", "-shared", "-fPIC", "-fvisibility=hidden", "-U_FORTIFY_SOURCE", "-w")
+INCLUDE = Path(__file__).with_name("include")     # CUDA's headers, as the prelude has them
+FLAGS = ("-O1", "-shared", "-fPIC", "-fvisibility=hidden", "-U_FORTIFY_SOURCE", "-w",
+         f"-I{INCLUDE}")
 # inline PTX, by the normalised signature of the function that holds it: its CPU body
 PTX_STAND_INS = {
     "__device__ __forceinline__ float load(const unsigned short* p)":
@@ -83,13 +85,19 @@ def _folder() -> Path:
 _libraries: dict[str, ctypes.PyDLL] = {}
 
 
+def library_path(unit: str, standard: str) -> Path:
+    """Where the library of a translation unit is kept: named by the hash of what it is
+    built from."""
+    key = hashlib.sha256(f"{_identity()}\n{standard}\n{unit}".encode()).hexdigest()[:32]
+    return _folder() / f"{key}.so"
+
+
 def build(unit: str, standard: str) -> ctypes.PyDLL:
     """The shared library of a translation unit that includes the prelude, compiled once."""
-    key = hashlib.sha256(f"{_identity()}\n{standard}\n{unit}".encode()).hexdigest()[:32]
+    library = library_path(unit, standard)
+    key, folder = library.stem, library.parent
     if key in _libraries:
         return _libraries[key]
-    folder = _folder()
-    library = folder / f"{key}.so"
     if not library.exists():
         source = folder / f"{key}.cpp"
         write_atomic(source, f'#include "{PRELUDE}"\n{unit}')
@@ -248,7 +256,7 @@ class Kernel:
         if not re.fullmatch(r"[\w:<>, *]+", expression):
             raise ValueError(f"not a kernel name expression: {expression!r}")
         self.name = expression
-        self.is_array = is_array or (lambda value: False)
+        self.is_array = is_array or (lambda value: isinstance(value, np.ndarray))
         names = parameter_names(code, expression)
         unit = (f'#line 1 "{expression}.cu"\n{cpu_source(code, expression)}\n'
                 f'#line 1 "{expression} launcher"\n'
