@@ -377,6 +377,24 @@ def test_token_ids_out_of_range_are_named_on_the_gpu(device):
         module.transformer(device.xp.asarray(t), device.xp.ones((2, 5), dtype=bool), params, H=2)
 
 
+def test_inputs_past_the_gpus_memory_are_refused_before_they_are_materialised(device):
+    """A broadcast view claims a million sequences of a million tokens: refused by the
+    estimate against the device's memory (cuda.Device().mem_info) before anything is made."""
+    module = device.committed("decoder_only")
+    xp = device.xp
+    params = device.put(weights.random_params(weights.expected_shapes(
+        SPEC, {"arch": "decoder_only"}, {"d_model": 8, "H": 2, "d_ff": 12, "N": 1, "V": 11}),
+        0, np.float32))
+    u = xp.broadcast_to(xp.zeros((1, 1), dtype=xp.int64), (10**6, 10**6))
+    m = xp.broadcast_to(xp.ones((1, 1), dtype=bool), (10**6, 10**6))
+    total = xp.cuda.Device().mem_info[1]
+    assert module.memory_total() == total
+    with pytest.raises(MemoryError, match=r"^transformer would allocate about [0-9,.]+ GiB "
+                                          r"for its tensors, more than the GPU's memory "
+                                          rf"\({total / 2**30:,.1f} GiB\): "):
+        module.transformer(u, m, params, H=2)
+
+
 def test_wrong_shapes_fail_under_typecheck_on_the_gpu(device):
     module = device.load(source(SPEC, {"arch": "encoder_only"}, "cupy"), typecheck=True)
     Z = device.xp.zeros((2, 5, 8), dtype=device.xp.float32)
