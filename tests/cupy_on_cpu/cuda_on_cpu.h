@@ -430,35 +430,30 @@ inline int __syncthreads_or(int predicate) {
 }
 
 // atomics: one fiber runs at a time and none is interrupted between two of its statements
-template <typename T> inline T atomicAdd(T* address, T value) {
+namespace cuda_on_cpu {
+template <typename T, typename F> inline T atomically(T* address, F update) {
     const T old = *address;
-    *address = old + value;
+    *address = update(old);
     return old;
 }
-template <typename T> inline T atomicSub(T* address, T value) {
-    const T old = *address;
-    *address = old - value;
-    return old;
+}  // namespace cuda_on_cpu
+template <typename T> inline T atomicAdd(T* a, T v) {
+    return cuda_on_cpu::atomically(a, [v](T old) { return old + v; });
 }
-template <typename T> inline T atomicMax(T* address, T value) {
-    const T old = *address;
-    *address = old < value ? value : old;
-    return old;
+template <typename T> inline T atomicSub(T* a, T v) {
+    return cuda_on_cpu::atomically(a, [v](T old) { return old - v; });
 }
-template <typename T> inline T atomicMin(T* address, T value) {
-    const T old = *address;
-    *address = value < old ? value : old;
-    return old;
+template <typename T> inline T atomicMax(T* a, T v) {
+    return cuda_on_cpu::atomically(a, [v](T old) { return old < v ? v : old; });
 }
-template <typename T> inline T atomicExch(T* address, T value) {
-    const T old = *address;
-    *address = value;
-    return old;
+template <typename T> inline T atomicMin(T* a, T v) {
+    return cuda_on_cpu::atomically(a, [v](T old) { return v < old ? v : old; });
 }
-template <typename T> inline T atomicCAS(T* address, T compare, T value) {
-    const T old = *address;
-    if (old == compare) *address = value;
-    return old;
+template <typename T> inline T atomicExch(T* a, T v) {
+    return cuda_on_cpu::atomically(a, [v](T) { return v; });
+}
+template <typename T> inline T atomicCAS(T* a, T compare, T v) {
+    return cuda_on_cpu::atomically(a, [compare, v](T old) { return old == compare ? v : old; });
 }
 
 #undef assert
@@ -672,10 +667,36 @@ template <typename... P> static void invoke_as(void* kernel, void** params) {
     call_with(reinterpret_cast<void (*)(P...)>(kernel), params, std::index_sequence_for<P...>{});
 }
 
+// the traps a launch sets while it runs (on a stack of their own: a fiber's may be what
+// overflowed), and what they replaced
 struct SavedSignals {
     struct sigaction segv, bus, fpe;
     stack_t stack;
 };
+
+static void set_traps(SavedSignals& saved) {
+    static char alternate_stack[64 * 1024];
+    stack_t alternate;
+    alternate.ss_sp = alternate_stack;
+    alternate.ss_size = sizeof alternate_stack;
+    alternate.ss_flags = 0;
+    struct sigaction action;
+    std::memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_signal;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    sigaltstack(&alternate, &saved.stack);
+    sigaction(SIGSEGV, &action, &saved.segv);
+    sigaction(SIGBUS, &action, &saved.bus);
+    sigaction(SIGFPE, &action, &saved.fpe);
+}
+
+static void clear_traps(const SavedSignals& saved) {
+    sigaction(SIGSEGV, &saved.segv, nullptr);
+    sigaction(SIGBUS, &saved.bus, nullptr);
+    sigaction(SIGFPE, &saved.fpe, nullptr);
+    sigaltstack(&saved.stack, nullptr);
+}
 
 template <typename... P>
 static int launch(void (*kernel)(P...), const char* name, const long long* config, int count,
@@ -685,7 +706,6 @@ static int launch(void (*kernel)(P...), const char* name, const long long* confi
     static const std::size_t sizes[] = {sizeof(P)..., 0};
     static const int is_floating[] = {
         (std::is_floating_point<P>::value || std::is_same<P, _Float16>::value)..., 0};
-    static char alternate_stack[64 * 1024];
     message[0] = 0;
     kernel_name = name;
     argument_names = names;
@@ -749,19 +769,7 @@ static int launch(void (*kernel)(P...), const char* name, const long long* confi
         invoke = &invoke_as<P...>;
         kernel_entry = reinterpret_cast<void*>(kernel);
         kernel_params = params;
-        stack_t alternate;
-        alternate.ss_sp = alternate_stack;
-        alternate.ss_size = sizeof alternate_stack;
-        alternate.ss_flags = 0;
-        struct sigaction action;
-        std::memset(&action, 0, sizeof action);
-        action.sa_sigaction = on_signal;
-        action.sa_flags = SA_SIGINFO | SA_ONSTACK;
-        sigemptyset(&action.sa_mask);
-        sigaltstack(&alternate, &saved.stack);
-        sigaction(SIGSEGV, &action, &saved.segv);
-        sigaction(SIGBUS, &action, &saved.bus);
-        sigaction(SIGFPE, &action, &saved.fpe);
+        set_traps(saved);
         handlers = true;
         gridDim.x = static_cast<unsigned int>(config[0]);
         gridDim.y = static_cast<unsigned int>(config[1]);
@@ -779,12 +787,7 @@ static int launch(void (*kernel)(P...), const char* name, const long long* confi
                 }
         return_copies();
     }
-    if (handlers) {
-        sigaction(SIGSEGV, &saved.segv, nullptr);
-        sigaction(SIGBUS, &saved.bus, nullptr);
-        sigaction(SIGFPE, &saved.fpe, nullptr);
-        sigaltstack(&saved.stack, nullptr);
-    }
+    if (handlers) clear_traps(saved);
     release_copies();
     if (outcome != 0) {
         std::snprintf(error, static_cast<std::size_t>(error_size), "%s", message);
@@ -796,30 +799,14 @@ static int launch(void (*kernel)(P...), const char* name, const long long* confi
 // An element-wise kernel's loop over n elements, under the same traps
 template <typename Loop> static int guarded(Loop loop, const char* name, char* error,
                                             int error_size) {
-    static char alternate_stack[64 * 1024];
     message[0] = 0;
     kernel_name = name;
     copy_count = 0;
     static SavedSignals saved;
-    stack_t alternate;
-    alternate.ss_sp = alternate_stack;
-    alternate.ss_size = sizeof alternate_stack;
-    alternate.ss_flags = 0;
-    struct sigaction action;
-    std::memset(&action, 0, sizeof action);
-    action.sa_sigaction = on_signal;
-    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&action.sa_mask);
-    sigaltstack(&alternate, &saved.stack);
-    sigaction(SIGSEGV, &action, &saved.segv);
-    sigaction(SIGBUS, &action, &saved.bus);
-    sigaction(SIGFPE, &action, &saved.fpe);
+    set_traps(saved);
     const int outcome = sigsetjmp(escape, 1);
     if (outcome == 0) loop();
-    sigaction(SIGSEGV, &saved.segv, nullptr);
-    sigaction(SIGBUS, &saved.bus, nullptr);
-    sigaction(SIGFPE, &saved.fpe, nullptr);
-    sigaltstack(&saved.stack, nullptr);
+    clear_traps(saved);
     if (outcome != 0) std::snprintf(error, static_cast<std::size_t>(error_size), "%s", message);
     return outcome;
 }

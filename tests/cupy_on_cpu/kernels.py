@@ -13,9 +13,9 @@ between pages it may not touch: a read or write outside an argument stops the la
 KernelError that names the argument and how far outside it was, and so does a warp-
 synchronous call whose lanes diverge, an integer division by zero or a failed assert.
 
-Builds are cached by the hash of what is compiled (the source, the prelude, the compiler and
-its flags), so each kernel is compiled once per machine, in the user's private folder for
-generated code.
+Builds are cached by the hash of what is compiled (the source with the prelude written into
+it, the compiler and its flags), so each kernel is compiled once per machine, in the user's
+private folder for generated code.
 """
 
 import ctypes
@@ -69,11 +69,17 @@ def compiler() -> str | None:
 
 
 @functools.cache
+def _prelude() -> str:
+    """The prelude's text, read once: what is hashed is what is compiled."""
+    return f'#line 1 "{PRELUDE.name}"\n' + PRELUDE.read_text(encoding="utf-8")
+
+
+@functools.cache
 def _identity() -> str:
-    """What a build depends on besides its source: the compiler's version and the prelude."""
+    """What a build depends on besides its source: the compiler's version and flags."""
     version = subprocess.run([compiler(), "--version"], capture_output=True, text=True,
                              check=True).stdout.splitlines()[0]
-    return "\n".join((version, " ".join(FLAGS), PRELUDE.read_text(encoding="utf-8")))
+    return "\n".join((version, " ".join(FLAGS)))
 
 
 def _folder() -> Path:
@@ -88,8 +94,8 @@ _libraries: dict[str, ctypes.PyDLL] = {}
 def library_path(unit: str, standard: str) -> Path:
     """Where the library of a translation unit is kept: named by the hash of what it is
     built from."""
-    key = hashlib.sha256(f"{_identity()}\n{standard}\n{unit}".encode()).hexdigest()[:32]
-    return _folder() / f"{key}.so"
+    text = f"{_identity()}\n{standard}\n{_prelude()}\n{unit}"
+    return _folder() / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.so"
 
 
 def build(unit: str, standard: str) -> ctypes.PyDLL:
@@ -100,7 +106,7 @@ def build(unit: str, standard: str) -> ctypes.PyDLL:
         return _libraries[key]
     if not library.exists():
         source = folder / f"{key}.cpp"
-        write_atomic(source, f'#include "{PRELUDE}"\n{unit}')
+        write_atomic(source, f"{_prelude()}\n{unit}")
         partial = folder / f"{key}.{os.getpid()}.so"
         done = subprocess.run([compiler(), f"-std={standard}", *FLAGS, "-o", str(partial),
                                str(source)], capture_output=True, text=True, check=False)
