@@ -146,18 +146,22 @@ class MemoryPointer:
     """CuPy's ``x.data``: the address of the first element, as ``ptr``."""
 
     def __init__(self, array: ndarray):
-        self.ptr = array.__array_interface__["data"][0]
-        _allocations[self.ptr] = weakref.ref(_owner(array))
+        self.ptr = pointer = array.__array_interface__["data"][0]
+
+        def forget(reference):                    # the owner is gone: so is its entry
+            if _allocations.get(pointer) is reference:
+                del _allocations[pointer]
+
+        _allocations[pointer] = weakref.ref(_owner(array), forget)
 
 
 def _memory_at(address: int, nbytes: int, what: str) -> np.ndarray:
     """nbytes of memory from ``address``, which must lie in one array handed out as a pointer:
     as a writable array of bytes."""
     owner = None
-    for start, reference in list(_allocations.items()):
+    for reference in list(_allocations.values()):
         array = reference()
         if array is None:
-            del _allocations[start]
             continue
         low = array.__array_interface__["data"][0]
         if low <= address < low + max(array.nbytes, 1):
