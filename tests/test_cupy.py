@@ -11,6 +11,7 @@ cupy cases).
 import functools
 import inspect
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -313,10 +314,20 @@ def test_layer_norm_on_drawn_rows(device, drawn):
     np.testing.assert_array_equal(np.isnan(ours), np.isnan(expected))
     constant = constant_rows(x)
     np.testing.assert_array_equal(ours[constant], expected[constant])
+    # a row's rounding errors grow with how far its values lie from their mean, in standard
+    # deviations (its condition); float16's result is rounded to float16 at the end
+    wide = x.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)           # the spread of no values
+        condition = np.abs(wide).max(-1, keepdims=True, initial=0.0) / wide.std(-1, keepdims=True)
+    condition = np.nan_to_num(condition, nan=0.0, posinf=0.0)
+    accumulation = np.finfo(np.float64 if x.dtype == np.float64 else np.float32).eps
+    allowed = 16 * accumulation * (1 + condition) * max(1.0, np.abs(gamma).max(initial=0.0))
+    if x.dtype == np.float16:
+        allowed = allowed + 2.0 ** -10
     scale = np.maximum(1.0, np.abs(np.nan_to_num(expected)))
     error = np.abs(np.nan_to_num(ours) - np.nan_to_num(expected)) / scale
-    assert error.max(initial=0.0) <= {"float16": 1e-2}.get(x.dtype.name, 1e-5 if eps == 0
-                                                           else KERNEL_TOLERANCES[x.dtype.name])
+    assert (error <= allowed).all(), (error.max(initial=0.0), allowed.max(initial=0.0))
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
