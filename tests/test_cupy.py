@@ -250,15 +250,40 @@ def test_masked_softmax_on_drawn_scores_and_masks(device, drawn):
     else:
         L_device = xp.asarray(L)
     y = generated(device).masked_softmax(xp.asarray(X), L_device)
+    assert_masked_softmax(y, X, L)
+
+
+def assert_masked_softmax(y, X, L):
+    """y is float64's softmax of X + L, the sum formed in X + L's dtype (float32 for float16,
+    where a masked entry is -inf, whatever X is there, as attention's S = X + L has it)."""
     dtype = np.result_type(X, L)
-    wide_X, wide_L = X.astype(dtype).astype(np.float64), L.astype(dtype).astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        S = wide_X + wide_L
+    summed = np.float64 if dtype == np.float64 else np.float32
+    wide_X, wide_L = X.astype(dtype).astype(summed), L.astype(dtype).astype(summed)
+    with np.errstate(invalid="ignore", over="ignore"):
+        S = (wide_X + wide_L).astype(np.float64)
     if dtype == np.float16:
         S = np.where(np.broadcast_to(wide_L, S.shape) == -np.inf, -np.inf, S)
     assert y.dtype == dtype and y.shape == S.shape
     np.testing.assert_allclose(to_numpy(y).astype(np.float64), limit_softmax(S),
                                atol=KERNEL_TOLERANCES[dtype.name], rtol=0)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_masked_softmax_over_six_axes_is_as_over_five(device, dtype):
+    """Six axes (a batch of batches) fold into the kernel's five: the numbers of the
+    equations, a float16 score past 65504 at a masked key masked as over five axes (the
+    fallback to softmax(X + L) made its row NaN), a mask broadcast over two of the axes."""
+    rng = np.random.default_rng(6)
+    X = (rng.standard_normal((2, 1, 3, 2, 4, 5)) * 3).astype(dtype)
+    X[..., 0, 1] = np.inf if dtype == "float16" else 1e4
+    L = np.where(rng.random((1, 2, 1, 2, 4, 5)) < 0.3, -np.inf, 0.0).astype(dtype)
+    L[..., 0, 1] = -np.inf
+    L[..., 1, :] = -np.inf                                          # fully masked rows
+    xp = device.xp
+    y = generated(device).masked_softmax(xp.asarray(X), xp.asarray(L))
+    assert y.shape == (2, 2, 3, 2, 4, 5)
+    assert not np.isnan(to_numpy(y)).any()
+    assert_masked_softmax(y, X, L)
 
 
 @st.composite

@@ -496,11 +496,12 @@ def masked_softmax(
     past float16's range is +inf).
     """
     shape = cp.broadcast(X, L).shape  # *batch T_q T_kv
-    if len(shape) > 5:  # the kernel follows at most four leading axes
-        return softmax(X + L)
     dtype = cp.result_type(X, L)
     X = cp.ascontiguousarray(cp.broadcast_to(X, shape), dtype=dtype)  # *batch T_q T_kv
     L = cp.broadcast_to(L.astype(dtype, copy=False), shape)  # *batch T_q T_kv, a view
+    if len(shape) > 5:  # the kernel follows four leading axes: the first ones become one
+        folded = (math.prod(shape[:-4]),) + shape[-4:]
+        X, L = X.reshape(folded), cp.ascontiguousarray(L).reshape(folded)
     y = cp.empty_like(X)  # *batch T_q T_kv
     count, n = rows_of(X)
     lead = (1,) * (5 - X.ndim) + X.shape[:-1]
@@ -508,7 +509,7 @@ def masked_softmax(
     kernel = rows_kernel(SOFTMAX_SOURCE, "softmax_rows", X.dtype)
     launch_rows(kernel, count, X, L, y, count, n, 1, *lead[1:], *strides,
                 L.strides[-1] // X.itemsize)
-    return y
+    return y.reshape(shape)
 
 
 LAYER_NORM_SOURCE = r"""
