@@ -127,8 +127,8 @@ def test_layer_norm_kernel_matches_numpy(device, dtype, tolerance):
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 7, 48)) * 3 + 1
     gamma, beta = rng.standard_normal(48), rng.standard_normal(48)
-    y = generated(device).layer_norm(on_device(device, x, dtype), on_device(device, gamma, dtype), on_device(device, beta, dtype),
-                               1e-5)
+    y = generated(device).layer_norm(*(on_device(device, v, dtype) for v in (x, gamma, beta)),
+                                     1e-5)
     xs = x.astype(dtype).astype(np.float64)
     centred = xs - xs.mean(-1, keepdims=True)
     expected = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-5) * \
@@ -219,7 +219,7 @@ def broadcast_of(draw, shape, least=1):
 @st.composite
 def masked_rows(draw):
     """Scores X and an additive mask L that broadcast to one shape (two to six axes: over
-    five, masked_softmax goes to softmax(X + L)), each of any float dtype."""
+    five, masked_softmax folds the leading ones into one), each of any float dtype."""
     rank = draw(st.integers(2, 6))
     shape = tuple(draw(st.integers(0, 3)) for _ in range(rank - 1))
     shape += (draw(st.sampled_from(ROW_LENGTHS[1:])),)
@@ -389,12 +389,13 @@ def test_every_traced_tensor_keeps_the_dtype(device, dtype):
     choices = {"arch": "encoder_decoder", "activation": "gelu"}
     sizes = {"d_model": 8, "H": 2, "d_ff": 12, "N": 2, "V": 11}
     params = device.put(weights.random_params(weights.expected_shapes(SPEC, choices, sizes), 0,
-                                            np.dtype(dtype)))
+                                              np.dtype(dtype)))
     rng = np.random.default_rng(0)
-    t, u = device.xp.asarray(rng.integers(0, 11, (2, 5))), device.xp.asarray(rng.integers(0, 11, (2, 4)))
+    t, u = device.put((rng.integers(0, 11, (2, 5)), rng.integers(0, 11, (2, 4))))
     trace = {}
-    _logits, probs = module.transformer(t, device.xp.ones((2, 5), dtype=bool), u,
-                                        device.xp.ones((2, 4), dtype=bool), params, H=2, trace=trace)
+    ones = device.xp.ones
+    _logits, probs = module.transformer(t, ones((2, 5), dtype=bool), u, ones((2, 4), dtype=bool),
+                                        params, H=2, trace=trace)
     floats = {k: v.dtype for k, v in weights.flatten(trace).items() if v.dtype != bool}
     assert set(floats.values()) == {np.dtype(dtype)}, floats
     np.testing.assert_allclose(to_numpy(probs).astype(np.float64).sum(-1), 1.0,

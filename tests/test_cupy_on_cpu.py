@@ -112,7 +112,8 @@ MUTANTS = {
         "layer_norm_rows", "const T* in = x + row * n;\n    const A first",
         "const T* in = x + row * (n + 1);\n    const A first"),
     "layer_norm: a row's stride one too short when writing": (
-        "layer_norm_rows", "T* out = y + row * n;\n    for", "T* out = y + row * (n - 1);\n    for"),
+        "layer_norm_rows", "T* out = y + row * n;\n    for",
+        "T* out = y + row * (n - 1);\n    for"),
     "layer_norm: the variance over n - 1": (
         "layer_norm_rows", "warp_sum(squares) / A(n)", "warp_sum(squares) / A(n - 1)"),
     "gelu: 1/sqrt(2) to 9 digits": ("gelu", "erf(v * A(0.7071067811865475))",
@@ -362,7 +363,8 @@ def test_a_lane_that_returns_before_a_shuffle_its_mask_names_is_an_error():
      '    if (threadIdx.x < 16) y[0] = __shfl_sync(0x0000ffffu, 1.0f, 20); }'),
      (r"lane 0 of warp 0 reads lane 20 in __shfl_sync, but the mask 0x0000ffff leaves that "
      r"lane out")),
-    ('extern "C" __global__ void k(float* y) { y[0] = (int)(threadIdx.x + 7) / (int)(threadIdx.x / 64); }',
+    (('extern "C" __global__ void k(float* y) {\n'
+     '    y[0] = (int)(threadIdx.x + 7) / (int)(threadIdx.x / 64); }'),
      r"k: an arithmetic trap \(integer division by zero\?\) in a thread of block \(0, 0, 0\)"),
     ('extern "C" __global__ void k(float* y) { assert(threadIdx.x < 20); }',
      (r"assertion failed in thread \(20, 0, 0\) of block \(0, 0, 0\): threadIdx.x < 20 "

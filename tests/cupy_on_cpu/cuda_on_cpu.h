@@ -90,7 +90,9 @@ template <typename T> inline T max(T a, T b) { return a < b ? b : a; }
 namespace cuda_on_cpu {
 
 enum State { running, waits_in_warp, waits_in_block, exited };
-enum WarpCall { shfl_idx, shfl_up, shfl_down, shfl_xor, vote_all, vote_any, vote_ballot, sync_warp };
+enum WarpCall {
+    shfl_idx, shfl_up, shfl_down, shfl_xor, vote_all, vote_any, vote_ballot, sync_warp
+};
 const char* const warp_call_names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
                                        "__shfl_xor_sync", "__all_sync", "__any_sync",
                                        "__ballot_sync", "__syncwarp"};
@@ -239,7 +241,8 @@ static void start(Fiber& f, unsigned int i) {
     const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
     char* bottom = stacks + i * (stack_size + page) + page;
 #if defined(__x86_64__)
-    std::uintptr_t top = reinterpret_cast<std::uintptr_t>(bottom + stack_size) & ~std::uintptr_t(15);
+    const std::uintptr_t top =
+        reinterpret_cast<std::uintptr_t>(bottom + stack_size) & ~std::uintptr_t(15);
     void** frame = reinterpret_cast<void**>(top - 80);
     std::uint32_t control[2] = {0, 0};
     asm volatile("stmxcsr %0" : "=m"(control[0]));
