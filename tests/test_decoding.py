@@ -13,7 +13,7 @@ import inspect
 
 import numpy as np
 import pytest
-from arrays import CUPY, needs_cupy, to_numpy
+from arrays import BACKENDS, CUPY, CUPY_ON_CPU, DEVICES, MARKS, NUMPY, to_numpy
 from command_line import run
 from compare import assert_close
 from hypothesis import HealthCheck, example, given, settings
@@ -47,8 +47,8 @@ SIZES = {"d_model": 8, "H": 2, "d_ff": 12, "N": 2, "V": 11, "max_len": 12}
 
 
 @functools.cache
-def module(**choices):
-    return load_source(source(SPEC, choices))
+def module(arrays=NUMPY, **choices):
+    return arrays.load(source(SPEC, choices, arrays.backend))
 
 
 def params_for(choices, dtype, **dims):
@@ -69,36 +69,41 @@ def by_position(logits):
     return {f"logits at position {t}": logits[:, t] for t in range(logits.shape[1])}
 
 
-def decode_in_steps(model, full_inputs, step_inputs, params, prompt, steps, dims):
+def decode_in_steps(model, full_inputs, step_inputs, params, prompt, steps, dims,
+                    arrays=NUMPY):
     """Logits of prefill over the first ``prompt`` positions, then of decode_step over the
-    rest, ``steps`` positions a step; and the length of the first layer's cached keys after
-    each step."""
+    rest, ``steps`` positions a step (as NumPy arrays); and the length of the first layer's
+    cached keys after each step. The inputs are moved to ``arrays``' backend."""
     forward = keywords(model.prefill, **dims)
-    logits, _, cache = model.prefill(*full_inputs(0, prompt), params, **forward)
-    pieces, lengths = [logits], []
+    logits, _, cache = model.prefill(*arrays.put(full_inputs(0, prompt)), params, **forward)
+    pieces, lengths = [to_numpy(logits)], []
     start = prompt
     for size in steps:
-        step_logits, _ = model.decode_step(*step_inputs(start, start + size, cache), params,
-                                           cache, **keywords(model.decode_step, **dims))
-        pieces.append(step_logits)
+        step_logits, _ = model.decode_step(*arrays.put(step_inputs(start, start + size, cache)),
+                                           params, cache, **keywords(model.decode_step, **dims))
+        pieces.append(to_numpy(step_logits))
         lengths.append(cache["decoder"]["layers"][0]["self_attention"]["K_past"].shape[-2])
         start += size
     return np.concatenate(pieces, axis=1), lengths
 
 
 @pytest.mark.parametrize("name", sorted(DECODERS))
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_decoding_step_by_step_gives_the_full_forwards_logits(name, dtype):
+@pytest.mark.parametrize("arrays, dtype", [
+    pytest.param(arrays, dtype, id=f"{arrays}-{np.dtype(dtype).name}", marks=MARKS[arrays])
+    for arrays in (NUMPY, CUPY, CUPY_ON_CPU)
+    for dtype in ((np.float64, np.float32) + ((np.float16,) if arrays is not NUMPY else ()))])
+def test_decoding_step_by_step_gives_the_full_forwards_logits(name, arrays, dtype):
     choices = DECODERS[name]
-    model = module(**choices)
+    model = module(arrays, **choices)
     dims = {"H": 2, "H_kv": 1}
-    params = params_for(choices, dtype, H_kv=1)
+    params = arrays.put(params_for(choices, dtype, H_kv=1))
     B, T = 2, 9
     rng = np.random.default_rng(7)
     u = rng.integers(0, SIZES["V"], (B, T))
     m = np.ones((B, T), dtype=bool)
     m[1, :2] = False                      # the second sequence is padded on the left
-    reference, _ = model.transformer(u, m, params, **keywords(model.transformer, **dims))
+    reference, _ = model.transformer(*arrays.put((u, m)), params,
+                                     **keywords(model.transformer, **dims))
 
     def full_inputs(start, stop):
         return u[:, start:stop], m[:, start:stop]
@@ -107,23 +112,24 @@ def test_decoding_step_by_step_gives_the_full_forwards_logits(name, dtype):
         return u[:, start:stop], m[:, :stop]       # the key mask covers every position so far
 
     logits, lengths = decode_in_steps(model, full_inputs, step_inputs, params, prompt=4,
-                                      steps=(1, 1, 3), dims=dims)
+                                      steps=(1, 1, 3), dims=dims, arrays=arrays)
     assert lengths == [5, 6, 9]                      # the cache grows by each step's positions
     assert logits.dtype == dtype
     assert_close(by_position(logits), by_position(reference), np.dtype(dtype).name)
 
 
 @pytest.mark.parametrize("positional", ["sinusoidal", "relative"])
-def test_encoder_decoder_decoding_gives_the_full_forwards_logits(positional):
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_encoder_decoder_decoding_gives_the_full_forwards_logits(arrays, positional):
     choices = {"arch": "encoder_decoder", "positional": positional, "norm": "pre"}
-    model = module(**choices)
-    params = params_for(choices, np.float64)
+    model = module(arrays, **choices)
+    params = arrays.put(params_for(choices, np.float64))
     B, T, T_dec = 2, 6, 7
     rng = np.random.default_rng(3)
     t, u = rng.integers(0, SIZES["V"], (B, T)), rng.integers(0, SIZES["V"], (B, T_dec))
     m_src, m_tgt = np.ones((B, T), dtype=bool), np.ones((B, T_dec), dtype=bool)
     m_src[0, -2:] = False
-    reference, _ = model.transformer(t, m_src, u, m_tgt, params,
+    reference, _ = model.transformer(*arrays.put((t, m_src, u, m_tgt)), params,
                                      **keywords(model.transformer, H=2))
     caches = []
 
@@ -135,7 +141,7 @@ def test_encoder_decoder_decoding_gives_the_full_forwards_logits(positional):
         return m_src, u[:, start:stop], m_tgt[:, :stop]
 
     logits, lengths = decode_in_steps(model, full_inputs, step_inputs, params, prompt=3,
-                                      steps=(1, 2, 1), dims={"H": 2})
+                                      steps=(1, 2, 1), dims={"H": 2}, arrays=arrays)
     assert lengths == [4, 6, 7]
     # the source's keys and values, computed once by prefill: (H, B, T, d_k)
     cross = caches[0]["decoder"]["layers"][1]["cross_attention"]
@@ -309,6 +315,7 @@ def decoding_variants(draw):
     return choices, dims, prompt, steps
 
 
+@pytest.mark.parametrize("arrays", BACKENDS)
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(decoding_variants())
 # the seeds' decoder at an odd width: each step's sinusoidal rows end with a sin column
@@ -316,13 +323,13 @@ def decoding_variants(draw):
               if name != "decoding"}, "arch": "decoder_only"},
           {"B": 2, "T": 3, "H": 3, "d_model": 9, "d_ff": 4, "V": 7, "N": 2, "V_type": 1,
            "T_dec": 6, "max_len": 6}, 2, [1, 3]))
-def test_random_models_decode_to_the_full_forwards_logits_in_the_proved_shapes(drawn):
+def test_random_models_decode_to_the_full_forwards_logits_in_the_proved_shapes(arrays, drawn):
     choices, dims, prompt, steps = drawn
     assert api.check(api.load("transformer", [f"{k}={v}" for k, v in
                                               {**choices, **dims}.items()])).ok
-    model = module(**choices)
-    params = weights.nest(weights.random_params(
-        weights.expected_shapes(SPEC, choices, dims), 4, np.float64))
+    model = module(arrays, **choices)
+    params = arrays.put(weights.nest(weights.random_params(
+        weights.expected_shapes(SPEC, choices, dims), 4, np.float64)))
     rng = np.random.default_rng(5)
     B, T, T_dec = dims["B"], dims["T"], dims["T_dec"]
     t, u = rng.integers(0, dims["V"], (B, T)), rng.integers(0, dims["V"], (B, T_dec))
@@ -330,7 +337,7 @@ def test_random_models_decode_to_the_full_forwards_logits_in_the_proved_shapes(d
     m_src[:, 0] = True
     encoder = choices["arch"] == "encoder_decoder"
     sources = (t, m_src) if encoder else ()
-    reference, _ = model.transformer(*sources, u, m_tgt, params,
+    reference, _ = model.transformer(*arrays.put((*sources, u, m_tgt)), params,
                                      **keywords(model.transformer, **dims))
     after = []
 
@@ -342,7 +349,8 @@ def test_random_models_decode_to_the_full_forwards_logits_in_the_proved_shapes(d
         inputs = (m_src,) if encoder else ()
         return *inputs, u[:, start:stop], m_tgt[:, :stop]
 
-    logits, _ = decode_in_steps(model, full_inputs, step_inputs, params, prompt, steps, dims)
+    logits, _ = decode_in_steps(model, full_inputs, step_inputs, params, prompt, steps, dims,
+                                arrays)
     assert_close(by_position(logits), by_position(reference), "float64")
     # the last step's cache, layer by layer, in the shapes the checker proved for the step
     start, cache = after[-1]
@@ -545,36 +553,43 @@ def test_a_state_must_start_as_a_tensor_of_its_shape():
          "decoding=step")]
 
 
-@needs_cupy
-@pytest.mark.parametrize("name", ["llama", "gpt2"])
-def test_cupy_decoding_matches_the_numpy_full_forward(name):
-    """The CuPy module's prefill and decode_step, on the GPU, against NumPy's full forward."""
+@pytest.mark.parametrize("name", sorted(DECODERS))
+@pytest.mark.parametrize("device", DEVICES)
+def test_cupy_decoding_matches_the_numpy_full_forward(device, name):
+    """The CuPy module's prefill and decode_step (on the GPU, and on the CPU through the
+    stand-in) against NumPy's full forward, one position a step and then two."""
     choices = DECODERS[name]
-    model = load_source(source(SPEC, choices, "cupy"))
+    model = module(device, **choices)
     reference_model = module(**choices)
     dims = {"H": 2, "H_kv": 1}
     params = params_for(choices, np.float64, H_kv=1)
-    u = np.random.default_rng(2).integers(0, SIZES["V"], (2, 7))
-    m = np.ones((2, 7), dtype=bool)
+    u = np.random.default_rng(2).integers(0, SIZES["V"], (2, 8))
+    m = np.ones((2, 8), dtype=bool)
+    m[0, :2] = False
     reference, _ = reference_model.transformer(u, m, params,
                                                **keywords(reference_model.transformer, **dims))
-    logits, _, cache = model.prefill(*CUPY.put((u[:, :4], m[:, :4], params)),
-                                     **keywords(model.prefill, **dims))
-    pieces = [to_numpy(logits)]
-    for t in range(4, 7):
-        step, _ = model.decode_step(*CUPY.put((u[:, t:t + 1], m[:, :t + 1], params)), cache,
-                                    **keywords(model.decode_step, **dims))
-        pieces.append(to_numpy(step))
-    assert_close(by_position(np.concatenate(pieces, axis=1)), by_position(reference), "float64")
+
+    def full_inputs(start, stop):
+        return u[:, start:stop], m[:, start:stop]
+
+    def step_inputs(start, stop, cache):
+        return u[:, start:stop], m[:, :stop]
+
+    logits, lengths = decode_in_steps(model, full_inputs, step_inputs, device.put(params),
+                                      prompt=4, steps=(1, 1, 2), dims=dims, arrays=device)
+    assert lengths == [5, 6, 8]
+    assert_close(by_position(logits), by_position(reference), "float64")
 
 
 # ---------------------------------------------------------------------------------------------
 # Against an independent key-value cache: Hugging Face GPT-2 with past_key_values
 
-def test_decoding_matches_hugging_face_gpt2_with_its_own_cache_step_by_step():
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_decoding_matches_hugging_face_gpt2_with_its_own_cache_step_by_step(arrays):
     """Hugging Face's GPT2LMHeadModel decodes with its own cache (DynamicCache); ours with
     prefill and decode_step. Every step's logits and every layer's cached keys and values
-    agree (its cache is (B, H, T_past, d_k), ours (H, B, T_past, d_k))."""
+    agree (its cache is (B, H, T_past, d_k), ours (H, B, T_past, d_k)); ours on each backend,
+    theirs on the CPU or, beside CuPy on a GPU, on CUDA."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from codegen import checkpoints
@@ -582,28 +597,30 @@ def test_decoding_matches_hugging_face_gpt2_with_its_own_cache_step_by_step():
     config = transformers.GPT2Config(vocab_size=SIZES["V"], n_positions=12, n_embd=8, n_layer=2,
                                      n_head=2, resid_pdrop=0.0, embd_pdrop=0.0,
                                      attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
-    reference = transformers.GPT2LMHeadModel(config).double().eval()
-    params = weights.nest(checkpoints.from_gpt2(reference.state_dict()))
-    model = module(**DECODERS["gpt2"])
+    reference = transformers.GPT2LMHeadModel(config).double().eval().to(arrays.device)
+    params = arrays.put(weights.nest(checkpoints.from_gpt2(reference.state_dict())))
+    model = module(arrays, **DECODERS["gpt2"])
     u = np.random.default_rng(6).integers(0, SIZES["V"], (2, 9))
     m = np.ones(u.shape, dtype=bool)
     with torch.no_grad():
-        output = reference(torch.tensor(u[:, :5]), use_cache=True)
-        theirs, past = [output.logits.numpy()], output.past_key_values
-        ours, _, cache = model.prefill(u[:, :5], m[:, :5], params, H=2)
-        ours = [ours]
+        output = reference(torch.tensor(u[:, :5], device=arrays.device), use_cache=True)
+        theirs, past = [output.logits.cpu().numpy()], output.past_key_values
+        ours, _, cache = model.prefill(*arrays.put((u[:, :5], m[:, :5])), params, H=2)
+        ours = [to_numpy(ours)]
         for t in range(5, 9):
-            step = reference(torch.tensor(u[:, t:t + 1]), past_key_values=past, use_cache=True)
-            theirs.append(step.logits.numpy())
-            logits, _ = model.decode_step(u[:, t:t + 1], m[:, :t + 1], params, cache)
-            ours.append(logits)
+            step = reference(torch.tensor(u[:, t:t + 1], device=arrays.device),
+                             past_key_values=past, use_cache=True)
+            theirs.append(step.logits.cpu().numpy())
+            logits, _ = model.decode_step(*arrays.put((u[:, t:t + 1], m[:, :t + 1])), params,
+                                          cache)
+            ours.append(to_numpy(logits))
     compared = by_position(np.concatenate(ours, axis=1))
     expected = by_position(np.concatenate(theirs, axis=1))
     for i, layer in enumerate(past.layers):
         states = cache["decoder"]["layers"][i]["self_attention"]
         compared |= {f"layer {i} K_past": states["K_past"], f"layer {i} V_past": states["V_past"]}
-        expected |= {f"layer {i} K_past": layer.keys.numpy().transpose(1, 0, 2, 3),
-                     f"layer {i} V_past": layer.values.numpy().transpose(1, 0, 2, 3)}
+        expected |= {f"layer {i} K_past": layer.keys.cpu().numpy().transpose(1, 0, 2, 3),
+                     f"layer {i} V_past": layer.values.cpu().numpy().transpose(1, 0, 2, 3)}
     rows = assert_close(compared, expected, "float64")
     assert len(rows) == 9 + 4
 
@@ -611,18 +628,21 @@ def test_decoding_matches_hugging_face_gpt2_with_its_own_cache_step_by_step():
 # ---------------------------------------------------------------------------------------------
 # A step given the wrong cache or mask says so instead of computing something else
 
-@pytest.fixture(scope="module")
-def gpt2_prefilled():
+@pytest.fixture(scope="module", params=BACKENDS)
+def gpt2_prefilled(request):
+    """GPT-2's model on a backend (NumPy, CuPy, CuPy on the CPU), its parameters there, ids,
+    and a function that moves arrays there."""
+    arrays = request.param
     choices = DECODERS["gpt2"]
-    model = module(**choices)
-    params = params_for(choices, np.float64)
-    u = np.random.default_rng(8).integers(0, SIZES["V"], (2, 6))
-    return model, params, u
+    model = module(arrays, **choices)
+    params = arrays.put(params_for(choices, np.float64))
+    u = arrays.put(np.random.default_rng(8).integers(0, SIZES["V"], (2, 6)))
+    return model, params, u, arrays.put
 
 
 def fresh_cache(gpt2_prefilled):
-    model, params, u = gpt2_prefilled
-    return model.prefill(u[:, :4], np.ones((2, 4), dtype=bool), params, H=2)[2]
+    model, params, u, put = gpt2_prefilled
+    return model.prefill(u[:, :4], put(np.ones((2, 4), dtype=bool)), params, H=2)[2]
 
 
 @pytest.mark.parametrize("mask_length, message", [
@@ -633,20 +653,20 @@ def fresh_cache(gpt2_prefilled):
 ])
 def test_a_step_with_a_mask_of_the_wrong_length_is_refused(gpt2_prefilled, mask_length,
                                                           message):
-    model, params, u = gpt2_prefilled
+    model, params, u, put = gpt2_prefilled
     with pytest.raises(ValueError) as raised:
-        model.decode_step(u[:, 4:5], np.ones((2, mask_length), dtype=bool), params,
+        model.decode_step(u[:, 4:5], put(np.ones((2, mask_length), dtype=bool)), params,
                           fresh_cache(gpt2_prefilled))
     assert str(raised.value) == message
 
 
 def test_a_step_with_a_cache_of_another_dtype_is_refused(gpt2_prefilled):
-    model, params, u = gpt2_prefilled
+    model, params, u, put = gpt2_prefilled
     cache = fresh_cache(gpt2_prefilled)
     states = cache["decoder"]["layers"][1]["self_attention"]
     states["K_past"] = states["K_past"].astype(np.float32)
     with pytest.raises(ValueError) as raised:
-        model.decode_step(u[:, 4:5], np.ones((2, 5), dtype=bool), params, cache)
+        model.decode_step(u[:, 4:5], put(np.ones((2, 5), dtype=bool)), params, cache)
     assert str(raised.value) == ("cache['decoder']['layers'][1]['self_attention']['K_past'] is "
                                  "float32 but the parameters are float64: pass the cache "
                                  "prefill returned")
@@ -670,25 +690,26 @@ def test_a_step_with_a_cache_of_another_dtype_is_refused(gpt2_prefilled):
      "inputs, and the key mask of every position so far")),
 ])
 def test_a_step_with_a_cache_that_is_not_prefills_is_refused(gpt2_prefilled, spoil, message):
-    model, params, u = gpt2_prefilled
+    model, params, u, put = gpt2_prefilled
     cache = fresh_cache(gpt2_prefilled)
     spoil(cache)
     with pytest.raises(ValueError) as raised:
-        model.decode_step(u[:, 4:5], np.ones((2, 5), dtype=bool), params, cache)
+        model.decode_step(u[:, 4:5], put(np.ones((2, 5), dtype=bool)), params, cache)
     assert str(raised.value) == message
 
 
-def test_an_encoder_decoder_step_with_another_source_length_is_refused():
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_an_encoder_decoder_step_with_another_source_length_is_refused(arrays):
     choices = {"arch": "encoder_decoder"}
-    model = module(**choices)
-    params = params_for(choices, np.float64)
+    model = module(arrays, **choices)
+    params = arrays.put(params_for(choices, np.float64))
     rng = np.random.default_rng(9)
     t, u = rng.integers(0, SIZES["V"], (2, 5)), rng.integers(0, SIZES["V"], (2, 4))
-    _, _, cache = model.prefill(t, np.ones((2, 5), dtype=bool), u[:, :3],
-                                np.ones((2, 3), dtype=bool), params, H=2)
+    _, _, cache = model.prefill(*arrays.put((t, np.ones((2, 5), dtype=bool), u[:, :3],
+                                             np.ones((2, 3), dtype=bool))), params, H=2)
     with pytest.raises(ValueError) as raised:
-        model.decode_step(np.ones((2, 3), dtype=bool), u[:, 3:], np.ones((2, 4), dtype=bool),
-                          params, cache)
+        model.decode_step(*arrays.put((np.ones((2, 3), dtype=bool), u[:, 3:],
+                                       np.ones((2, 4), dtype=bool))), params, cache)
     assert str(raised.value).startswith("cache K_src axis -2 is 5, not T_x = 3: ")
 
 
@@ -743,16 +764,19 @@ def test_extend_appends_in_place_and_never_writes_over_a_state_still_held():
     np.testing.assert_array_equal(two, kept)
 
 
-def test_two_continuations_of_one_cache_decode_as_each_alone():
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_two_continuations_of_one_cache_decode_as_each_alone(arrays):
     """A cache shared by two continuations (beam search, sampling twice from a prompt): each
     step's logits are those of decoding that continuation alone, whichever runs first."""
     choices = DECODERS["gpt2"]
-    model = module(**choices)
-    params = params_for(choices, np.float64)
+    model = module(arrays, **choices)
+    params = arrays.put(params_for(choices, np.float64))
     rng = np.random.default_rng(3)
-    u = rng.integers(0, SIZES["V"], (2, 8))
-    m = np.ones((2, 8), dtype=bool)
-    x, y = rng.integers(0, SIZES["V"], (2, 2, 1))
+    u, m = arrays.put((rng.integers(0, SIZES["V"], (2, 8)), np.ones((2, 8), dtype=bool)))
+    x, y = arrays.put(tuple(rng.integers(0, SIZES["V"], (2, 2, 1))))
+
+    def ones(length):
+        return arrays.put(np.ones((2, length), dtype=bool))
 
     def nested_copy(cache):      # the cache's structure copied, its arrays shared
         if isinstance(cache, dict):
@@ -763,17 +787,16 @@ def test_two_continuations_of_one_cache_decode_as_each_alone():
         _, _, cache = model.prefill(u, m, params, H=2)
         outputs = []
         for token in tokens:
-            logits, _ = model.decode_step(token, np.ones((2, 9 + len(outputs)), dtype=bool),
-                                          params, cache)
-            outputs.append(logits)
+            logits, _ = model.decode_step(token, ones(9 + len(outputs)), params, cache)
+            outputs.append(to_numpy(logits))
         return outputs
 
     _, _, cache = model.prefill(u, m, params, H=2)
-    model.decode_step(x, np.ones((2, 9), dtype=bool), params, cache)
+    model.decode_step(x, ones(9), params, cache)
     snapshot = nested_copy(cache)                        # after x: both branches start here
-    first = model.decode_step(y, np.ones((2, 10), dtype=bool), params, cache)[0]
-    second = model.decode_step(x, np.ones((2, 10), dtype=bool), params, snapshot)[0]
-    again = model.decode_step(x, np.ones((2, 11), dtype=bool), params, cache)[0]
+    first = to_numpy(model.decode_step(y, ones(10), params, cache)[0])
+    second = to_numpy(model.decode_step(x, ones(10), params, snapshot)[0])
+    again = to_numpy(model.decode_step(x, ones(11), params, cache)[0])
     np.testing.assert_array_equal(first, alone([x, y])[1])
     np.testing.assert_array_equal(second, alone([x, x])[1])
     np.testing.assert_array_equal(again, alone([x, y, x])[2])

@@ -16,17 +16,17 @@ and fails without the protection that gives it:
 
 The models are the committed generated modules (generated/<backend>/<model>.py) at small sizes
 with seeded random weights. The CuPy cases need CuPy and a GPU, and skip saying why without
-them (as in CI).
+them (as in CI); the cupy-on-cpu cases run the same CuPy modules on the CPU (its kernels
+compiled by g++ and emulated, its array code on NumPy: tests/cupy_on_cpu).
 """
 
 import functools
-import importlib
 import inspect
 import warnings
 
 import numpy as np
 import pytest
-from arrays import CUPY, NUMPY, needs_cupy, to_numpy
+from arrays import BACKENDS, CUPY, CUPY_ON_CPU, MARKS, NUMPY, to_numpy
 from compare import assert_close, flat
 from reference_numpy import softmax as softmax_reference
 from scipy.special import erf
@@ -34,7 +34,6 @@ from test_decoding import keywords as required_keywords
 
 from codegen import weights
 from codegen.generate import BUILTIN_MODELS, source
-from codegen.runtime import load_source
 from spec import api
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
@@ -42,22 +41,20 @@ MODELS = list(BUILTIN_MODELS)        # encoder_decoder, encoder_only, decoder_on
 DECODERS = ["encoder_decoder", "decoder_only", "llama"]           # the ones with decode_step
 SIZES = {"d_model": 8, "H": 2, "H_kv": 1, "d_ff": 12, "N": 2, "V": 11, "V_type": 2,
          "max_len": 8}
-BACKENDS = [pytest.param(NUMPY, id="numpy"), pytest.param(CUPY, id="cupy", marks=needs_cupy)]
-BACKEND_FLOATS = [pytest.param(arrays, dtype, id=f"{arrays}-{dtype}", marks=marks)
-                  for arrays, marks in ((NUMPY, ()), (CUPY, needs_cupy))
+BACKEND_FLOATS = [pytest.param(arrays, dtype, id=f"{arrays}-{dtype}", marks=MARKS[arrays])
+                  for arrays in (NUMPY, CUPY, CUPY_ON_CPU)
                   for dtype in ("float64", "float32", "float16")]
 
 
-@functools.cache
-def model(backend: str, name: str):
+def model(arrays, name: str):
     """The committed generated module (imported only when asked: CuPy's needs a GPU)."""
-    return importlib.import_module(f"generated.{backend}.{name}")
+    return arrays.committed(name)
 
 
 @functools.cache
-def generated(backend: str, **choices):
+def generated(arrays, **choices):
     """A module generated now, for a helper that no committed one has (tanh GELU)."""
-    return load_source(source(SPEC, choices, backend))
+    return arrays.load(source(SPEC, choices, arrays.backend))
 
 
 def params(arrays, name, dtype, seed=0, feed_forward_scale=1.0):
@@ -131,7 +128,7 @@ def test_a_fully_masked_sequence_attends_to_nothing(arrays, name):
     Their weights A_h and attention outputs O_h are 0 exactly (not NaN), every output is
     finite, the untraced forward (query blocks on NumPy, the fused kernel on CuPy) gives the
     traced one's numbers, and sequence 0 gets what it gets alone."""
-    module = model(arrays.name, name)
+    module = model(arrays, name)
     P = params(arrays, name, "float64")
     args = inputs(module.transformer, 2, 4, T_src=3)
     for value in args.values():
@@ -157,7 +154,7 @@ def test_a_fully_masked_sequence_attends_to_nothing(arrays, name):
 def test_a_query_whose_visible_keys_are_all_padding_gets_zero_weights(arrays, name):
     """Under the causal mask, a padded first target position leaves query 0 no key at all:
     its self-attention weights are 0; the later queries attend to the positions after it."""
-    module = model(arrays.name, name)
+    module = model(arrays, name)
     args = inputs(module.transformer, 2, 4, T_src=3)
     args["m_tgt"][:, 0] = False
     trace = {}
@@ -187,7 +184,7 @@ def test_softmax_of_huge_and_tiny_logits_matches_float64(arrays, dtype):
                   [big, big / 2, 0.0, -big],
                   [-big, -big, -big, -big],
                   [-big, -np.inf, -np.inf, -np.inf]]).astype(dtype)
-    y = to_numpy(no_warnings(model(arrays.name, "encoder_only").softmax, arrays.put(x)))
+    y = to_numpy(no_warnings(model(arrays, "encoder_only").softmax, arrays.put(x)))
     assert y.dtype == np.dtype(dtype)
     tolerance = {"float64": 1e-15, "float32": 2.0 ** -23, "float16": 2.0 ** -10}[dtype]
     np.testing.assert_allclose(y.astype(np.float64), softmax_reference(x), rtol=0,
@@ -206,7 +203,7 @@ def test_softmax_of_a_row_holding_inf_is_its_limit(arrays, dtype):
                   [inf, -inf, 5.0, -3.0],
                   [np.nan, 0.0, 1.0, inf],
                   [1.0, 2.0, 3.0, -inf]]).astype(dtype)
-    y = to_numpy(no_warnings(model(arrays.name, "encoder_only").softmax, arrays.put(x)))
+    y = to_numpy(no_warnings(model(arrays, "encoder_only").softmax, arrays.put(x)))
     assert y.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(y[0], [0.5, 0, 0, 0.5])
     np.testing.assert_array_equal(y[1], [1, 0, 0, 0])
@@ -229,7 +226,7 @@ def test_softmax_matmul_is_softmax_then_matmul_on_every_kind_of_row(dtype):
                   [-inf, -inf, -inf, -inf], [inf, 0.0, 1.0, inf], [inf, -inf, 5.0, -3.0]])
     S = S.astype(dtype)[None]                                                # 1 7 4
     V = np.random.default_rng(0).standard_normal((1, 4, 3)).astype(dtype)   # 1 4 3
-    module = model("numpy", "encoder_only")
+    module = model(NUMPY, "encoder_only")
     # softmax in float64, its limit on the +inf rows (pinned against float64 above)
     expected = module.softmax(S.astype(np.float64)) @ V.astype(np.float64)
     given = S.copy()
@@ -256,7 +253,7 @@ def test_float16_softmax_sums_in_float32(arrays):
     rounded to float16: within 2^-10 relative, or 2^-24 absolute below float16's smallest
     normal (6.1e-5, where the weights near 1/128256 lie)."""
     x = (np.random.default_rng(0).standard_normal((2, 128256)) * 0.1).astype(np.float16)
-    y = to_numpy(no_warnings(model(arrays.name, "llama").softmax, arrays.put(x)))
+    y = to_numpy(no_warnings(model(arrays, "llama").softmax, arrays.put(x)))
     assert y.dtype == np.float16
     expected = softmax_reference(x)
     np.testing.assert_allclose(y.astype(np.float64), expected, rtol=2.0 ** -10, atol=2.0 ** -24)
@@ -285,7 +282,7 @@ def test_float16_layer_norm_of_large_activations(arrays):
     rng = np.random.default_rng(1)
     gamma = (1.0 + 0.1 * rng.standard_normal(64)).astype(np.float16)
     beta = (0.1 * rng.standard_normal(64)).astype(np.float16)
-    module = model(arrays.name, "encoder_only")
+    module = model(arrays, "encoder_only")
     y = to_numpy(no_warnings(module.layer_norm, *arrays.put([x, gamma, beta]), 1e-5))
     assert y.dtype == np.float16
     x64 = x.astype(np.float64)
@@ -302,7 +299,7 @@ def test_float16_rms_norm_of_large_activations(arrays):
     rows 0."""
     x = large_activations()
     gamma = (1.0 + 0.1 * np.random.default_rng(1).standard_normal(64)).astype(np.float16)
-    y = to_numpy(no_warnings(model(arrays.name, "llama").rms_norm,
+    y = to_numpy(no_warnings(model(arrays, "llama").rms_norm,
                              *arrays.put([x, gamma]), 1e-5))
     assert y.dtype == np.float16
     x64 = x.astype(np.float64)
@@ -320,8 +317,8 @@ def test_float16_gelu_stays_float16(arrays):
     xs = x.astype(np.float64)
     exact = 0.5 * xs * (1 + erf(xs / np.sqrt(2)))
     tanh_form = 0.5 * xs * (1 + np.tanh(np.sqrt(2 / np.pi) * (xs + 0.044715 * xs ** 3)))
-    gelu = model(arrays.name, "bert").gelu
-    gelu_tanh = generated(arrays.name, arch="decoder_only", activation="gelu_tanh").gelu_tanh
+    gelu = model(arrays, "bert").gelu
+    gelu_tanh = generated(arrays, arch="decoder_only", activation="gelu_tanh").gelu_tanh
     for function, expected in ((gelu, exact), (gelu_tanh, tanh_form)):
         y = to_numpy(no_warnings(function, arrays.put(x)))
         assert y.dtype == np.float16, function.__name__
@@ -337,7 +334,7 @@ def test_float16_models_with_large_activations_match_float64(arrays, name):
     variance overflowed float16, which made the norms' outputs beta or 0, silently finite)
     against the float64 forward of the same float16 weights, within compare.TOLERANCES' 1e-2
     for float16 (relative to each tensor's scale); the outputs float16 and finite."""
-    module = model(arrays.name, name)
+    module = model(arrays, name)
     P16 = params(NUMPY, name, "float16", feed_forward_scale=1000.0)
     P64 = {k: v.astype(np.float64) for k, v in weights.flatten(P16).items()}
     args = inputs(module.transformer, 2, 5, T_src=4)
@@ -360,7 +357,7 @@ def test_layer_norm_of_a_constant_row_is_beta_exactly(arrays, dtype, eps):
     divided by sqrt(that error squared + eps) was up to +-1, and eps 0 (or 1e-12, 0 in
     float16) gave 0 / 0 = NaN."""
     values = [0.0, 5.0, 0.1, 1 / 3, 0.7, -2.5, 1e4] + ([1e10] if dtype != "float16" else [])
-    module = model(arrays.name, "encoder_only")
+    module = model(arrays, "encoder_only")
     for width in (8, 768, 1000):
         x = np.repeat(np.array(values)[:, None], width, axis=1).astype(dtype)
         rng = np.random.default_rng(width)
@@ -378,7 +375,7 @@ def test_rms_norm_of_a_row_of_zeros_is_zeros(arrays, dtype, eps):
     which is 0 in float16)."""
     x = np.zeros((3, 16), dtype=dtype)
     gamma = np.random.default_rng(0).standard_normal(16).astype(dtype)
-    y = to_numpy(no_warnings(model(arrays.name, "llama").rms_norm, *arrays.put([x, gamma]), eps))
+    y = to_numpy(no_warnings(model(arrays, "llama").rms_norm, *arrays.put([x, gamma]), eps))
     assert y.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(y, 0)
 
@@ -402,7 +399,7 @@ def test_an_empty_batch_gives_empty_outputs(arrays, dtype, name):
     """B = 0: every output has a batch axis of 0, the other axes and the dtype of B = 1's,
     traced and untraced; a decoder's prefill and decode_step too (concat_heads could not
     reshape an empty array)."""
-    module = model(arrays.name, name)
+    module = model(arrays, name)
     P = params(arrays, name, dtype)
     expected = [(0,) + o.shape[1:] for o in run(arrays, module, inputs(
         module.transformer, 1, 4, T_src=3), P)]
@@ -427,7 +424,7 @@ def test_an_empty_batch_gives_empty_outputs(arrays, dtype, name):
 def test_one_position(arrays, name):
     """T = 1 (an encoder-decoder's source of 1 too): the causal mask is [[True]], every
     attention weight is 1 exactly, the outputs are finite, and untraced equals traced."""
-    module = model(arrays.name, name)
+    module = model(arrays, name)
     P = params(arrays, name, "float64")
     args = inputs(module.transformer, 2, 1, T_src=1)
     trace = {}
@@ -449,7 +446,7 @@ def test_decoding_one_position(arrays, name, prompt):
     over one position: its logits are the full forward's at that position (float64, 1e-10),
     and every layer's cache holds prompt + 1 positions. An empty prompt failed: no query
     block for no query, and no maximum of an empty row."""
-    module = model(arrays.name, name)
+    module = model(arrays, name)
     P = params(arrays, name, "float64")
     full = inputs(module.transformer, 2, prompt + 1, T_src=3)
     expected, _ = run(arrays, module, full, P)
@@ -490,7 +487,7 @@ def test_token_ids_at_the_ends_of_the_table(arrays, name, ids, embedded, table, 
     """Id V - 1 embeds as the table's last row; V and -1 are refused with a ValueError naming
     the id, where it is, the table and its range (NumPy raised an IndexError for V, and took
     the last row for -1 silently)."""
-    module = model(arrays.name, name)
+    module = model(arrays, name)
     P = params(arrays, name, "float32")
     args = inputs(module.transformer, 2, 4, T_src=4)
     rows = SIZES["V_type" if table == "E_type" else "V"]
@@ -509,7 +506,7 @@ def test_token_ids_at_the_ends_of_the_table(arrays, name, ids, embedded, table, 
 @pytest.mark.parametrize("arrays", BACKENDS)
 def test_token_ids_out_of_range_in_a_decoding_step(arrays, name):
     """A decoding step's new ids are checked as the full forward's are."""
-    module = model(arrays.name, name)
+    module = model(arrays, name)
     P = params(arrays, name, "float32")
     full = inputs(module.transformer, 2, 3, T_src=4)
     prompt_args = {k: v[:, :2] if k in ("u", "m_tgt") else v for k, v in full.items()}
@@ -532,7 +529,7 @@ def test_token_ids_out_of_range_in_a_decoding_step(arrays, name):
 def test_a_sequence_longer_than_the_position_table_is_refused(arrays):
     """BERT's learned positions have max_len = 8 rows: 9 positions are refused by name (the
     slice P_table[:9] would be 8 rows, and broadcast against a one-row table silently)."""
-    module = model(arrays.name, "bert")
+    module = model(arrays, "bert")
     P = params(arrays, "bert", "float32")
     run(arrays, module, inputs(module.transformer, 2, 8), P)
     with pytest.raises(ValueError) as error:
@@ -550,7 +547,7 @@ def test_a_float16_score_overflowing_at_a_masked_key_stays_masked(arrays, traced
     """Query 0 against key 1 is 2.5e9, +inf in float16, at a key the causal mask hides: the
     scores there are -inf all the same (+inf + -inf would be NaN and make the row NaN), so
     query 0 attends to key 0 alone, as the mask says."""
-    module = model(arrays.name, "decoder_only")
+    module = model(arrays, "decoder_only")
     Q = np.array([[1.0, 60000.0], [1.0, 0.0]], dtype=np.float16)[None, None]     # H B T d
     K = np.array([[1.0, 0.0], [0.0, 60000.0]], dtype=np.float16)[None, None]
     V = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float16)[None, None]
@@ -566,3 +563,31 @@ def test_a_float16_score_overflowing_at_a_masked_key_stays_masked(arrays, traced
     np.testing.assert_allclose(O[0, 0, 1], weights @ V[0, 0].astype(np.float64), rtol=2e-3)
     if traced:
         assert to_numpy(trace["S_h"])[0, 0, 0, 1] == -np.inf
+
+
+@pytest.mark.parametrize("arrays, dtype", [
+    pytest.param(arrays, dtype, id=f"{arrays}-{dtype}", marks=MARKS[arrays])
+    for arrays in (NUMPY, CUPY, CUPY_ON_CPU) for dtype in ("float64", "float32")])
+@pytest.mark.parametrize("score", ["nan", "inf"])
+def test_a_nan_or_infinite_score_at_a_masked_key_is_the_equations_nan(arrays, dtype, score):
+    """Above float16 the equations hold as written: S = X + L at a masked key whose score is
+    NaN (a NaN key) or +inf (an overflow) is NaN, and softmax makes every row that holds it
+    NaN, traced or not, on every backend. CuPy's fused kernel (masked_softmax) took a masked
+    entry as -inf whatever its score, so its untraced attention gave finite numbers where its
+    traced attention and NumPy gave NaN. Keys 0, 1, 3 and 4 are visible; key 2 is masked."""
+    module = model(arrays, "decoder_only")
+    rng = np.random.default_rng(8)
+    Q = rng.standard_normal((1, 2, 3, 4)).astype(dtype)                      # H B T_q d
+    K, V = (rng.standard_normal((1, 2, 5, 4)).astype(dtype) for _ in range(2))
+    if score == "nan":
+        K[:, :, 2] = np.nan
+    else:                                      # Q . K past the dtype's range: +inf
+        Q[...], K[:, :, 2] = abs(Q) + 1, float(np.finfo(dtype).max)
+    L = np.zeros((1, 1, 3, 5), dtype=dtype)
+    L[..., 2] = -np.inf
+    with np.errstate(over="ignore", invalid="ignore"):
+        for trace in (None, {}):
+            O = to_numpy(module.scaled_dot_product_attention(*arrays.put([Q, K, V, L]),
+                                                             trace=trace))
+            assert O.shape == (1, 2, 3, 4) and O.dtype == np.dtype(dtype)
+            assert np.isnan(O).all(), ("traced" if trace is not None else "untraced", O)

@@ -11,7 +11,9 @@ and float32 (float16) against float64 within the named tolerance.
 
 Each test runs the generated NumPy code on the CPU and, where a GPU is, the generated CuPy code
 (float64, float32 and float16) against the same references run by PyTorch on CUDA; without
-one the CuPy cases skip with the reason.
+one the CuPy cases skip with the reason. The CuPy code also runs on the CPU (cupy-on-cpu: its
+kernels compiled by g++ and emulated, its array code on NumPy; tests/cupy_on_cpu) against the
+references run on the CPU, traced and untraced, within the same tolerances.
 """
 
 import functools
@@ -22,12 +24,11 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from arrays import BACKEND_DTYPES, CUPY, NUMPY, needs_cupy, to_numpy
+from arrays import BACKEND_DTYPES, BACKENDS, NUMPY, to_numpy
 from compare import TOLERANCES, assert_close, flat
 
 from codegen import checkpoints, weights
 from codegen.generate import source
-from codegen.runtime import load_source
 from spec import api
 
 torch.backends.mha.set_fastpath_enabled(False)     # the reference path, not the fused kernels
@@ -35,10 +36,10 @@ d_model, H, d_ff, N, V = 16, 4, 24, 2, 13
 
 
 @functools.cache
-def generated(backend="numpy", **choices):
-    """The generated module for these choices, with run-time shape checks on."""
+def generated(arrays=NUMPY, **choices):
+    """The generated module for these choices and backend, with run-time shape checks on."""
     spec = api.read_spec(api.BUILTIN_SPEC)
-    return load_source(source(spec, choices, backend), typecheck=True)
+    return arrays.load(source(spec, choices, arrays.backend), typecheck=True)
 
 
 def numpy(tensor):
@@ -82,7 +83,7 @@ def test_multi_head_attention_matches_torch(causal, arrays, dtype):
     params = weights.nest(checkpoints.from_torch_multi_head_attention(reference.state_dict()))
     X_q, X_kv = rng.standard_normal((B, T_q, d_model)), rng.standard_normal((B, T_kv, d_model))
     keep, padding, causal_mask = masks(B, T_q, T_kv, causal, rng)
-    module = generated(arrays.name, attention_bias="all")
+    module = generated(arrays, attention_bias="all")
     keep_q = module.padding_mask(arrays.put(keep), T_q) & (
         arrays.put(np.tri(T_q, T_kv, dtype=bool)) if causal else True)
     inputs = (arrays.put(X_q.astype(dtype)), arrays.put(X_kv.astype(dtype)),
@@ -145,7 +146,7 @@ def test_transformer_matches_torch_layer_by_layer(norm, activation, arrays, dtyp
                                 {"attention_bias": "all", "norm": norm},
                                 {"d_model": d_model, "H": H, "d_ff": d_ff, "N": N, "V": V}),
         "nn.Transformer")
-    module = generated(arrays.name, attention_bias="all", norm=norm, activation=activation)
+    module = generated(arrays, attention_bias="all", norm=norm, activation=activation)
     t, u = rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T_dec))
     keep_src, padding, _ = masks(B, T, T, False, rng)
     padding = padding.to(arrays.device)
@@ -185,13 +186,13 @@ def test_transformer_matches_torch_layer_by_layer(norm, activation, arrays, dtyp
 
 
 @pytest.mark.parametrize("T, width, offset", [(9, 8, 0), (9, 7, 0), (4, 1, 0), (5, 7, 6)])
-@pytest.mark.parametrize("arrays", [NUMPY, pytest.param(CUPY, marks=needs_cupy)])
+@pytest.mark.parametrize("arrays", BACKENDS)
 def test_sinusoidal_table_matches_hugging_face_at_odd_and_even_widths(T, width, offset, arrays):
     """DistilBERT's fixed position table (XLM's too): sin on the even columns, cos on the
     odd, at any width; an odd one ends with a sin column. Rows offset .. offset + T - 1."""
     from transformers.models.distilbert.modeling_distilbert import create_sinusoidal_embeddings
     reference = create_sinusoidal_embeddings(offset + T, width, torch.empty(offset + T, width))
-    table = generated(arrays.name).positional_encoding(T, width, np.float64, offset=offset)
+    table = generated(arrays).positional_encoding(T, width, arrays.xp.float64, offset=offset)
     # Hugging Face computes in float64 and stores float32: within half a float32 ulp of 1
     np.testing.assert_allclose(to_numpy(table), numpy(reference)[offset:], rtol=0, atol=6e-8)
 
@@ -211,7 +212,7 @@ def test_gpt2_matches_hugging_face(arrays, dtype):
         weights.expected_shapes(api.read_spec(api.BUILTIN_SPEC), choices,
                                 {"d_model": d_model, "H": H, "d_ff": 4 * d_model, "N": N,
                                  "V": V, "max_len": 16}), "GPT-2")
-    module = generated(arrays.name, **choices)
+    module = generated(arrays, **choices)
     u = np.random.default_rng(3).integers(0, V, (2, 9))
     inputs = arrays.put((u, np.ones(u.shape, dtype=bool), cast(params, dtype)))
     trace = {}
@@ -238,7 +239,7 @@ def test_bert_encoder_matches_hugging_face(arrays, dtype):
                                      max_position_embeddings=16, hidden_dropout_prob=0.0,
                                      attention_probs_dropout_prob=0.0)
     reference = transformers.BertModel(config).double().eval().to(arrays.device)
-    module = generated(arrays.name, arch="encoder_only", activation="gelu", attention_bias="all")
+    module = generated(arrays, arch="encoder_only", activation="gelu", attention_bias="all")
     params = weights.nest(checkpoints.from_bert_encoder(reference.state_dict()))["encoder"]
     ids = np.random.default_rng(4).integers(0, V, (2, 8))
     keep = np.ones(ids.shape, dtype=bool)
@@ -280,7 +281,7 @@ def test_bert_matches_hugging_face_bert_model(arrays, dtype):
     params = weights.validate(checkpoints.from_bert(reference.state_dict()),
                               weights.expected_shapes(api.read_spec(api.BUILTIN_SPEC), BERT,
                                                       dims), "BERT")
-    module = generated(arrays.name, **BERT)
+    module = generated(arrays, **BERT)
     rng = np.random.default_rng(6)
     t, s = rng.integers(0, V, (3, 9)), rng.integers(0, 3, (3, 9))
     keep = np.ones(t.shape, dtype=bool)
@@ -383,7 +384,7 @@ def test_llama_matches_hugging_face(H_kv, arrays, dtype):
     for handle in handles:
         handle.remove()
     hidden = [numpy(h) for h in output.hidden_states]
-    module = generated(arrays.name, **LLAMA)
+    module = generated(arrays, **LLAMA)
     inputs = arrays.put((u, keep, cast(params, dtype)))
     trace = {}
     logits, probs = module.transformer(*inputs, H=H, H_kv=H_kv, theta=theta, trace=trace)
@@ -438,7 +439,7 @@ def test_untraced_attention_matches_torch_with_every_kind_of_mask(monkeypatch, a
     E, W_out = rng.standard_normal((V, d_model)), rng.standard_normal((d_model, V))
     params = weights.nest(checkpoints.from_torch_transformer(
         reference.state_dict(), norm="post", embedding=E, output=W_out))
-    module = generated(arrays.name, attention_bias="all")
+    module = generated(arrays, attention_bias="all")
     if arrays is NUMPY:
         monkeypatch.setattr(module, "QUERY_BLOCK", 2)
     t, u = rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T_dec))

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import reference_numpy
 import scipy.special
-from arrays import CUPY, NUMPY, cupy, needs_cupy, to_numpy
+from arrays import CUPY, CUPY_ON_CPU, DEVICES, MARKS, NUMPY, to_numpy
 from compare import assert_close
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -34,12 +34,11 @@ from codegen.backends import backend as backend_named
 from codegen.generate import source
 from codegen.lower import lower
 from codegen.render import render
-from codegen.runtime import load_module, load_source
+from codegen.runtime import load_source
 from spec import api
 from spec.language import parse
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
-GENERATED = api.checkout() / "generated"
 # the built-in spec's choices under which a generated module has each helper
 CHOICES = {"softmax": {}, "layer_norm": {}, "relu": {}, "gelu": {"activation": "gelu"},
            "gelu_tanh": {"activation": "gelu_tanh"}, "silu": {"activation": "swiglu"},
@@ -73,18 +72,22 @@ def generated(backend: str, helper: str, pieces: bool):
         plain = dataclasses.replace(backend_named("numpy"), thread_pool=False,
                                     float32_gelu=False)
         return load_source(render(lower(SPEC, CHOICES[helper], plain)))
+    if backend in ("cupy", "cupy-on-cpu"):
+        arrays = CUPY if backend == "cupy" else CUPY_ON_CPU
+        return arrays.load(source(SPEC, CHOICES[helper], "cupy"))
     loaded = load_source(source(SPEC, CHOICES[helper], backend))
     return on_a_pool(loaded, 3) if pieces else loaded
 
 
 class Implementation:
     """One way a helper runs: NumPy in pieces on a pool, NumPy in one call, the templates'
-    branches for a backend without the pool rendered for NumPy, or CuPy."""
+    branches for a backend without the pool rendered for NumPy, or CuPy (on a GPU, or on the
+    CPU through the stand-in)."""
 
     def __init__(self, name: str, arrays, pieces: bool, backend: str = "numpy"):
         self.name, self.arrays, self.pieces = name, arrays, pieces
-        self.backend = "cupy" if arrays is CUPY else backend
-        self.xp = cupy if arrays is CUPY else np
+        self.backend = backend if arrays is NUMPY else arrays.name
+        self.xp = arrays.xp
 
     def module(self, helper: str):
         return generated(self.backend, helper, self.pieces)
@@ -103,7 +106,8 @@ IMPLEMENTATIONS = [
     pytest.param(Implementation("numpy-pieces", NUMPY, True), id="numpy-pieces"),
     pytest.param(Implementation("numpy-one-call", NUMPY, False), id="numpy-one-call"),
     pytest.param(Implementation("numpy-plain", NUMPY, False, "plain"), id="numpy-plain"),
-    pytest.param(Implementation("cupy", CUPY, False), id="cupy", marks=needs_cupy),
+    *(pytest.param(Implementation(arrays.name, arrays, False), id=arrays.name,
+                   marks=MARKS[arrays]) for arrays in (CUPY, CUPY_ON_CPU)),
 ]
 
 
@@ -328,17 +332,18 @@ AXES = ('dim B "batch"\ndim T "positions"\ndim d "width"\ndim H "heads"\n'
         'output A_0, A_1, A_2, A_m1, A_m2, A_m3, F_0, F_2, F_m1, F_m3, C\n')
 
 
-@pytest.mark.parametrize("arrays, dtype", [(NUMPY, "float64"), (NUMPY, "float32"),
-                                           pytest.param(CUPY, "float32", marks=needs_cupy),
-                                           pytest.param(CUPY, "float16", marks=needs_cupy)])
+@pytest.mark.parametrize("arrays, dtype", [
+    (NUMPY, "float64"), (NUMPY, "float32"),
+    *(pytest.param(arrays, dtype, id=f"{arrays}-{dtype}", marks=MARKS[arrays])
+      for arrays in (CUPY, CUPY_ON_CPU) for dtype in ("float32", "float16"))])
 def test_a_spec_softmax_over_any_axis_gives_the_float64_numbers(arrays, dtype):
     """softmax(X, axis=k) for every axis of a "B T d" tensor, positive and negative, of a
     family (whose axis 0 is B, the family axis before it), and inside a block: the generated
     forward gives float64's softmax along that axis (axis=2, the last written as positive,
     raised AxisError in pieces; 0, 1 and -2 gave wrong numbers)."""
-    text = source(parse(AXES, file="axes.tspec"), {}, "cupy" if arrays is CUPY else "numpy")
+    text = source(parse(AXES, file="axes.tspec"), {}, arrays.backend)
     assert "A_2 = softmax(X, axis=2)" in text and "F_0 = softmax(S_h, axis=1)" in text
-    module = load_source(text)
+    module = arrays.load(text)
     if arrays is NUMPY:
         on_a_pool(module, 3)
     rng = np.random.default_rng(11)
@@ -374,7 +379,7 @@ def test_silu_is_exact_to_a_few_roundings_of_its_dtype():
         assert error.max() <= roundings * finfo.eps / 2, (dtype, error.max())
 
 
-@pytest.mark.parametrize("arrays", [NUMPY, pytest.param(CUPY, marks=needs_cupy)])
+@pytest.mark.parametrize("arrays", [NUMPY, *DEVICES])
 @pytest.mark.parametrize("q, v, mask", [("float16", "float16", "float16"),
                                         ("float16", "float32", "float16"),
                                         ("float16", "float16", "float32"),
@@ -388,7 +393,7 @@ def test_attention_without_a_trace_has_the_shape_dtype_and_numbers_of_the_traced
     and three heads. softmax_matmul rounded a float16 S's product to float16 whatever V's
     dtype, and masked_softmax took X's shape and dtype, so CuPy refused a mask with more heads
     than the scores and gave float16 weights for float16 scores and a float32 mask."""
-    module = load_module(GENERATED / arrays.name / "encoder_only.py")
+    module = arrays.committed("encoder_only")
     rng = np.random.default_rng(5)
     Q, K = (rng.standard_normal((1, 2, 5, 4)).astype(q) for _ in range(2))
     V = rng.standard_normal((1, 2, 5, 4)).astype(v)

@@ -321,10 +321,12 @@ SOFTMAX_SOURCE = r"""
 // pair rescaled as its maximum grows, the lanes' pairs then combined), one pass to write.
 // The mask entry of row r: r split over x's leading axes (sizes ..., lead1, lead2, lead3; at
 // most four axes), each index times the mask's stride on that axis (0 where it broadcasts),
-// and mask_step apart along the row. masked 0: no mask (mask is not read). A row that is -inf
-// everywhere gets weights 0; a row holding +inf gets the limit, its +inf entries sharing the
-// weight equally (an entry equal to the maximum counts exp(0) = 1 without computing inf - inf);
-// a NaN anywhere in a row makes the row NaN.
+// and mask_step apart along the row. masked 0: no mask (mask is not read). An entry is
+// x + mask, as softmax(x + mask) has it, but in float16, where a masked entry is -inf whatever
+// x is (a score past float16's range is +inf, and attention sets S = X + L to -inf where L is).
+// A row that is -inf everywhere gets weights 0; a row holding +inf gets the limit, its +inf
+// entries sharing the weight equally (an entry equal to the maximum counts exp(0) = 1 without
+// computing inf - inf); a NaN anywhere in a row makes the row NaN.
 template <typename T>
 __global__ void softmax_rows(const T* x, const T* mask, T* y, long long rows, long long n,
                              int masked, long long lead1, long long lead2, long long lead3,
@@ -350,7 +352,7 @@ __global__ void softmax_rows(const T* x, const T* mask, T* y, long long rows, lo
     A peak = none, total = 0;
     for (long long j = lane; j < n; j += 32) {
         const A m = masked ? load(add + j * mask_step) : A(0);
-        const A v = m == none ? m : load(in + j) + m;  // masked: -inf, even past x's range
+        const A v = m == none && sizeof(T) == 2 ? m : load(in + j) + m;
         if (v > peak) {
             total = total * exp(peak - v) + 1;
             peak = v;
@@ -370,7 +372,7 @@ __global__ void softmax_rows(const T* x, const T* mask, T* y, long long rows, lo
     const bool hidden = peak == none && total == A(0);
     for (long long j = lane; j < n; j += 32) {
         const A m = masked ? load(add + j * mask_step) : A(0);
-        const A v = m == none ? m : load(in + j) + m;  // masked: -inf, even past x's range
+        const A v = m == none && sizeof(T) == 2 ? m : load(in + j) + m;
         store(out + j, hidden ? A(0) : (v == peak ? A(1) : exp(v - peak)) / total);
     }
 }
@@ -411,14 +413,17 @@ def masked_softmax(
     The same numbers, shape and dtype as softmax(X + L): X is broadcast where L has more of an
     axis (a mask for every head, one head's scores), the sum is of the dtype X + L has, formed
     in float32 for float16. A row that L masks everywhere gets weights 0, one holding +inf the
-    limit (as softmax).
+    limit, one holding NaN NaN (as softmax; a NaN or +inf score at a masked key too). In
+    float16 a masked entry is -inf whatever X is there, as attention's S = X + L is (a score
+    past float16's range is +inf).
     """
     shape = cp.broadcast(X, L).shape  # *batch T_q T_kv
-    if len(shape) > 5:  # the kernel follows at most four leading axes
-        return softmax(X + L)
     dtype = cp.result_type(X, L)
     X = cp.ascontiguousarray(cp.broadcast_to(X, shape), dtype=dtype)  # *batch T_q T_kv
     L = cp.broadcast_to(L.astype(dtype, copy=False), shape)  # *batch T_q T_kv, a view
+    if len(shape) > 5:  # the kernel follows four leading axes: the first ones become one
+        folded = (math.prod(shape[:-4]),) + shape[-4:]
+        X, L = X.reshape(folded), cp.ascontiguousarray(L).reshape(folded)
     y = cp.empty_like(X)  # *batch T_q T_kv
     count, n = rows_of(X)
     lead = (1,) * (5 - X.ndim) + X.shape[:-1]
@@ -426,7 +431,7 @@ def masked_softmax(
     kernel = rows_kernel(SOFTMAX_SOURCE, "softmax_rows", X.dtype)
     launch_rows(kernel, count, X, L, y, count, n, 1, *lead[1:], *strides,
                 L.strides[-1] // X.itemsize)
-    return y
+    return y.reshape(shape)
 
 
 LAYER_NORM_SOURCE = r"""
