@@ -22,6 +22,7 @@ Ctrl-C, 141 when the reader of the output went away (`tspec check | head`).
 import argparse
 import os
 import re
+import select
 import sys
 import traceback
 from pathlib import Path
@@ -200,12 +201,28 @@ class _Output:
         if self.stream is None or self.abandoned:
             return len(text)
         try:
-            try:
+            binary = getattr(self.stream, "buffer", None)
+            if binary is None:          # an in-memory stream
                 return self.stream.write(text)
-            except UnicodeEncodeError:  # raised before anything is written
-                encoding = self.stream.encoding
-                return self.stream.write(text.encode(encoding, "backslashreplace")
-                                         .decode(encoding))
+            # through the bytes below the text layer, every byte: with PYTHONUNBUFFERED
+            # that is the file itself, whose write may take only part (a reader that goes
+            # away mid-way), and the text layer drops the rest without a word
+            encoding = self.stream.encoding
+            try:
+                data = text.encode(encoding, self.stream.errors or "strict")
+            except UnicodeEncodeError:
+                data = text.encode(encoding, "backslashreplace")
+            self.stream.flush()         # what the text layer still holds goes first
+            view = memoryview(data)
+            while view:
+                written = binary.write(view)
+                if written is None:     # a non-blocking file that is full: wait for room
+                    select.select([], [binary], [])
+                    continue
+                view = view[written:]
+            if self.stream.write_through or self.stream.line_buffering:
+                binary.flush()
+            return len(text)
         except OSError as error:
             raise _OutputFailed() from error
 

@@ -540,3 +540,33 @@ def test_docs_of_a_spec_without_batch_and_positions_leave_per_token_figures_out(
     assert (code, err) == (0, "")
     page = (tmp_path / "docs" / "plain.md").read_text(encoding="utf-8")
     assert "| matrix products | $2 d^{2} n$ | 96 | — |" in page
+
+
+GRID = ["check", "base", "--grid", "H=1:64:1", "--grid", "d_model=64:4096:64"]  # ~435 KB
+
+
+@pytest.mark.parametrize("unbuffered", [False, True])
+def test_a_reader_that_goes_away_mid_output_ends_the_command_with_141(unbuffered):
+    # before: with PYTHONUNBUFFERED the grid went out in one write to the file itself, which
+    # took the part the reader had room for; the text layer dropped the rest without a word
+    # and the command exited 1 (some combinations invalid), its output cut short
+    reader, writer = os.pipe()
+    try:
+        process = tspec_process(GRID, writer, unbuffered)
+    finally:
+        os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        assert len(pipe.read(100)) == 100
+    _, err = process.communicate(timeout=300)
+    assert (process.returncode, err) == (141, b"")
+
+
+def test_unbuffered_output_arrives_whole():
+    written = {}
+    for unbuffered in (False, True):
+        process = tspec_process(GRID, subprocess.PIPE, unbuffered)
+        out, err = process.communicate(timeout=300)
+        assert (process.returncode, err) == (1, b"")
+        written[unbuffered] = out
+    assert len(written[True]) > 400_000
+    assert written[True] == written[False]
