@@ -83,10 +83,13 @@ class Mutant(Arrays):
     def __init__(self, old: str, new: str):
         super().__init__("cupy-on-cpu")
         self.old, self.new = old, new
+        self.applied = 0          # modules loaded with the change made
 
     def load(self, text, *, typecheck=False):
-        assert self.old in text, self.old
-        return super().load(text.replace(self.old, self.new, 1), typecheck=typecheck)
+        if self.old in text:      # a check may load modules of other kernels too
+            self.applied += 1
+            text = text.replace(self.old, self.new, 1)
+        return super().load(text, typecheck=typecheck)
 
 
 MUTANTS = {
@@ -137,7 +140,17 @@ def test_a_wrong_index_in_a_kernel_fails_its_checks(mutant):
             check(device, **parameters)
         except (AssertionError, KernelError) as failure:
             failures.append(failure)
+    assert device.applied, f"{mutant}: no check loaded the changed kernel"
     assert failures, f"{mutant}: every check of {kernel} passed"
+
+
+def test_a_mutant_whose_text_is_in_no_kernel_is_never_applied():
+    # the check above asserts that its mutant was applied: before, a mutant whose text had
+    # gone from the kernels failed with an AssertionError, which counted as a check it failed
+    device = Mutant("this text is in no kernel", "")
+    check, parameters = KERNEL_CHECKS["gelu"][0]
+    check(device, **parameters)
+    assert device.applied == 0
 
 
 @needs_compiler
