@@ -55,6 +55,20 @@ class DecodeResult:
     step_seconds: list[float]
     cache: list[tuple[str, tuple[int, ...]]]     # the first layer's states after the last step
     difference: float                            # max |step logits - full forward logits|
+    scale: float                                 # max |full forward logits|
+    tolerance: float                             # the most ``difference`` may be (the dtype's)
+
+    @property
+    def agrees(self) -> bool:
+        """Whether decoding gives the full forward's logits, within rounding: a cache that
+        keeps something else (a state started from the wrong tensor of the right shape)
+        gives other numbers."""
+        return self.difference <= self.tolerance
+
+
+# the most decoded logits may differ from the full forward's, relative to the largest logit
+# (at least 1): a few roundings of the dtype, summed over the model's layers and positions
+DECODE_TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 3e-2}
 
 
 @dataclass
@@ -334,8 +348,10 @@ def _decode(prepared: _Prepared, steps: int, full_logits, variant_name: str
               if hasattr(array, "shape")]
     # the first layer of a stack; every state of a model without one
     layer = [(name, shape) for name, shape in states if ".0." in f".{name}."] or states
+    scale = float(abs(full_logits).max())                # NumPy or CuPy
     return DecodeResult(prompt, steps, prefill_seconds, step_seconds, layer,
-                        float(max(differences)))
+                        float(max(differences)), scale,
+                        DECODE_TOLERANCE[prepared.dtype] * max(1.0, scale))
 
 
 def _new_positions_axis(prepared: _Prepared, stepping: dict[str, str]) -> int:

@@ -566,6 +566,13 @@ def _run(args) -> int:
             print(f"   {name:<{width}}  {' x '.join(map(str, shape))}")
         print(f"logits of prefill and every step against the full forward: max abs difference "
               f"{decoded.difference:.1e}")
+        if not decoded.agrees:
+            _say(f"tspec: decoding gives other logits than the full forward: they differ by "
+                 f"{decoded.difference:.1e}, more than {args.dtype} rounding explains "
+                 f"({decoded.tolerance:.1e} for logits up to {decoded.scale:.3g}); a state "
+                 "keeps something other than what the full model computes there (check each "
+                 "state's `from` and `update`)")
+            return EXIT_FINDINGS
     return EXIT_OK
 
 

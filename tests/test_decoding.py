@@ -10,6 +10,7 @@ tensor, and a cache that does not grow along its positions is a finding.
 
 import functools
 import inspect
+import re
 
 import numpy as np
 import pytest
@@ -402,6 +403,28 @@ def test_the_decode_api_reports_the_steps_and_the_largest_difference():
     assert result.cache == [("decoder.layers.0.self_attention.K_past", (2, 2, 7, 8)),
                             ("decoder.layers.0.self_attention.V_past", (2, 2, 7, 8))]
     assert result.difference < 1e-10
+
+
+def test_tspec_run_decode_fails_when_decoding_gives_other_logits(capsys, tmp_path):
+    # keys cached from the queries: the shapes agree (d_k both), so the checker proves it,
+    # but the cache holds something other than what the full model computes. Before: the
+    # difference (about 1) was printed and the command exited 0
+    text = (api.checkout() / "spec" / "transformer.tspec").read_text()
+    old = 'state K_past[H] "B T_past d_k" "keys of the positions decoded before, per head" from K_h'
+    assert text.count(old) == 1
+    (tmp_path / "wrong_cache.tspec").write_text(text.replace(old, old[:-3] + "Q_h"))
+    (tmp_path / "v.toml").write_text(
+        'spec = "wrong_cache.tspec"\n[dims]\nd_model = 16\nH = 2\nd_ff = 8\nN = 1\nV = 23\n'
+        'T_dec = 6\n[choices]\narch = "decoder_only"\n')
+    code, out, err = run(capsys, "run", str(tmp_path / "v.toml"), "--decode", "2")
+    difference = float(out.splitlines()[-1].rsplit(" ", 1)[1])
+    assert difference > 1e-2
+    assert code == 1
+    assert re.fullmatch(
+        r"tspec: decoding gives other logits than the full forward: they differ by "
+        r"\d\.\de[+-]\d\d, more than float32 rounding explains \(\d\.\de[+-]\d\d for "
+        r"logits up to [0-9.e+-]+\); a state keeps something other than what the full model "
+        r"computes there \(check each state's `from` and `update`\)\n", err)
 
 
 @pytest.mark.parametrize("argv, message", [
