@@ -116,6 +116,8 @@ def _stage(write: _Write) -> None:
     if status is not None:
         if stat.S_ISDIR(status.st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(write.path))
+        if not stat.S_ISREG(status.st_mode):    # a device, a named pipe: never replaced
+            raise NotARegularFile(status.st_mode)
         write.mode = stat.S_IMODE(status.st_mode)
     staged = temporary_name(write.path, "new")
     # a new file gets the umask's permissions from the kernel; a replacement is private

@@ -374,6 +374,16 @@ def test_a_folder_where_the_file_goes_is_refused_and_kept(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["a.md"]
 
 
+def test_a_device_or_named_pipe_where_the_file_goes_is_refused_and_kept(tmp_path, capsys):
+    # before: replaced by a regular file (`audit --out /dev/null` run as root would replace
+    # /dev/null; a named pipe stands in for it here)
+    os.mkfifo(tmp_path / "audit.md")
+    assert run(capsys, "audit", "--out", str(tmp_path / "audit.md")) == (
+        2, "", (f"tspec: error: cannot write {tmp_path / 'audit.md'}: a named pipe, not a "
+               "regular file\n"))
+    assert os.listdir(tmp_path) == ["audit.md"] and (tmp_path / "audit.md").is_fifo()
+
+
 def test_two_names_for_one_file_are_refused(tmp_path):
     (tmp_path / "sub").mkdir()
     with raises(UsageError, f"cannot write {tmp_path / 'b.md'} and "
@@ -600,3 +610,4 @@ def test_a_spec_file_reads_as_text_does(tmp_path):
     (tmp_path / "crlf.tspec").write_bytes(text.replace("\n", "\r\n").encode())
     assert api.read_spec(tmp_path / "crlf.tspec").text_hash == \
         api.read_spec(api.BUILTIN_SPEC).text_hash
+
