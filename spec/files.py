@@ -69,6 +69,7 @@ def write_files(contents: Mapping[str | Path, str | bytes], *,
 class _Write:
     path: Path                          # the target
     data: bytes
+    replaces: bool = False              # whether something is there (a file, a link)
     mode: int | None = None             # the mode of the file it replaces; None: a new file
     staged: Path | None = None          # the new file, under a temporary name
     made: tuple[int, int] | None = None  # the staged file's (device, inode)
@@ -109,9 +110,10 @@ def _make_folders(folder: Path, made: list[Path]) -> None:
 
 def _stage(write: _Write) -> None:
     """Write the new file under a temporary name beside its target, with the target's mode."""
+    write.replaces = os.path.lexists(write.path)
     try:
         status = os.stat(write.path)
-    except FileNotFoundError:
+    except FileNotFoundError:           # none, or a symbolic link to none
         status = None
     if status is not None:
         if stat.S_ISDIR(status.st_mode):
@@ -143,7 +145,7 @@ def _write(descriptor: int, data: bytes) -> None:
 
 def _place(write: _Write) -> None:
     """Rename the staged file over its target, the old file kept aside under a backup name."""
-    if write.mode is not None:
+    if write.replaces:
         write.backup = _backup(write.path)
     os.replace(write.staged, write.path)
 

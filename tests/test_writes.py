@@ -611,3 +611,24 @@ def test_a_spec_file_reads_as_text_does(tmp_path):
     assert api.read_spec(tmp_path / "crlf.tspec").text_hash == \
         api.read_spec(api.BUILTIN_SPEC).text_hash
 
+
+
+def test_a_failed_write_puts_back_a_symbolic_link_it_replaced(tmp_path):
+    def links(root: Path) -> Path:
+        root.mkdir()
+        (root / "dangling.md").symlink_to("nowhere")
+        (root / "real.md").write_text("real\n")
+        (root / "linked.md").symlink_to("real.md")
+        return root
+    contents = {"dangling.md": "1\n", "linked.md": "2\n", "new.md": "3\n"}
+    counted = links(tmp_path / "count")
+    with faults() as taken:
+        write_files(contents, root=counted)
+    assert taken.count("link") == 2
+    for number in range(len(taken)):
+        root = links(tmp_path / f"at{number}")
+        with faults({number}), pytest.raises(UsageError):
+            write_files(contents, root=root)
+        assert sorted(os.listdir(root)) == ["dangling.md", "linked.md", "real.md"]
+        assert (os.readlink(root / "dangling.md"), os.readlink(root / "linked.md"),
+                (root / "real.md").read_text()) == ("nowhere", "real.md", "real\n")
