@@ -384,6 +384,15 @@ def test_a_device_or_named_pipe_where_the_file_goes_is_refused_and_kept(tmp_path
     assert os.listdir(tmp_path) == ["audit.md"] and (tmp_path / "audit.md").is_fifo()
 
 
+def test_a_name_near_the_systems_limit_is_written(tmp_path):
+    # before: the temporary name (".NAME." and 8 more characters) passed the 255 bytes a name
+    # may have: "File name too long" for a file the system takes
+    name = "é" * 123 + ".md"                # 249 bytes
+    write_atomic(tmp_path / name, "old\n")
+    write_atomic(tmp_path / name, "new\n")
+    assert os.listdir(tmp_path) == [name] and (tmp_path / name).read_text() == "new\n"
+
+
 def test_two_names_for_one_file_are_refused(tmp_path):
     (tmp_path / "sub").mkdir()
     with raises(UsageError, f"cannot write {tmp_path / 'b.md'} and "
