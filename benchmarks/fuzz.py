@@ -166,6 +166,11 @@ SHAPES = ['"B T d"', '"B T"', '"d"', '"?"', "?", '""', '"B T d e"', '"B*T d"', '
           '"B T 99999999999999999999999"', '"B T ' + "d " * 40 + '"']
 
 
+# paths a variant's `spec =` or the command line may name that must be refused unread (issue
+# 20): named pipes and a sparse terabyte in the scratch folder (Context), a device, a folder
+HOSTILE_FILES = ["fifo.tspec", "huge.tspec", "/dev/zero", "."]
+
+
 # ---------------------------------------------------------------------------------------------
 # Text mutation
 
@@ -371,6 +376,7 @@ def toml_value(rng: random.Random, depth: int = 0) -> str:
         return json.dumps(rng.choice(["transformer", "seed_000", "small.tspec", "base",
                                       "encoder_only", "pre", "relu", "", "x.toml",
                                       "../small.tspec", "/", "/dev/null", "/proc/self/status",
+                                      *HOSTILE_FILES,
                                       "nope", "a" * 300, "a/" * 200 + "b", "é", "\u0000",
                                       "\u202e", "\t", "transformer\n", "C:\\x"]))
     if kind == 4:
@@ -1003,6 +1009,13 @@ class Context:
         # np.savez dates its members: the same members with fixed dates, for replays
         self.valid[".npz"] = _zip(_npz_members(self.valid[".npz"]))
         (scratch / "variant.toml").write_text('spec = "small.tspec"\n[dims]\nd = 4\n')
+        # files no spec or variant is read from (HOSTILE_FILES): named pipes a reader would
+        # wait at for ever, and a terabyte (sparse) past the spec's limit
+        for name in ("fifo.tspec", "fifo.toml"):
+            if hasattr(os, "mkfifo") and not (scratch / name).exists():
+                os.mkfifo(scratch / name)
+        with open(scratch / "huge.tspec", "wb") as huge:
+            huge.truncate(1 << 40)
         self.counter = 0
 
     def fresh(self, suffix: str) -> Path:
@@ -1093,7 +1106,7 @@ def make_case(target: str, seed: int, index: int, ctx: Context) -> Case:
 def gen_argv(rng: random.Random, ctx: Context) -> list[str]:
     targets = ["base", "gpt2_small", "seed_000", "seed_002", "small.tspec", "variant.toml",
                "nope", "", "-", "--", ".", "/", "x.toml", "bert_base", "llama3_8b",
-               "/dev/null", "a" * 300]
+               "/dev/null", "a" * 300, *HOSTILE_FILES, "fifo.toml"]
     if rng.random() < 0.05:
         return gen_run_argv(rng, ctx)
     command = rng.choice(["check", "check", "check", "shapes", "diff", "list", "bogus", "",

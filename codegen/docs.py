@@ -9,6 +9,7 @@ published models, our parameter count beside the published one. The counts come 
 prepared here as strings; the templates (Markdown, HTML) only place them.
 """
 
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +33,9 @@ from spec.counts import (
     used_dims,
 )
 from spec.errors import UsageError
-from spec.files import inside, shown, stale_diff, write_atomic
+from spec.files import inside, shown, stale_diff, write_files
 from spec.files import where as spec_line
+from spec.findings import display_path
 from spec.latex import name_latex
 from spec.model import (
     BlockCall,
@@ -465,6 +467,7 @@ def files(variants: list[Variant], format: str = "all") -> dict[str, str]:
     if format not in FORMATS + ("all",):
         raise UsageError(f"unknown docs format {format!r}; formats: md, html, all")
     formats = FORMATS if format == "all" else (format,)
+    unique_pages(variants, formats)
     pages = [page(v) for v in variants]
     compared, grid = comparisons(variants), grid_example(variants)
     envs = _environments()
@@ -477,6 +480,43 @@ def files(variants: list[Variant], format: str = "all") -> dict[str, str]:
         out[f"index.{kind}"] = env.get_template(f"docs/index.{kind}.j2").render(
             pages=pages, comparisons=compared, grid=grid)
     return out
+
+
+INDEX = "index"
+
+
+def unique_pages(variants: list[Variant], formats: tuple[str, ...]) -> None:
+    """Refuse variants whose pages would be one file: a page is named after its variant (a
+    variant file's stem, a spec's name), and the index is ``index``. Names that differ only
+    in case or Unicode normalisation are one file where the file system ignores those."""
+    def key(name: str) -> str:
+        return unicodedata.normalize("NFC", name).casefold()
+
+    def files_of(name: str) -> str:
+        return " and ".join(f"{name}.{kind}" for kind in formats)
+
+    def given(variant: Variant) -> str:
+        return display_path(variant.file) if variant.file else variant.name
+
+    taken: dict[str, Variant | None] = {key(INDEX): None}
+    for variant in variants:
+        if key(variant.name) not in taken:
+            taken[key(variant.name)] = variant
+            continue
+        other = taken[key(variant.name)]
+        if other is None:
+            raise UsageError(f"{given(variant)} would be written as {files_of(variant.name)}, "
+                             "the index of the pages; docs pages are named after their "
+                             "variants: rename it")
+        if other is variant or other.file is not None and other.file == variant.file:
+            raise UsageError(f"{given(variant)} is given twice")
+        if other.name == variant.name:
+            clash = f"would both be written as {files_of(variant.name)}"
+        else:
+            clash = (f"would be written as {other.name}.{formats[0]} and "
+                     f"{variant.name}.{formats[0]}, one file where case is ignored")
+        raise UsageError(f"{given(other)} and {given(variant)} {clash}; docs pages are named "
+                         "after their variants: rename one")
 
 
 def _environments() -> dict:
@@ -502,12 +542,10 @@ def default_dir() -> Path:
 
 
 def write(out: Path, variants: list[Variant], format: str = "all") -> list[Path]:
-    written = []
+    """Write every page, or none (``spec.files.write_files``): each all old or all new."""
     pages = files(variants, format)          # every page made before any is written
-    for name, text in pages.items():
-        write_atomic(name, text, root=out)
-        written.append(out / name)
-    return written
+    write_files(pages, root=out)
+    return [out / name for name in pages]
 
 
 def stale(out: Path, variants: list[Variant], format: str = "all") -> str:

@@ -14,7 +14,7 @@ from codegen.backends import backend as backend_named
 from codegen.lower import lower
 from codegen.render import render
 from spec import api
-from spec.files import inside, stale_diff, write_atomic
+from spec.files import inside, stale_diff, write_files
 from spec.model import Spec
 
 # generated/<backend>/<name>.py: the choices each file is generated under
@@ -53,12 +53,10 @@ def default_dir() -> Path:
 
 
 def write(out: Path, backends: tuple[str, ...] = tuple(BACKENDS)) -> list[Path]:
-    written = []
+    """Write every generated file, or none (``spec.files.write_files``)."""
     texts = files(backends)                 # every file made before any is written
-    for relative, text in texts.items():
-        write_atomic(relative, text, root=out)
-        written.append(out / relative)
-    return written
+    write_files(texts, root=out)
+    return [out / relative for relative in texts]
 
 
 def stale(out: Path, backends: tuple[str, ...] = tuple(BACKENDS)) -> str:

@@ -8,6 +8,7 @@ parameter, the expected and the actual shape on a mismatch.
 """
 
 import contextlib
+import io
 import lzma
 import math
 import os
@@ -21,6 +22,7 @@ import numpy as np
 import sympy
 
 from spec.errors import UsageError, VariantError
+from spec.files import open_regular, write_atomic
 from spec.model import BlockCall, Spec, TensorDecl, concrete_values, select
 from spec.prove import evaluate
 
@@ -217,6 +219,7 @@ def load(path: str | Path, shapes: dict[str, tuple]) -> dict:
 def _load_safetensors(path: Path, shapes: dict[str, tuple]) -> dict:
     from safetensors import SafetensorError, safe_open
 
+    _opened(path).close()                   # a named pipe would block safetensors' open
     try:
         with safe_open(str(path), framework="np") as file:
             found = {}
@@ -235,7 +238,7 @@ def _load_safetensors(path: Path, shapes: dict[str, tuple]) -> dict:
 
 def _load_npz(path: Path, shapes: dict[str, tuple]) -> dict:
     try:
-        with zipfile.ZipFile(path) as archive:
+        with _opened(path) as stream, zipfile.ZipFile(stream) as archive:
             headers = _npz_headers(archive, path)
             _check({name: header[:2] for name, header in headers.items()}, shapes, str(path))
             flat = {name: _read_member(archive, headers[name][2]) for name in shapes}
@@ -243,6 +246,14 @@ def _load_npz(path: Path, shapes: dict[str, tuple]) -> dict:
         raise UsageError(f"cannot read {path}: {_one_line(error) or type(error).__name__}"
                          ) from None
     return validate(flat, shapes, str(path))
+
+
+def _opened(path: Path):
+    """The weight file opened for reading, once it is known to be a regular file."""
+    try:
+        return open_regular(path)
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or _one_line(error)}") from None
 
 
 def _npz_headers(archive: zipfile.ZipFile, path: Path) -> dict[str, tuple]:
@@ -316,9 +327,12 @@ def save(path: str | Path, params: dict) -> None:
     path = Path(path)
     flat = {name: np.ascontiguousarray(value) for name, value in flatten(params).items()}
     if path.suffix == ".safetensors":
-        from safetensors.numpy import save_file
-        save_file(flat, str(path))
+        from safetensors.numpy import save as safetensors_bytes
+        data = safetensors_bytes(flat)
     elif path.suffix == ".npz":
-        np.savez(path, **flat)
+        buffer = io.BytesIO()
+        np.savez(buffer, **flat)
+        data = buffer.getvalue()
     else:
         raise UsageError(f"{path}: weights are .safetensors or .npz files")
+    write_atomic(path, data)                # whole or not at all, as every file tspec writes

@@ -45,6 +45,7 @@ import sympy
 
 from spec import expr as ex
 from spec.errors import SpecError, SpecSyntaxError, hidden, hidden_kind
+from spec.files import read_limited
 from spec.model import (
     DECODING,
     FULL,
@@ -933,7 +934,9 @@ def parse(text: str, file: str | None = None) -> Spec:
 def parse_file(path: str | Path) -> Spec:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_limited(path, MAX_SPEC_BYTES, "spec", SpecError)
+        # newlines as a text file reads them: \r\n and a lone \r are \n
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as error:
         raise SpecError(f"not UTF-8 text ({error.reason} at byte {error.start})",
                         file=str(path)) from None

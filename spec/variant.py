@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spec.errors import TspecError, UsageError, VariantError, hidden, hidden_kind, quoted
+from spec.files import read_limited
 from spec.model import Spec
 from spec.ops import SETTINGS
 
@@ -164,12 +165,9 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
     path = Path(path)
     file = str(path)
     try:
-        raw = path.read_bytes()
+        raw = read_limited(path, MAX_VARIANT_BYTES, "variant", VariantError)
     except OSError as error:
         raise UsageError(f"cannot read {file}: {error.strerror}") from None
-    if len(raw) > MAX_VARIANT_BYTES:
-        raise VariantError(f"variant is {len(raw)} bytes; the limit is {MAX_VARIANT_BYTES}",
-                           file=file)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
@@ -194,7 +192,10 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
         raise VariantError(f"spec = {spec_name!r} names a variant; a variant's spec is a "
                            ".tspec file or a built-in spec name", file=file,
                            line=_line_of(text, None, "spec"))
-    spec = resolve_spec(spec_name, path.parent)
+    try:
+        spec = resolve_spec(spec_name, path.parent)
+    except TspecError as error:
+        raise _pointed_at(error, spec_name, file, _line_of(text, None, "spec")) from None
     description = data.get("description", "")
     if not isinstance(description, str):
         raise VariantError("description must be a string", file=file,
@@ -244,6 +245,16 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
     published = _published(data.get("published"), text, file)
     return Variant(path.stem, spec, dims, choices, file, description, published=published,
                    settings=settings)
+
+
+def _pointed_at(error: TspecError, spec_name: str, file: str, line: int | None) -> TspecError:
+    """An error reading or parsing the spec a variant names, saying which variant named it:
+    at the spec's line where it has one, else at the variant's ``spec =`` line."""
+    if error.line is not None:
+        where = f"{file}:{line}" if line is not None else file
+        return type(error)(f"{error.message} (read as the spec of {where})",
+                           file=error.file, line=error.line, column=error.column)
+    return type(error)(f"spec = {spec_name!r}: {error}", file=file, line=line)
 
 
 def _published(table, text: str, file: str) -> Published | None:

@@ -344,7 +344,8 @@ def test_a_name_too_long_for_the_system_is_a_usage_error(capsys):
 def test_a_variant_naming_a_spec_too_long_for_the_system(tmp_path):
     path = tmp_path / "v.toml"
     path.write_text(f'spec = "{"a" * 300}"\n')                          # was: OSError
-    with raises(UsageError, f"cannot read {tmp_path / ('a' * 300)}: File name too long"):
+    with raises(UsageError, f"{path}:1: spec = '{'a' * 300}': cannot read "       # issue 20
+                            f"{tmp_path / ('a' * 300)}: File name too long"):
         api.load(path)
 
 

@@ -198,9 +198,13 @@ def test_a_full_disk_names_the_file(capsys, monkeypatch, tmp_path, name, target)
 @pytest.mark.parametrize("name, target", [
     ("audit", "audit.md"), ("docs", "docs/base.md"), ("generate", "generated/numpy/__init__.py")])
 def test_a_read_only_file_system_names_the_file(capsys, monkeypatch, tmp_path, name, target):
-    def read_only(*args, **kwargs):
-        raise OSError(errno.EROFS, "Read-only file system", "/somewhere/.x.tmp")
-    monkeypatch.setattr(files.tempfile, "mkstemp", read_only)
+    real_open = os.open
+
+    def read_only(path, flags, *args, **kwargs):      # no file can be made
+        if flags & os.O_CREAT:
+            raise OSError(errno.EROFS, "Read-only file system", "/somewhere/.x.tmp")
+        return real_open(path, flags, *args, **kwargs)
+    monkeypatch.setattr(files.os, "open", read_only)
     code, _, err = run(capsys, *commands(tmp_path)[name])
     assert code == 2
     assert err == f"tspec: error: cannot write {tmp_path / target}: Read-only file system\n"
