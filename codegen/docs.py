@@ -204,9 +204,9 @@ def _parameter_list(spec, choices, bodies, paths, number) -> list[Row]:
     for name, body in bodies.items():
         copies = sum((times for _, _, times in paths.get(name, [])), sympy.Integer(0)) \
             if body.block is not None else sympy.Integer(1)
+        meanings = _meanings(spec, choices, body)
         for param, shape, size in body.own_params:
-            decl_meaning = _decl_meaning(spec, choices, body, param)
-            rows.append(Row([f"`{name}.{param}`", shape.text(), decl_meaning,
+            rows.append(Row([f"`{name}.{param}`", shape.text(), meanings.get(param, ""),
                              _count(number(size)), _count(number(copies)),
                              _count(number(size * copies))]))
     return rows
@@ -347,6 +347,7 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
         return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
 
     equations = []
+    meanings = _meanings(spec, choices, body)
     for step in body.steps:
         record = step.record
         latex = record.latex
@@ -354,7 +355,7 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
             meaning = f"{record.block} ({record.instance})" + \
                 (f", {record.repeat} copies" if record.repeat is not None else "")
         else:
-            meaning = _decl_meaning(spec, choices, body, step.output)
+            meaning = meanings.get(step.output, "")
         params = ", ".join(f"{n} ({s.text()})" for n, s in step.params)
         if isinstance(record, BlockCall) and step.parameters != 0:
             params = f"all of {record.block}'s" + \
@@ -387,14 +388,15 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
         svg=Markup(diagram.svg(g, f"dataflow of {body.name}")))
 
 
-def _decl_meaning(spec, choices, body: BodyCost, name: str) -> str:
-    """The meaning the declaration in force under ``choices`` gives (P under learned
-    positions is not the sinusoidal table)."""
-    statements = select(body.block.body if body.block is not None else spec.body, choices)
-    for s in statements:
-        if getattr(s, "name", None) == name and getattr(s, "meaning", ""):
-            return s.meaning
-    return ""
+def _meanings(spec, choices, body: BodyCost) -> dict[str, str]:
+    """Name -> the meaning the body's first declaration of it in force under ``choices``
+    gives (P under learned positions is not the sinusoidal table); one pass over the body."""
+    meanings: dict[str, str] = {}
+    for s in select(body.block.body if body.block is not None else spec.body, choices):
+        name, meaning = getattr(s, "name", None), getattr(s, "meaning", "")
+        if name is not None and meaning:
+            meanings.setdefault(name, meaning)
+    return meanings
 
 
 class _Free:

@@ -252,7 +252,9 @@ def compare(a: Profile, b: Profile) -> Diff:
 
 
 def _union(first: list, second: list) -> list:
-    return first + [item for item in second if item not in set(first)]
+    """The items of ``first``, then those of ``second`` that ``first`` lacks, in order."""
+    seen = set(first)
+    return first + [item for item in second if item not in seen]
 
 
 def _changes(a: dict, b: dict) -> list[Change]:
