@@ -19,7 +19,7 @@ from codegen import diagram, markup
 from codegen.comparisons import comparisons, grid_example
 from codegen.lower import step_choices
 from codegen.render import environment
-from spec import api
+from spec import api, limits
 from spec.check import check
 from spec.counts import (
     BYTES,
@@ -121,11 +121,13 @@ def sizes_for(variant: Variant, used: set[str]) -> dict[str, int]:
 def page(variant: Variant) -> Page:
     """Everything a variant's documentation shows, as strings."""
     spec = variant.spec
+    limits.doing(f"making the documentation of {variant.name}")
     choices = spec.choice_values(variant.choices)
     bodies = costs(spec, choices)
     used = used_dims(spec, choices, bodies)
     dims = sizes_for(variant, used)
     result = check(spec, choices, dims)
+    limits.doing(f"making the documentation of {variant.name}")
     if result.findings:
         raise UsageError(f"{variant.name}: {len(result.findings)} finding(s) under these "
                          "sizes; run `tspec check` first")
@@ -349,6 +351,7 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
     equations = []
     meanings = _meanings(spec, choices, body)
     for step in body.steps:
+        limits.tick()
         record = step.record
         latex = record.latex
         if isinstance(record, BlockCall):

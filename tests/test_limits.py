@@ -171,9 +171,21 @@ def test_a_time_limit_must_be_a_positive_number_of_seconds(capsys, value):
 
 @SWALLOWED
 def test_the_cli_stops_at_its_time_limit_with_exit_2(tmp_path, capsys):
+    path = tmp_path / "s.tspec"
+    path.write_text(SLOW)
+    assert main(["check", str(path), "--time-limit", "1"]) == 2
+    error = capsys.readouterr().err
+    assert re.fullmatch(rf"tspec: error: {re.escape(str(path))}:(4: the check stopped at its time "
+                        r"limit of 1 s, at input X|5: the check stopped at its time limit of 1 s, "
+                        r"at Y = X \* 2)" + re.escape(MESSAGE) + "\n", error), error
+
+
+@SWALLOWED
+def test_the_cli_limit_holds_from_the_start_reading_included(tmp_path, capsys):
+    # before: the limit began with the proof; reading 20,000 lines took longer than the limit
     path = tmp_path / "c.tspec"
     path.write_text(chain(20_000))
-    assert main(["check", str(path), "--time-limit", "0.1"]) == 2
-    error = capsys.readouterr().err
-    assert error.startswith(f"tspec: error: {path}:")
-    assert error.endswith(MESSAGE + "\n")
+    assert main(["check", str(path), "--time-limit", "0.01"]) == 2
+    assert capsys.readouterr().err == (
+        f"tspec: error: {path}: tspec check stopped at its time limit of 0.01 s, reading the "
+        "spec; give it longer with --time-limit SECONDS\n")
