@@ -18,8 +18,8 @@ import numpy as np
 import sympy
 
 from spec import limits
-from spec.errors import SpecError
-from spec.expr import dim_text
+from spec.errors import LimitError, SpecError
+from spec.expr import MAX_DEGREE, derived_degrees, dim_text
 from spec.findings import Finding, format_value, grouped
 from spec.limits import TIME_LIMIT, require_tensor_count
 from spec.model import (
@@ -359,6 +359,13 @@ class _Run:
             seen_lets[let.dim] = let
         self.let_map = {symbols[let.dim]: let.expr for let in self.lets}
         _check_let_cycles(self.lets, self.let_map, symbols)
+        degrees = derived_degrees(self.let_map)
+        for let in self.lets:
+            found = degrees[symbols[let.dim]]
+            if found > MAX_DEGREE:     # the prover refuses it too, without saying where
+                raise LimitError(f"let {let.dim} = {let.text} has degree {found:,} in the dims "
+                                 f"once the derived dims it uses are put in; the limit is "
+                                 f"{MAX_DEGREE}", file=let.file, line=let.line)
         self.value_map = {symbols[name]: value for name, value in values.items()}
         key = (tuple(sorted((k.name, v) for k, v in self.let_map.items())),
                tuple(c.relation for c in self.constraints),
@@ -1567,7 +1574,10 @@ def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *
     """
     require_tensor_count(spec)
     with limits.time_limit(time_limit):
-        return _check(spec, choices, values, all_choices)
+        try:
+            return _check(spec, choices, values, all_choices)
+        except LimitError as error:       # a bound deep in the prover: where it was reached
+            raise limits.placed(error) from None
 
 
 def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: bool) -> Result:

@@ -36,13 +36,15 @@ from spec.check import check as check_spec
 from spec.counts import DTYPE, costs, free_sizes, used_dims
 from spec.errors import GridError
 from spec.evaluate import Evaluator, Exact, as_integers, free_symbols
+from spec.expr import degree, derived_degrees
 from spec.findings import display_path, format_value
 from spec.model import Constraint, Let, choices_in_force, select
 from spec.numbers import exact, integer_text, shown_json
 from spec.variant import MAX_DIGITS, Variant, dim_value, shown, unknown_dim
 
 MAX_COMBINATIONS = 1_000_000
-CHUNK = 16_384          # combinations judged, counted and written at a time
+CHUNK = 16_384          # combinations judged, counted and written at a time, at most
+CHUNK_DIGITS = 2 ** 24  # and fewer where each number may have more digits than this / CHUNK
 SYNTAX = "NAME=START:STOP:STEP, NAME=A,B,C or NAME=VALUE"
 COUNTS = ("parameters", "flops", "activation_bytes")
 LABELS = {"parameters": "parameters", "flops": "FLOPs", "activation_bytes": "activation bytes"}
@@ -298,6 +300,7 @@ class Grid:
     reasons: list[Break]
     plan: "Plan"
     counted: dict[str, bool]          # for each count: whether every dim it needs has a value
+    chunk: int = CHUNK                # combinations judged at a time
     known_valid: int | None = None    # how many combinations are valid, once counted
 
     @property
@@ -310,9 +313,9 @@ class Grid:
     def chunks(self, counted: bool = True) -> Iterator[Chunk]:
         """The combinations in order, CHUNK at a time, judged (and with ``counted``,
         counted)."""
-        for start in range(0, len(self), CHUNK):
+        for start in range(0, len(self), self.chunk):
             limits.doing(f"judging the combinations of the grid of {self.variant.name}")
-            yield _judge(self, start, min(start + CHUNK, len(self)), counted)
+            yield _judge(self, start, min(start + self.chunk, len(self)), counted)
 
     @property
     def valid_count(self) -> int:
@@ -580,7 +583,24 @@ def judge(plan: Plan, axes: list[Axis]) -> Grid:
     sizes, free, counted = _count_setup(plan, fixed, grid_names) if plan.proof.ok else \
         ({}, [], dict.fromkeys(COUNTS, False))
     return Grid(variant, axes, choices_in_force(spec, plan.choices), fixed, sizes, free,
-                plan.proof, reasons, plan, counted)
+                plan.proof, reasons, plan, counted, _chunk(plan, fixed, axes))
+
+
+def _chunk(plan: Plan, fixed: dict, axes: list[Axis]) -> int:
+    """How many combinations to judge at a time: CHUNK, or fewer where a number may have
+    more than CHUNK_DIGITS / CHUNK digits (the largest value's digits times the largest degree
+    of what is computed from it: a count of a dim derived as d**192 from a 40-digit d has
+    thousands), so that a chunk's numbers take about CHUNK_DIGITS digits at most."""
+    symbols = plan.variant.spec.symbols()
+    degrees = derived_degrees({symbols[let.dim]: let.expr for let in plan.lets})
+    exprs = [c.relation for c in plan.constraints] + [e for e in plan.counts.values()
+                                                      if e is not None]
+    largest = max([degree(e, degrees) for e in exprs] + list(degrees.values()) + [1])
+    values = [*fixed.values(), *(max(axis.values[0], axis.values[-1]) if
+                                 isinstance(axis.values, range) else max(axis.values)
+                                 for axis in axes)]
+    digits = max(len(str(value)) for value in values) + 1
+    return max(1, min(CHUNK, CHUNK_DIGITS // (largest * digits)))
 
 
 def _judge(grid: Grid, start: int, stop: int, counted: bool) -> Chunk:

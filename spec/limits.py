@@ -137,6 +137,16 @@ def doing(phase: str, file: str | None = None) -> None:
         raise bound.error()
 
 
+def placed(error: LimitError) -> LimitError:
+    """``error`` (raised without a place, deep in the checker) at the statement the checker
+    has reached, where a time limit follows it."""
+    bound = getattr(_bound, "current", None)
+    if error.file is None and bound is not None and bound is not _UNBOUNDED and \
+            not isinstance(bound.at, str):
+        error.file, error.line, _ = _described(bound.at)
+    return error
+
+
 def tick() -> None:
     """Past the deadline, the error at once, naming the phase or statement last reached: for
     the loops of a long phase."""
