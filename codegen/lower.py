@@ -56,6 +56,7 @@ from spec.shape import Shape, format_expr
 
 LINE_LENGTH = 96        # 100 less the function body's indent
 LONG_SUM = 200          # terms a sum in generated code may chain with +; past it, sum((...))
+SORTED_DIMS = 64        # a sum over more dims than this is written in sympy's order
 # ops whose code always makes a new array (never a view of an operand), on every backend
 FRESH_RESULT_OPS = frozenset({"matmul", "scale", "add", "sub", "mul", "div", "neg"})
 DTYPE_CLASS = {"float": "Float", "int": "Int", "bool": "Bool"}
@@ -370,7 +371,10 @@ class _Body:
     def scalar(self, expr) -> str:
         expr = sympy.sympify(expr)
         self.need(expr)
-        return _Printer().doprint(expr)
+        # over more than SORTED_DIMS dims, a sum's terms in sympy's own order: sorting them as
+        # sympy prints them costs the terms times the dims (quadratic for a stack of widths)
+        settings = {"order": "none"} if len(expr.free_symbols) > SORTED_DIMS else {}
+        return _Printer(settings).doprint(expr)
 
     def dtype(self) -> str:
         if self.float_source is None:       # no float array to take it from: the caller's

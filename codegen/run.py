@@ -14,7 +14,7 @@ from codegen.backends import backend as backend_named
 from codegen.lower import DECODING, lower
 from codegen.render import render
 from codegen.runtime import load_source
-from spec import counts
+from spec import counts, limits
 from spec.check import check
 from spec.errors import RunError, TspecError, UsageError
 from spec.model import (
@@ -177,6 +177,7 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
         raise UsageError("tspec run runs a model whole; a decoding step needs the cache a "
                          "prefill makes: leave decoding=full and pass --decode STEPS")
     require_memory(variant, dtype, max_memory)
+    limits.doing(f"generating the forward code of {variant.name}")
     sizes = dict(variant.dims)
     chosen = backend_named(backend)
     try:
@@ -193,6 +194,7 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
         if len(shape) > MAX_RANK:
             raise UsageError(f"{name} has {len(shape)} axes; arrays have at most {MAX_RANK}, so "
                              f"{variant.name} cannot run")
+    limits.doing(f"drawing the weights and inputs of {variant.name}")
     params = weights.random_params(shapes, seed, np.dtype(dtype))
     rng = np.random.default_rng(seed + 1)
     inputs = {}
@@ -244,6 +246,7 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
     entry = getattr(prepared.module, spec.name)
     keywords = _keywords(prepared, prepared.lowered.entry, prepared.sizes)
     trace: dict = {}
+    limits.doing(f"running the forward pass of {variant.name}")
     start = time.perf_counter()
     with _generated(prepared, variant.name):
         result = entry(*prepared.inputs.values(), *_params(prepared, prepared.lowered.entry),
@@ -336,6 +339,7 @@ def _decode(prepared: _Prepared, steps: int, full_logits, variant_name: str
             ) -> DecodeResult:
     """Prefill, then one position a step, against the full forward's ``full_logits``."""
     module, sizes = prepared.module, prepared.sizes
+    limits.doing(f"decoding with {variant_name}")
     sequence = _sequence(prepared)
     length = sizes[sequence]
     prompt = length - steps
