@@ -607,6 +607,15 @@ class _Run:
         or holds whatever its value: no reason to refuse a value). Only those are evaluated:
         a candidate costs what its dim takes part in, not the whole spec."""
         direct, baseline, dependents = self.dependents(given)
+        known = self._valid.get((symbol, value))       # a dim in many constraints: once
+        if known is not None:
+            return known
+        self._valid[symbol, value] = answer = self._judged(direct, baseline, dependents,
+                                                           symbol, value)
+        return answer
+
+    @staticmethod
+    def _judged(direct: dict, baseline: dict, dependents: dict, symbol, value: int) -> bool:
         lets, constraints = dependents.get(symbol, ((), ()))
         at = {symbol: value}
         values = collections.ChainMap(at, baseline)
@@ -654,6 +663,7 @@ class _Run:
                     for base in bases:
                         found.setdefault(base, ([], []))[1].append(constraint)
             self._dependents = (given, (direct, baseline, found))
+            self._valid: dict = {}         # (dim, value) -> whether valid, as judged
         return self._dependents[1]
 
     # -- bodies

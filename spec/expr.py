@@ -397,22 +397,37 @@ def degree(expr, degrees: dict | None = None) -> int:
     return walk(sympy.sympify(expr))
 
 
+def dependency_order(definitions: dict) -> list:
+    """The keys of ``definitions`` (dim symbol -> the expression it stands for) in an order
+    where each comes after every key its expression uses: depth first, without recursion (a
+    chain of thousands of derived dims), a cycle (the checker names it) broken anywhere."""
+    order: list = []
+    seen: set = set()
+    for root, expr in definitions.items():
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(expr.free_symbols))]
+        while stack:
+            symbol, uses = stack[-1]
+            for used in uses:
+                if used in definitions and used not in seen:
+                    seen.add(used)
+                    stack.append((used, iter(definitions[used].free_symbols)))
+                    break
+            else:
+                stack.pop()
+                order.append(symbol)
+    return order
+
+
 def derived_degrees(lets: dict) -> dict:
     """Each derived dim's degree (dim symbol -> its definition's degree, the derived dims it
     uses put in: ``let b = a**4`` with ``let a = d**64`` is 256)."""
     degrees: dict = {}
-    pending: set = set()
-
-    def of(symbol) -> int:
-        if symbol not in degrees:
-            if symbol in pending:          # a cycle: the checker names it
-                return 1
-            pending.add(symbol)
-            degrees[symbol] = degree(lets[symbol], {s: of(s) for s in
-                                                    lets[symbol].free_symbols if s in lets})
-        return degrees[symbol]
-    for symbol in lets:
-        of(symbol)
+    for symbol in dependency_order(lets):
+        degrees[symbol] = degree(lets[symbol], {s: degrees[s] for s in
+                                                lets[symbol].free_symbols if s in degrees})
     return degrees
 
 

@@ -20,7 +20,7 @@ import sympy
 from sympy.solvers.simplex import InfeasibleLPError, UnboundedLPError, linprog
 
 from spec.errors import LimitError
-from spec.expr import MAX_DEGREE, degree, derived_degrees, dim_text
+from spec.expr import MAX_DEGREE, degree, dependency_order, derived_degrees, dim_text
 
 SEARCH_MAX = 12          # largest size tried per dim in the counterexample search
 SEARCH_BUDGET = 20000    # candidate assignments tried per claim
@@ -154,22 +154,15 @@ class Prover:
 
     @staticmethod
     def _compose(mapping: dict) -> dict:
-        """Each entry with the others put in, to any depth: each once, in the order they use
-        each other (putting all in at once until nothing changes took a pass a link of a
-        chain: quadratic). An entry in a cycle (the checker names it) is left in."""
+        """Each entry with the others put in, to any depth: each once, after those it uses
+        (putting all in at once until nothing changed took a pass a link of a chain). An
+        entry in a cycle (the checker names it) is left in."""
         composed: dict = {}
-        pending: set = set()
-
-        def of(symbol):
-            if symbol not in composed:
-                if symbol in pending:
-                    return symbol
-                pending.add(symbol)
-                expr = mapping[symbol]
-                inner = {s: of(s) for s in expr.free_symbols if s in mapping}
-                composed[symbol] = expr.xreplace(inner) if inner else expr
-            return composed[symbol]
-        return {symbol: of(symbol) for symbol in mapping}
+        for symbol in dependency_order(mapping):
+            expr = mapping[symbol]
+            inner = {s: composed[s] for s in expr.free_symbols if s in composed}
+            composed[symbol] = expr.xreplace(inner) if inner else expr
+        return {symbol: composed[symbol] for symbol in mapping}
 
     def norm(self, expr) -> sympy.Basic:
         cached = self._norms.get(expr)

@@ -246,3 +246,14 @@ def test_the_prover_refuses_a_huge_degree_wherever_it_is_built():
         concrete_values(spec, {}, {"d": 10 ** 39})
     assert str(caught.value) == ("derived dim b has degree 512 in the dims once the derived "
                                  "dims it uses are put in; the limit is 256")
+
+
+def test_thousands_of_derived_dims_in_a_chain_are_put_in_each_other():
+    # each derived dim from the one before, 3,000 deep: no recursion that deep
+    lines = ['dim B "b"', 'dim a0 "a"'] + [f'dim a{i} "a"\nlet a{i} = a{i - 1} + 1'
+                                           for i in range(1, 3000)]
+    spec = parse("\n".join(lines + ['input X "B a2999" "x"', "output X"]) + "\n", "l.tspec")
+    assert check(spec).ok
+    from spec.model import concrete_values
+    values = concrete_values(spec, {}, {"a0": 5, "B": 1})
+    assert values[spec.symbols()["a2999"]] == 3004
