@@ -124,6 +124,7 @@ def page(variant: Variant) -> Page:
     spec = variant.spec
     limits.doing(f"making the documentation of {variant.name}")
     choices = spec.choice_values(variant.choices)
+    check(spec, choices)          # a spec the checker refuses (a tensor never computed): no costs
     bodies = costs(spec, choices)
     used = used_dims(spec, choices, bodies)
     dims = sizes_for(variant, used)

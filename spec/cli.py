@@ -437,7 +437,7 @@ def _shapes(args) -> int:
     print()
     headers = ("tensor", "role", "dtype", "symbolic shape", "concrete shape")
     table = [(r.name, r.role, r.dtype, r.symbolic, r.concrete) for r in rows]
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+    widths = [max([len(h)] + [len(row[i]) for row in table]) for i, h in enumerate(headers)]
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
     print("  ".join("-" * w for w in widths))
     for row in table:

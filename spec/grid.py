@@ -454,7 +454,9 @@ class Grid:
         writer.writerow([axis.name for axis in self.axes] + ["valid", *COUNTS, "breaks"])
         yield out.getvalue()
         texts = {id(reason): reason.text() for reason in self.reasons}
+        valid = 0
         for chunk in self.chunks():
+            valid += int(np.count_nonzero(chunk.valid))
             out = io.StringIO()
             writer = csv.writer(out, lineterminator="\n")
             for point in chunk.points(self.reasons, only):
@@ -464,6 +466,7 @@ class Grid:
                                 + ["" if f is None else integer_text(f) for f in figures]
                                 + ["; ".join(texts[id(b)] for b in point.breaks)])
             yield out.getvalue()
+        self.known_valid = valid             # counted on the way: no second pass for it
 
 
 def _only(only: str | None) -> None:
