@@ -126,7 +126,7 @@ def _reduced(num: np.ndarray, den: np.ndarray) -> Exact:
         num, den = _objects(num, den)
     sign = np.where(den < 0, -1, 1)
     num, den = _exact(num * sign), _exact(den * sign)
-    divisor = np.gcd(num, den)
+    divisor = _exact(np.gcd(num, den))
     divisor = np.where(divisor == 0, 1, divisor)       # 0 / 0: undefined, left as it is
     num, den = _exact(num // divisor), _exact(den // divisor)
     return Exact(num, ONE if np.all(den == 1) else den)

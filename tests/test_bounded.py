@@ -4,12 +4,16 @@ output as all at once)."""
 
 import importlib
 import io
+import math
+from fractions import Fraction
 from types import SimpleNamespace
 
 import pytest
+import sympy
 from command_line import ROOT
 
 from spec import cli, limits
+from spec.evaluate import Evaluator
 
 grid_module = importlib.import_module("spec.grid")     # spec.grid is also api.grid
 
@@ -175,3 +179,21 @@ def test_the_docs_of_a_spec_the_checker_refuses_are_its_error(tmp_path, capsys):
     assert cli.main(["docs", str(tmp_path / "x.tspec"), "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == (f"tspec: error: {tmp_path}/x.tspec:3: tensor X is "
                                        "declared but never computed in the model\n")
+
+
+@pytest.mark.parametrize("values", [(10 ** 40 - 1, 7, 2), (3, 10 ** 40 - 1, 10 ** 40 - 1),
+                                    (-(10 ** 40 - 1), 10 ** 40 - 1, 2)])
+def test_the_grid_evaluator_is_exact_on_single_integers_past_int64(values):
+    # grid:1549 (seed 4): np.gcd of two 0-d arrays of Python integers is a bare integer,
+    # which np.where could not make int64 (OverflowError); every result an array now
+    a, b, c = sympy.symbols("a b c", integer=True)
+    A, B, C = (Fraction(v) for v in values)
+    expected = {a / b: A / B, sympy.Mod(a, b): A % B, sympy.floor(a / b): math.floor(A / B),
+                sympy.ceiling(a / b): math.ceil(A / B), a * b / c: A * B / C,
+                (a + b) / c: (A + B) / C, a ** 3 / b ** 2: A ** 3 / B ** 2,
+                sympy.Mod(a / b, c): (A / B) % C, a - b: A - B}
+    evaluator = Evaluator(dict(zip((a, b, c), values)))
+    for expr, value in expected.items():
+        found = evaluator.value(expr)
+        assert found.num.ndim == found.den.ndim == 0
+        assert Fraction(int(found.num), int(found.den)) == value, expr
