@@ -280,12 +280,14 @@ def used_dims(spec, choices, bodies: dict[str, BodyCost]) -> set[str]:
     for body in bodies.values():
         for step in body.steps:
             for shape in [step.shape] + [s for _, s in step.inputs + step.params]:
-                found |= {str(s) for s in shape.free_symbols()}
+                if shape is not None:          # an unstated shape nothing determines
+                    found |= {str(s) for s in shape.free_symbols()}
             found |= {str(s) for s in sympy.sympify(step.flops.total).free_symbols}
             if step.callee and step.record.repeat is not None:
                 found |= {str(s) for s in sympy.sympify(step.record.repeat).free_symbols}
         for _, shape, _ in body.own_params:
-            found |= {str(s) for s in shape.free_symbols()}
+            if shape is not None:
+                found |= {str(s) for s in shape.free_symbols()}
     for statement in select(spec.body, choices):
         if isinstance(statement, Let) and statement.dim in found:
             found |= {str(s) for s in statement.expr.free_symbols}

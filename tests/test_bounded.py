@@ -197,3 +197,18 @@ def test_the_grid_evaluator_is_exact_on_single_integers_past_int64(values):
         found = evaluator.value(expr)
         assert found.num.ndim == found.den.ndim == 0
         assert Fraction(int(found.num), int(found.den)) == value, expr
+
+
+def test_a_parameter_of_unstated_shape_nothing_uses_is_shown_as_unknown(tmp_path, capsys):
+    # diff:156 (seed 5): the dims the counts use were read off every shape, a parameter's
+    # unstated one (None) too: an AttributeError in shapes, diff and docs (exit 70)
+    (tmp_path / "u.tspec").write_text('dim B "b"\ndim d "d"\ninput X "B d" "x"\n'
+                                      'param g ? "a gain nothing uses"\nY "B d" = -X\n'
+                                      'output Y\n')
+    (tmp_path / "u.toml").write_text('spec = "u.tspec"\n[dims]\nB = 2\nd = 3\n')
+    assert cli.main(["shapes", str(tmp_path / "u.toml")]) == 1      # the unstated shape
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "g       param   float  ?               ?"
+    assert cli.main(["diff", str(tmp_path / "u.toml"), str(tmp_path / "u.toml")]) == 2
+    assert capsys.readouterr().err == ("tspec: error: u: 1 finding(s) under these sizes; run "
+                                       "`tspec check u` first\n")
