@@ -1,15 +1,19 @@
 """How every command's work grows with the spec's size: specs of 10^2 to 10^5 tensors.
 
-    python benchmarks/command_growth.py [--sizes 100,1000,10000,100000] [--kinds chain,blocks]
+    python benchmarks/command_growth.py [--sizes 100,1000,10000,25000,100000] [--kinds chain,...]
                                         [--commands check,shapes,diff,docs,grid,run]
 
-Two kinds of spec, each at every size n (tensors, every block call its own copy):
+Four kinds of spec, each at every size n (tensors, every block call its own copy) whose text
+fits a spec file (at most 1,000,000 bytes: a chain of 10^5 equations takes 3.7 MB, so chains
+and stacks stop near 2.5 * 10^4):
 
     chain   one equation after another, n - 1 of them: X1 = relu(X0) + X0, X2 = ...
     blocks  a block of nine equations (a parameter, products, a residual) called one call
             after another, n / 10 calls, each its own copy
     widths  a stack of n / 2 products, each layer its own width dim (d1, d2, ...) and
             parameter: every count a sum of n / 2 distinct terms, every variant n / 2 dims
+    nested  blocks that each call the one below twice, as deep as gives about n tensors
+            (3 * 2^(depth - 1): 96, 768, 12,288, 98,304)
 
 Each command runs through ``spec.cli.main`` as `tspec` runs it (its output to /dev/null, docs
 to a temporary folder), in a fresh interpreter per measurement so that no cache carries over,
@@ -40,8 +44,9 @@ import time
 from pathlib import Path
 
 COMMANDS = ("check", "shapes", "diff", "docs", "grid", "run")
-KINDS = ("chain", "blocks", "widths")
+KINDS = ("chain", "blocks", "widths", "nested")
 BLOCK = 9                      # equations in the repeated block
+MAX_SPEC_BYTES = 1_000_000     # spec.language's limit on a spec file
 
 
 def chain_spec(tensors: int) -> str:
@@ -78,7 +83,30 @@ def widths_spec(tensors: int) -> str:
     return "\n".join(lines + [f"output X{layers}"]) + "\n"
 
 
-SPECS = {"chain": chain_spec, "blocks": blocks_spec, "widths": widths_spec}
+def nested_depth(tensors: int) -> int:
+    """The depth of blocks calling blocks twice that expands to about ``tensors``."""
+    return max(1, round(math.log2(tensors / 3)) + 1)
+
+
+def nested_spec(tensors: int) -> str:
+    """Blocks that each call the one below twice: 3 * 2^(depth - 1) tensors expanded."""
+    depth = nested_depth(tensors)
+    lines = ['spec nest "blocks calling blocks"', 'dim B "batch"', 'dim d "width"',
+             'block f0(X "B d") -> Y:', '    Y "B d" = relu(X)']
+    for i in range(1, depth):
+        lines += [f'block f{i}(X "B d") -> Y:', f'    A "B d" = f{i - 1}(X) as first',
+                  f'    Y "B d" = f{i - 1}(A) as second']
+    lines += ['input X "B d" "x"', f'Y "B d" = f{depth - 1}(X) as top', "output Y"]
+    return "\n".join(lines) + "\n"
+
+
+SPECS = {"chain": chain_spec, "blocks": blocks_spec, "widths": widths_spec,
+         "nested": nested_spec}
+
+
+def tensors(kind: str, size: int) -> int:
+    """How many tensors the spec of ``kind`` made for ``size`` expands to."""
+    return 3 * 2 ** (nested_depth(size) - 1) if kind == "nested" else size
 
 
 def write_case(folder: Path, kind: str, tensors: int) -> dict[str, str]:
@@ -111,7 +139,7 @@ from spec import cli
 argv = json.loads(sys.argv[1])
 sys.stdout = open(os.devnull, "w")
 start = time.perf_counter()
-status = cli.main(argv + ["--time-limit", "3600"] if argv[0] in ("check",) else argv)
+status = cli.main(argv + ["--time-limit", "3600"])
 seconds = time.perf_counter() - start
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"seconds": seconds, "status": status, "peak_mib": peak}), file=sys.stderr)
@@ -149,7 +177,7 @@ def exponent(points: list[tuple[int, float]]) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100,1000,10000,100000")
+    parser.add_argument("--sizes", default="100,1000,10000,25000,100000")
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--commands", default=",".join(COMMANDS))
     parser.add_argument("--timeout", type=float, default=900.0,
@@ -164,12 +192,15 @@ def main() -> int:
     worst = 0.0
     with tempfile.TemporaryDirectory(prefix="tspec-growth-specs-") as folder:
         for kind in kinds:
-            cases = {n: write_case(Path(folder), kind, n) for n in sizes}
-            print(f"\n{kind}: seconds (peak MiB) at " + ", ".join(f"{n:,}" for n in sizes)
-                  + " tensors; growth exponent")
+            fitting = [n for n in sizes if len(SPECS[kind](n).encode()) <= MAX_SPEC_BYTES]
+            cases = {n: write_case(Path(folder), kind, n) for n in fitting}
+            print(f"\n{kind}: seconds (peak MiB) at " + ", ".join(
+                f"{tensors(kind, n):,}" for n in fitting) + " tensors; growth exponent"
+                  + (f" (past {fitting[-1]:,}, a spec file past 1,000,000 bytes)"
+                     if len(fitting) < len(sizes) else ""))
             for command in commands:
                 points, cells = [], []
-                for n in sizes:
+                for n in fitting:
                     if points and not math.isfinite(points[-1][1]):
                         cells.append("skipped")
                         continue
@@ -178,9 +209,9 @@ def main() -> int:
                     if result["status"] not in (0, 1):
                         cells.append(f"{result['status']} after "
                                      f"{time.perf_counter() - began:.0f} s")
-                        points.append((n, math.inf))
+                        points.append((tensors(kind, n), math.inf))
                         continue
-                    points.append((n, result["seconds"]))
+                    points.append((tensors(kind, n), result["seconds"]))
                     cells.append(f"{result['seconds']:.3f} ({result['peak_mib']:.0f})")
                 last, fit = exponent(points)
                 worst = max(worst, last) if math.isfinite(last) else worst
