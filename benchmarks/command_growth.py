@@ -8,8 +8,8 @@ fits a spec file (at most 1,000,000 bytes: a chain of 10^5 equations takes 3.7 M
 and stacks stop near 2.5 * 10^4):
 
     chain   one equation after another, n - 1 of them: X1 = relu(X0) + X0, X2 = ...
-    blocks  a block of nine equations (a parameter, products, a residual) called one call
-            after another, n / 10 calls, each its own copy
+    blocks  a block of nine equations (two parameters, products, a residual) called one call
+            after another, n / 12 calls, each its own copy
     widths  a stack of n / 2 products, each layer its own width dim (d1, d2, ...) and
             parameter: every count a sum of n / 2 distinct terms, every variant n / 2 dims
     nested  blocks that each call the one below twice, as deep as gives about n tensors
@@ -57,9 +57,9 @@ def chain_spec(tensors: int) -> str:
 
 
 def blocks_spec(tensors: int) -> str:
-    """A block of BLOCK equations called tensors / (BLOCK + 1) times, one call after another
-    (each call: its BLOCK tensors and its output in the caller)."""
-    calls = max(1, tensors // (BLOCK + 1))
+    """A block of BLOCK equations called (tensors - 1) / (BLOCK + 3) times, one call after
+    another (each call: its BLOCK tensors, its two parameters and its output in the caller)."""
+    calls = max(1, (tensors - 1) // (BLOCK + 3))
     lines = ['spec stack "repeated blocks"', 'dim B "batch"', 'dim d "width"',
              'block unit(X "B d") -> Y:', '    param W "d d" "weights"',
              '    param b "d" "bias"', '    A0 "B d" = X @ W + b']

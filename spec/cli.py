@@ -26,6 +26,7 @@ Ctrl-C, 141 when the reader of the output went away (`tspec check | head`).
 """
 
 import argparse
+import gc
 import os
 import re
 import sys
@@ -43,6 +44,7 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130     # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 EXIT_BROKEN_PIPE = 141     # 128 + SIGPIPE, as a shell reports `yes | head`
 EXIT_INTERNAL = 70         # EX_SOFTWARE: a defect of tspec's own, never of the input
+COLLECTOR_THRESHOLDS = (100_000, 50, 100)     # gc.set_threshold while a command runs
 
 
 def _one_line(message: str) -> str:
@@ -176,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     goes wrong writing it (the reader went away, a full device) is handled once for all."""
     output = _Output(sys.stdout)
     sys.stdout = output
+    # a command builds hundreds of thousands of objects that live to its end; with Python's
+    # default thresholds (700, 10, 10) the cycle collector walks them again and again, which
+    # made a command's time grow faster than its work (the docs of 98,304 tensors: 8.7 s,
+    # 5.4 s with these; benchmarks/RESULTS.md)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
     try:
         try:
             code = _command(argv)
@@ -187,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         return _flushed(output, code)
     finally:
         sys.stdout = output.stream
+        gc.set_threshold(*thresholds)
 
 
 def _command(argv: list[str] | None) -> int:
