@@ -90,15 +90,16 @@ from codegen import docs, weights
 from spec import api, cli, language
 from spec.errors import TspecError
 from spec.grid import parse_axis
+from spec.model import Let
 from spec.ops import SETTINGS
 from spec.variant import Variant
 
 STATUSES = ("result", "ours", "crash", "hang")
 # Shares of --inputs per target: cheap targets get more (the mix keeps 100,000 inputs within
 # about a quarter of an hour on two workers).
-SHARES = {"parse": 0.16, "expr": 0.16, "check": 0.10, "variant": 0.14, "set": 0.10,
+SHARES = {"parse": 0.126, "expr": 0.16, "check": 0.10, "variant": 0.14, "set": 0.10,
           "grid": 0.10, "weights": 0.18, "cli": 0.06, "docs": 0.01, "output": 0.002,
-          "printers": 0.001, "meanings": 0.005}
+          "printers": 0.001, "meanings": 0.005, "shapes": 0.02, "diff": 0.01, "run": 0.004}
 TARGETS = tuple(SHARES)
 CHUNK = 50
 SLOTS = 5            # per worker, shared with the parent: target, chunk start, input, its start,
@@ -1070,6 +1071,8 @@ def make_case(target: str, seed: int, index: int, ctx: Context) -> Case:
         settings = [gen_setting(rng, ctx.names[which]) for _ in range(rng.randint(1, 4))]
         return Case(target, index, settings, extra={"variant": which})
     if target == "grid":
+        if rng.random() < 0.3:            # the command line on specs past the proof
+            return _past_proof(gen_command_case(rng, index, ctx, "grid"))
         which = rng.choice(["base", "base", "small"])
         if rng.random() < 0.3:          # the API's form: dim name -> Python values
             axes = [[rng.choice(ctx.names[which][:12]) if rng.random() < 0.9 else
@@ -1097,10 +1100,20 @@ def make_case(target: str, seed: int, index: int, ctx: Context) -> Case:
     if target == "cli":
         return Case(target, index, gen_argv(rng, ctx))
     if target == "docs":
+        if rng.random() < 0.5:            # the docs of specs past the proof, at random sizes
+            return _past_proof(gen_command_case(rng, index, ctx, "docs"))
         return Case(target, index, gen_docs(rng))
     if target in ONE_LINE_TARGETS:
         return ONE_LINE_TARGETS[target][0](rng, index, ctx)
+    if target in COMMAND_TARGETS:
+        return COMMAND_TARGETS[target][0](rng, index, ctx)
     raise ValueError(f"unknown target {target!r}")
+
+
+def _past_proof(case: Case) -> Case:
+    """A docs or grid input that runs the command on a spec past the proof."""
+    case.extra["command"] = case.target
+    return case
 
 
 def gen_argv(rng: random.Random, ctx: Context) -> list[str]:
@@ -1200,6 +1213,8 @@ def run_case(case: Case, ctx: Context):
     if target == "set":
         base = ctx.base if case.extra["variant"] == "base" else ctx.small_variant
         return api.check(base.with_settings(data))
+    if "command" in case.extra:
+        return run_command(case, ctx)
     if target == "grid":
         base = ctx.base if case.extra["variant"] == "base" else ctx.small_variant
         if case.extra.get("mapping"):
@@ -1222,6 +1237,8 @@ def run_case(case: Case, ctx: Context):
         return run_docs(data, ctx)
     if target in ONE_LINE_TARGETS:
         return ONE_LINE_TARGETS[target][1](case, ctx)
+    if target in COMMAND_TARGETS:
+        return COMMAND_TARGETS[target][1](case, ctx)
     raise ValueError(target)
 
 
@@ -1427,6 +1444,102 @@ def run_meanings(case: Case, ctx: Context):
 ONE_LINE_TARGETS = {"output": (gen_output_case, run_output),
                     "printers": (gen_printers_case, run_printers),
                     "meanings": (gen_meanings_case, run_meanings)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The commands past the proof (issue 20): shapes, diff, docs, grids and run of specs that get
+# through it (the fragments, the seeds, generated and lightly mutated specs), at random sizes
+
+COMMANDS = ("shapes", "diff", "docs", "grid", "run")
+SIZES = [1, 2, 3, 4, 8, 16, 64, 512, 4096, 10 ** 12, int("9" * 40)]
+
+
+def _names(text: str) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+    """A spec's dims that take values (neither fixed nor derived) and its choices' options
+    ([], {} when it does not parse)."""
+    try:
+        spec = language.parse(text, "s.tspec")
+    except (TspecError, RecursionError):
+        return [], {}
+    derived, pending = set(), list(spec.body)
+    while pending:
+        statement = pending.pop()
+        derived |= {statement.dim} if isinstance(statement, Let) else set()
+        pending += getattr(statement, "body", []) + getattr(statement, "otherwise", [])
+    return [n for n, d in spec.dims.items() if d.value is None and n not in derived], \
+        {n: tuple(c.options) for n, c in spec.choices.items()}
+
+
+def gen_command_case(rng: random.Random, index: int, ctx: Context, command: str) -> Case:
+    """A spec that mostly passes the proof, two variants of it, and one command past the
+    proof with odd options (a run's sizes tiny, a grid's axes short)."""
+    r = rng.random()
+    text = rng.choice(ctx.small) if r < 0.6 else gen_spec(rng) if r < 0.85 else \
+        mutate_text(rng, rng.choice(ctx.small), ctx.small, 1)
+    dims, choices = _names(text)
+    sizes = SIZES[:5] if command == "run" else SIZES
+
+    def side() -> dict:
+        return {n: rng.choices(sizes, weights=range(len(sizes), 0, -1))[0] for n in dims
+                if rng.random() < 0.85}
+    chosen = {n: rng.choice(options) if rng.random() < 0.95 else "zz"
+              for n, options in choices.items() if rng.random() < 0.5}
+    argv: list[str] = []
+    if command in ("shapes", "diff") and rng.random() < 0.5:
+        argv += ["--format", rng.choice(["text", "json"])]
+    elif command == "docs":
+        argv += ["--format", rng.choice(["md", "html", "all"])]
+    elif command == "grid":
+        for name in rng.sample(dims, min(len(dims), rng.randint(1, 2))) or ["d"]:
+            start, span, step = rng.choice([1, 2, 8, 64]), rng.randint(0, 40), rng.randint(1, 4)
+            listed = ",".join(map(str, rng.sample(SIZES, 3)))
+            argv += ["--grid", rng.choice([f"{name}={start}:{start + span}:{step}",
+                                           f"{name}={listed}"])]
+        argv += ["--format", rng.choice(["text", "csv", "json"])]
+        argv += ["--only", rng.choice(["valid", "invalid"])] if rng.random() < 0.2 else []
+    elif command == "run":
+        argv += rng.choice([[], [], ["--seed", "3"], ["--dtype", "float64"], ["--typecheck"],
+                            ["--max-memory", "1M"], ["--decode", "1"]])
+    return Case(command, index, {"spec": text, "a": side(), "b": side(), "choices": chosen,
+                                 "argv": argv}, ".json")
+
+
+def run_command(case: Case, ctx: Context):
+    """The command on the spec and its variants, as `tspec` runs it (an exit status of 0, 1
+    or 2 with one error line); docs pages written must pass ``page_problems``."""
+    data, command = case.data, case.extra.get("command", case.target)
+    folder = ctx.fresh("")
+    folder.mkdir()
+    try:
+        spec = folder / "s.tspec"
+        spec.write_text(data["spec"], encoding="utf-8", errors="surrogatepass")
+        for side in ("a", "b"):
+            table = "".join(f"{n} = {v}\n" for n, v in data[side].items())
+            chosen = "".join(f'{n} = "{v}"\n' for n, v in data["choices"].items())
+            (folder / f"{side}.toml").write_text(f'spec = "s.tspec"\n[dims]\n{table}'
+                                                 f"[choices]\n{chosen}")
+        a, b, out = (str(folder / name) for name in ("a.toml", "b.toml", "out"))
+        if command == "grid":
+            varied = {arg.split("=")[0] for arg in data["argv"] if "=" in arg}
+            fixed = [f"{n}={v}" for n, v in {**data["a"], **data["choices"]}.items()
+                     if n not in varied]
+            argv = ["check", str(spec), *data["argv"], *(a for f in fixed for a in ("--set", f))]
+        else:
+            argv = {"shapes": ["shapes", a], "diff": ["diff", a, b],
+                    "docs": ["docs", a, "--out", out], "run": ["run", a]}[command] + data["argv"]
+        status = run_cli(argv, ctx)
+        for page in sorted(Path(out).glob("*.*")) if command == "docs" else ():
+            problems = page_problems(page.name, page.read_text(encoding="utf-8"))
+            if problems:
+                raise Crash(f"{page.name}: {problems[0]}")
+        return status
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+COMMAND_TARGETS = {command: (lambda rng, index, ctx, command=command:
+                             gen_command_case(rng, index, ctx, command), run_command)
+                   for command in ("shapes", "diff", "run")}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from codegen import diagram, markup
 from codegen.comparisons import comparisons, grid_example
 from codegen.lower import step_choices
 from codegen.render import environment
-from spec import api
+from spec import api, limits
 from spec.check import check
 from spec.counts import (
     BYTES,
@@ -51,6 +51,7 @@ from spec.prove import evaluate as prove_evaluate
 from spec.variant import Variant
 
 FORMATS = ("md", "html")
+SORTED_DIMS = 64       # a formula over more dims than this is printed in sympy's order
 
 
 @dataclass
@@ -123,11 +124,14 @@ def sizes_for(variant: Variant, used: set[str]) -> dict[str, int]:
 def page(variant: Variant) -> Page:
     """Everything a variant's documentation shows, as strings."""
     spec = variant.spec
+    limits.doing(f"making the documentation of {variant.name}")
     choices = spec.choice_values(variant.choices)
+    check(spec, choices)          # a spec the checker refuses (a tensor never computed): no costs
     bodies = costs(spec, choices)
     used = used_dims(spec, choices, bodies)
     dims = sizes_for(variant, used)
     result = check(spec, choices, dims)
+    limits.doing(f"making the documentation of {variant.name}")
     if result.findings:
         raise UsageError(f"{variant.name}: {len(result.findings)} finding(s) under these "
                          "sizes; run `tspec check` first")
@@ -206,9 +210,9 @@ def _parameter_list(spec, choices, bodies, paths, number) -> list[Row]:
     for name, body in bodies.items():
         copies = sum((times for _, _, times in paths.get(name, [])), sympy.Integer(0)) \
             if body.block is not None else sympy.Integer(1)
+        meanings = _meanings(spec, choices, body)
         for param, shape, size in body.own_params:
-            decl_meaning = _decl_meaning(spec, choices, body, param)
-            rows.append(Row([f"`{name}.{param}`", shape.text(), decl_meaning,
+            rows.append(Row([f"`{name}.{param}`", shape.text(), meanings.get(param, ""),
                              _count(number(size)), _count(number(copies)),
                              _count(number(size * copies))]))
     return rows
@@ -349,14 +353,16 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
         return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
 
     equations = []
+    meanings = _meanings(spec, choices, body)
     for step in body.steps:
+        limits.tick()
         record = step.record
         latex = record.latex
         if isinstance(record, BlockCall):
             meaning = f"{record.block} ({record.instance})" + \
                 (f", {record.repeat} copies" if record.repeat is not None else "")
         else:
-            meaning = _decl_meaning(spec, choices, body, step.output)
+            meaning = meanings.get(step.output, "")
         params = ", ".join(f"{n} ({s.text()})" for n, s in step.params)
         if isinstance(record, BlockCall) and step.parameters != 0:
             params = f"all of {record.block}'s" + \
@@ -389,14 +395,15 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
         svg=Markup(diagram.svg(g, f"dataflow of {body.name}")))
 
 
-def _decl_meaning(spec, choices, body: BodyCost, name: str) -> str:
-    """The meaning the declaration in force under ``choices`` gives (P under learned
-    positions is not the sinusoidal table)."""
-    statements = select(body.block.body if body.block is not None else spec.body, choices)
-    for s in statements:
-        if getattr(s, "name", None) == name and getattr(s, "meaning", ""):
-            return s.meaning
-    return ""
+def _meanings(spec, choices, body: BodyCost) -> dict[str, str]:
+    """Name -> the meaning the body's first declaration of it in force under ``choices``
+    gives (P under learned positions is not the sinusoidal table); one pass over the body."""
+    meanings: dict[str, str] = {}
+    for s in select(body.block.body if body.block is not None else spec.body, choices):
+        name, meaning = getattr(s, "name", None), getattr(s, "meaning", "")
+        if name is not None and meaning:
+            meanings.setdefault(name, meaning)
+    return meanings
 
 
 class _Free:
@@ -432,7 +439,10 @@ def _plain_latex(expr) -> str:
     if expr == 0:
         return "0"
     names = {s: name_latex(str(s)) for s in expr.free_symbols}
-    return sympy.latex(sympy.factor_terms(expr), symbol_names=names)
+    # past SORTED_DIMS dims, the terms in sympy's own order: sorting them as sympy prints them
+    # costs the terms times the dims (a stack of 1,600 layers, each its own width: seconds)
+    order = {"order": "none"} if len(names) > SORTED_DIMS else {}
+    return sympy.latex(sympy.factor_terms(expr), symbol_names=names, **order)
 
 
 def _symbol(name: str) -> str:

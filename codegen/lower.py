@@ -54,7 +54,9 @@ from spec.names import check_name
 from spec.ops import ACTIVATIONS, ATOM, OPS, SETTINGS, Operand, Unchecked, Value, align, numel, wrap
 from spec.shape import Shape, format_expr
 
-LINE_LENGTH = 96      # 100 less the function body's indent
+LINE_LENGTH = 96        # 100 less the function body's indent
+LONG_SUM = 200          # terms a sum in generated code may chain with +; past it, sum((...))
+SORTED_DIMS = 64        # a sum over more dims than this is written in sympy's order
 # ops whose code always makes a new array (never a view of an operand), on every backend
 FRESH_RESULT_OPS = frozenset({"matmul", "scale", "add", "sub", "mul", "div", "neg"})
 DTYPE_CLASS = {"float": "Float", "int": "Int", "bool": "Bool"}
@@ -332,6 +334,7 @@ class _Body:
         self.states = False                 # whether the function reads states of its own
         self.revealing: set[str] = set()    # the sums that reveal a dim (not checked)
         self.needed: list[sympy.Symbol] = []
+        self.needing: set[sympy.Symbol] = set()     # the same, to look up
         self.runtimes: list[str] = []
         self.float_source: str | None = None
         self.float_argument: str | None = None      # a float input or parameter
@@ -349,8 +352,8 @@ class _Body:
         self.updates: dict[str, str] = {}   # a value the next call's state takes -> the state
         # elements of the tensors the body's own equations compute, by dtype class: the
         # spec's activation count (spec.counts) for this function, checked before it runs
-        self.allocated = {"float": sympy.Integer(0), "int": sympy.Integer(0),
-                          "bool": sympy.Integer(0)}
+        # (the terms, summed once: adding them one by one is quadratic in their number)
+        self.allocated: dict[str, list] = {"float": [], "int": [], "bool": []}
 
     # -- the CodeContext protocol of spec.ops
     def helper(self, name: str) -> str:
@@ -368,7 +371,10 @@ class _Body:
     def scalar(self, expr) -> str:
         expr = sympy.sympify(expr)
         self.need(expr)
-        return _Printer().doprint(expr)
+        # over more than SORTED_DIMS dims, a sum's terms in sympy's own order: sorting them as
+        # sympy prints them costs the terms times the dims (quadratic for a stack of widths)
+        settings = {"order": "none"} if len(expr.free_symbols) > SORTED_DIMS else {}
+        return _Printer(settings).doprint(expr)
 
     def dtype(self) -> str:
         if self.float_source is None:       # no float array to take it from: the caller's
@@ -401,8 +407,9 @@ class _Body:
 
     def need(self, expr) -> None:
         for symbol in sorted(sympy.sympify(expr).free_symbols, key=str):
-            if symbol not in self.needed:
+            if symbol not in self.needing:
                 self.needed.append(symbol)
+                self.needing.add(symbol)
 
     # -- building
     def build(self) -> tuple[ir.Function, _Signature]:
@@ -611,7 +618,9 @@ class _Body:
         """``require_memory`` with the bytes of the body's own tensors, where a float array
         gives their item size and every dim they need is known without a keyword argument
         (the check never changes a function's signature)."""
-        counted = {dtype: n for dtype, n in self.allocated.items() if n != 0}
+        counted = {dtype: n for dtype, n in
+                   ((dtype, sympy.Add(*terms)) for dtype, terms in self.allocated.items())
+                   if n != 0}
         # the check runs first: a float array it takes (not one it computes) or its dtype
         # keyword gives the item size
         if self.float_argument is not None:
@@ -628,7 +637,14 @@ class _Body:
         tokens: list[str] = []
         for dtype, n in counted.items():
             terms = _terms(self.scalar(n))
-            if sizes[dtype] != "1":
+            if len(terms) > LONG_SUM:
+                # a chain of thousands of + nests too deep for Python's parser: a flat tuple
+                signed = [terms[0]] + [t[2:] if t[0] == "+" else "-" + t[2:] for t in terms[1:]]
+                terms = [f"sum(({signed[0]},", *(t + "," for t in signed[1:-1]),
+                         f"{signed[-1]}))"]
+                if sizes[dtype] != "1":
+                    terms[-1] += f" * {sizes[dtype]}"
+            elif sizes[dtype] != "1":
                 if len(terms) > 1:
                     terms[0], terms[-1] = "(" + terms[0], terms[-1] + ")"
                 terms[-1] += f" * {sizes[dtype]}"
@@ -648,7 +664,7 @@ class _Body:
 
     def knows(self, symbol, seen: frozenset = frozenset()) -> bool:
         """Whether a dim's value is at hand in the function without a keyword argument."""
-        if symbol in self.sources or symbol in self.needed:
+        if symbol in self.sources or symbol in self.needing:
             return True
         if symbol in self.lowerer.lets and symbol not in seen:
             return all(self.knows(inner, seen | {symbol})
@@ -702,8 +718,8 @@ class _Body:
             else result.value.shape
         dtype = declared.dtype if declared is not None else result.value.dtype
         # extend's new buffer holds half as many entries again (templates/helpers/extend.py.j2)
-        self.allocated[dtype] += numel(Value(shape)) * (
-            sympy.Rational(3, 2) if self.extends(record) else 1)
+        self.allocated[dtype].append(numel(Value(shape)) * (
+            sympy.Rational(3, 2) if self.extends(record) else 1))
         lines = None
         if in_place:
             comment = shape.subs(self.comment_names).text()

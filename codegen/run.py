@@ -7,13 +7,14 @@ import traceback
 from dataclasses import dataclass, replace
 
 import numpy as np
+import sympy
 
 from codegen import weights
 from codegen.backends import backend as backend_named
 from codegen.lower import DECODING, lower
 from codegen.render import render
 from codegen.runtime import load_source
-from spec import counts
+from spec import counts, limits
 from spec.check import check
 from spec.errors import RunError, TspecError, UsageError
 from spec.model import (
@@ -30,6 +31,7 @@ from spec.model import (
     step_choices,
 )
 from spec.model import outputs as model_outputs
+from spec.numbers import integer_text
 from spec.prove import evaluate
 from spec.variant import Variant
 
@@ -96,38 +98,69 @@ class _Prepared:
     dtype: str                  # the float dtype of the run
 
 
+# What Python and NumPy keep beside the elements, measured with `ru_maxrss` (CPython 3.11,
+# NumPy 2.4; benchmarks/RESULTS.md): tiny arrays in huge numbers cost these, not their elements
+ARRAY_BYTES = 640          # an array: the ndarray (112 bytes), its buffer's allocation, its
+#                            entries in the trace and the parameters, their names, its shape
+CALL_BYTES = 2048          # a block call: its frame, its trace's dict, its parameters' dict
+STEP_BYTES = 20 * 1024     # an equation or call of a body (once, not per copy): its generated
+#                            code, parsed and compiled
+
+
 @dataclass(frozen=True)
 class MemoryEstimate:
     """What a run holds at once, in bytes: the parameters, the inputs, and every tensor the
-    forward computes (it keeps them all, to show their shapes): the spec's counts."""
+    forward computes (it keeps them all, to show their shapes): the spec's counts; and what
+    Python keeps for them (``overhead``: ``arrays`` arrays, ``calls`` block calls, ``steps``
+    equations and calls of generated code)."""
     parameters: int
     inputs: int
     activations: int
+    arrays: int = 0
+    calls: int = 0
+    steps: int = 0
+
+    @property
+    def overhead(self) -> int:
+        return self.arrays * ARRAY_BYTES + self.calls * CALL_BYTES + self.steps * STEP_BYTES
 
     @property
     def total(self) -> int:
-        return self.parameters + self.inputs + self.activations
+        return self.parameters + self.inputs + self.activations + self.overhead
 
 
 def estimate_memory(variant: Variant, dtype: str = "float32") -> MemoryEstimate:
     """The memory ``run`` needs for a variant that ``with_run_defaults`` completed: from the
-    spec's parameter and activation counts (the docs' figures) and the inputs' shapes, before
-    anything is allocated."""
+    spec's parameter and activation counts (the docs' figures) and the inputs' shapes, and
+    for the overhead, how many arrays and calls those are, before anything is allocated."""
     spec = variant.spec
     choices = spec.choice_values(variant.choices)
-    model = counts.costs(spec, choices)[spec.name]
+    bodies = counts.costs(spec, choices)
+    model = bodies[spec.name]
+    paths = counts.call_paths(bodies, spec.name)
     size = {"float": np.dtype(dtype).itemsize, "int": counts.INT_BYTES,
             "bool": counts.BOOL_BYTES}              # bytes of an element, by dtype class
+
+    def number(expr) -> int:
+        return counts.evaluate(expr, spec, choices, variant.dims)
     try:
-        parameters = counts.evaluate(model.parameters, spec, choices, variant.dims)
-        activations = sum(counts.evaluate(getattr(model.activations, kind), spec, choices,
-                                          variant.dims) * size[kind] for kind in size)
+        parameters = number(model.parameters)
+        activations = sum(number(getattr(model.activations, kind)) * size[kind]
+                          for kind in size)
+        # every copy of a body: its parameters and each tensor it computes are arrays
+        copies = {name: number(sympy.Add(*(times for _, _, times in paths.get(name, []))))
+                  if body.block is not None else 1 for name, body in bodies.items()}
     except KeyError as missing:
         raise UsageError(f"dim {missing.args[0]} has no value; give it with --set "
                          f"{missing.args[0]}=VALUE") from None
-    inputs = sum(int(np.prod(shape, dtype=object)) * size[kind]
-                 for _, shape, kind, _ in _inputs(spec, choices, variant.dims))
-    return MemoryEstimate(parameters * size["float"], inputs, activations)
+    shapes = list(_inputs(spec, choices, variant.dims))
+    inputs = sum(int(np.prod(shape, dtype=object)) * size[kind] for _, shape, kind, _ in shapes)
+    arrays = len(shapes) + sum((len(body.steps) + len(body.own_params)) * copies[name]
+                               for name, body in bodies.items())
+    calls = sum(copies[name] for name, body in bodies.items() if body.block is not None)
+    steps = sum(len(body.steps) for body in bodies.values())
+    return MemoryEstimate(parameters * size["float"], inputs, activations, arrays, calls,
+                          steps)
 
 
 def require_memory(variant: Variant, dtype: str, limit: int | None) -> MemoryEstimate:
@@ -141,8 +174,10 @@ def require_memory(variant: Variant, dtype: str, limit: int | None) -> MemoryEst
         raise UsageError(
             f"{variant.name} needs about {size(estimate.total)} to run in {dtype} (parameters "
             f"{size(estimate.parameters)}, inputs {size(estimate.inputs)}, activations "
-            f"{size(estimate.activations)}), more than {whose} ({size(limit)}): make its dims "
-            "smaller with --set, or raise --max-memory")
+            f"{size(estimate.activations)}, overhead {size(estimate.overhead)} for "
+            f"{integer_text(estimate.arrays, True)} arrays and "
+            f"{integer_text(estimate.calls, True)} calls), more than {whose} "
+            f"({size(limit)}): make its dims smaller with --set, or raise --max-memory")
     return estimate
 
 
@@ -156,6 +191,7 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
         raise UsageError("tspec run runs a model whole; a decoding step needs the cache a "
                          "prefill makes: leave decoding=full and pass --decode STEPS")
     require_memory(variant, dtype, max_memory)
+    limits.doing(f"generating the forward code of {variant.name}")
     sizes = dict(variant.dims)
     chosen = backend_named(backend)
     try:
@@ -172,6 +208,7 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
         if len(shape) > MAX_RANK:
             raise UsageError(f"{name} has {len(shape)} axes; arrays have at most {MAX_RANK}, so "
                              f"{variant.name} cannot run")
+    limits.doing(f"drawing the weights and inputs of {variant.name}")
     params = weights.random_params(shapes, seed, np.dtype(dtype))
     rng = np.random.default_rng(seed + 1)
     inputs = {}
@@ -223,6 +260,7 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
     entry = getattr(prepared.module, spec.name)
     keywords = _keywords(prepared, prepared.lowered.entry, prepared.sizes)
     trace: dict = {}
+    limits.doing(f"running the forward pass of {variant.name}")
     start = time.perf_counter()
     with _generated(prepared, variant.name):
         result = entry(*prepared.inputs.values(), *_params(prepared, prepared.lowered.entry),
@@ -315,6 +353,7 @@ def _decode(prepared: _Prepared, steps: int, full_logits, variant_name: str
             ) -> DecodeResult:
     """Prefill, then one position a step, against the full forward's ``full_logits``."""
     module, sizes = prepared.module, prepared.sizes
+    limits.doing(f"decoding with {variant_name}")
     sequence = _sequence(prepared)
     length = sizes[sequence]
     prompt = length - steps

@@ -55,6 +55,7 @@ def read_spec(path: str | Path) -> Spec:
         raise UsageError(f"cannot read {quoted(str(path))}: {error.strerror}") from None
     if not path.is_file():
         raise UsageError(f"{quoted(str(path))} is not a file")
+    limits.doing("reading the spec", str(path))
     return _parse_cached(str(path), stat.st_mtime_ns, stat.st_size)
 
 
@@ -188,9 +189,11 @@ def shapes(target: Variant | str, settings: list[str] | None = None) -> list[Sha
     variant = _variant(target, settings)
     spec = variant.spec
     result = check_spec(spec, variant.choices)
+    limits.doing(f"listing the shapes of {variant.name}")
     substitution = concrete_substitution(spec, result, variant.dims)
     rows = []
     for row in result.tensors:
+        limits.tick()
         rows.append(ShapeRow(row.name, row.role, _text(row.shape),
                              _text(row.shape.subs(substitution) if row.shape else None),
                              row.dtype, row.meaning, row.declared))

@@ -8,6 +8,7 @@ the body once per binding. Every claim that fails becomes a ``Finding`` with a c
 given dim values (a variant), the same run also evaluates every shape and constraint.
 """
 
+import collections
 import contextlib
 import itertools
 from dataclasses import dataclass, field, replace
@@ -17,8 +18,8 @@ import numpy as np
 import sympy
 
 from spec import limits
-from spec.errors import SpecError
-from spec.expr import dim_text
+from spec.errors import LimitError, SpecError
+from spec.expr import MAX_DEGREE, derived_degrees, dim_text
 from spec.findings import Finding, format_value, grouped
 from spec.limits import TIME_LIMIT, require_tensor_count
 from spec.model import (
@@ -358,6 +359,13 @@ class _Run:
             seen_lets[let.dim] = let
         self.let_map = {symbols[let.dim]: let.expr for let in self.lets}
         _check_let_cycles(self.lets, self.let_map, symbols)
+        degrees = derived_degrees(self.let_map)
+        for let in self.lets:
+            found = degrees[symbols[let.dim]]
+            if found > MAX_DEGREE:     # the prover refuses it too, without saying where
+                raise LimitError(f"let {let.dim} = {let.text} has degree {found:,} in the dims "
+                                 f"once the derived dims it uses are put in; the limit is "
+                                 f"{MAX_DEGREE}", file=let.file, line=let.line)
         self.value_map = {symbols[name]: value for name, value in values.items()}
         key = (tuple(sorted((k.name, v) for k, v in self.let_map.items())),
                tuple(c.relation for c in self.constraints),
@@ -522,10 +530,12 @@ class _Run:
         given = {symbols[n]: v for n, v in self.values.items()}
         full = dict(given)
         undefined = []
+        known = set(given)
+        order = {name: index for index, name in enumerate(symbols)}
         for let in self.lets:
             symbol = symbols[let.dim]
             expr = self.let_map[symbol]
-            if expr.free_symbols - set(given):
+            if expr.free_symbols - known:
                 continue
             try:
                 value = evaluate(expr, given)
@@ -535,9 +545,10 @@ class _Run:
             full[symbol] = value
             if not is_whole(value):
                 undefined.append((let, f"{format_value(value)}, not a positive whole number"))
+        known = set(full)
         for constraint in self.constraints:
             relation = constraint.relation
-            if not relation.free_symbols <= set(full):
+            if not relation.free_symbols <= known:
                 continue
             try:
                 holds = evaluate(relation, full)
@@ -546,8 +557,7 @@ class _Run:
             if holds:
                 continue
             broken += 1
-            involved = sorted(relation.free_symbols, key=lambda s: list(symbols).index(str(s))
-                              if str(s) in symbols else 0)
+            involved = sorted(relation.free_symbols, key=lambda s: order.get(str(s), 0))
             self.add(Finding(
                 kind="constraint-violated",
                 message=_violation_message(relation, full),
@@ -577,14 +587,12 @@ class _Run:
         parts = []
         order = sorted((s for s in involved if s in given),
                        key=lambda s: (0 if _is_divisor(s, self.constraints) else 1, str(s)))
-        failing = self.failing(given)
         for symbol in order:
-            ignored = [item for item in failing if symbol not in self.base_symbols(item)]
             value = given[symbol]
             below = next((v for v in range(value - 1, max(0, value - NEAREST_WINDOW), -1)
-                          if self.valid(given, symbol, v, ignored)), None)
+                          if self.valid(given, symbol, v)), None)
             above = next((v for v in range(value + 1, value + NEAREST_WINDOW)
-                          if self.valid(given, symbol, v, ignored)), None)
+                          if self.valid(given, symbol, v)), None)
             near = [str(v) for v in (below, above) if v is not None]
             if near:
                 parts.append(f"valid {symbol} near {value}: {', '.join(near)}")
@@ -593,45 +601,70 @@ class _Run:
                              "the other dims held")
         return "; ".join(parts)
 
-    def valid(self, given: dict, symbol, value: int, ignored: list) -> bool:
-        """Whether ``symbol = value``, the other dims as given, breaks nothing but
-        ``ignored``."""
-        return all(item in ignored for item in self.failing({**given, symbol: value}))
+    def valid(self, given: dict, symbol, value: int) -> bool:
+        """Whether ``symbol = value``, the other dims as given, leaves every derived dim and
+        constraint ``symbol`` takes part in whole and holding (one it takes no part in fails
+        or holds whatever its value: no reason to refuse a value). Only those are evaluated:
+        a candidate costs what its dim takes part in, not the whole spec."""
+        direct, baseline, dependents = self.dependents(given)
+        known = self._valid.get((symbol, value))       # a dim in many constraints: once
+        if known is not None:
+            return known
+        self._valid[symbol, value] = answer = self._judged(direct, baseline, dependents,
+                                                           symbol, value)
+        return answer
 
-    def failing(self, given: dict) -> list:
-        """The derived dims (their symbols) that the given values leave undefined or not a
-        positive whole number, and the constraints they break."""
-        full = dict(given)
-        failed: list = []
-        for symbol, expr in self.let_map.items():
-            if not expr.free_symbols - set(given):
-                try:
-                    value = evaluate(expr, given)
-                except ZeroDivisionError:
-                    failed.append(symbol)
-                    continue
-                if not is_whole(value):
-                    failed.append(symbol)
-                full[symbol] = value
-        for constraint in self.constraints:
+    @staticmethod
+    def _judged(direct: dict, baseline: dict, dependents: dict, symbol, value: int) -> bool:
+        lets, constraints = dependents.get(symbol, ((), ()))
+        at = {symbol: value}
+        values = collections.ChainMap(at, baseline)
+        for let in lets:
+            try:
+                at[let] = evaluate(direct[let], values)
+            except ZeroDivisionError:
+                return False
+            if not is_whole(at[let]):
+                return False
+        for constraint in constraints:
             relation = constraint.relation
-            if relation.free_symbols <= set(full):
-                try:
-                    holds = evaluate(relation, full)
-                except ZeroDivisionError:
-                    holds = False
-                if not holds:
-                    failed.append(constraint)
-        return failed
+            if not all(s in values for s in relation.free_symbols):
+                continue        # through a derived dim left undefined: not judged
+            try:
+                if not evaluate(relation, values):
+                    return False
+            except ZeroDivisionError:
+                return False
+        return True
 
-    def base_symbols(self, item) -> set:
-        """The given dims a derived dim (a symbol) or a constraint depends on, through the
-        derived dims it names."""
-        if "base_lets" not in self.__dict__:
-            self.base_lets = Prover._compose(dict(self.let_map))    # lets over given dims
-        expr = self.let_map[item] if isinstance(item, sympy.Symbol) else item.relation
-        return {found for s in expr.free_symbols
-                for found in (self.base_lets[s].free_symbols if s in self.base_lets else {s})}
+    def dependents(self, given: dict) -> tuple[dict, dict, dict]:
+        """For the given values (worked out once): the derived dims defined from given dims
+        alone, every value at hand (given and those derived dims that are defined), and for
+        each given dim the derived dims and the constraints it takes part in (directly or
+        through such a derived dim; a constraint over other derived dims is never judged)."""
+        if getattr(self, "_dependents", (None,))[0] is not given:
+            known = set(given)
+            direct = {s: e for s, e in self.let_map.items() if e.free_symbols <= known}
+            baseline = dict(given)
+            found: dict = {}
+            for let, expr in direct.items():
+                try:
+                    baseline[let] = evaluate(expr, given)
+                except ZeroDivisionError:
+                    pass
+                for base in expr.free_symbols:
+                    found.setdefault(base, ([], []))[0].append(let)
+            known |= set(direct)
+            for constraint in self.constraints:
+                free = constraint.relation.free_symbols
+                if free <= known:
+                    bases = set().union(*(direct[s].free_symbols if s in direct else {s}
+                                          for s in free))
+                    for base in bases:
+                        found.setdefault(base, ([], []))[1].append(constraint)
+            self._dependents = (given, (direct, baseline, found))
+            self._valid: dict = {}         # (dim, value) -> whether valid, as judged
+        return self._dependents[1]
 
     # -- bodies
     def structure(self, statements: list, inputs: list[TensorDecl], outputs: list[str],
@@ -1551,7 +1584,10 @@ def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *
     """
     require_tensor_count(spec)
     with limits.time_limit(time_limit):
-        return _check(spec, choices, values, all_choices)
+        try:
+            return _check(spec, choices, values, all_choices)
+        except LimitError as error:       # a bound deep in the prover: where it was reached
+            raise limits.placed(error) from None
 
 
 def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: bool) -> Result:

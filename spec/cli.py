@@ -3,14 +3,20 @@
     tspec check [SPEC_OR_VARIANT ...] [--set NAME=VALUE ...] [--format text|json]
                 [--time-limit SECONDS]
     tspec check SPEC_OR_VARIANT --grid NAME=VALUES ... [--set ...] [--only valid|invalid]
-                [--format text|json|csv]
+                [--format text|json|csv] [--time-limit SECONDS]
     tspec diff VARIANT_A VARIANT_B [--set NAME=VALUE ...] [--format text|json]
-    tspec shapes VARIANT [--set NAME=VALUE ...] [--format text|json]
+               [--time-limit SECONDS]
+    tspec shapes VARIANT [--set NAME=VALUE ...] [--format text|json] [--time-limit SECONDS]
     tspec list
     tspec audit [--check] [--out PATH]
+    tspec docs [SPEC_OR_VARIANT ...] [--set ...] [--out DIR] [--format md|html|all] [--check]
+               [--time-limit SECONDS]
     tspec generate [--backend numpy|cupy] [--out DIR] [--check]
     tspec run VARIANT [--set NAME=VALUE ...] [--backend numpy] [--seed N] [--typecheck]
-              [--decode STEPS] [--max-memory SIZE]
+              [--decode STEPS] [--max-memory SIZE] [--time-limit SECONDS]
+
+Every command but `run` stops at its time limit (default 60 s: the whole command, its proofs
+and the rest) with a one-line error naming where it was, exit 2; `run` has none unless given.
 
 Exit status: 0 when everything is proved, 1 when there are findings (or, for `audit --check`,
 a stale report; for a grid, an invalid combination; for `diff`, a difference; for `run`, an
@@ -20,6 +26,7 @@ Ctrl-C, 141 when the reader of the output went away (`tspec check | head`).
 """
 
 import argparse
+import gc
 import os
 import re
 import select
@@ -38,6 +45,7 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130     # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 EXIT_BROKEN_PIPE = 141     # 128 + SIGPIPE, as a shell reports `yes | head`
 EXIT_INTERNAL = 70         # EX_SOFTWARE: a defect of tspec's own, never of the input
+COLLECTOR_THRESHOLDS = (100_000, 50, 100)     # gc.set_threshold while a command runs
 
 
 def _one_line(message: str) -> str:
@@ -79,10 +87,8 @@ def _parser() -> argparse.ArgumentParser:
                             "(the summary still counts all)")
     check.add_argument("--format", choices=("text", "json", "csv"), default="text",
                        help="csv: with --grid only")
-    check.add_argument("--time-limit", type=float, default=limits.TIME_LIMIT,
-                       metavar="SECONDS",
-                       help="stop a proof that takes longer, naming the statement it reached "
-                            f"(default {limits.TIME_LIMIT:g})")
+    _time_limit(check, "stop a proof or grid that takes longer, naming the statement or the "
+                       "phase it reached")
 
     diff = commands.add_parser(
         "diff", help="what changes from one variant to another: choices, dims, shapes, and "
@@ -95,11 +101,13 @@ def _parser() -> argparse.ArgumentParser:
                       dest="settings", help="set a dim value or a choice on both sides "
                                             "(repeatable)")
     diff.add_argument("--format", choices=("text", "json"), default="text")
+    _time_limit(diff, "stop a diff that takes longer")
 
     shapes = commands.add_parser("shapes", help="every tensor's symbolic and concrete shape")
     shapes.add_argument("target", metavar="VARIANT")
     _settings(shapes)
     shapes.add_argument("--format", choices=("text", "json"), default="text")
+    _time_limit(shapes, "stop a listing that takes longer")
 
     commands.add_parser("list", help="the built-in specs and variants")
 
@@ -126,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="refuse a variant whose parameters, inputs and activations would "
                           "take more than SIZE (bytes, or with K, M, G, T: powers of 1024); "
                           "default: the memory this process may use")
+    _time_limit(run, "stop a run that takes longer", default=None)
 
     docs = commands.add_parser("docs", help="write each variant's documentation: dims, "
                                             "shapes, parameters, FLOPs, memory, diagrams")
@@ -139,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="Markdown, HTML or both (default)")
     docs.add_argument("--check", action="store_true",
                       help="exit 1 with a diff when the pages on disk are stale")
+    _time_limit(docs, "stop making pages that takes longer")
 
     audit = commands.add_parser("audit", help="check the seed transcriptions and write "
                                               "docs/seed-audit.md")
@@ -148,6 +158,13 @@ def _parser() -> argparse.ArgumentParser:
                        help="where the report goes (default: docs/seed-audit.md in the "
                             "checkout)")
     return parser
+
+
+def _time_limit(parser: argparse.ArgumentParser, what: str,
+                default: float | None = limits.TIME_LIMIT) -> None:
+    shown = f"default {default:g}" if default is not None else "default: none"
+    parser.add_argument("--time-limit", type=float, default=default, metavar="SECONDS",
+                        help=f"{what} ({shown}), with an error and exit 2")
 
 
 def _settings(parser: argparse.ArgumentParser) -> None:
@@ -162,6 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     goes wrong writing it (the reader went away, a full device) is handled once for all."""
     output = _Output(sys.stdout)
     sys.stdout = output
+    # a command builds hundreds of thousands of objects that live to its end; with Python's
+    # default thresholds (700, 10, 10) the cycle collector walks them again and again, which
+    # made a command's time grow faster than its work (the docs of 98,304 tensors: 8.7 s,
+    # 5.4 s with these; benchmarks/RESULTS.md)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
     try:
         try:
             code = _command(argv)
@@ -173,14 +196,21 @@ def main(argv: list[str] | None = None) -> int:
         return _flushed(output, code)
     finally:
         sys.stdout = output.stream
+        gc.set_threshold(*thresholds)
 
 
 def _command(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "list":
         return _list()
-    return {"check": _check, "shapes": _shapes, "diff": _diff, "audit": _audit,
-            "generate": _generate, "run": _run, "docs": _docs}[args.command](args)
+    command = {"check": _check, "shapes": _shapes, "diff": _diff, "audit": _audit,
+               "generate": _generate, "run": _run, "docs": _docs}[args.command]
+    seconds = getattr(args, "time_limit", None)
+    if seconds is None:                   # run without --time-limit; audit, generate
+        return command(args)
+    # the whole command: reading, checking, and the rest
+    with limits.time_limit(seconds, f"tspec {args.command}", "reading its input"):
+        return command(args)
 
 
 class _OutputFailed(Exception):
@@ -323,8 +353,7 @@ def _check(args) -> int:
     if args.only:
         raise UsageError("--only is for grids: give --grid NAME=VALUES")
     targets = args.targets or ["transformer"]
-    reports = [api.check(api.load(target, args.settings), time_limit=args.time_limit)
-               for target in targets]
+    reports = [api.check(api.load(target, args.settings)) for target in targets]
     if args.format == "json":
         print(to_json([_report_json(r) for r in reports]))
     else:
@@ -347,12 +376,9 @@ def _grid(args) -> int:
               f"{grid.variant.name}: no combination judged; run `tspec check {targets[0]}`",
               file=sys.stderr)
         return EXIT_FINDINGS
-    if args.format == "json":
-        print(to_json(grid.as_dict(args.only)))
-    elif args.format == "csv":
-        sys.stdout.write(grid.csv(args.only))
-    else:
-        sys.stdout.write(grid.text(args.only))
+    parts = {"json": grid.json_parts, "csv": grid.csv_parts, "text": grid.text_parts}
+    for part in parts[args.format](args.only):        # written as the rows are made
+        sys.stdout.write(part)
     return EXIT_OK if grid.invalid_count == 0 else EXIT_FINDINGS
 
 
@@ -437,7 +463,7 @@ def _shapes(args) -> int:
     print()
     headers = ("tensor", "role", "dtype", "symbolic shape", "concrete shape")
     table = [(r.name, r.role, r.dtype, r.symbolic, r.concrete) for r in rows]
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+    widths = [max([len(h)] + [len(row[i]) for row in table]) for i, h in enumerate(headers)]
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
     print("  ".join("-" * w for w in widths))
     for row in table:

@@ -15,7 +15,6 @@ need take the sizes ``free_sizes`` gives (one sequence, as long as the position 
 and memory is counted in ``DTYPE``: the docs pages, grids and diffs all give the same figures.
 """
 
-import functools
 from dataclasses import dataclass, field
 
 import sympy
@@ -67,6 +66,14 @@ class Flops:
         return Flops(self.matmul + other.matmul, self.other + other.other,
                      self.attention + other.attention)
 
+    @staticmethod
+    def sum(parts) -> "Flops":
+        """The sum of many, each kind one sympy sum (adding them one by one rebuilds a
+        growing sum each time: quadratic in their number)."""
+        parts = list(parts)
+        return Flops(*(sympy.Add(*(getattr(p, kind) for p in parts))
+                       for kind in ("matmul", "other", "attention")))
+
     def times(self, factor) -> "Flops":
         return Flops(self.matmul * factor, self.other * factor, self.attention * factor)
 
@@ -85,6 +92,13 @@ class Activations:
     def __add__(self, other: "Activations") -> "Activations":
         return Activations(self.float + other.float, self.int + other.int,
                            self.bool + other.bool)
+
+    @staticmethod
+    def sum(parts) -> "Activations":
+        """The sum of many, as ``Flops.sum``."""
+        parts = list(parts)
+        return Activations(*(sympy.Add(*(getattr(p, kind) for p in parts))
+                             for kind in ("float", "int", "bool")))
 
     def times(self, factor) -> "Activations":
         return Activations(self.float * factor, self.int * factor, self.bool * factor)
@@ -167,11 +181,9 @@ class _Costing:
                     if d.role == "param")
         cost = BodyCost(
             name, block, tuple(inputs), tuple(steps), own,
-            sum((size for _, _, size in own), ZERO) + sum(
-                (s.parameters for s in steps if s.callee), ZERO),
-            functools.reduce(Flops.__add__, (s.flops for s in steps), Flops()),
-            functools.reduce(Activations.__add__, (s.activations for s in steps),
-                             Activations()),
+            sympy.Add(*(size for _, _, size in own),
+                      *(s.parameters for s in steps if s.callee)),
+            Flops.sum(s.flops for s in steps), Activations.sum(s.activations for s in steps),
             core)
         self.done[name] = cost
         return cost
@@ -183,7 +195,7 @@ class _Costing:
         shape = declared.shape if declared is not None and declared.shape is not None \
             else value.shape
         dtype = declared.dtype if declared is not None else value.dtype
-        total = functools.reduce(Flops.__add__, flops, Flops())
+        total = Flops.sum(flops)
         if attention:
             total = Flops(total.matmul, total.other, total.total)
         read = record.inputs
@@ -191,7 +203,7 @@ class _Costing:
             record, record.output, shape, dtype,
             tuple((n, values[n].shape) for n in read if n not in params),
             tuple((n, values[n].shape) for n in read if n in params),
-            sum((numel(values[n]) for n in read if n in params), ZERO), total,
+            sympy.Add(*(numel(values[n]) for n in read if n in params)), total,
             _activations(shape, dtype))
 
     def term(self, where, term, values, flops: list) -> Value:
@@ -268,12 +280,14 @@ def used_dims(spec, choices, bodies: dict[str, BodyCost]) -> set[str]:
     for body in bodies.values():
         for step in body.steps:
             for shape in [step.shape] + [s for _, s in step.inputs + step.params]:
-                found |= {str(s) for s in shape.free_symbols()}
+                if shape is not None:          # an unstated shape nothing determines
+                    found |= {str(s) for s in shape.free_symbols()}
             found |= {str(s) for s in sympy.sympify(step.flops.total).free_symbols}
             if step.callee and step.record.repeat is not None:
                 found |= {str(s) for s in sympy.sympify(step.record.repeat).free_symbols}
         for _, shape, _ in body.own_params:
-            found |= {str(s) for s in shape.free_symbols()}
+            if shape is not None:
+                found |= {str(s) for s in shape.free_symbols()}
     for statement in select(spec.body, choices):
         if isinstance(statement, Let) and statement.dim in found:
             found |= {str(s) for s in statement.expr.free_symbols}

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
+from spec import limits
 from spec.check import check as check_spec
 from spec.counts import DTYPE, call_paths, costs, free_sizes, used_dims
 from spec.errors import UsageError
@@ -69,6 +70,7 @@ def profile(variant: Variant, rows: list) -> Profile:
     """A variant's profile; ``rows``: its tensors (``spec.api.shapes``). A variant whose sizes
     break the spec is refused, as ``tspec docs`` refuses it."""
     spec = variant.spec
+    limits.doing(f"counting {variant.name}'s parameters, FLOPs and memory")
     choices = spec.choice_values(variant.choices)
     bodies = costs(spec, choices)
     known = concrete_values(spec, choices, variant.dims)
@@ -78,6 +80,7 @@ def profile(variant: Variant, rows: list) -> Profile:
     if result.findings:
         raise UsageError(f"{variant.name}: {len(result.findings)} finding(s) under these "
                          f"sizes; run `tspec check {variant.name}` first")
+    limits.doing(f"counting {variant.name}'s parameters, FLOPs and memory")
     values = concrete_values(spec, choices, {**variant.dims, **sizes})
     paths = call_paths(bodies, spec.name)
     figures = {}
@@ -94,9 +97,9 @@ def profile(variant: Variant, rows: list) -> Profile:
         instance, _, tensor = row.name.rpartition(".")
         shapes[instance, tensor] = TensorShape(instance, tensor, row.symbolic, row.concrete)
     dims = {str(k): int(v) for k, v in known.items() if v.denominator == 1}
-    order = list(spec.dims)
+    order = {name: index for index, name in enumerate(spec.dims)}
     return Profile(variant, choices_in_force(spec, choices),
-                   dict(sorted(dims.items(), key=lambda kv: order.index(kv[0]))), sizes,
+                   dict(sorted(dims.items(), key=lambda kv: order[kv[0]])), sizes,
                    figures, shapes, blocks)
 
 
@@ -229,6 +232,7 @@ class Diff:
 def compare(a: Profile, b: Profile) -> Diff:
     """Every difference between two profiles, in the spec's order (b's additions last);
     shapes grouped by the call path they are at."""
+    limits.doing(f"comparing {a.variant.name} with {b.variant.name}")
     diff = Diff(a, b)
     diff.choices = _changes(a.choices, b.choices)
     diff.dims = _changes(a.dims, b.dims)
@@ -252,7 +256,9 @@ def compare(a: Profile, b: Profile) -> Diff:
 
 
 def _union(first: list, second: list) -> list:
-    return first + [item for item in second if item not in set(first)]
+    """The items of ``first``, then those of ``second`` that ``first`` lacks, in order."""
+    seen = set(first)
+    return first + [item for item in second if item not in seen]
 
 
 def _changes(a: dict, b: dict) -> list[Change]:

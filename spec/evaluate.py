@@ -33,6 +33,11 @@ class Exact:
     num: np.ndarray
     den: np.ndarray
 
+    def __post_init__(self):
+        # arithmetic on 0-d object arrays gives bare Python integers: arrays again, always
+        for name in ("num", "den"):
+            object.__setattr__(self, name, _exact(getattr(self, name)))
+
     @property
     def defined(self) -> np.ndarray:
         return self.den != 0
@@ -83,8 +88,7 @@ def _objects(*arrays) -> list:
 def _exact(result) -> np.ndarray:
     """The result of arithmetic on object arrays as an array again: on 0-d arrays NumPy
     returns a bare Python integer, which has no dtype."""
-    return result if isinstance(result, np.ndarray | np.generic) else \
-        np.asarray(result, dtype=object)
+    return result if isinstance(result, np.ndarray | np.generic) else as_integers(result)
 
 
 def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -121,8 +125,8 @@ def _reduced(num: np.ndarray, den: np.ndarray) -> Exact:
     if _wide(num, den):
         num, den = _objects(num, den)
     sign = np.where(den < 0, -1, 1)
-    num, den = num * sign, den * sign
-    divisor = np.gcd(num, den)
+    num, den = _exact(num * sign), _exact(den * sign)
+    divisor = _exact(np.gcd(num, den))
     divisor = np.where(divisor == 0, 1, divisor)       # 0 / 0: undefined, left as it is
     num, den = _exact(num // divisor), _exact(den // divisor)
     return Exact(num, ONE if np.all(den == 1) else den)

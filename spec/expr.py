@@ -32,6 +32,10 @@ _OPEN = {"(": ")", "[": "]"}
 MAX_NUMBER_DIGITS = 40       # longer literals are refused, never handed to int()
 MAX_DEPTH = 100              # nesting of brackets and operators in one expression
 MAX_RESULT_DIGITS = 1000     # a constant dim expression may not grow past this
+MAX_DEGREE = 256             # of a dim expression in the dims, derived dims put in: so no
+#                              dim's value has more than MAX_DEGREE times as many digits as
+#                              the values it is computed from (sympy's work on a polynomial of
+#                              degree 16,777,216 takes minutes and gigabytes, as does its value)
 
 
 @dataclass(frozen=True)
@@ -368,6 +372,65 @@ def too_many_digits(base: sympy.Basic, exponent: sympy.Basic) -> bool:
         len(str(abs(base.p))) + len(str(base.q))) > MAX_RESULT_DIGITS
 
 
+def degree(expr, degrees: dict | None = None) -> int:
+    """The total degree of a dim expression in the dims, its denominators counted too
+    (``d_model / H``: 2; ``(d + 1)**3``: 3): a bound on how many times the digits of the dims'
+    values its value can have. ``degrees``: derived dims, each as the degree of what it
+    stands for (1 for every other dim)."""
+    memo: dict = {}
+
+    def walk(e) -> int:
+        if isinstance(e, sympy.Symbol):
+            return degrees.get(e, 1) if degrees else 1
+        if not e.args:                                # a number
+            return 0
+        found = memo.get(e)
+        if found is None:
+            if isinstance(e, sympy.Pow) and e.exp.is_Rational:
+                found = walk(e.base) * abs(int(sympy.ceiling(abs(e.exp))))
+            elif isinstance(e, (sympy.Mul, sympy.Pow)):
+                found = sum(walk(a) for a in e.args)
+            else:                                     # a sum, Mod, a comparison, floor
+                found = max(walk(a) for a in e.args)
+            memo[e] = found
+        return found
+    return walk(sympy.sympify(expr))
+
+
+def dependency_order(definitions: dict) -> list:
+    """The keys of ``definitions`` (dim symbol -> the expression it stands for) in an order
+    where each comes after every key its expression uses: depth first, without recursion (a
+    chain of thousands of derived dims), a cycle (the checker names it) broken anywhere."""
+    order: list = []
+    seen: set = set()
+    for root, expr in definitions.items():
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(expr.free_symbols))]
+        while stack:
+            symbol, uses = stack[-1]
+            for used in uses:
+                if used in definitions and used not in seen:
+                    seen.add(used)
+                    stack.append((used, iter(definitions[used].free_symbols)))
+                    break
+            else:
+                stack.pop()
+                order.append(symbol)
+    return order
+
+
+def derived_degrees(lets: dict) -> dict:
+    """Each derived dim's degree (dim symbol -> its definition's degree, the derived dims it
+    uses put in: ``let b = a**4`` with ``let a = d**64`` is 256)."""
+    degrees: dict = {}
+    for symbol in dependency_order(lets):
+        degrees[symbol] = degree(lets[symbol], {s: degrees[s] for s in
+                                                lets[symbol].free_symbols if s in degrees})
+    return degrees
+
+
 def to_sympy(node: Node, symbols: dict[str, sympy.Symbol], *, file: str | None = None,
              what: str = "dim expression", relational: bool = False) -> sympy.Basic:
     """Build the sympy expression for a dim expression tree, accepting only known dims.
@@ -415,6 +478,10 @@ def to_sympy(node: Node, symbols: dict[str, sympy.Symbol], *, file: str | None =
                 if too_many_digits(left, right):
                     raise fail(n, f"{what}: {to_text(n)} has more than {MAX_RESULT_DIGITS} "
                                   "digits")
+                if degree(left) * int(right) > MAX_DEGREE:
+                    raise fail(n, f"{what}: {to_text(n)} has degree "
+                                  f"{degree(left) * int(right):,} in the dims; the limit is "
+                                  f"{MAX_DEGREE}")
                 return left ** right
             raise fail(n, f"{what}: operator {n.op!r} is not allowed here")
         if isinstance(n, Compare) and relational and n is node:
@@ -424,6 +491,9 @@ def to_sympy(node: Node, symbols: dict[str, sympy.Symbol], *, file: str | None =
                       "(use integers, dim names, + - * / % **)")
 
     expr = walk(node)
+    if degree(expr) > MAX_DEGREE:
+        raise fail(node, f"{what}: {to_text(node)} has degree {degree(expr):,} in the dims; "
+                         f"the limit is {MAX_DEGREE}")
     if any(abs(number.p) >= _TOO_LONG or number.q >= _TOO_LONG
            for number in expr.atoms(sympy.Rational)):
         # each constant and power is within bounds, but their product or sum is not

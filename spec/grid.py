@@ -20,6 +20,7 @@ first axis varies slowest.
 
 import csv
 import io
+import json
 import math
 import numbers
 import re
@@ -29,17 +30,21 @@ from fractions import Fraction
 
 import numpy as np
 
+from spec import limits
 from spec.check import Result
 from spec.check import check as check_spec
 from spec.counts import DTYPE, costs, free_sizes, used_dims
 from spec.errors import GridError
 from spec.evaluate import Evaluator, Exact, as_integers, free_symbols
+from spec.expr import degree, derived_degrees
 from spec.findings import display_path, format_value
 from spec.model import Constraint, Let, choices_in_force, select
-from spec.numbers import integer_text
+from spec.numbers import exact, integer_text, shown_json
 from spec.variant import MAX_DIGITS, Variant, dim_value, shown, unknown_dim
 
 MAX_COMBINATIONS = 1_000_000
+CHUNK = 16_384          # combinations judged, counted and written at a time, at most
+CHUNK_DIGITS = 2 ** 24  # and fewer where each number may have more digits than this / CHUNK
 SYNTAX = "NAME=START:STOP:STEP, NAME=A,B,C or NAME=VALUE"
 COUNTS = ("parameters", "flops", "activation_bytes")
 LABELS = {"parameters": "parameters", "flops": "FLOPs", "activation_bytes": "activation bytes"}
@@ -65,11 +70,14 @@ class Axis:
             return max(0, -(-(values.stop - values.start) // values.step))
         return len(values)
 
-    def array(self) -> np.ndarray:
+    def take(self, indices: np.ndarray) -> np.ndarray:
+        """The values at these positions (an int64 array of them)."""
         values = self.values
         if isinstance(values, range) and max(values[0], values[-1]) < 2 ** 62:
-            return np.arange(values.start, values.stop, values.step, dtype=np.int64)
-        return as_integers(list(values))
+            # every value below 2**62: start + step * index cannot overflow (a step that
+            # large only in a one-value range, whose index is 0)
+            return np.int64(values.start) + np.int64(min(values.step, 2 ** 62)) * indices
+        return as_integers([values[i] for i in indices.tolist()])
 
 
 def parse_axis(text: str) -> Axis:
@@ -212,49 +220,27 @@ class Point:
 
 
 @dataclass
-class Grid:
-    """Every combination of the axes' values, judged against one proof."""
-    variant: Variant
-    axes: list[Axis]
-    choices: dict[str, str]           # the choices in force
-    fixed: dict[str, int]             # the dim values every combination shares
-    sizes: dict[str, object]          # sizes the counts give free dims (B = 1, T = max_len)
-    free: list[str]                   # dims the counts need that have no value
-    proof: Result
+class Chunk:
+    """Consecutive combinations, the first at index ``start``, judged and counted."""
+    start: int
     columns: dict[str, np.ndarray]    # each axis's value at each combination
     valid: np.ndarray                 # bool per combination
-    reasons: list[Break]
     broken: np.ndarray                # bool (reason, combination)
     derived: dict[str, Exact]         # derived dims at each combination
     counts: dict[str, tuple[np.ndarray, np.ndarray] | None]   # values, and where counted
 
-    @property
-    def proved(self) -> bool:
-        return self.proof.ok
-
     def __len__(self) -> int:
         return len(self.valid)
 
-    @property
-    def valid_count(self) -> int:
-        return int(np.count_nonzero(self.valid))
+    def shown(self, only: str | None) -> np.ndarray:
+        """Where ``only`` keeps a combination (bool per combination)."""
+        if only is None:
+            return np.ones(len(self), dtype=bool)
+        return self.valid if only == "valid" else ~self.valid
 
-    @property
-    def invalid_count(self) -> int:
-        return len(self) - self.valid_count
-
-    def summary(self) -> str:
-        return f"{len(self):,} combinations: {self.valid_count:,} valid, " \
-               f"{self.invalid_count:,} invalid"
-
-    def points(self, only: str | None = None) -> Iterator[Point]:
-        """The combinations in order (the first axis slowest); ``only`` "valid" or "invalid"
-        keeps those."""
-        if only not in (None,) + ONLY:
-            raise GridError(f"only: {only!r} is neither 'valid' nor 'invalid'")
+    def points(self, reasons: list[Break], only: str | None = None) -> Iterator[Point]:
         count = len(self)
-        indices = range(count) if only is None else \
-            np.flatnonzero(self.valid if only == "valid" else ~self.valid).tolist()
+        indices = range(count) if only is None else np.flatnonzero(self.shown(only)).tolist()
         columns = {name: column.tolist() for name, column in self.columns.items()}
         valid = self.valid.tolist()
         broken = self.broken.T.tolist()
@@ -267,7 +253,91 @@ class Grid:
                 {name: values[i] for name, values in derived.items()},
                 *(None if entry is None or not entry[1][i] else int(entry[0][i])
                   for entry in counts),
-                tuple(reason for reason, hit in zip(self.reasons, broken[i]) if hit))
+                tuple(reason for reason, hit in zip(reasons, broken[i]) if hit))
+
+    def widths(self, axes: list[Axis], reasons: list[Break], only: str | None) -> list[int]:
+        """The widths the text table's cells take for the combinations shown (0 where none
+        is), worked out from the extremes of each column, not by writing every cell."""
+        shown = self.shown(only)
+        if not shown.any():
+            return [0] * (len(axes) + 5)
+        widths = [len(str(self.columns[axis.name][shown].max())) for axis in axes]
+        widths.append(3 if (shown & self.valid).any() else 2)      # yes, no
+        for key in COUNTS:
+            entry = self.counts[key]
+            counted = shown & entry[1] if entry is not None else np.zeros_like(shown)
+            width = 1 if (shown & ~counted).any() else 0             # a dash
+            values = entry[0][counted] if entry is not None else ()
+            if len(values) and values.dtype == object:
+                width = max(width, *(len(integer_text(v, grouped=True))
+                                     for v in values.tolist()))
+            elif len(values):                 # int64: the widest is the largest or smallest
+                width = max(width, *(len(integer_text(int(v), grouped=True))
+                                     for v in (values.max(), values.min())))
+            widths.append(width)
+        if reasons:
+            hits = self.broken[:, shown]
+            lengths = np.array([len(reason.text()) for reason in reasons]) @ hits + \
+                2 * np.maximum(hits.sum(axis=0) - 1, 0)
+            widths.append(int(lengths.max()))
+        else:
+            widths.append(0)
+        return widths
+
+
+@dataclass
+class Grid:
+    """Every combination of the axes' values, judged against one proof: worked out a chunk
+    of CHUNK combinations at a time, as they are read or written, so that memory stays what
+    one chunk takes however many combinations there are."""
+    variant: Variant
+    axes: list[Axis]
+    choices: dict[str, str]           # the choices in force
+    fixed: dict[str, int]             # the dim values every combination shares
+    sizes: dict[str, object]          # sizes the counts give free dims (B = 1, T = max_len)
+    free: list[str]                   # dims the counts need that have no value
+    proof: Result
+    reasons: list[Break]
+    plan: "Plan"
+    counted: dict[str, bool]          # for each count: whether every dim it needs has a value
+    chunk: int = CHUNK                # combinations judged at a time
+    known_valid: int | None = None    # how many combinations are valid, once counted
+
+    @property
+    def proved(self) -> bool:
+        return self.proof.ok
+
+    def __len__(self) -> int:
+        return math.prod(axis.size for axis in self.axes) if self.proved else 0
+
+    def chunks(self, counted: bool = True) -> Iterator[Chunk]:
+        """The combinations in order, CHUNK at a time, judged (and with ``counted``,
+        counted)."""
+        for start in range(0, len(self), self.chunk):
+            limits.doing(f"judging the combinations of the grid of {self.variant.name}")
+            yield _judge(self, start, min(start + self.chunk, len(self)), counted)
+
+    @property
+    def valid_count(self) -> int:
+        if self.known_valid is None:
+            self.known_valid = sum(int(np.count_nonzero(chunk.valid))
+                                   for chunk in self.chunks(counted=False))
+        return self.known_valid
+
+    @property
+    def invalid_count(self) -> int:
+        return len(self) - self.valid_count
+
+    def summary(self) -> str:
+        return f"{len(self):,} combinations: {self.valid_count:,} valid, " \
+               f"{self.invalid_count:,} invalid"
+
+    def points(self, only: str | None = None) -> Iterator[Point]:
+        """The combinations in order (the first axis slowest); ``only`` "valid" or "invalid"
+        keeps those."""
+        _only(only)
+        for chunk in self.chunks():
+            yield from chunk.points(self.reasons, only)
 
     # -- output
     def header(self) -> list[str]:
@@ -284,35 +354,56 @@ class Grid:
         lines.append(f"   counted at {sizes + '; ' if sizes else ''}activation memory in "
                      f"{DTYPE}")
         if self.free:
-            missing = [LABELS[key] for key in COUNTS if self.counts[key] is None]
+            missing = [LABELS[key] for key in COUNTS if not self.counted[key]]
             lines.append(f"   no value for {', '.join(self.free)}: {', '.join(missing)} "
                          "not counted (--set or --grid one)")
         return lines
 
     def text(self, only: str | None = None) -> str:
         """The header, a table of the combinations, and the summary line."""
+        return "".join(self.text_parts(only))
+
+    def text_parts(self, only: str | None = None) -> Iterator[str]:
+        """``text`` a chunk at a time: a first pass over the combinations finds the columns'
+        widths (and counts the valid ones), the second writes the rows."""
+        _only(only)
         headers = [axis.name for axis in self.axes] + ["valid", *LABELS.values(), "breaks"]
-        rows = []
-        for point in self.points(only):
-            figures = [point.parameters, point.flops, point.activation_bytes]
-            rows.append([str(point.dims[axis.name]) for axis in self.axes]
-                        + ["yes" if point.valid else "no"]
-                        + ["—" if f is None else integer_text(f, grouped=True)
-                           for f in figures]
-                        + ["; ".join(b.text() for b in point.breaks)])
+        widths = [len(h) for h in headers]
+        valid = 0
+        for chunk in self.chunks():
+            valid += int(np.count_nonzero(chunk.valid))
+            widths = [max(pair) for pair in zip(widths,
+                                                chunk.widths(self.axes, self.reasons, only))]
+        self.known_valid = valid
         right = len(self.axes) + 4           # numbers right-aligned, valid and breaks left
-        widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
 
         def line(cells):
             return "  ".join(c.rjust(w) if i < right and i != len(self.axes) else c.ljust(w)
                              for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-        lines = self.header() + ["", line(headers), line(["-" * w for w in widths])]
-        lines += [line(row) for row in rows]
+        yield "\n".join(self.header() + ["", line(headers),
+                                         line(["-" * w for w in widths])]) + "\n"
+        texts = {id(reason): reason.text() for reason in self.reasons}
+        for chunk in self.chunks():
+            rows = [line([str(point.dims[axis.name]) for axis in self.axes]
+                         + ["yes" if point.valid else "no"]
+                         + ["—" if f is None else integer_text(f, grouped=True)
+                            for f in (point.parameters, point.flops, point.activation_bytes)]
+                         + ["; ".join(texts[id(b)] for b in point.breaks)])
+                    for point in chunk.points(self.reasons, only)]
+            if rows:
+                yield "\n".join(rows) + "\n"
         shown = "" if only is None else f" (shown: the {only} ones)"
-        lines += ["", self.summary() + shown]
-        return "\n".join(lines) + "\n"
+        yield "\n" + self.summary() + shown + "\n"
 
     def as_dict(self, only: str | None = None) -> dict:
+        head = self._head()
+        return {**{key: value for key, value in head.items() if key != "axes"},
+                "axes": {name: list(values) for name, values in head["axes"].items()},
+                "combinations": len(self), "valid": self.valid_count,
+                "invalid": self.invalid_count,
+                "points": [point.as_dict() for point in self.points(only)]}
+
+    def _head(self) -> dict:
         variant = self.variant
         return {
             "target": variant.name,
@@ -321,26 +412,111 @@ class Grid:
             "fixed": self.fixed,
             "sizes": {k: v if isinstance(v, int) else str(v) for k, v in self.sizes.items()},
             "dtype": DTYPE,
-            "axes": {axis.name: list(axis.values) for axis in self.axes},
-            "combinations": len(self),
-            "valid": self.valid_count,
-            "invalid": self.invalid_count,
-            "points": [point.as_dict() for point in self.points(only)],
+            "axes": {axis.name: axis.values for axis in self.axes},
         }
+
+    def json_parts(self, only: str | None = None) -> Iterator[str]:
+        """``to_json(as_dict(only))`` a chunk at a time: the same text, never all in memory
+        (the valid combinations are counted first: their number comes before the points)."""
+        _only(only)
+        valid = self.valid_count
+        head = self._head()
+        axes = head.pop("axes")
+        yield "{\n" + "".join(f"  {json.dumps(key)}: {_json(value, 1)},\n"
+                              for key, value in head.items())
+        yield '  "axes": {\n'
+        for index, (name, values) in enumerate(axes.items()):
+            yield f"    {json.dumps(name)}: "
+            # the values: integers of at most MAX_DIGITS digits, as JSON writes them
+            yield from _json_list(((",\n" + "  " * 3).join(
+                str(v) for v in values[start:start + CHUNK])
+                for start in range(0, len(values), CHUNK)), 2)
+            yield ",\n" if index < len(axes) - 1 else "\n"
+        yield "  },\n" + "".join(f"  {json.dumps(key)}: {_json(value, 1)},\n" for key, value in (
+            ("combinations", len(self)), ("valid", valid), ("invalid", len(self) - valid)))
+        yield '  "points": '
+        breaks = {id(reason): _json(reason.as_dict(), 4) for reason in self.reasons}
+        yield from _json_list((",\n    ".join(_point_json(point, breaks) for point in
+                                              chunk.points(self.reasons, only))
+                               for chunk in self.chunks()), 1)
+        yield "\n}\n"
 
     def csv(self, only: str | None = None) -> str:
         """One row per combination: the axes, valid (true/false), the counts (empty where
         not counted), and what it breaks."""
+        return "".join(self.csv_parts(only))
+
+    def csv_parts(self, only: str | None = None) -> Iterator[str]:
+        """``csv`` a chunk at a time."""
+        _only(only)
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow([axis.name for axis in self.axes] + ["valid", *COUNTS, "breaks"])
-        for point in self.points(only):
-            figures = [point.parameters, point.flops, point.activation_bytes]
-            writer.writerow([point.dims[axis.name] for axis in self.axes]
-                            + ["true" if point.valid else "false"]
-                            + ["" if f is None else integer_text(f) for f in figures]
-                            + ["; ".join(b.text() for b in point.breaks)])
-        return out.getvalue()
+        yield out.getvalue()
+        texts = {id(reason): reason.text() for reason in self.reasons}
+        valid = 0
+        for chunk in self.chunks():
+            valid += int(np.count_nonzero(chunk.valid))
+            out = io.StringIO()
+            writer = csv.writer(out, lineterminator="\n")
+            for point in chunk.points(self.reasons, only):
+                figures = [point.parameters, point.flops, point.activation_bytes]
+                writer.writerow([point.dims[axis.name] for axis in self.axes]
+                                + ["true" if point.valid else "false"]
+                                + ["" if f is None else integer_text(f) for f in figures]
+                                + ["; ".join(texts[id(b)] for b in point.breaks)])
+            yield out.getvalue()
+        self.known_valid = valid             # counted on the way: no second pass for it
+
+
+def _only(only: str | None) -> None:
+    if only not in (None,) + ONLY:
+        raise GridError(f"only: {only!r} is neither 'valid' nor 'invalid'")
+
+
+def _json(value, level: int) -> str:
+    """``value`` as ``to_json`` writes it at nesting ``level`` (two spaces a level)."""
+    return json.dumps(shown_json(value), indent=2).replace("\n", "\n" + "  " * level)
+
+
+def _point_json(point: Point, breaks: dict) -> str:
+    """``_json(point.as_dict(), 2)``, written by hand for speed (json.dumps with an indent
+    is pure Python): the same text. ``breaks``: each reason's, at its nesting, by its id."""
+    def table(values: dict) -> str:
+        if not values:
+            return "{}"
+        return "{\n" + ",\n".join(f"        {json.dumps(name)}: {_scalar(value)}"
+                                   for name, value in values.items()) + "\n      }"
+    listed = "[]" if not point.breaks else "[\n" + ",\n".join(
+        "        " + breaks[id(b)] for b in point.breaks) + "\n      ]"
+    return (f'{{\n      "dims": {table(point.dims)},\n'
+            f'      "valid": {"true" if point.valid else "false"},\n'
+            f'      "derived": {table(point.derived)},\n'
+            f'      "parameters": {_scalar(point.parameters)},\n'
+            f'      "flops": {_scalar(point.flops)},\n'
+            f'      "activation_bytes": {_scalar(point.activation_bytes)},\n'
+            f'      "breaks": {listed}\n    }}')
+
+
+def _scalar(value) -> str:
+    """A number, text or None as ``to_json`` writes it (integers it would round as text)."""
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value) if exact(value) else json.dumps(integer_text(value))
+    return json.dumps(value)
+
+
+def _json_list(batches: Iterator[str], level: int) -> Iterator[str]:
+    """A JSON list at nesting ``level``, its items written a batch at a time (each batch the
+    items' text at ``level + 1``, joined), as ``json.dumps(..., indent=2)`` writes it: ``[]``
+    when there are none."""
+    indent, first = "  " * (level + 1), True
+    for batch in batches:
+        if batch:
+            yield ("[\n" if first else ",\n") + indent + batch
+            first = False
+    yield "[]" if first else "\n" + "  " * level + "]"
 
 
 def _per_point(value: Exact, count: int) -> list:
@@ -389,48 +565,74 @@ def plan(variant: Variant, axes: list[Axis], settings: set[str] = frozenset()) -
 
 
 def evaluate(variant: Variant, axes: list[Axis], settings: set[str] = frozenset()) -> Grid:
-    """Prove once, then judge and count every combination of the axes' values."""
+    """Prove once, then judge and count every combination of the axes' values (as they are
+    read: see Grid)."""
     return judge(plan(variant, axes, settings), axes)
 
 
 def judge(plan: Plan, axes: list[Axis]) -> Grid:
-    """Every combination of the axes' values, judged and counted at once (nothing when the
-    proof failed: no combination can be judged against it)."""
+    """The grid of every combination of the axes' values: what all combinations share (the
+    fixed dims, the sizes free dims take, which counts have every dim they need) worked out
+    here; each combination is judged and counted as it is read (none when the proof failed:
+    no combination can be judged against it)."""
     variant, lets, constraints = plan.variant, plan.lets, plan.constraints
     spec = variant.spec
-    symbols = spec.symbols()
     grid_names = {axis.name for axis in axes}
     fixed = {name: dim.value for name, dim in spec.dims.items() if dim.value is not None}
     fixed |= {name: value for name, value in variant.dims.items() if name not in grid_names}
-    columns = _combinations(axes) if plan.proof.ok else \
-        {axis.name: as_integers([]) for axis in axes}
-    count = len(next(iter(columns.values())))
     reasons = [Break("constraint-violated", f"require {c.text}", c.file, c.line)
                for c in constraints] + [Break("not-integral", f"let {let.dim} = {let.text}",
                                               let.file, let.line) for let in lets]
-    grid = Grid(variant, axes, choices_in_force(spec, plan.choices), fixed, {}, [], plan.proof,
-                columns, np.zeros(count, dtype=bool), reasons,
-                np.zeros((len(reasons), count), dtype=bool), {}, dict.fromkeys(COUNTS))
-    if not plan.proof.ok:
-        return grid
-    values = {symbols[name]: value for name, value in {**fixed, **columns}.items()}
+    sizes, free, counted = _count_setup(plan, fixed, grid_names) if plan.proof.ok else \
+        ({}, [], dict.fromkeys(COUNTS, False))
+    return Grid(variant, axes, choices_in_force(spec, plan.choices), fixed, sizes, free,
+                plan.proof, reasons, plan, counted, _chunk(plan, fixed, axes))
+
+
+def _chunk(plan: Plan, fixed: dict, axes: list[Axis]) -> int:
+    """How many combinations to judge at a time: CHUNK, or fewer where a number may have
+    more than CHUNK_DIGITS / CHUNK digits (the largest value's digits times the largest degree
+    of what is computed from it: a count of a dim derived as d**192 from a 40-digit d has
+    thousands), so that a chunk's numbers take about CHUNK_DIGITS digits at most."""
+    symbols = plan.variant.spec.symbols()
+    degrees = derived_degrees({symbols[let.dim]: let.expr for let in plan.lets})
+    exprs = [c.relation for c in plan.constraints] + [e for e in plan.counts.values()
+                                                      if e is not None]
+    largest = max([degree(e, degrees) for e in exprs] + list(degrees.values()) + [1])
+    values = [*fixed.values(), *(max(axis.values[0], axis.values[-1]) if
+                                 isinstance(axis.values, range) else max(axis.values)
+                                 for axis in axes)]
+    digits = max(len(str(value)) for value in values) + 1
+    return max(1, min(CHUNK, CHUNK_DIGITS // (largest * digits)))
+
+
+def _judge(grid: Grid, start: int, stop: int, counted: bool) -> Chunk:
+    """Combinations start .. stop - 1 judged against the constraints (and with ``counted``,
+    counted), all at once."""
+    plan = grid.plan
+    symbols = plan.variant.spec.symbols()
+    columns = _combinations(grid.axes, start, stop)
+    count = stop - start
+    values = {symbols[name]: value for name, value in {**grid.fixed, **columns}.items()}
     evaluator = Evaluator(values)
-    derived = _derive(evaluator, lets, symbols, set(values))
-    grid.derived = {let.dim: derived[symbols[let.dim]] for let in lets
-                    if symbols[let.dim] in derived}
-    grid.broken = _broken(evaluator, constraints, lets, derived, symbols, set(values), count)
-    grid.valid = ~grid.broken.any(axis=0) if len(reasons) else np.ones(count, dtype=bool)
-    grid.sizes, grid.free, grid.counts = _counts(plan, values, fixed, grid.valid)
-    return grid
+    derived = _derive(evaluator, plan.lets, symbols, set(values))
+    broken = _broken(evaluator, plan.constraints, plan.lets, derived, symbols, set(values),
+                     count)
+    valid = ~broken.any(axis=0) if len(grid.reasons) else np.ones(count, dtype=bool)
+    counts = _counts(grid, values, valid) if counted else dict.fromkeys(COUNTS)
+    return Chunk(start, columns, valid, broken,
+                 {let.dim: derived[symbols[let.dim]] for let in plan.lets
+                  if symbols[let.dim] in derived}, counts)
 
 
-def _combinations(axes: list[Axis]) -> dict[str, np.ndarray]:
-    """Each axis's value at every combination, the first axis varying slowest."""
-    arrays = [axis.array() for axis in axes]
+def _combinations(axes: list[Axis], start: int, stop: int) -> dict[str, np.ndarray]:
+    """Each axis's value at combinations start .. stop - 1, the first axis varying slowest."""
+    index = np.unravel_index(np.arange(start, stop, dtype=np.int64),
+                             tuple(axis.size for axis in axes))
+    arrays = [axis.take(i) for axis, i in zip(axes, index)]
     if any(a.dtype == object for a in arrays):
         arrays = [a.astype(object) for a in arrays]
-    mesh = np.meshgrid(*arrays, indexing="ij")
-    return {axis.name: m.reshape(-1) for axis, m in zip(axes, mesh)}
+    return {axis.name: array for axis, array in zip(axes, arrays)}
 
 
 def _derive(evaluator: Evaluator, lets: list[Let], symbols: dict, known: set) -> dict:
@@ -479,26 +681,44 @@ def _broken(evaluator: Evaluator, constraints: list[Constraint], lets: list[Let]
     return np.array(rows, dtype=bool).reshape(len(rows), count)
 
 
-def _counts(plan: Plan, values: dict, fixed: dict, valid: np.ndarray):
-    """The sizes free dims take, the dims the counts need that have none, and parameters,
-    FLOPs and activation bytes at the valid combinations (values, and where counted)."""
+def _count_setup(plan: Plan, fixed: dict, varied: set[str]):
+    """What every combination shares about the counts: the sizes free dims take, the dims
+    the counts need that have none, and whether each count has every dim it needs (from the
+    dims that have values, fixed or varied, and the derived dims defined from those)."""
     spec = plan.variant.spec
     symbols = spec.symbols()
+    known = {symbols[name] for name in [*fixed, *varied]}
+    pending = list(plan.lets)
+    while ready := [let for let in pending if let.expr.free_symbols <= known]:
+        known |= {symbols[let.dim] for let in ready}
+        pending = [let for let in pending if let not in ready]
+    named = {str(s): fixed.get(str(s), s) for s in known}      # max_len: its value if fixed
+    sizes = free_sizes(named, plan.used)
+    known |= {symbols[name] for name in sizes}
+    free: set[str] = set()
+    counted = {}
+    for key, expr in plan.counts.items():
+        missing = free_symbols(expr) - known
+        free |= {str(s) for s in missing}
+        counted[key] = not missing
+    order = {name: index for index, name in enumerate(spec.dims)}
+    return sizes, sorted(free, key=order.__getitem__), counted
+
+
+def _counts(grid: Grid, values: dict, valid: np.ndarray) -> dict:
+    """Parameters, FLOPs and activation bytes at the valid combinations (values, and where
+    counted); None for a count a dim it needs has no value for."""
+    plan = grid.plan
+    symbols = plan.variant.spec.symbols()
     at_valid = {symbol: value if np.ndim(value) == 0 else value[valid]
                 for symbol, value in values.items()}
     evaluator = Evaluator(at_valid)
-    known = set(at_valid) | set(_derive(evaluator, plan.lets, symbols, set(at_valid)))
-    named = {str(s): fixed.get(str(s), s) for s in known}      # max_len: its value if fixed
-    sizes = free_sizes(named, plan.used)
-    for name, size in sizes.items():
+    _derive(evaluator, plan.lets, symbols, set(at_valid))
+    for name, size in grid.sizes.items():
         evaluator.memo[symbols[name]] = evaluator.value(size)
-        known.add(symbols[name])
     counts: dict = {}
-    free: set[str] = set()
     for key, expr in plan.counts.items():
-        missing = free_symbols(expr) - known
-        if missing:
-            free |= {str(s) for s in missing}
+        if not grid.counted[key]:
             counts[key] = None
             continue
         value = evaluator.value(expr)
@@ -507,5 +727,4 @@ def _counts(plan: Plan, values: dict, fixed: dict, valid: np.ndarray):
         full[valid] = np.broadcast_to(value.num, (int(valid.sum()),))
         counted[valid] = np.broadcast_to(value.whole, (int(valid.sum()),))
         counts[key] = (full, counted)
-    order = list(spec.dims)
-    return sizes, sorted(free, key=order.index), counts
+    return counts

@@ -1,9 +1,11 @@
-"""Bounds on the checker's work, so that no spec (thousands of equations, shape expressions
+"""Bounds on every command's work, so that no spec (thousands of equations, shape expressions
 that sympy takes long to compare, blocks that call blocks exponentially often) can make it
 hang or exhaust the machine: a time limit, and a limit on the tensors a spec expands to.
 
 The time limit interrupts even one long sympy computation where it can (SIGALRM, in the main
-thread on POSIX), and the checker looks at the clock before each statement too.
+thread on POSIX), and the checker looks at the clock before each statement too, as the other
+work of a command (diffs, docs pages, grids) does before each phase (``doing``). The command
+line puts every command but `run` under one (``--time-limit``, default TIME_LIMIT).
 """
 
 import math
@@ -22,16 +24,24 @@ LONGEST_TIMER = 2 ** 31 - 1  # seconds (68 years): a longer limit is timed by th
 
 
 class _Bound:
-    """The time bound in force: when it ends, and the statement the checker is at."""
+    """The time bound in force: when it ends, and the statement the checker is at (or what
+    the command is doing besides checking)."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, command: str, phase: str | None):
         self.seconds = seconds
+        self.command = command    # "tspec docs": what a phase's error names
         self.deadline = time.monotonic() + seconds
-        self.at = None            # the statement reached: a Let, TensorDecl, Equation, ...
+        self.at = phase           # the statement reached: a Let, TensorDecl, Equation, ...;
+        #                           or a phase of the command's other work ("comparing ...")
+        self.file = None          # the file a phase reads, if any
         self.raised = False       # once raised (by the signal or the clock), never again
 
     def error(self) -> LimitError:
         self.raised = True
+        if isinstance(self.at, str):
+            return LimitError(f"{self.command} stopped at its time limit of {self.seconds:g} s, "
+                              f"{self.at}; give it longer with --time-limit SECONDS",
+                              file=self.file)
         file, line, what = _described(self.at)
         return LimitError(f"the check stopped at its time limit of {self.seconds:g} s, at "
                           f"{what}: the spec has more statements, or more complex shape "
@@ -44,15 +54,20 @@ _UNBOUNDED = object()           # time_limit(None) in force: no inner bound eith
 
 
 class time_limit:
-    """``with time_limit(seconds):`` bounds the checking done inside: past ``seconds``, a
-    LimitError naming the statement reached. None: no bound, for anything inside either.
-    Inside another, the outer holds. (A class, not a generator: its exit must run even when
-    the signal fires as an error unwinds.)"""
+    """``with time_limit(seconds):`` bounds the work done inside: past ``seconds``, a
+    LimitError naming the statement the checker reached, or the phase ``command`` (its name
+    in errors: "tspec docs") was in. None: no bound, for anything inside either. Inside
+    another, the outer holds. (A class, not a generator: its exit must run even when the
+    signal fires as an error unwinds.)"""
 
-    def __init__(self, seconds: float | None):
+    def __init__(self, seconds: float | None, command: str = "the command",
+                 phase: str | None = None):
         if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
             raise UsageError(f"a time limit is a positive number of seconds, not {seconds:g}")
         self.seconds = seconds
+        self.command = command
+        self.phase = phase        # what the work inside starts with, for an error before the
+        #                           first statement or phase it reaches
         self.owner = False        # whether this one set the bound (the outermost)
         self.timer = False        # whether it set a timer (and a SIGALRM handler)
         self.previous = None      # the SIGALRM handler it replaced
@@ -65,7 +80,7 @@ class time_limit:
         if self.seconds is None:
             _bound.current = _UNBOUNDED
             return self
-        self.bound = bound = _Bound(self.seconds)
+        self.bound = bound = _Bound(self.seconds, self.command, self.phase)
         _bound.current = bound
         if threading.current_thread() is threading.main_thread() and \
                 hasattr(signal, "setitimer") and \
@@ -105,6 +120,38 @@ def reached(statement) -> None:
         return
     bound.at = statement
     if time.monotonic() > bound.deadline:
+        raise bound.error()
+
+
+def doing(phase: str, file: str | None = None) -> None:
+    """The command is at ``phase`` of its work besides checking ("comparing base with big"),
+    of ``file`` if it reads one, remembered for the error; past the deadline an error at
+    once, as ``reached``. Called before each phase and, in long ones, every so often (where
+    no signal interrupts: outside the main thread, or under another timer, this is what stops
+    them)."""
+    bound = getattr(_bound, "current", None)
+    if bound is None or bound is _UNBOUNDED:
+        return
+    bound.at, bound.file = phase, file
+    if time.monotonic() > bound.deadline:
+        raise bound.error()
+
+
+def placed(error: LimitError) -> LimitError:
+    """``error`` (raised without a place, deep in the checker) at the statement the checker
+    has reached, where a time limit follows it."""
+    bound = getattr(_bound, "current", None)
+    if error.file is None and bound is not None and bound is not _UNBOUNDED and \
+            not isinstance(bound.at, str):
+        error.file, error.line, _ = _described(bound.at)
+    return error
+
+
+def tick() -> None:
+    """Past the deadline, the error at once, naming the phase or statement last reached: for
+    the loops of a long phase."""
+    bound = getattr(_bound, "current", None)
+    if bound is not None and bound is not _UNBOUNDED and time.monotonic() > bound.deadline:
         raise bound.error()
 
 

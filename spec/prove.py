@@ -19,6 +19,9 @@ from fractions import Fraction
 import sympy
 from sympy.solvers.simplex import InfeasibleLPError, UnboundedLPError, linprog
 
+from spec.errors import LimitError
+from spec.expr import MAX_DEGREE, degree, dependency_order, derived_degrees, dim_text
+
 SEARCH_MAX = 12          # largest size tried per dim in the counterexample search
 SEARCH_BUDGET = 20000    # candidate assignments tried per claim
 
@@ -109,6 +112,14 @@ class Prover:
         self.dims = list(dims)
         self.values = dict(values)
         self.lets = dict(lets)
+        # before anything is put in: each derived dim's degree (what sympy's work on it, and
+        # its value's digits, grow with), refused past MAX_DEGREE
+        self.degrees = derived_degrees(self.lets)
+        for symbol, found in self.degrees.items():
+            if found > MAX_DEGREE:
+                raise LimitError(f"derived dim {symbol} has degree {found:,} in the dims once "
+                                 f"the derived dims it uses are put in; the limit is "
+                                 f"{MAX_DEGREE}")
         # derived dims in terms of base dims, then bound values put in
         self.substitution = self._compose({**self.lets, **{s: sympy.Integer(v)
                                                            for s, v in self.values.items()}})
@@ -143,17 +154,25 @@ class Prover:
 
     @staticmethod
     def _compose(mapping: dict) -> dict:
-        for _ in range(len(mapping) + 1):
-            updated = {s: e.xreplace(mapping) for s, e in mapping.items()}
-            if updated == mapping:
-                break
-            mapping = updated
-        return mapping
+        """Each entry with the others put in, to any depth: each once, after those it uses
+        (putting all in at once until nothing changed took a pass a link of a chain). An
+        entry in a cycle (the checker names it) is left in."""
+        composed: dict = {}
+        for symbol in dependency_order(mapping):
+            expr = mapping[symbol]
+            inner = {s: composed[s] for s in expr.free_symbols if s in composed}
+            composed[symbol] = expr.xreplace(inner) if inner else expr
+        return {symbol: composed[symbol] for symbol in mapping}
 
     def norm(self, expr) -> sympy.Basic:
         cached = self._norms.get(expr)
         if cached is None:
-            cached = self._norms[expr] = sympy.sympify(expr).xreplace(self.substitution)
+            expr = sympy.sympify(expr)
+            if self.lets and degree(expr, self.degrees) > MAX_DEGREE:
+                raise LimitError(f"{dim_text(expr)} has degree "
+                                 f"{degree(expr, self.degrees):,} in the dims once the derived "
+                                 f"dims it uses are put in; the limit is {MAX_DEGREE}")
+            cached = self._norms[expr] = expr.xreplace(self.substitution)
         return cached
 
     # -- the three claims

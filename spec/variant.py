@@ -19,6 +19,7 @@ Everything is validated against the spec: unknown dims or choices, non-integer o
 non-positive values, a name set twice, each get an error naming the file and line.
 """
 
+import contextlib
 import difflib
 import math
 import re
@@ -160,6 +161,18 @@ def _line_of(text: str, section: str | None, key: str) -> int | None:
     return None
 
 
+@contextlib.contextmanager
+def _at_line(text: str, section: str, key: str):
+    """A VariantError raised inside, placed at the line that sets ``key`` in [section]: found
+    only for an error (finding it for every key would read the file once a key)."""
+    try:
+        yield
+    except VariantError as error:
+        if error.line is None:
+            error.line = _line_of(text, section, key)
+        raise
+
+
 def load_variant(path: str | Path, resolve_spec) -> Variant:
     """Read a variant TOML file; ``resolve_spec(name_or_path, base_dir)`` finds its spec."""
     path = Path(path)
@@ -211,30 +224,29 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
             raise VariantError(f"{section} must be a table: [{section}]", file=file,
                                line=_line_of(text, None, section))
     for name, value in data.get("dims", {}).items():
-        line = _line_of(text, "dims", name)
-        if name not in spec.dims:
-            raise VariantError(f"[dims] {unknown_dim(name, spec)}", file=file, line=line)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise VariantError(f"[dims] {name} = {value!r}: dim values are positive integers",
-                               file=file, line=line)
-        if value < 1:
-            raise VariantError(f"[dims] {name} = {value}: dim values are positive integers",
-                               file=file, line=line)
-        if value >= 10 ** MAX_DIGITS:
-            raise VariantError(f"[dims] {name}: a value of more than {MAX_DIGITS} digits",
-                               file=file, line=line)
+        with _at_line(text, "dims", name):
+            if name not in spec.dims:
+                raise VariantError(f"[dims] {unknown_dim(name, spec)}", file=file)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise VariantError(f"[dims] {name} = {value!r}: dim values are positive "
+                                   "integers", file=file)
+            if value < 1:
+                raise VariantError(f"[dims] {name} = {value}: dim values are positive integers",
+                                   file=file)
+            if value >= 10 ** MAX_DIGITS:
+                raise VariantError(f"[dims] {name}: a value of more than {MAX_DIGITS} digits",
+                                   file=file)
         dims[name] = value
     choices: dict[str, str] = {}
     for name, value in data.get("choices", {}).items():
-        line = _line_of(text, "choices", name)
-        if name in dims:
-            raise VariantError(f"{name} is set in both [dims] and [choices]", file=file,
-                               line=line)
-        if name not in spec.choices:
-            known = ", ".join(spec.choices) or "none"
-            raise VariantError(f"[choices] unknown choice {name!r}; the spec's choices: {known}",
-                               file=file, line=line)
-        choices[name] = _choice_value(spec, name, value, f"[choices] {name}", file, line)
+        with _at_line(text, "choices", name):
+            if name in dims:
+                raise VariantError(f"{name} is set in both [dims] and [choices]", file=file)
+            if name not in spec.choices:
+                known = ", ".join(spec.choices) or "none"
+                raise VariantError(f"[choices] unknown choice {name!r}; the spec's choices: "
+                                   f"{known}", file=file)
+            choices[name] = _choice_value(spec, name, value, f"[choices] {name}", file)
     settings: dict[str, float] = {}
     for name, value in data.get("settings", {}).items():
         line = _line_of(text, "settings", name)

@@ -43,7 +43,7 @@ fuzz = _fuzz_module()
 SEED = 8
 COUNT = {"parse": 300, "expr": 300, "check": 300, "variant": 300, "set": 300, "grid": 200,
          "weights": 400, "cli": 150, "docs": 40, "output": 24, "printers": 10,
-         "meanings": 30}
+         "meanings": 30, "shapes": 40, "diff": 20, "run": 10}
 TIME_LIMIT = 60.0        # only so that a hang fails the test instead of stopping the run
 SHAPES = {"E": (11, 8), "W": (8,)}      # the parameters the weight-file tests expect
 
@@ -324,9 +324,9 @@ def test_tspec_run_refuses_parameters_past_memory(capsys, monkeypatch):
     code, out, err = run(capsys, "run", "base", "--set", "N=1", "--set", "V=99999999999")
     assert (code, out) == (2, "")
     assert err == ("tspec: error: base needs about 429,153.5 GiB to run in float32 (parameters "
-                   "381,469.8 GiB, inputs 1.1 KiB, activations 47,683.7 GiB), more than the "
-                   "memory this process may use (931.3 GiB): make its dims smaller with --set, "
-                   "or raise --max-memory\n")
+                   "381,469.8 GiB, inputs 1.1 KiB, activations 47,683.7 GiB, overhead 962.1 KiB "
+                   "for 109 arrays and 17 calls), more than the memory this process may use "
+                   "(931.3 GiB): make its dims smaller with --set, or raise --max-memory\n")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from spec import limits
 from spec.check import check
 from spec.cli import main
-from spec.errors import LimitError, UsageError
+from spec.errors import LimitError, SpecError, UsageError
 from spec.language import parse
 from spec.limits import tensor_count
 
@@ -171,9 +171,89 @@ def test_a_time_limit_must_be_a_positive_number_of_seconds(capsys, value):
 
 @SWALLOWED
 def test_the_cli_stops_at_its_time_limit_with_exit_2(tmp_path, capsys):
+    path = tmp_path / "s.tspec"
+    path.write_text(SLOW)
+    assert main(["check", str(path), "--time-limit", "1"]) == 2
+    error = capsys.readouterr().err
+    assert re.fullmatch(rf"tspec: error: {re.escape(str(path))}:(4: the check stopped at its time "
+                        r"limit of 1 s, at input X|5: the check stopped at its time limit of 1 s, "
+                        r"at Y = X \* 2)" + re.escape(MESSAGE) + "\n", error), error
+
+
+@SWALLOWED
+def test_the_cli_limit_holds_from_the_start_reading_included(tmp_path, capsys):
+    # before: the limit began with the proof; reading 20,000 lines took longer than the limit
     path = tmp_path / "c.tspec"
     path.write_text(chain(20_000))
-    assert main(["check", str(path), "--time-limit", "0.1"]) == 2
-    error = capsys.readouterr().err
-    assert error.startswith(f"tspec: error: {path}:")
-    assert error.endswith(MESSAGE + "\n")
+    assert main(["check", str(path), "--time-limit", "0.01"]) == 2
+    assert capsys.readouterr().err == (
+        f"tspec: error: {path}: tspec check stopped at its time limit of 0.01 s, reading the "
+        "spec; give it longer with --time-limit SECONDS\n")
+
+
+# -- dim expressions of huge degree: sympy's work on them, and their values, grow with it
+
+POWERS = ('dim B "b"\ndim d "d"\ndim e "e"\nlet e = (((d**64)**64)**64)**64\n'
+          'input X "B d" "x"\nparam W "d d" "w"\nY "B d" "y" = X @ W\noutput Y\n')
+
+
+def test_a_power_of_huge_degree_is_refused_where_it_is_written(tmp_path, capsys):
+    # before: diffed at a 39-digit d, past 70 s and 1.65 GB (sympy's polynomials of degree
+    # 16,777,216, then d to that power: 654 million digits)
+    (tmp_path / "p.tspec").write_text(POWERS)
+    for name, d in (("a", "9" * 39), ("b", "3")):
+        (tmp_path / f"{name}.toml").write_text(f'spec = "p.tspec"\n[dims]\nB = 2\nd = {d}\n')
+    message = (f"tspec: error: {tmp_path}/p.tspec:4:18: let e: (d ** 64) ** 64 has degree 4,096 "
+               "in the dims; the limit is 256\n")
+    for argv in (["diff", "a.toml", "b.toml"], ["check", "p.tspec"], ["shapes", "a.toml"],
+                 ["docs", "a.toml", "--out", "out"], ["run", "a.toml"],
+                 ["check", "p.tspec", "--grid", "d=1:3:1"]):
+        assert main([argv[0]] + [str(tmp_path / a) if a.endswith((".toml", ".tspec")) or
+                                 a == "out" else a for a in argv[1:]]) == 2
+        assert capsys.readouterr().err == message
+
+
+def test_powers_within_the_limit_pass_and_one_past_it_is_refused():
+    assert check(parse('dim d "d"\ndim k "k"\nlet k = (d**64)**4\n')).ok
+    with pytest.raises(SpecError) as caught:
+        parse('dim d "d"\ndim k "k"\nlet k = d**64 * d**64 * d**64 * d**64 * d\n', "k.tspec")
+    assert str(caught.value) == ("k.tspec:3:39: let k: d ** 64 * d ** 64 * d ** 64 * d ** 64 * "
+                                 "d has degree 257 in the dims; the limit is 256")
+
+
+@pytest.mark.parametrize("text, message", [
+    # derived dims put in each other: each within the limit, together past it
+    ('dim B "b"\ndim d "d"\ndim a "a"\ndim b "b"\nlet a = d**64\nlet b = a**8\n',
+     ("k.tspec:6: let b = a ** 8 has degree 512 in the dims once the derived dims it uses are "
+     "put in; the limit is 256")),
+    # a shape over a derived dim: where the checker reaches it
+    (('dim B "b"\ndim d "d"\ndim a "a"\nlet a = d**64\ninput X "B d" "x"\n'
+     'param W "d a**8" "w"\nY "B a**8" "y" = X @ W\noutput Y\n'),
+     ("k.tspec:6: a**8 has degree 512 in the dims once the derived dims it uses are put in; "
+     "the limit is 256")),
+])
+def test_a_degree_past_the_limit_once_derived_dims_are_put_in_is_refused(text, message):
+    with pytest.raises(LimitError) as caught:
+        check(parse(text, "k.tspec"))
+    assert str(caught.value) == message
+
+
+def test_the_prover_refuses_a_huge_degree_wherever_it_is_built():
+    # concrete_values (the docs, diffs, runs) builds one before any check
+    from spec.model import concrete_values
+    spec = parse('dim d "d"\ndim a "a"\ndim b "b"\nlet a = d**64\nlet b = a**8\n', "k.tspec")
+    with pytest.raises(LimitError) as caught:
+        concrete_values(spec, {}, {"d": 10 ** 39})
+    assert str(caught.value) == ("derived dim b has degree 512 in the dims once the derived "
+                                 "dims it uses are put in; the limit is 256")
+
+
+def test_thousands_of_derived_dims_in_a_chain_are_put_in_each_other():
+    # each derived dim from the one before, 3,000 deep: no recursion that deep
+    lines = ['dim B "b"', 'dim a0 "a"'] + [f'dim a{i} "a"\nlet a{i} = a{i - 1} + 1'
+                                           for i in range(1, 3000)]
+    spec = parse("\n".join(lines + ['input X "B a2999" "x"', "output X"]) + "\n", "l.tspec")
+    assert check(spec).ok
+    from spec.model import concrete_values
+    values = concrete_values(spec, {}, {"a0": 5, "B": 1})
+    assert values[spec.symbols()["a2999"]] == 3004

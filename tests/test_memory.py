@@ -52,26 +52,88 @@ def test_an_absurd_variant_is_refused_before_anything_is_allocated(capsys, monke
     assert main(["run", "base", "--set", "d_model=1000000000"]) == 2
     assert capsys.readouterr().err == (
         "tspec: error: base needs about 268,221,142,143.0 GiB to run in float32 (parameters "
-        "268,221,092,313.5 GiB, inputs 1.1 KiB, activations 49,829.5 GiB), more than the "
-        "memory this process may use (16.0 GiB): make its dims smaller with --set, or raise "
-        "--max-memory\n")
+        "268,221,092,313.5 GiB, inputs 1.1 KiB, activations 49,829.5 GiB, overhead 1.3 MiB "
+        "for 534 arrays and 92 calls), more than the memory this process may use (16.0 GiB): "
+        "make its dims smaller with --set, or raise --max-memory\n")
 
 
 def test_a_deep_stack_is_refused_without_building_its_layers(capsys):
     # a billion layers: the estimate is symbolic, so the refusal takes no time and no memory
     assert main(["run", "base", "--set", "N=1000000000", "--max-memory", "64G"]) == 2
     assert capsys.readouterr().err == (
-        "tspec: error: base needs about 32,875,061.0 GiB to run in float32 (parameters "
-        "27,381,897.0 GiB, inputs 1.1 KiB, activations 5,493,164.1 GiB), more than the limit "
-        "given (64.0 GiB): make its dims smaller with --set, or raise --max-memory\n")
+        "tspec: error: base needs about 32,954,335.2 GiB to run in float32 (parameters "
+        "27,381,897.0 GiB, inputs 1.1 KiB, activations 5,493,164.1 GiB, overhead 79,274.2 GiB "
+        "for 85,000,000,024 arrays and 15,000,000,002 calls), more than the limit given "
+        "(64.0 GiB): make its dims smaller with --set, or raise --max-memory\n")
+
+
+TINY = ["d_model=2", "H=1", "d_ff=1", "V=2", "T=1", "T_dec=1", "B=1"]
+
+
+def test_tiny_arrays_in_huge_numbers_are_refused_before_the_run(capsys, monkeypatch):
+    # was accepted (an estimate of 120.5 MiB: the elements alone), ran 219 s, reached 7.7 GB
+    # and died with a MemoryError traceback: what Python keeps for each of the 17 million
+    # arrays and 3 million calls is what such a run takes
+    monkeypatch.setattr(run_module, "lower", None)      # never reached
+    assert main(["run", "base", "--set", "N=200000", *(a for setting in TINY
+                                                        for a in ("--set", setting)),
+                 "--max-memory", "130M"]) == 2
+    assert capsys.readouterr().err == (
+        "tspec: error: base needs about 16.0 GiB to run in float32 (parameters 62.6 MiB, "
+        "inputs 18 bytes, activations 58.0 MiB, overhead 15.9 GiB for 17,000,024 arrays and "
+        "3,000,002 calls), more than the limit given (130.0 MiB): make its dims smaller with "
+        "--set, or raise --max-memory\n")
+
+
+# the peak resident memory of the run alone: Linux's high-water mark, reset before it
+PEAK = """
+import sys
+from spec import api
+from codegen.run import estimate_memory, run, with_run_defaults
+variant = with_run_defaults(api.load(sys.argv[1], sys.argv[2:]))
+def status(key):
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status")
+                if line.startswith(key))
+before = status("VmRSS:")
+with open("/proc/self/clear_refs", "w") as reset:
+    reset.write("5")
+run(variant)
+print(status("VmHWM:") - before, estimate_memory(variant).total)
+"""
+
+
+def _chain(path: Path, length: int) -> str:
+    lines = ['dim B "b"', 'dim d "d"', 'input X0 "B d" "x"']
+    lines += [f'X{i} "B d" = relu(X{i - 1})' for i in range(1, length + 1)]
+    path.write_text("\n".join(lines + [f"output X{length}"]) + "\n")
+    return str(path)
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("kind", ["layers", "equations"])
+def test_the_estimate_grows_at_least_as_fast_as_what_a_run_takes(tmp_path, kind):
+    # the peak memory of a run grows with the layers (arrays and calls: the trace, the
+    # parameters) and with the equations (their code) by no more than the estimate does;
+    # before, the estimate grew by the elements alone (tens of KiB where the run took 9 and
+    # 27 MB more)
+    if kind == "layers":
+        small, large = (["base", f"N={n}", *TINY] for n in (100, 700))
+    else:
+        small, large = ([_chain(tmp_path / f"c{n}.tspec", n), "B=1", "d=2"] for n in (300, 2000))
+    (peak_small, estimate_small), (peak_large, estimate_large) = (
+        map(int, subprocess.run([sys.executable, "-c", PEAK, *argv], capture_output=True,
+                                text=True, check=True, timeout=300).stdout.split())
+        for argv in (small, large))
+    assert peak_large - peak_small <= estimate_large - estimate_small
 
 
 def test_max_memory_sets_the_limit(capsys):
     assert main(["run", "base", "--max-memory", "100M"]) == 2
     assert capsys.readouterr().err == (
-        "tspec: error: base needs about 207.0 MiB to run in float32 (parameters 172.1 MiB, "
-        "inputs 1.1 KiB, activations 34.9 MiB), more than the limit given (100.0 MiB): make "
-        "its dims smaller with --set, or raise --max-memory\n")
+        "tspec: error: base needs about 208.4 MiB to run in float32 (parameters 172.1 MiB, "
+        "inputs 1.1 KiB, activations 34.9 MiB, overhead 1.3 MiB for 534 arrays and 92 calls), "
+        "more than the limit given (100.0 MiB): make its dims smaller with --set, or raise "
+        "--max-memory\n")
     assert main(["run", "base", "--max-memory", "0.25GiB"]) == 0
 
 
@@ -90,9 +152,10 @@ def test_bad_max_memory_values(capsys, text, message):
 
 def test_the_api_refuses_with_a_usage_error():
     variant = with_run_defaults(api.load("gpt2_small"))
-    with pytest.raises(UsageError, match=r"^gpt2_small needs about 542\.7 MiB to run in "
+    with pytest.raises(UsageError, match=r"^gpt2_small needs about 543\.7 MiB to run in "
                                          r"float32 \(parameters 474\.7 MiB, inputs 576 bytes, "
-                                         r"activations 68\.0 MiB\), more than the limit given "
+                                         r"activations 68\.0 MiB, overhead 1\.0 MiB for 473 "
+                                         r"arrays and 74 calls\), more than the limit given "
                                          r"\(1\.0 MiB\)"):
         run(variant, max_memory=2**20)
 
