@@ -908,8 +908,12 @@ def test_an_argument_mismatch_names_both_arguments_that_disagree():
                    'input Y "B T d"\ninput Z "B S d"\ninput M "B T S"\n'
                    'A "B T d" = attend(Y, Y, M)\n')
     assert finding.kind == "argument-mismatch"
-    assert finding.message == ("M (B T S) passed as attend's input L (B T_q T_kv) gives "
-                               "T_kv = S, but Y (B T d), passed as X_kv, gives T_kv = T")
+    # neither is known to be the one not meant: the disagreement leads, and neither shape is
+    # "expected" (was: expected L's, "B T T", which read as the mask being wrong)
+    assert finding.message == ("attend's inputs X_kv and L disagree on T_kv: Y (B T d), "
+                               "passed as X_kv, gives T_kv = T, but M (B T S), passed as L, "
+                               "gives T_kv = S")
+    assert (finding.expected, finding.inferred) == (None, None)
     assert finding.hint == ("attend's inputs X_kv and L share T_kv: pass Y and M with one "
                             "T_kv, or check which of them is not the tensor meant")
 

@@ -231,16 +231,32 @@ def test_a_block_using_a_derived_dim_that_decoding_changes_gets_a_step_function(
     ('input X "B T d" "input"', 'input X "B T d" "input"\n    input R "B 2*T" "more"',
      ("the full model's input R (B 2*T) has an axis that is neither free of the sequence's "
       "positions (T) nor those positions: prefill cannot take the prompt's part of it")),
-    # a step whose inputs keep every dim of the full model's: no positions to run over
+    # a step that takes the whole sequence beside the new positions: an input the full model
+    # does not take (was: the step's inputs "lack 0 of the full model's input dims")
     ('input X "B T_new d" "the new positions\' input"',
      'input X "B T_new d" "new"\n    input S "B T d" "the whole sequence"',
-     ("the decoding step's inputs lack 0 of the full model's input dims (none), where they "
+     ("the decoding step takes S, which the full model does not: keep it in the cache as a "
+      "state (`state ... from ...`)")),
+    # a step whose inputs each fit the full model's, which takes another dim besides the
+    # sequence's: prefill could not tell which to run over
+    (('dim d "width"', 'input X "B T d" "input"'),
+     ('dim d "width"\ndim e "other"', 'input X "B T d" "input"\n    input R "B e" "more"'),
+     ("the decoding step's inputs lack 2 of the full model's input dims (T, e), where they "
       "must lack one: the sequence's positions, in whose place a step takes the new ones "
       "(T_new) and those so far (T_past + T_new)")),
+    # the step's input of the full model's name whose other axis is another: the sequence is
+    # still T, by the inputs that agree (was: T_dec, the one dim the step's inputs lacked)
+    (('dim d "width"', 'input X "B T d" "input"', 'input X "B T_new d" "the new'),
+     ('dim d "width"\ndim e "other"', 'input X "B T d" "input"\n    input m "B e" "mask"',
+      'input m "B T" "mask"\n    input X "B T_new d" "the new'),
+     "the decoding step takes m as B T, whose axis 1 is T where the full model's B e has e"),
 ])
 def test_a_decoding_steps_inputs_are_parts_of_the_full_models(old, new, message):
-    assert TINY.count(old) == 1
-    found = findings(TINY.replace(old, new))
+    text = TINY
+    for a, b in zip(*((old, new) if isinstance(old, tuple) else ((old,), (new,)))):
+        assert text.count(a) == 1
+        text = text.replace(a, b)
+    found = findings(text)
     assert message in [f[2] for f in found], found
 
 
