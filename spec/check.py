@@ -205,7 +205,8 @@ class _Scope:
             self.report_claim("out-of-range", verdict,
                               f"{what}: {format_expr(a)} must not exceed {format_expr(b)}",
                               [a, b], hint=hint, suggested=suggested)
-            table = self.table() if suggested is None else None
+            table = self.table() if suggested is None and what.endswith("vs table length") \
+                else None
             if table is not None:
                 # no constraint fixes it: a use of the table its rows do not cover
                 self.checker.used(table, self.equation, self.checker.findings[-1].key())
@@ -310,6 +311,15 @@ class _Scope:
             else None,
             dims=self.checker.dim_values(symbols), hint=hint, suggested=suggested,
             cause=cause))
+
+
+def _whole_polynomial(expr) -> bool:
+    """Whether ``expr`` is a polynomial in its dims with whole coefficients (whole wherever
+    they are)."""
+    symbols = sorted(expr.free_symbols, key=str)
+    if not symbols or not expr.is_polynomial(*symbols):
+        return False
+    return all(c.is_Integer for c in sympy.Poly(expr, *symbols).coeffs())
 
 
 def _unbound(shape: Shape, binding: dict) -> Shape:
@@ -853,14 +863,26 @@ class _Run:
         value is doubtful too, for the same cause (a chain of consequences, each beneath the
         first cause).
 
-        Each earlier finding is tried alone: the tensors it made doubtful take their other
-        value, the rest keep theirs. A finding follows from it only where it disappears so
-        (what fixing that finding changes), not where it takes another finding's fix too."""
+        Each first cause is tried alone: the tensors it made doubtful (itself or through the
+        findings that follow from it) take their other value, the rest keep theirs. A finding
+        follows from it only where it disappears so (what fixing that cause changes), not
+        where it takes another cause's fix too."""
         found = self.findings[start:]
         value = scope.values[record.output]
+        # the tensors each first cause made doubtful (through findings that follow from it)
+        # take their other values together: fixing it changes them all
+        causes = {f.key(): f.cause for f in self.findings[:start] if f.cause is not None}
+
+        def root(key: tuple) -> tuple:
+            seen = {key}
+            while causes.get(key) is not None and causes[key] not in seen:
+                key = causes[key]
+                seen.add(key)
+            return key
+
         by_cause: dict = {}
         for name in suspects:
-            by_cause.setdefault(scope.suspect[name].cause, []).append(name)
+            by_cause.setdefault(root(scope.suspect[name].cause), []).append(name)
         for names in by_cause.values():
             doubt = scope.suspect[names[0]]
             with self.aside(scope):
@@ -1078,8 +1100,14 @@ class _Run:
             hint, suggested = self.size_hint(
                 kind, size, "fix the declared shape: a size is at least 1" if kind ==
                 "out-of-range" else "fix the declared shape: a size is a whole number")
+            # a product of dims with whole coefficients is whole where they are: one over a
+            # derived dim that is not follows from that dim's finding
+            broken = self.broken_lets
+            cause = next((broken[s] for s in sorted(size.free_symbols, key=str)
+                          if s in broken), None) \
+                if kind == "not-integral" and _whole_polynomial(size) else None
             self.add(Finding(
-                kind="unproved" if verdict.unknown else kind,
+                kind="unproved" if verdict.unknown else kind, cause=cause,
                 message=f"size {format_expr(size)} in the declared shape of {decl.name} "
                         f"is not {what} for every allowed size",
                 file=decl.file, line=decl.line, tensor=scope.qualified(decl.name),
@@ -1402,6 +1430,17 @@ class _Run:
 
     def bind(self, scope, call, block, decl, arg, actual: Shape, dtype, binding, locals_,
              bound_by, doubts, conflicts):
+        # a call is a use of the block's input, and of the argument where it is declared
+        given = scope.decls.get(arg)
+        given = given if given is not None and given.role in DECLARED and \
+            given.shape is not None and \
+            (scope.block is None or given not in scope.block.inputs) else None
+
+        def used(failed):
+            self.used(decl, call, failed)
+            if given is not None:
+                self.used(given, call, failed)
+
         declared = decl.shape
         expected = declared.subs(binding)
         problem = None
@@ -1457,13 +1496,13 @@ class _Run:
                               inferred=None if conflict else actual.text())
                 if conflict is not None:
                     conflicts.append((conflict[0], conflict[2], self.findings[-1].key()))
-                self.used(decl, call, self.findings[-1].key())
+                used(self.findings[-1].key())
                 # in the body, the input is doubtful: what trips over it there but not over
                 # the argument passed follows from this finding
                 doubts[decl.name] = _Doubt(Value(actual, dtype, tensor=decl.name),
                                            self.findings[-1].key(), False, decl.name)
             else:
-                self.used(decl, call, None)
+                used(None)
         else:
             for d, a in zip(declared.dims, actual.dims):
                 if d in locals_ and d not in binding:
@@ -1472,7 +1511,7 @@ class _Run:
                           f"{block.name}'s input {decl.name} ({declared.text()}): {problem}",
                           None, [], hint=f"pass a tensor of shape {declared.text()}",
                           expected=declared.text(), inferred=actual.text())
-            self.used(decl, call, self.findings[-1].key())
+            used(self.findings[-1].key())
         if dtype != decl.dtype:
             scope.finding("argument-mismatch", f"{arg} is {dtype} but {block.name}'s input "
                           f"{decl.name} is {decl.dtype}", None, [],
@@ -1804,8 +1843,9 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
 def _offered(spec: Spec, finding: Finding, combo: dict, known: dict) -> str:
     """A finding's hint, its redeclaration (declare the tensor as its equation gives it, or a
     state as its start) offered only where it is a fix: the spec with that declaration,
-    checked under a combination the finding holds in, has the finding no more and no finding
-    it had not. Else the hint says what the declaration would do."""
+    checked under a combination the finding holds in, has the finding no more, nor any finding
+    it had not or that followed from this one (a consequence left standing is the mistake
+    moved). Else the hint says what the declaration would do."""
     decl, shape = finding.redeclare
     swapped = replace(decl, shape=shape)
 
@@ -1820,7 +1860,15 @@ def _offered(spec: Spec, finding: Finding, combo: dict, known: dict) -> str:
         after = _check(amended, combo, None, False, verify=False).findings
     except SpecError:
         after = [finding]
-    seen = {(f.kind, f.line, f.message) for f in known.values()}
+    # what the check found besides this finding and what follows from it
+    key = finding.key()
+    after_it = {key}
+    while True:
+        more = {k for k, f in known.items() if f.cause in after_it} - after_it
+        if not more:
+            break
+        after_it |= more
+    seen = {(f.kind, f.line, f.message) for k, f in known.items() if k not in after_it}
     still = [f for f in after if (f.file, f.line, f.kind) ==
              (finding.file, finding.line, finding.kind)]
     moved = sorted((f for f in after if (f.kind, f.line, f.message) not in seen and
@@ -1870,7 +1918,8 @@ def _misfits(uses, merged: dict, causes: set) -> list[tuple[TensorDecl, list[tup
     """The declared tensors whose declaration is the likelier mistake than each use that does
     not fit it, each with the keys of those uses' findings and the lines of the uses that fit:
 
-    - one that none of its uses fits, at two or more lines;
+    - one that none of its uses fits, at two or more lines (with one, the use may as well
+      be the mistake: that finding stands alone);
     - one that uses at two or more lines do not fit, though others do (a table too short for
       two of its slices, E.T where E's rows are not the vocabulary's: a gather or a slice
       that fits need not compare all of it).
@@ -1901,11 +1950,12 @@ def _misfit_declaration(decl: TensorDecl, failed: list[Finding], fits: list) -> 
     """A declared tensor that uses at two or more lines do not fit (see ``_misfits``): its
     declaration is the likelier mistake than each use, and their findings follow from it.
     (With one use, the use may as well be the mistake: that finding stands alone.)"""
-    lines = ", ".join(map(str, sorted({f.line for f in failed if f.line is not None})))
+    at = sorted({f.line for f in failed if f.line is not None})
+    lines = f"line{'s' if len(at) > 1 else ''} {', '.join(map(str, at))}"
     family = "" if decl.shape.family is None else f"[{format_expr(decl.shape.family)}]"
     first = min(failed, key=lambda f: (f.line or 0, f.kind, f.tensor))
-    which = f"which none of its uses fits (lines {lines})" if not fits else \
-        f"which its uses at lines {lines} do not fit (it fits those at " \
+    which = f"which none of its uses fits ({lines})" if not fits else \
+        f"which its uses at {lines} do not fit (it fits those at " \
         f"line{'s' if len(fits) > 1 else ''} {', '.join(map(str, fits))})"
     return Finding(
         kind="declaration-mismatch",
@@ -2068,7 +2118,8 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                     finding.cause = _started_otherwise(provers[prover_key], name, decl,
                                                        (shape, other), (start, start_other),
                                                        dtype, prefill)
-                    found.append((finding, both, ()))
+                    # a use of the state's declaration that does not fit it
+                    found.append((finding, both, (decl,)))
         if bits & ~covered:
             where = prefix.rstrip(".") or "its top level"
             found.append((Finding(

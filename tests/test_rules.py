@@ -118,6 +118,60 @@ def test_cross_attention_keys_that_start_from_the_queries_are_a_finding():
          {"T": 2, "T_past": 1})]
 
 
+STEP_INPUT = '        input u "B T_new" int "ids of the positions this step adds, each in 0..V-1"\n'
+
+
+@pytest.mark.parametrize("edit, where, message", [
+    # a cache updated with the new keys alone
+    ((("        update K_past = K_h\n", "        update K_past = K_n\n"),), 208,
+     ("update K_past = K_n: K_n has T_new positions where K_past has T_past; a cache keeps its "
+     "positions and adds the new ones")),
+    # the step's ids renamed: an input the full model does not take
+    (((STEP_INPUT, STEP_INPUT.replace("input u", "input w")),
+      ('            X_dec "B T_new d_model" "the new positions\' token embeddings" = E[u]\n',
+       '            X_dec "B T_new d_model" "the new positions\' token embeddings" = E[w]\n')),
+     490, ("the decoding step takes w, which the full model does not: keep it in the cache as a "
+          "state (`state ... from ...`)")),
+])
+def test_a_variant_is_checked_with_the_decoding_step_generate_emits_beside_it(
+        tmp_path, capsys, edit, where, message):
+    """A variant under decoding=full (the default) was proved by `tspec check`, while `tspec
+    run` refused it: its code has a decoding step too, checked under decoding=step."""
+    text = TRANSFORMER
+    for old, new in edit:
+        text = transformer_with(old, new) if text is TRANSFORMER else text.replace(old, new)
+    (tmp_path / "v.tspec").write_text(text)
+    (tmp_path / "v.toml").write_text(
+        'spec = "v.tspec"\n[dims]\nd_model = 32\nH = 4\nd_ff = 16\nN = 1\nV = 50\n'
+        '[choices]\narch = "decoder_only"\npositional = "sinusoidal"\n')
+    report = api.check(str(tmp_path / "v.toml"))
+    assert [(f.line, f.message, f.choices) for f in report.findings] == [
+        (where, message, "decoding=step")]
+    code, out, err = run(capsys, "check", str(tmp_path / "v.toml"))
+    assert code == 1 and "proved" not in out
+    # `tspec run` refuses it for the same finding, as `tspec check` reports it (it exited 2,
+    # "spec transformer is not proved under ... decoding=step: 1 finding(s)")
+    code, out, err = run(capsys, "run", str(tmp_path / "v.toml"))
+    assert code == 1 and out == ""
+    assert err.startswith(f"{tmp_path / 'v.tspec'}:{where}: ") and \
+        err.endswith("tspec: 1 finding(s) in v: nothing to run\n")
+
+
+def test_a_decoding_step_is_checked_with_the_full_model_that_starts_it():
+    """Under decoding=step the prefill's own findings were dropped: cross-attention fed the
+    decoder's keys gave the states' findings, never its own, the cause."""
+    old = "multi_head_attention(Y_1, Z_enc, L_cross_h) as cross_attention"
+    text = transformer_with(old, old.replace("Z_enc", "Y_1"))
+    found = check(spec.parse(text, "t.tspec"), {"arch": "encoder_decoder", "decoding": "step"},
+                  all_choices=True).findings
+    assert [(f.line, f.kind, f.choices, f.caused_by is found[0]) for f in found] == [
+        (345, "argument-mismatch", "norm=post, decoding=full", False),
+        (235, "shape-mismatch", "norm=post, key_value_heads=grouped, decoding=step", True),
+        (236, "shape-mismatch", "norm=post, key_value_heads=grouped, decoding=step", True),
+        (241, "shape-mismatch", "norm=post, key_value_heads=all, decoding=step", True),
+        (242, "shape-mismatch", "norm=post, key_value_heads=all, decoding=step", True)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Every refusal of code generation or `tspec run` that a spec's content can cause: `tspec
 # check` reports it first (a finding, or an error naming the line), or generation no longer
