@@ -1496,6 +1496,8 @@ class _Run:
                               inferred=None if conflict else actual.text())
                 if conflict is not None:
                     conflicts.append((conflict[0], conflict[2], self.findings[-1].key()))
+                    self.record_cache.setdefault(("conflicts",), {})[
+                        self.findings[-1].key()] = (bound_by[local][0], arg, local, given)
                 used(self.findings[-1].key())
                 # in the body, the input is doubtful: what trips over it there but not over
                 # the argument passed follows from this finding
@@ -1794,6 +1796,18 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
         for decl in compared:
             # the step's input against the full model's: a use of each that does not fit
             uses.setdefault(id(decl), [decl, {}, {}])[2].setdefault(key, []).append(key)
+    for key, (earlier, later, local, given) in record_cache.get(("conflicts",), {}).items():
+        # two arguments that disagree on a local dim, where the later one's value makes a
+        # decoding state fit its start: evidence for the later one
+        fitting = sorted({f.line for f in merged.values() if f.cause == key and
+                          f.equation.startswith("state ")})
+        if key in merged and fitting:
+            merged[key].hint += (
+                f"; with {later}'s {local} ({format_expr(given)}), the state"
+                f"{'s' if len(fitting) > 1 else ''} at line{'s' if len(fitting) > 1 else ''} "
+                f"{', '.join(map(str, fitting))} fit{'' if len(fitting) > 1 else 's'} "
+                f"{'their starts' if len(fitting) > 1 else 'its start'}: {earlier} is the "
+                "likelier one not meant")
     for decl, failed, fits in _misfits(uses.values(), merged, causes):
         # a finding at the declaration itself (a step's input the full model takes otherwise)
         # is the cause; else the declaration, as a finding of its own

@@ -170,6 +170,14 @@ def test_a_decoding_step_is_checked_with_the_full_model_that_starts_it():
         (236, "shape-mismatch", "norm=post, key_value_heads=grouped, decoding=step", True),
         (241, "shape-mismatch", "norm=post, key_value_heads=all, decoding=step", True),
         (242, "shape-mismatch", "norm=post, key_value_heads=all, decoding=step", True)]
+    # neither argument is "expected" (the mask was); the states say which is likelier wrong
+    assert found[0].message == (
+        "multi_head_attention's inputs X_kv and L_h disagree on T_kv: Y_1 (B T_dec d_model), "
+        "passed as X_kv, gives T_kv = T_dec, but L_cross_h ([H] B T_dec T), passed as L_h, "
+        "gives T_kv = T")
+    assert found[0].hint.endswith(
+        "; with L_cross_h's T_kv (T), the states at lines 235, 236, 241, 242 fit their starts: "
+        "Y_1 is the likelier one not meant")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,3 +476,20 @@ def test_what_tspec_check_proves_code_generation_and_tspec_run_accept(text):
                          decode_steps=2 if "decoding == step" in text else None)
     if result.decoded is not None and "when decoding == step:\n    let" not in text:
         assert result.decoded.difference < 1e-12     # (q = 2 d in the step, 3 d in full)
+
+
+@settings(max_examples=40, deadline=None)
+@given(decoder_specs())
+def test_what_tspec_check_proves_of_one_combination_code_generation_accepts(text):
+    """A variant is checked under its own choices: code generation under them makes the
+    decoding step too (decoding=full) or needs the full model to start it, and must refuse
+    nothing `tspec check` proved of that one combination (a step's mistakes were found only
+    when the variant said decoding=step)."""
+    try:
+        parsed = spec.parse(text, "r.tspec")
+        combos = combinations(parsed)
+        proved = [combo for combo in combos if not check(parsed, combo).findings]
+    except SpecError:
+        return
+    for combo in proved:
+        source(parsed, combo)
