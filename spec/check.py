@@ -1851,7 +1851,15 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     for finding in findings:
         finding.selection = {}
     findings.sort(key=lambda f: (f.file or "", f.line or 0, f.kind, f.tensor))
-    return Result(spec, _grouped(findings, merged, causes), combos, rows, notes, given, lets)
+    ordered = _grouped(findings, merged, causes)
+    for finding in ordered:
+        if finding.caused_by is not None and finding.redeclare is not None:
+            # its redeclaration is unchecked, and its cause's fix is its own
+            root = finding.caused_by
+            while root.caused_by is not None:
+                root = root.caused_by
+            finding.hint = f"fix the {root.kind} at line {root.line} first: this follows from it"
+    return Result(spec, ordered, combos, rows, notes, given, lets)
 
 
 def _offered(spec: Spec, finding: Finding, combo: dict, known: dict) -> str:

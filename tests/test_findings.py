@@ -645,6 +645,9 @@ def test_a_finding_follows_from_a_cause_only_where_that_cause_alone_removes_it()
                         'V "B d d" = relu(Q)\nS "B d d" = K @ V.T\n')
     assert [f.line for f in found] == [5, 6, 7, 8]
     assert [cause for cause, _ in grouped(found)] == [found[0]]
+    # a consequence's fix is its cause's (its own redeclaration, unchecked, was offered: K
+    # declared as its equation gives, from Q's B T d)
+    assert found[1].hint == "fix the shape-mismatch at line 5 first: this follows from it"
 
 
 def test_findings_one_suggested_constraint_fixes_follow_the_first():
