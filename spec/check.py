@@ -1808,12 +1808,15 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
                 f"{', '.join(map(str, fitting))} fit{'' if len(fitting) > 1 else 's'} "
                 f"{'their starts' if len(fitting) > 1 else 'its start'}: {earlier} is the "
                 "likelier one not meant")
-    for decl, failed, fits in _misfits(uses.values(), merged, causes):
+    block_inputs = {id(d) for block in spec.blocks.values() for d in block.inputs}
+    for decl, failed, fits in _misfits(uses.values(), merged, causes, block_inputs):
         # a finding at the declaration itself (a step's input the full model takes otherwise)
         # is the cause; else the declaration, as a finding of its own
         own = next((merged[k] for k in failed
                     if (merged[k].file, merged[k].line) == (decl.file, decl.line)), None)
-        declared = own or _misfit_declaration(decl, [merged[k] for k in failed], fits)
+        inside = sorted({f.line for f in merged.values() if f.cause in failed}) \
+            if id(decl) in block_inputs else []
+        declared = own or _misfit_declaration(decl, [merged[k] for k in failed], fits, inside)
         key = declared.key()
         merged.setdefault(key, declared)
         causes.add(key)
@@ -1936,12 +1939,15 @@ def _weighed_hint(finding: Finding, said: tuple[str, set]) -> str:
     return f"{hint}; {where} what its equation gives"
 
 
-def _misfits(uses, merged: dict, causes: set) -> list[tuple[TensorDecl, list[tuple], list]]:
+def _misfits(uses, merged: dict, causes: set,
+             inputs: set) -> list[tuple[TensorDecl, list[tuple], list]]:
     """The declared tensors whose declaration is the likelier mistake than each use that does
     not fit it, each with the keys of those uses' findings and the lines of the uses that fit:
 
     - one that none of its uses fits, at two or more lines (with one, the use may as well
       be the mistake: that finding stands alone);
+    - a block's input that none of its calls fits, at one line, where its body trips over
+      it (``inputs``, the ids of blocks' inputs);
     - one that uses at two or more lines do not fit, though others do (a table too short for
       two of its slices, E.T where E's rows are not the vocabulary's: a gather or a slice
       that fits need not compare all of it).
@@ -1963,17 +1969,28 @@ def _misfits(uses, merged: dict, causes: set) -> list[tuple[TensorDecl, list[tup
     for decl, fits, keys in uses:
         keys = [k for k in keys if k in merged and k in causes and
                 owners[k][1 if not fits else 0] == 1]
-        if len({merged[k].line for k in keys}) >= 2:
+        lines = {merged[k].line for k in keys}
+        if id(decl) in inputs and not fits:
+            # a block's input its calls do not fit, whose body trips over it where the
+            # argument would not (the findings that follow from the calls'): the body's uses
+            # are uses too
+            lines |= {f.line for f in merged.values() if f.cause in keys}
+        if len(lines) >= 2:
             found.append((decl, keys, fits))
     return found
 
 
-def _misfit_declaration(decl: TensorDecl, failed: list[Finding], fits: list) -> Finding:
-    """A declared tensor that uses at two or more lines do not fit (see ``_misfits``): its
-    declaration is the likelier mistake than each use, and their findings follow from it.
-    (With one use, the use may as well be the mistake: that finding stands alone.)"""
+def _misfit_declaration(decl: TensorDecl, failed: list[Finding], fits: list,
+                        inside: list) -> Finding:
+    """A declared tensor that uses at two or more lines do not fit (see ``_misfits``; a
+    block's input, the lines ``inside`` its body that trip over it too): its declaration is
+    the likelier mistake than each use, and their findings follow from it. (With one use,
+    the use may as well be the mistake: that finding stands alone.)"""
     at = sorted({f.line for f in failed if f.line is not None})
     lines = f"line{'s' if len(at) > 1 else ''} {', '.join(map(str, at))}"
+    if inside:
+        lines += f"; in its block, line{'s' if len(inside) > 1 else ''} " + \
+            ", ".join(map(str, inside))
     family = "" if decl.shape.family is None else f"[{format_expr(decl.shape.family)}]"
     first = min(failed, key=lambda f: (f.line or 0, f.kind, f.tensor))
     which = f"which none of its uses fits ({lines})" if not fits else \
