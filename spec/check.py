@@ -1728,9 +1728,11 @@ def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *
 
 
 def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: bool,
-           verify: bool = True) -> Result:
+           verify: bool = True, provers: dict | None = None,
+           block_cache: dict | None = None) -> Result:
     """See ``check``; ``verify`` False offers every hint unchecked (the check a hint's fix is
-    checked by, see ``_offered``)."""
+    checked by, see ``_offered``, which shares the ``provers``, the constraints and derived
+    dims being the same, and what the blocks it does not change gave)."""
     limits.reached(spec)
     given = dict(values or {})
     for name, dim in spec.dims.items():
@@ -1744,14 +1746,14 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
         raise SpecError(f"unknown dim {unknown[0]!r}", file=spec.file)
     combos = combinations(spec, choices) if all_choices else [spec.choice_values(choices)]
     fixed = dict(choices or {}) if all_choices else combos[0]
+    provers = {} if provers is None else provers
+    block_cache = {} if block_cache is None else block_cache
     # a model comes with its decoding step (generate emits both, and run refuses a model
     # whose step is not proved), and a step with the full model that starts it (prefill):
     # checking one checks the other, ``partner``, the same choices with decoding flipped
     partner = _partner(spec, fixed)
     checked = combos if partner is None else \
         combos + [combo | partner for combo in combos]
-    provers: dict = {}
-    block_cache: dict = {}
     record_cache: dict = {}
     merged: dict = {}
     seen_in: dict = {}
@@ -1837,12 +1839,6 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
         for key in rest:
             merged[key].cause = first
             causes.discard(key)
-    if verify:
-        for key in sorted(causes, key=lambda k: _place(merged[k])):
-            if merged[key].redeclare is not None:
-                lowest = (seen_in[key] & -seen_in[key]).bit_length() - 1
-                merged[key].hint = _offered(spec, merged[key], checked[max(lowest, 0)],
-                                            merged)
     for key, said in record_cache.get(("evidence",), {}).items():
         if key in merged and len(said) == 1:
             merged[key].hint = _weighed_hint(merged[key], *said.items())
@@ -1855,6 +1851,12 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
         finding.selection = {}
     findings.sort(key=lambda f: (f.file or "", f.line or 0, f.kind, f.tensor))
     ordered = _grouped(findings, merged, causes)
+    for finding in ordered if verify else ():
+        if finding.caused_by is None and finding.redeclare is not None:
+            seen = seen_in[finding.key()]
+            lowest = (seen & -seen).bit_length() - 1
+            finding.hint = _offered(spec, finding, checked[max(lowest, 0)], ordered, provers,
+                                    block_cache)
     for finding in ordered:
         if finding.caused_by is not None and finding.redeclare is not None:
             # its redeclaration is unchecked, and its cause's fix is its own
@@ -1865,7 +1867,8 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     return Result(spec, ordered, combos, rows, notes, given, lets)
 
 
-def _offered(spec: Spec, finding: Finding, combo: dict, known: dict) -> str:
+def _offered(spec: Spec, finding: Finding, combo: dict, known: list, provers: dict,
+             block_cache: dict) -> str:
     """A finding's hint, its redeclaration (declare the tensor as its equation gives it, or a
     state as its start) offered only where it is a fix: the spec with that declaration,
     checked under a combination the finding holds in, has the finding no more, nor any finding
@@ -1881,19 +1884,28 @@ def _offered(spec: Spec, finding: Finding, combo: dict, known: dict) -> str:
 
     amended = replace(spec, body=swap(spec.body), blocks={
         name: replace(block, body=swap(block.body)) for name, block in spec.blocks.items()})
+    # the blocks the declaration is in, and those that call them, are checked again; the
+    # rest as they were
+    changed = {name for name, block in spec.blocks.items() if _declares(block.body, decl)}
+    while True:
+        callers = {name for name, block in spec.blocks.items()
+                   if name not in changed and _calls(block.body) & changed}
+        if not callers:
+            break
+        changed |= callers
+    kept = {key: value for key, value in block_cache.items() if key[0] not in changed}
     try:
-        after = _check(amended, combo, None, False, verify=False).findings
+        after = _check(amended, combo, None, False, verify=False, provers=provers,
+                       block_cache=kept).findings
     except SpecError:
         after = [finding]
     # what the check found besides this finding and what follows from it
-    key = finding.key()
-    after_it = {key}
-    while True:
-        more = {k for k, f in known.items() if f.cause in after_it} - after_it
-        if not more:
-            break
-        after_it |= more
-    seen = {(f.kind, f.line, f.message) for k, f in known.items() if k not in after_it}
+    def root(f: Finding) -> Finding:
+        while f.caused_by is not None:
+            f = f.caused_by
+        return f
+
+    seen = {(f.kind, f.line, f.message) for f in known if root(f) is not finding}
     still = [f for f in after if (f.file, f.line, f.kind) ==
              (finding.file, finding.line, finding.kind)]
     moved = sorted((f for f in after if (f.kind, f.line, f.message) not in seen and
@@ -1907,6 +1919,23 @@ def _offered(spec: Spec, finding: Finding, combo: dict, known: dict) -> str:
         return f"start {decl.name} from a tensor of its shape (declared {written}, it " \
                f"{effect})"
     return f"fix the equation (declaring {decl.name} as {written} {effect})"
+
+
+def _declares(statements: list, decl: TensorDecl) -> bool:
+    """Whether a body holds the declaration, in any branch."""
+    return any(s is decl or isinstance(s, When) and
+               (_declares(s.body, decl) or _declares(s.otherwise, decl)) for s in statements)
+
+
+def _calls(statements: list) -> set[str]:
+    """The blocks a body calls, in any branch."""
+    found: set[str] = set()
+    for s in statements:
+        if isinstance(s, BlockCall):
+            found.add(s.block)
+        elif isinstance(s, When):
+            found |= _calls(s.body) | _calls(s.otherwise)
+    return found
 
 
 def _place(finding: Finding) -> tuple:

@@ -7,6 +7,7 @@ other finding must follow from it (listed beneath it as a consequence). Every co
 tests/test_hints.py asks of one. Correct but tricky specs must stay clean.
 """
 
+import functools
 import re
 import tomllib
 from pathlib import Path
@@ -41,8 +42,14 @@ def mutated(entry: dict) -> tuple[str, int]:
     return "\n".join(lines) + "\n", line
 
 
+@functools.lru_cache(maxsize=4)
+def parsed_once(text: str):
+    """The spec parsed (a mutated spec is read by several checks of one entry)."""
+    return spec.parse(text, file="m.tspec")
+
+
 def findings(text: str, entry: dict, every: bool = False):
-    parsed = spec.parse(text, file="m.tspec")
+    parsed = parsed_once(text)
     if every:
         return check(parsed, all_choices=True).findings
     choices = {**BASE, **entry["choices"]}
@@ -55,7 +62,8 @@ def findings(text: str, entry: dict, every: bool = False):
 
 def suggestions_hold(text: str, entry: dict, found, every: bool = False) -> None:
     """A constraint a hint suggests parses to the one meant and removes its finding."""
-    symbols = spec.parse(text, file="m.tspec").symbols()
+    symbols = parsed_once(text).symbols()
+    pasted: dict = {}       # each constraint pasted once, for every finding that suggests it
     for finding in found:
         match = SUGGESTION.search(finding.hint)
         assert (match is None) == (finding.suggested is None), finding.text()
@@ -63,7 +71,9 @@ def suggestions_hold(text: str, entry: dict, found, every: bool = False) -> None
             continue
         assert to_sympy(parse_expression(match.group(1)), symbols, relational=True) == \
             finding.suggested
-        after = findings(text + f"require {match.group(1)}\n", entry, every)
+        if match.group(1) not in pasted:
+            pasted[match.group(1)] = findings(text + f"require {match.group(1)}\n", entry, every)
+        after = pasted[match.group(1)]
         assert (finding.kind, finding.line, finding.message) not in \
             {(f.kind, f.line, f.message) for f in after}, finding.text()
 
