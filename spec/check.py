@@ -1750,9 +1750,15 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     block_cache = {} if block_cache is None else block_cache
     # a model comes with its decoding step (generate emits both, and run refuses a model
     # whose step is not proved), and a step with the full model that starts it (prefill):
-    # checking one checks the other, ``partner``, the same choices with decoding flipped
+    # proving one proves the other, ``partner``, the same choices with decoding flipped. A
+    # variant's sizes are judged in the model it runs alone (T_past + T_new rows of a table
+    # of max_len = 1 is no finding of a model that runs whole); a step's prefill is still
+    # run to start its states, its findings not reported (``quiet``)
     partner = _partner(spec, fixed)
-    checked = combos if partner is None else \
+    quiet = bool(values) and partner is not None
+    if quiet and partner[DECODING] == STEP:
+        partner, quiet = None, False
+    checked = combos if partner is None or quiet else \
         combos + [combo | partner for combo in combos]
     record_cache: dict = {}
     merged: dict = {}
@@ -1782,7 +1788,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
                 rows = top_rows
                 notes = run.notes + _block_notes(spec, combos[0])
                 lets = run.let_map
-            for finding in run.findings:
+            for finding in run.findings if not (quiet and base is not fixed) else ():
                 key = finding.key()
                 merged.setdefault(key, finding)
                 seen_in[key] = seen_in.get(key, 0) | members.matching(way | finding.selection)
@@ -2248,7 +2254,9 @@ def _sequence(spec: Spec, full: list[TensorDecl], step: list[TensorDecl]):
         if decl.shape is None or other is None or other.shape.rank != decl.shape.rank:
             continue
         for mine, theirs in zip(decl.shape.dims, other.shape.dims):
-            if mine in steps and isinstance(theirs, sympy.Symbol):
+            # (the full model's own positions are no step's: T_new there is no sequence)
+            if mine in steps and isinstance(theirs, sympy.Symbol) and \
+                    theirs not in (past, new):
                 votes[theirs] = votes.get(theirs, 0) + 1
     if votes:
         most = max(votes.values())

@@ -493,3 +493,11 @@ def test_what_tspec_check_proves_of_one_combination_code_generation_accepts(text
         return
     for combo in proved:
         source(parsed, combo)
+
+
+def test_a_variants_sizes_are_judged_in_the_model_it_runs():
+    """The decoding step is proved with a variant, its sizes evaluated in the model the
+    variant runs: a table of one row serves a full forward of one position (a step needs
+    T_past + T_new >= 2 rows); a step's prefill is run to start its states, quietly."""
+    assert api.check("base", ["positional=learned", "max_len=1", "T=1", "T_dec=1"]).ok
+    assert api.check("base", ["decoding=step"]).ok
