@@ -1796,6 +1796,10 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
                     causes.add(key)        # a cause under some choices is a cause
     uses = record_cache.setdefault(("uses",), {})
     for finding, found, compared in _decoding_findings(spec, members, runs):
+        if finding is None:             # a state that fits its start: a use that fits
+            for decl in compared:
+                uses.setdefault(id(decl), [decl, {}, {}])[1][("start", id(decl))] = decl.line
+            continue
         key = finding.key()
         merged.setdefault(key, finding)
         seen_in[key] = seen_in.get(key, 0) | found
@@ -2114,7 +2118,8 @@ def _start_names(spec: Spec) -> frozenset[str]:
 def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tuple]:
     """What a decoding step needs of the full model that starts it, as code generation and
     `tspec run --decode` need it, each finding with the combinations it holds in (a bit set)
-    and the step's and the full model's inputs it compares (none for the rest):
+    and the declarations it is a use of (a step's and the full model's inputs, a state; a
+    state that fits its start comes with None for its finding):
 
     - states are kept only under ``decoding = step`` (a full forward keeps none);
     - each state of the step starts as the full model's tensor its ``from`` names, computed
@@ -2192,8 +2197,8 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                     finding.cause = _started_otherwise(provers[prover_key], name, decl,
                                                        (shape, other), (start, start_other),
                                                        dtype, prefill)
-                    # a use of the state's declaration that does not fit it
-                    found.append((finding, both, (decl,)))
+                # a use of the state's declaration that fits it (no finding) or not
+                found.append((finding, both, (decl,)))
         if bits & ~covered:
             where = prefix.rstrip(".") or "its top level"
             found.append((Finding(
