@@ -16,13 +16,13 @@ from pathlib import Path
 import sympy
 from markupsafe import Markup
 
-from codegen import diagram, markup
-from codegen.comparisons import comparisons, grid_example
-from codegen.lower import step_choices
-from codegen.render import environment
-from spec import api, limits
-from spec.check import check
-from spec.counts import (
+from tspec import api, limits
+from tspec.check import check
+from tspec.codegen import diagram, markup
+from tspec.codegen.comparisons import comparisons, grid_example
+from tspec.codegen.lower import step_choices
+from tspec.codegen.render import environment
+from tspec.counts import (
     BYTES,
     DTYPE,
     BodyCost,
@@ -32,12 +32,12 @@ from spec.counts import (
     size_text,
     used_dims,
 )
-from spec.errors import UsageError
-from spec.files import inside, shown, stale_diff, write_files
-from spec.files import where as spec_line
-from spec.findings import display_path
-from spec.latex import name_latex
-from spec.model import (
+from tspec.errors import UsageError
+from tspec.files import inside, shown, stale_diff, write_files
+from tspec.files import where as spec_line
+from tspec.findings import display_path
+from tspec.latex import name_latex
+from tspec.model import (
     BlockCall,
     Constraint,
     Let,
@@ -46,9 +46,9 @@ from spec.model import (
     concrete_values,
     select,
 )
-from spec.numbers import integer_text
-from spec.prove import evaluate as prove_evaluate
-from spec.variant import Variant
+from tspec.numbers import integer_text
+from tspec.prove import evaluate as prove_evaluate
+from tspec.variant import Variant
 
 FORMATS = ("md", "html")
 SORTED_DIMS = 64       # a formula over more dims than this is printed in sympy's order

@@ -1,6 +1,6 @@
 """tspec: a symbolic, shape-checked specification of the Transformer.
 
-    from spec import load, check, grid, diff
+    from tspec import load, check, grid, diff
     report = check(load("base"))          # a built-in variant, a .toml or a .tspec path
     print(report.ok, [f.text() for f in report.findings])
     table = grid("base", {"d_model": range(256, 1025, 64), "H": [4, 8, 12, 16]})
@@ -8,7 +8,10 @@
     print(diff("gpt2_small", "gpt2_medium").text())
 """
 
-from spec.api import (
+if __name__ != "tspec":          # the checkout's spec/ folder imported as a top-level package
+    raise ImportError("spec/ is the source folder of the tspec package: import tspec")
+
+from tspec.api import (
                       Diff,
                       Grid,
                       Report,
@@ -22,7 +25,7 @@ from spec.api import (
                       read_spec,
                       shapes,
 )
-from spec.errors import (
+from tspec.errors import (
                          GridError,
                          SpecError,
                          SpecSyntaxError,
@@ -30,9 +33,9 @@ from spec.errors import (
                          UsageError,
                          VariantError,
 )
-from spec.findings import Finding
-from spec.language import parse, parse_file
-from spec.variant import Variant
+from tspec.findings import Finding
+from tspec.language import parse, parse_file
+from tspec.variant import Variant
 
 __all__ = ["Diff", "Finding", "Grid", "GridError", "Report", "ShapeRow", "SpecError",
            "SpecSyntaxError", "TspecError", "UsageError", "Variant", "VariantError",

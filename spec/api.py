@@ -1,6 +1,6 @@
 """The Python API: find specs and variants, check them, list their shapes.
 
-    from spec import load, check
+    from tspec import load, check
     report = check(load("base"))
     for finding in report.findings:
         print(finding.text())
@@ -11,19 +11,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spec import limits
-from spec.check import Result, TensorRow
-from spec.check import check as check_spec
-from spec.diff import Diff, compare, profile
-from spec.errors import UsageError, quoted
-from spec.findings import Finding
-from spec.grid import Axis, Grid, axes_from
-from spec.grid import evaluate as evaluate_grid
-from spec.language import parse_file
-from spec.model import Note, Spec
-from spec.prove import Prover
-from spec.shape import Shape
-from spec.variant import Variant, load_variant, parse_setting
+from tspec import limits
+from tspec.check import Result, TensorRow
+from tspec.check import check as check_spec
+from tspec.diff import Diff, compare, profile
+from tspec.errors import UsageError, quoted
+from tspec.findings import Finding
+from tspec.grid import Axis, Grid, axes_from
+from tspec.grid import evaluate as evaluate_grid
+from tspec.language import parse_file
+from tspec.model import Note, Spec
+from tspec.prove import Prover
+from tspec.shape import Shape
+from tspec.variant import Variant, load_variant, parse_setting
 
 SPEC_DIR = Path(__file__).resolve().parent
 BUILTIN_SPEC = SPEC_DIR / "transformer.tspec"

@@ -17,12 +17,12 @@ from typing import NamedTuple
 import numpy as np
 import sympy
 
-from spec import limits
-from spec.errors import LimitError, SpecError
-from spec.expr import MAX_DEGREE, derived_degrees, dim_text
-from spec.findings import Finding, format_value, grouped
-from spec.limits import TIME_LIMIT, require_tensor_count
-from spec.model import (
+from tspec import limits
+from tspec.errors import LimitError, SpecError
+from tspec.expr import MAX_DEGREE, derived_degrees, dim_text
+from tspec.findings import Finding, format_value, grouped
+from tspec.limits import TIME_LIMIT, require_tensor_count
+from tspec.model import (
     DECODING,
     FULL,
     NEW,
@@ -52,9 +52,9 @@ from spec.model import (
     selections,
     tensor_names,
 )
-from spec.ops import OPS, Value, join_family
-from spec.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
-from spec.shape import Shape, format_expr
+from tspec.ops import OPS, Value, join_family
+from tspec.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
+from tspec.shape import Shape, format_expr
 
 DECLARED = ("input", "param", "state")   # roles given, not computed by an equation
 NEAREST_WINDOW = 4096     # how far to look for valid values near a violating one

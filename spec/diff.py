@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from spec import limits
-from spec.check import check as check_spec
-from spec.counts import DTYPE, call_paths, costs, free_sizes, used_dims
-from spec.errors import UsageError
-from spec.findings import display_path
-from spec.model import choices_in_force, concrete_values
-from spec.numbers import integer_text
-from spec.prove import evaluate
-from spec.variant import Variant
+from tspec import limits
+from tspec.check import check as check_spec
+from tspec.counts import DTYPE, call_paths, costs, free_sizes, used_dims
+from tspec.errors import UsageError
+from tspec.findings import display_path
+from tspec.model import choices_in_force, concrete_values
+from tspec.numbers import integer_text
+from tspec.prove import evaluate
+from tspec.variant import Variant
 
 FIGURES = ("parameters", "flops", "activation_bytes")
 LABELS = {"parameters": "parameters", "flops": "FLOPs", "activation_bytes": "activation bytes",

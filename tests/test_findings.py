@@ -5,17 +5,17 @@ from fractions import Fraction
 import pytest
 import sympy
 
-import spec
-from spec import api
-from spec.check import check, combinations, describe_combinations
-from spec.findings import KINDS, Finding, findings_data, findings_text, grouped, summary
-from spec.shape import dim_symbol
+import tspec
+from tspec import api
+from tspec.check import check, combinations, describe_combinations
+from tspec.findings import KINDS, Finding, findings_data, findings_text, grouped, summary
+from tspec.shape import dim_symbol
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
 
 
 def findings_of(text, choices=None, values=None, all_choices=False):
-    parsed = spec.parse(text, file="t.tspec")
+    parsed = tspec.parse(text, file="t.tspec")
     return check(parsed, choices, values, all_choices=all_choices).findings
 
 
@@ -825,7 +825,7 @@ else:
 
 
 def test_checking_all_choices_at_once_finds_what_each_combination_finds():
-    parsed = spec.parse(_FACTORED, file="f.tspec")
+    parsed = tspec.parse(_FACTORED, file="f.tspec")
     combos = combinations(parsed)
     assert len(combos) == 24
     alone: dict = {}

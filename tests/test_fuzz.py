@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 from refusals import raises
 from test_grid import assert_agrees
 
-from codegen import weights
-from spec import api, cli, language
-from spec.errors import GridError, SpecError, TspecError, UsageError, VariantError
-from spec.evaluate import Evaluator
-from spec.grid import parse_axis
+from tspec import api, cli, language
+from tspec.codegen import weights
+from tspec.errors import GridError, SpecError, TspecError, UsageError, VariantError
+from tspec.evaluate import Evaluator
+from tspec.grid import parse_axis
 
 
 def _fuzz_module():

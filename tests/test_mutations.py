@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-import spec
-from spec import api
-from spec.check import check
-from spec.expr import parse_expression, to_sympy
-from spec.findings import findings_text, grouped
+import tspec
+from tspec import api
+from tspec.check import check
+from tspec.expr import parse_expression, to_sympy
+from tspec.findings import findings_text, grouped
 
 CORPUS = tomllib.loads((Path(__file__).parent / "mutations.toml").read_text())
 SOURCE = api.BUILTIN_SPEC.read_text().splitlines()
@@ -42,7 +42,7 @@ def mutated(entry: dict) -> tuple[str, int]:
 
 
 def findings(text: str, entry: dict):
-    parsed = spec.parse(text, file="m.tspec")
+    parsed = tspec.parse(text, file="m.tspec")
     choices = {**BASE, **entry["choices"]}
     opened = entry.get("open", [])
     if opened:
@@ -53,7 +53,7 @@ def findings(text: str, entry: dict):
 
 def suggestions_hold(text: str, entry: dict, found) -> None:
     """A constraint a hint suggests parses to the one meant and removes its finding."""
-    symbols = spec.parse(text, file="m.tspec").symbols()
+    symbols = tspec.parse(text, file="m.tspec").symbols()
     for finding in found:
         match = SUGGESTION.search(finding.hint)
         assert (match is None) == (finding.suggested is None), finding.text()
@@ -155,5 +155,5 @@ TRICKY = {
 
 @pytest.mark.parametrize("name", sorted(TRICKY))
 def test_correct_but_tricky_specs_stay_clean(name):
-    parsed = spec.parse(TRICKY[name], file="t.tspec")
+    parsed = tspec.parse(TRICKY[name], file="t.tspec")
     assert check(parsed, all_choices=True).findings == [], name

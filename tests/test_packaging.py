@@ -7,15 +7,17 @@ from pathlib import Path
 import pytest
 from command_line import ROOT
 
-DATA = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+DATA = SETUPTOOLS["package-data"]
+DIRS = SETUPTOOLS["package-dir"]            # import package -> folder of the checkout
 
 
 @pytest.mark.parametrize("package, suffixes", [
-    ("codegen", (".j2",)),
-    ("spec", (".tspec", ".toml")),
+    ("tspec.codegen", (".j2",)),
+    ("tspec", (".tspec", ".toml")),
 ])
 def test_every_data_file_is_declared_as_package_data(package, suffixes):
-    base = ROOT / package
+    base = ROOT / DIRS[package]
     files = [p for p in base.rglob("*") if p.suffix in suffixes]
     assert files
     missing = [str(p.relative_to(base)) for p in files

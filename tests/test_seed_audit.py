@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import pytest
 
-from spec import audit, check, load
+from tspec import audit, check, load
 
 MISTAKES = {
     "seed_000": [],
