@@ -18,8 +18,8 @@ def time_check(repeat: int) -> tuple[float, float, int]:
     from sympy.core.cache import clear_cache
 
     from tspec import api
-    from tspec.check import check
-    from tspec.language import parse_file
+    from tspec.checking.check import check
+    from tspec.language.parser import parse_file
 
     parse_times, check_times = [], []
     combos = 0

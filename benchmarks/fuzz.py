@@ -86,13 +86,14 @@ from pathlib import Path
 import numpy as np
 from markdown_it import MarkdownIt
 
-from tspec import api, cli, language
+from tspec import api, cli
+from tspec.analysis.grid import parse_axis
 from tspec.codegen import docs, weights
 from tspec.errors import TspecError
-from tspec.grid import parse_axis
-from tspec.model import Let
-from tspec.ops import SETTINGS
-from tspec.variant import Variant
+from tspec.language import parser as language
+from tspec.language.model import Let
+from tspec.language.variant import Variant
+from tspec.ops.catalogue import SETTINGS
 
 STATUSES = ("result", "ours", "crash", "hang")
 # Shares of --inputs per target: cheap targets get more (the mix keeps 100,000 inputs within

@@ -30,7 +30,7 @@ def main() -> None:
     from sympy.core.cache import clear_cache
 
     from tspec import api
-    from tspec.grid import judge, parse_axis, plan
+    from tspec.analysis.grid import judge, parse_axis, plan
     import_time = time.perf_counter() - start
 
     axes = [parse_axis(f"{name}={values}") for name, values in AXES.items()]

@@ -7,11 +7,11 @@ import itertools
 from dataclasses import dataclass
 
 from tspec import api
-from tspec.diff import compare, profile, relative
+from tspec.analysis.diff import compare, profile, relative
 from tspec.files import where as spec_line
-from tspec.model import choices_in_force
+from tspec.language.model import choices_in_force
+from tspec.language.variant import Variant
 from tspec.numbers import integer_text
-from tspec.variant import Variant
 
 ARROW = "→"
 

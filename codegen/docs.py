@@ -16,13 +16,8 @@ from pathlib import Path
 import sympy
 from markupsafe import Markup
 
-from tspec import api, limits
-from tspec.check import check
-from tspec.codegen import diagram, markup
-from tspec.codegen.comparisons import comparisons, grid_example
-from tspec.codegen.lower import step_choices
-from tspec.codegen.render import environment
-from tspec.counts import (
+from tspec import api
+from tspec.analysis.counts import (
     BYTES,
     DTYPE,
     BodyCost,
@@ -32,12 +27,19 @@ from tspec.counts import (
     size_text,
     used_dims,
 )
+from tspec.checking import limits
+from tspec.checking.check import check
+from tspec.checking.findings import display_path
+from tspec.checking.prove import evaluate as prove_evaluate
+from tspec.codegen import diagram, markup
+from tspec.codegen.comparisons import comparisons, grid_example
+from tspec.codegen.lower import step_choices
+from tspec.codegen.render import environment
 from tspec.errors import UsageError
 from tspec.files import inside, shown, stale_diff, write_files
 from tspec.files import where as spec_line
-from tspec.findings import display_path
-from tspec.latex import name_latex
-from tspec.model import (
+from tspec.language.latex import name_latex
+from tspec.language.model import (
     BlockCall,
     Constraint,
     Let,
@@ -46,9 +48,8 @@ from tspec.model import (
     concrete_values,
     select,
 )
+from tspec.language.variant import Variant
 from tspec.numbers import integer_text
-from tspec.prove import evaluate as prove_evaluate
-from tspec.variant import Variant
 
 FORMATS = ("md", "html")
 SORTED_DIMS = 64       # a formula over more dims than this is printed in sympy's order

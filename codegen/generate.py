@@ -15,7 +15,7 @@ from tspec.codegen.backends import backend as backend_named
 from tspec.codegen.lower import lower
 from tspec.codegen.render import render
 from tspec.files import inside, stale_diff, write_files
-from tspec.model import Spec
+from tspec.language.model import Spec
 
 # generated/<backend>/<name>.py: the choices each file is generated under
 BUILTIN_MODELS: dict[str, dict[str, str]] = {

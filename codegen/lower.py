@@ -20,15 +20,15 @@ from dataclasses import dataclass
 import sympy
 from sympy.printing.pycode import PythonCodePrinter
 
-from tspec.attention import AttentionCore, attention_core
-from tspec.check import check, topological
+from tspec.analysis.attention import AttentionCore, attention_core
+from tspec.analysis.counts import BOOL_BYTES, INT_BYTES
+from tspec.checking.check import check, topological
 from tspec.codegen import ir
 from tspec.codegen.backends import Backend
-from tspec.counts import BOOL_BYTES, INT_BYTES
 from tspec.errors import CodegenError, SpecError
 from tspec.files import shown, where
-from tspec.latex import name_latex
-from tspec.model import (
+from tspec.language.latex import name_latex
+from tspec.language.model import (
     DECODING,
     Block,
     BlockCall,
@@ -48,10 +48,11 @@ from tspec.model import (
     step_choices,
     step_function,
 )
-from tspec.model import lets as derived_dims
-from tspec.model import outputs as model_outputs
-from tspec.names import check_name
-from tspec.ops import (
+from tspec.language.model import lets as derived_dims
+from tspec.language.model import outputs as model_outputs
+from tspec.language.names import check_name
+from tspec.language.shape import Shape, format_expr
+from tspec.ops.catalogue import (
     ACTIVATIONS,
     ATOM,
     OPS,
@@ -63,7 +64,6 @@ from tspec.ops import (
     numel,
     wrap,
 )
-from tspec.shape import Shape, format_expr
 
 LINE_LENGTH = 96        # 100 less the function body's indent
 LONG_SUM = 200          # terms a sum in generated code may chain with +; past it, sum((...))

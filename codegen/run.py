@@ -9,15 +9,17 @@ from dataclasses import dataclass, replace
 import numpy as np
 import sympy
 
-from tspec import counts, limits
-from tspec.check import check
+from tspec.analysis import counts
+from tspec.checking import limits
+from tspec.checking.check import check
+from tspec.checking.prove import evaluate
 from tspec.codegen import weights
 from tspec.codegen.backends import backend as backend_named
 from tspec.codegen.lower import DECODING, lower
 from tspec.codegen.render import render
 from tspec.codegen.runtime import load_source
 from tspec.errors import RunError, TspecError, UsageError
-from tspec.model import (
+from tspec.language.model import (
     NEW,
     PAST,
     Equation,
@@ -30,10 +32,9 @@ from tspec.model import (
     select,
     step_choices,
 )
-from tspec.model import outputs as model_outputs
+from tspec.language.model import outputs as model_outputs
+from tspec.language.variant import Variant
 from tspec.numbers import integer_text
-from tspec.prove import evaluate
-from tspec.variant import Variant
 
 # sizes for the dims a variant leaves free, so that it can run
 RUN_DEFAULTS = {"B": 2, "T": 32, "T_dec": 32, "V": 1000, "max_len": 512, "V_type": 2}

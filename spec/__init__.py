@@ -12,30 +12,30 @@ if __name__ != "tspec":          # the checkout's spec/ folder imported as a top
     raise ImportError("spec/ is the source folder of the tspec package: import tspec")
 
 from tspec.api import (
-                      Diff,
-                      Grid,
-                      Report,
-                      ShapeRow,
-                      builtin_specs,
-                      builtin_variants,
-                      check,
-                      diff,
-                      grid,
-                      load,
-                      read_spec,
-                      shapes,
+    Diff,
+    Grid,
+    Report,
+    ShapeRow,
+    builtin_specs,
+    builtin_variants,
+    check,
+    diff,
+    grid,
+    load,
+    read_spec,
+    shapes,
 )
+from tspec.checking.findings import Finding
 from tspec.errors import (
-                         GridError,
-                         SpecError,
-                         SpecSyntaxError,
-                         TspecError,
-                         UsageError,
-                         VariantError,
+    GridError,
+    SpecError,
+    SpecSyntaxError,
+    TspecError,
+    UsageError,
+    VariantError,
 )
-from tspec.findings import Finding
-from tspec.language import parse, parse_file
-from tspec.variant import Variant
+from tspec.language.parser import parse, parse_file
+from tspec.language.variant import Variant
 
 __all__ = ["Diff", "Finding", "Grid", "GridError", "Report", "ShapeRow", "SpecError",
            "SpecSyntaxError", "TspecError", "UsageError", "Variant", "VariantError",

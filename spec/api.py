@@ -11,19 +11,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tspec import limits
-from tspec.check import Result, TensorRow
-from tspec.check import check as check_spec
-from tspec.diff import Diff, compare, profile
+from tspec.analysis.diff import Diff, compare, profile
+from tspec.analysis.grid import Axis, Grid, axes_from
+from tspec.analysis.grid import evaluate as evaluate_grid
+from tspec.checking import limits
+from tspec.checking.check import Result, TensorRow
+from tspec.checking.check import check as check_spec
+from tspec.checking.findings import Finding
+from tspec.checking.prove import Prover
 from tspec.errors import UsageError, quoted
-from tspec.findings import Finding
-from tspec.grid import Axis, Grid, axes_from
-from tspec.grid import evaluate as evaluate_grid
-from tspec.language import parse_file
-from tspec.model import Note, Spec
-from tspec.prove import Prover
-from tspec.shape import Shape
-from tspec.variant import Variant, load_variant, parse_setting
+from tspec.language.model import Note, Spec
+from tspec.language.parser import parse_file
+from tspec.language.shape import Shape
+from tspec.language.variant import Variant, load_variant, parse_setting
 
 SPEC_DIR = Path(__file__).resolve().parent
 BUILTIN_SPEC = SPEC_DIR / "transformer.tspec"

@@ -34,12 +34,21 @@ import sys
 import traceback
 from pathlib import Path
 
-from tspec import api, counts, limits
+from tspec import api
+from tspec.analysis import counts
+from tspec.analysis.grid import MAX_COMBINATIONS, parse_axis
+from tspec.checking import limits
+from tspec.checking.findings import (
+    KINDS,
+    display_path,
+    findings_data,
+    findings_text,
+    summary,
+    to_json,
+)
 from tspec.errors import GridError, TspecError, UsageError, hidden
-from tspec.findings import KINDS, display_path, findings_data, findings_text, summary, to_json
-from tspec.grid import MAX_COMBINATIONS, parse_axis
-from tspec.model import choices_in_force
-from tspec.model import lets as derived_dims
+from tspec.language.model import choices_in_force
+from tspec.language.model import lets as derived_dims
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130     # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
@@ -502,7 +511,7 @@ def _variant_header(variant) -> list[str]:
 
 
 def _audit(args) -> int:
-    from tspec import audit
+    from tspec.checking import audit
     path = args.out or audit.default_path()
     if args.check:
         return _verdict_on_stale(audit.stale(path), display_path(str(path)),

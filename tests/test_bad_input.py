@@ -8,10 +8,10 @@ from refusals import raises
 
 import tspec
 from tspec import api
-from tspec.check import check
+from tspec.checking.check import check
 from tspec.errors import SpecError, SpecSyntaxError, TspecError, UsageError, VariantError
-from tspec.model import outputs, select
-from tspec.variant import Variant
+from tspec.language.model import outputs, select
+from tspec.language.variant import Variant
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
 

@@ -10,8 +10,8 @@ from command_line import ROOT, run
 from refusals import raises
 
 from tspec import api, cli
+from tspec.checking.findings import KINDS
 from tspec.errors import UsageError
-from tspec.findings import KINDS
 
 
 def columns(line):

@@ -19,16 +19,16 @@ from hypothesis import strategies as st
 from refusals import raises
 
 from tspec import api, cli, codegen
-from tspec.check import check
+from tspec.checking.check import check
 from tspec.codegen import generate, weights
 from tspec.codegen.backends import backend
 from tspec.codegen.generate import source
 from tspec.codegen.lower import lower
 from tspec.codegen.runtime import load_module, load_source
 from tspec.errors import CodegenError, SpecError, UsageError
-from tspec.language import parse
-from tspec.model import outputs
-from tspec.names import RESERVED
+from tspec.language.model import outputs
+from tspec.language.names import RESERVED
+from tspec.language.parser import parse
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 GENERATED = api.checkout() / "generated"

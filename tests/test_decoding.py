@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 from refusals import raises
 
 from tspec import api
-from tspec.check import check
+from tspec.checking.check import check
 from tspec.codegen import docs, weights
 from tspec.codegen.generate import source
 from tspec.codegen.run import decode, with_run_defaults
 from tspec.codegen.runtime import load_source
 from tspec.errors import CodegenError, SpecError, SpecSyntaxError
-from tspec.language import parse
+from tspec.language.parser import parse
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from tspec import api, cli
+from tspec.analysis.counts import Activations, costs, evaluate
 from tspec.codegen import docs, weights
 from tspec.codegen.generate import source
 from tspec.codegen.runtime import load_source
-from tspec.counts import Activations, costs, evaluate
-from tspec.ops import OPS, Value
-from tspec.shape import Shape
+from tspec.language.shape import Shape
+from tspec.ops.catalogue import OPS, Value
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 GPT2 = {"gpt2_small": (768, 12, 12), "gpt2_medium": (1024, 24, 16),

@@ -9,10 +9,10 @@ import sympy
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tspec import expr as ex
+from tspec.checking.prove import evaluate
 from tspec.errors import SpecError, SpecSyntaxError, TspecError
-from tspec.prove import evaluate
-from tspec.shape import dim_symbol
+from tspec.language import expr as ex
+from tspec.language.shape import dim_symbol
 
 DIMS = {name: dim_symbol(name) for name in ("d_model", "H", "T", "max_len", "d_k")}
 

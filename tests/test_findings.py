@@ -7,9 +7,9 @@ import sympy
 
 import tspec
 from tspec import api
-from tspec.check import check, combinations, describe_combinations
-from tspec.findings import KINDS, Finding, findings_data, findings_text, grouped, summary
-from tspec.shape import dim_symbol
+from tspec.checking.check import check, combinations, describe_combinations
+from tspec.checking.findings import KINDS, Finding, findings_data, findings_text, grouped, summary
+from tspec.language.shape import dim_symbol
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
 

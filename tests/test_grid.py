@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 import tspec
 from tspec import api, cli
+from tspec.analysis.counts import DTYPE, costs, evaluate, used_dims
+from tspec.analysis.grid import MAX_COMBINATIONS
 from tspec.codegen.docs import sizes_for
-from tspec.counts import DTYPE, costs, evaluate, used_dims
 from tspec.errors import GridError, UsageError
-from tspec.grid import MAX_COMBINATIONS
 
 SYNTAX = "expected NAME=START:STOP:STEP, NAME=A,B,C or NAME=VALUE"
 

@@ -15,7 +15,7 @@ from command_line import ROOT
 from sympy.core.cache import clear_cache
 
 from tspec import api, cli
-from tspec.diff import _union
+from tspec.analysis.diff import _union
 
 _found = importlib.util.spec_from_file_location("command_growth",
                                                 ROOT / "benchmarks" / "command_growth.py")

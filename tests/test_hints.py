@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tspec
-from tspec.check import check
+from tspec.checking.check import check
+from tspec.checking.prove import Prover
 from tspec.errors import TspecError
-from tspec.expr import parse_expression, to_sympy
-from tspec.model import Constraint, Let
-from tspec.prove import Prover
+from tspec.language.expr import parse_expression, to_sympy
+from tspec.language.model import Constraint, Let
 
 SUGGESTION = re.compile(r"add the constraint `require ([^`]*)`")
 

@@ -29,7 +29,7 @@ from tspec.errors import (
     UsageError,
     VariantError,
 )
-from tspec.language import parse, parse_file
+from tspec.language.parser import parse, parse_file
 
 # every place a spec holds free text: the title, a source, a note, a dim's, a parameter's, a
 # computed tensor's and an input's meaning

@@ -3,8 +3,8 @@
 import pytest
 
 import tspec
-from tspec.latex import name_latex
-from tspec.model import Equation, When
+from tspec.language.latex import name_latex
+from tspec.language.model import Equation, When
 
 
 def equations(parsed):

@@ -17,7 +17,7 @@ from tspec.codegen.generate import source
 from tspec.codegen.run import _keywords, _prepare, estimate_memory, run, with_run_defaults
 from tspec.codegen.runtime import load_module, load_source
 from tspec.errors import UsageError
-from tspec.language import parse
+from tspec.language.parser import parse
 
 GENERATED = api.SPEC_DIR.parent / "generated" / "numpy"
 

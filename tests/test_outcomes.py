@@ -21,14 +21,15 @@ from command_line import ROOT, run
 from refusals import raises
 
 from tspec import __main__ as entry
-from tspec import api, audit, cli, files
+from tspec import api, cli, files
+from tspec.checking import audit
 from tspec.codegen import checkpoints, docs, generate, weights
 from tspec.codegen import run as run_module
 from tspec.codegen.weights import WeightsError
 from tspec.errors import SpecError
-from tspec.expr import parse_expression, to_sympy
+from tspec.language.expr import parse_expression, to_sympy
+from tspec.language.shape import dim_symbol
 from tspec.numbers import SHOWN_DIGITS, expr_text, integer_text, shown_json, value_text
-from tspec.shape import dim_symbol
 
 TINY = ["--set", "N=1", "--set", "d_model=16", "--set", "H=2", "--set", "d_ff=8",
         "--set", "V=50", "--set", "T=4", "--set", "T_dec=4"]

@@ -36,7 +36,7 @@ from tspec.codegen.generate import source
 from tspec.codegen.lower import lower
 from tspec.codegen.render import render
 from tspec.codegen.runtime import load_source
-from tspec.language import parse
+from tspec.language.parser import parse
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 # the built-in spec's choices under which a generated module has each helper

@@ -13,12 +13,12 @@ from refusals import raises
 
 import tspec
 from tspec import api
-from tspec.check import check, combinations
+from tspec.checking.check import check, combinations
 from tspec.codegen.generate import source
 from tspec.codegen.run import run as run_variant
 from tspec.codegen.runtime import load_source
 from tspec.errors import SpecError
-from tspec.variant import Variant
+from tspec.language.variant import Variant
 
 HEADS = '''\
 spec heads "heads"

@@ -5,7 +5,8 @@ from fractions import Fraction
 
 import pytest
 
-from tspec import audit, check, load
+from tspec import check, load
+from tspec.checking import audit
 
 MISTAKES = {
     "seed_000": [],

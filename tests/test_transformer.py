@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 import tspec
 from tspec import api
-from tspec.language import parse
-from tspec.model import choices_in_force
-from tspec.variant import Variant
+from tspec.language.model import choices_in_force
+from tspec.language.parser import parse
+from tspec.language.variant import Variant
 
 
 @pytest.fixture(scope="module")

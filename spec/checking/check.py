@@ -17,12 +17,13 @@ from typing import NamedTuple
 import numpy as np
 import sympy
 
-from tspec import limits
+from tspec.checking import limits
+from tspec.checking.findings import Finding, format_value, grouped
+from tspec.checking.limits import TIME_LIMIT, require_tensor_count
+from tspec.checking.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
 from tspec.errors import LimitError, SpecError
-from tspec.expr import MAX_DEGREE, derived_degrees, dim_text
-from tspec.findings import Finding, format_value, grouped
-from tspec.limits import TIME_LIMIT, require_tensor_count
-from tspec.model import (
+from tspec.language.expr import MAX_DEGREE, derived_degrees, dim_text
+from tspec.language.model import (
     DECODING,
     FULL,
     NEW,
@@ -52,9 +53,8 @@ from tspec.model import (
     selections,
     tensor_names,
 )
-from tspec.ops import OPS, Value, join_family
-from tspec.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
-from tspec.shape import Shape, format_expr
+from tspec.language.shape import Shape, format_expr
+from tspec.ops.catalogue import OPS, Value, join_family
 
 DECLARED = ("input", "param", "state")   # roles given, not computed by an equation
 NEAREST_WINDOW = 4096     # how far to look for valid values near a violating one

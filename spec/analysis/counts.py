@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from tspec.attention import AttentionCore, attention_core
-from tspec.check import topological
-from tspec.model import (
+from tspec.analysis.attention import AttentionCore, attention_core
+from tspec.checking.check import topological
+from tspec.checking.prove import evaluate as prove_evaluate
+from tspec.language.model import (
     Block,
     BlockCall,
     Equation,
@@ -36,10 +37,9 @@ from tspec.model import (
     local_binding,
     select,
 )
+from tspec.language.shape import Shape
 from tspec.numbers import integer_text
-from tspec.ops import OPS, Unchecked, Value, numel
-from tspec.prove import evaluate as prove_evaluate
-from tspec.shape import Shape
+from tspec.ops.catalogue import OPS, Unchecked, Value, numel
 
 ZERO = sympy.Integer(0)
 BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}

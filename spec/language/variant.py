@@ -29,8 +29,8 @@ from pathlib import Path
 
 from tspec.errors import TspecError, UsageError, VariantError, hidden, hidden_kind, quoted
 from tspec.files import read_limited
-from tspec.model import Spec
-from tspec.ops import SETTINGS
+from tspec.language.model import Spec
+from tspec.ops.catalogue import SETTINGS
 
 MAX_VARIANT_BYTES = 1_000_000
 MAX_DIGITS = 40

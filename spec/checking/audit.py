@@ -7,8 +7,8 @@ when the committed file differs from what the specs produce now.
 from pathlib import Path
 
 from tspec import api
+from tspec.checking.findings import Finding
 from tspec.files import stale_diff, write_atomic
-from tspec.findings import Finding
 
 REPO = api.SPEC_DIR.parent
 AUDIT_NAME = Path("docs") / "seed-audit.md"

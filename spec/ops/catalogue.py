@@ -16,7 +16,7 @@ from typing import Protocol
 import sympy
 
 from tspec.errors import SpecError
-from tspec.shape import Shape
+from tspec.language.shape import Shape
 
 
 @dataclass(frozen=True)
