@@ -14,9 +14,11 @@
     tspec generate [--backend numpy|cupy] [--out DIR] [--check]
     tspec run VARIANT [--set NAME=VALUE ...] [--backend numpy] [--seed N] [--typecheck]
               [--decode STEPS] [--max-memory SIZE] [--time-limit SECONDS]
+    tspec --version
 
-Every command but `run` stops at its time limit (default 60 s: the whole command, its proofs
-and the rest) with a one-line error naming where it was, exit 2; `run` has none unless given.
+`python -m tspec` is the same command. Every command but `run` stops at its time limit
+(default 60 s: the whole command, its proofs and the rest) with a one-line error naming where
+it was, exit 2; `run` has none unless given.
 
 Exit status: 0 when everything is proved, 1 when there are findings (or, for `audit --check`,
 a stale report; for a grid, an invalid combination; for `diff`, a difference; for `run`, an
@@ -34,7 +36,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from tspec import api
+from tspec import __version__, api
 from tspec.analysis import counts
 from tspec.analysis.grid import MAX_COMBINATIONS, parse_axis
 from tspec.checking import limits
@@ -72,6 +74,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tspec", description="A symbolic, shape-checked Transformer spec.")
+    parser.add_argument("--version", action="version", version=f"tspec {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
