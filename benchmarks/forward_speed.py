@@ -21,9 +21,7 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
 
 def main() -> None:
@@ -33,16 +31,15 @@ def main() -> None:
     args = parser.parse_args()
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[variable] = str(args.threads)
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # and benchmarks/ stays on it
 
     import handwritten_numpy as handwritten
     import numpy as np
     import torch
 
-    from codegen import checkpoints, weights
-    from codegen.generate import source
-    from codegen.runtime import load_source
-    from spec import api
+    from tspec import api
+    from tspec.codegen import checkpoints, weights
+    from tspec.codegen.generate import source
+    from tspec.codegen.runtime import load_source
 
     torch.set_num_threads(args.threads)
     spec = api.read_spec(api.BUILTIN_SPEC)

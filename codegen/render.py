@@ -13,11 +13,11 @@ import textwrap
 
 import jinja2
 
-from codegen import ir
-from spec.errors import CodegenError, hidden
+from tspec.codegen import ir
+from tspec.errors import CodegenError, hidden
 
 LINE_LENGTH = 100
-TEMPLATES = "codegen"
+TEMPLATES = "tspec.codegen"
 
 
 @functools.cache

@@ -9,8 +9,8 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from spec.errors import UsageError
-from spec.files import write_atomic
+from tspec.errors import UsageError
+from tspec.files import write_atomic
 
 _counter = 0
 

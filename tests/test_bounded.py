@@ -12,10 +12,11 @@ import pytest
 import sympy
 from command_line import ROOT
 
-from spec import cli, limits
-from spec.evaluate import Evaluator
+from tspec import cli
+from tspec.analysis.evaluate import Evaluator
+from tspec.checking import limits
 
-grid_module = importlib.import_module("spec.grid")     # spec.grid is also api.grid
+grid_module = importlib.import_module("tspec.analysis.grid")     # tspec.grid is also api.grid
 
 TINY = [a for setting in ("N=1", "d_model=8", "H=2", "d_ff=4", "V=11", "T=3", "T_dec=3")
         for a in ("--set", setting)]

@@ -18,18 +18,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from refusals import raises
 
-import codegen
-from codegen import generate, weights
-from codegen.backends import backend
-from codegen.generate import source
-from codegen.lower import lower
-from codegen.runtime import load_module, load_source
-from spec import api, cli
-from spec.check import check
-from spec.errors import CodegenError, SpecError, UsageError
-from spec.language import parse
-from spec.model import outputs
-from spec.names import RESERVED
+from tspec import api, cli, codegen
+from tspec.checking.check import check
+from tspec.codegen import generate, weights
+from tspec.codegen.backends import backend
+from tspec.codegen.generate import source
+from tspec.codegen.lower import lower
+from tspec.codegen.runtime import load_module, load_source
+from tspec.errors import CodegenError, SpecError, UsageError
+from tspec.language.model import outputs
+from tspec.language.names import RESERVED
+from tspec.language.parser import parse
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 GENERATED = api.checkout() / "generated"
@@ -639,7 +638,7 @@ def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(var
 
 
 def test_tspec_run_prints_shapes_and_time():
-    result = subprocess.run([sys.executable, "-m", "spec.cli", "run", "base", "--set", "N=1",
+    result = subprocess.run([sys.executable, "-m", "tspec", "run", "base", "--set", "N=1",
                              "--set", "T=8", "--set", "T_dec=8", "--set", "V=50"],
                             capture_output=True, text=True, cwd=api.checkout(), timeout=300,
                             check=False)

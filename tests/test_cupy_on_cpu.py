@@ -27,8 +27,8 @@ import test_cupy
 from arrays import CUPY_ON_CPU, DEVICES, Arrays, needs_compiler, to_numpy
 from cupy_on_cpu import CompileError, KernelError, kernels, standin
 
-from codegen.generate import source
-from spec import api
+from tspec import api
+from tspec.codegen.generate import source
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 cp = cupy_on_cpu.cupy

@@ -5,17 +5,17 @@ from fractions import Fraction
 import pytest
 import sympy
 
-import spec
-from spec import api
-from spec.check import check, combinations, describe_combinations
-from spec.findings import KINDS, Finding, findings_data, findings_text, grouped, summary
-from spec.shape import dim_symbol
+import tspec
+from tspec import api
+from tspec.checking.check import check, combinations, describe_combinations
+from tspec.checking.findings import KINDS, Finding, findings_data, findings_text, grouped, summary
+from tspec.language.shape import dim_symbol
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
 
 
 def findings_of(text, choices=None, values=None, all_choices=False):
-    parsed = spec.parse(text, file="t.tspec")
+    parsed = tspec.parse(text, file="t.tspec")
     return check(parsed, choices, values, all_choices=all_choices).findings
 
 
@@ -657,12 +657,12 @@ def test_findings_one_suggested_constraint_fixes_follow_the_first():
     text = api.BUILTIN_SPEC.read_text()
     assert text.count(old) == 1
     weak = text.replace(old, "        require d_model % H == 0\n")
-    found = check(spec.parse(weak, "t.tspec"), all_choices=True).findings
+    found = check(tspec.parse(weak, "t.tspec"), all_choices=True).findings
     (cause, rest), = grouped(found)
     assert (cause.line, cause.kind, len(rest)) == (114, "not-divisible", 6)
     assert {f.hint for f in found} == {cause.hint}
     pasted = weak + cause.hint.split("`")[1] + "\n"
-    assert check(spec.parse(pasted, "t.tspec"), all_choices=True).findings == []
+    assert check(tspec.parse(pasted, "t.tspec"), all_choices=True).findings == []
 
 
 def test_a_state_hint_offers_a_redeclaration_only_where_it_fixes():
@@ -879,7 +879,7 @@ else:
 
 
 def test_checking_all_choices_at_once_finds_what_each_combination_finds():
-    parsed = spec.parse(_FACTORED, file="f.tspec")
+    parsed = tspec.parse(_FACTORED, file="f.tspec")
     combos = combinations(parsed)
     assert len(combos) == 24
     alone: dict = {}

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-import spec
-from spec import api
-from spec.check import check
-from spec.expr import parse_expression, to_sympy
-from spec.findings import findings_text, grouped
+import tspec
+from tspec import api
+from tspec.checking.check import check
+from tspec.checking.findings import findings_text, grouped
+from tspec.language.expr import parse_expression, to_sympy
 
 CORPUS = tomllib.loads((Path(__file__).parent / "mutations.toml").read_text())
 SOURCE = api.BUILTIN_SPEC.read_text().splitlines()
@@ -45,7 +45,7 @@ def mutated(entry: dict) -> tuple[str, int]:
 @functools.lru_cache(maxsize=4)
 def parsed_once(text: str):
     """The spec parsed (a mutated spec is read by several checks of one entry)."""
-    return spec.parse(text, file="m.tspec")
+    return tspec.parse(text, file="m.tspec")
 
 
 def findings(text: str, entry: dict, every: bool = False):
@@ -181,5 +181,5 @@ TRICKY = {
 
 @pytest.mark.parametrize("name", sorted(TRICKY))
 def test_correct_but_tricky_specs_stay_clean(name):
-    parsed = spec.parse(TRICKY[name], file="t.tspec")
+    parsed = tspec.parse(TRICKY[name], file="t.tspec")
     assert check(parsed, all_choices=True).findings == [], name

@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from refusals import raises
 
-import spec
-from codegen.generate import source
-from codegen.run import run as run_variant
-from codegen.runtime import load_source
-from spec import api
-from spec.check import check, combinations
-from spec.errors import SpecError
-from spec.variant import Variant
+import tspec
+from tspec import api
+from tspec.checking.check import check, combinations
+from tspec.codegen.generate import source
+from tspec.codegen.run import run as run_variant
+from tspec.codegen.runtime import load_source
+from tspec.errors import SpecError
+from tspec.language.variant import Variant
 
 HEADS = '''\
 spec heads "heads"
@@ -38,7 +38,7 @@ def findings(text: str, choices=None, all_choices=True) -> list[tuple]:
     """Each finding's place, kind, message and counterexample (the hints' wording is pinned
     in test_findings)."""
     return [(f.where, f.kind, f.message, f.counterexample)
-            for f in check(spec.parse(text, "t.tspec"), choices,
+            for f in check(tspec.parse(text, "t.tspec"), choices,
                            all_choices=all_choices).findings]
 
 
@@ -91,7 +91,7 @@ def transformer_with(old: str, new: str) -> str:
 def test_a_key_cache_that_starts_from_the_values_is_a_finding_where_d_k_is_not_d_v():
     text = transformer_with(KEY_CACHE, KEY_CACHE.replace("from K_h", "from V_h"))
     line = TRANSFORMER[:TRANSFORMER.index(KEY_CACHE)].count("\n") + 1
-    found = check(spec.parse(text, "t.tspec"), {"arch": "decoder_only"},
+    found = check(tspec.parse(text, "t.tspec"), {"arch": "decoder_only"},
                   all_choices=True).findings
     assert [(f.where, f.kind, f.message, f.expected, f.inferred, f.counterexample, f.choices)
             for f in found] == [
@@ -101,7 +101,7 @@ def test_a_key_cache_that_starts_from_the_values_is_a_finding_where_d_k_is_not_d
          "[H] B T_past d_k", "[H] B T_past d_v", {"d_k": 2, "d_v": 1},
          "head_dims=free, key_value_heads=all, decoding=step")]
     # where head_dims=split makes d_k = d_v, the shapes agree: proved, and generated
-    source(spec.parse(text, "t.tspec"), {"arch": "decoder_only"})
+    source(tspec.parse(text, "t.tspec"), {"arch": "decoder_only"})
 
 
 def test_cross_attention_keys_that_start_from_the_queries_are_a_finding():
@@ -109,7 +109,7 @@ def test_cross_attention_keys_that_start_from_the_queries_are_a_finding():
     source's T: `tspec run --decode` failed on the cache's length (a ValueError)."""
     text = transformer_with(SOURCE_KEYS, SOURCE_KEYS.replace("from K_h", "from Q_h"))
     line = TRANSFORMER[:TRANSFORMER.index(SOURCE_KEYS)].count("\n") + 1
-    found = check(spec.parse(text, "t.tspec"), {"arch": "encoder_decoder", "decoding": "step"}
+    found = check(tspec.parse(text, "t.tspec"), {"arch": "encoder_decoder", "decoding": "step"}
                   ).findings
     assert [(f.where, f.kind, f.message, f.counterexample) for f in found] == [
         (f"t.tspec:{line}", "shape-mismatch",
@@ -162,7 +162,7 @@ def test_a_decoding_step_is_checked_with_the_full_model_that_starts_it():
     decoder's keys gave the states' findings, never its own, the cause."""
     old = "multi_head_attention(Y_1, Z_enc, L_cross_h) as cross_attention"
     text = transformer_with(old, old.replace("Z_enc", "Y_1"))
-    found = check(spec.parse(text, "t.tspec"), {"arch": "encoder_decoder", "decoding": "step"},
+    found = check(tspec.parse(text, "t.tspec"), {"arch": "encoder_decoder", "decoding": "step"},
                   all_choices=True).findings
     assert [(f.line, f.kind, f.choices, f.caused_by is found[0]) for f in found] == [
         (345, "argument-mismatch", "norm=post, decoding=full", False),
@@ -200,7 +200,7 @@ def test_a_block_called_with_a_family_where_it_takes_one_tensor_runs_on_each_mem
             '    param W "d d" "w"\n    Y "B d" "y" = X @ W + S\ninput X[H] "B d" "x"\n'
             'input S "B d" "shared"\nZ[H] "B d" "z" = g(X, S) as each\noutput Z\n')
     assert findings(text) == []
-    model = load_source(source(spec.parse(text, "t.tspec"), {}), typecheck=True)
+    model = load_source(source(tspec.parse(text, "t.tspec"), {}), typecheck=True)
     rng = np.random.default_rng(0)
     X, S, W = rng.standard_normal((3, 2, 4)), rng.standard_normal((2, 4)), \
         rng.standard_normal((4, 4))
@@ -225,7 +225,7 @@ def test_a_block_mapped_over_a_family_is_called_once_and_keeps_no_states(call, b
     with raises(SpecError, f"t.tspec:13: X is a family passed to {block}, which takes one "
                            "tensor: code generation applies a block to each member only where "
                            "it is called once and keeps no states"):
-        check(spec.parse(text, "t.tspec"), all_choices=True)
+        check(tspec.parse(text, "t.tspec"), all_choices=True)
 
 
 def test_a_parameter_no_equation_uses_still_needs_its_shape():
@@ -247,7 +247,7 @@ def test_a_parameter_no_equation_uses_still_needs_its_shape():
 ])
 def test_a_function_with_no_float_array_in_scope_takes_the_dtype(body, expected):
     text = 'spec l "t"\ndim B "b"\ndim T "t"\ninput m "B T" bool "m"\n' + body + "output Y\n"
-    model = load_source(source(spec.parse(text, "t.tspec"), {}), typecheck=True)
+    model = load_source(source(tspec.parse(text, "t.tspec"), {}), typecheck=True)
     m = np.array([[True, False, True]])
     np.testing.assert_array_equal(model.l(m), expected(m))
     if "log" in body:
@@ -268,7 +268,7 @@ def test_a_block_using_a_derived_dim_that_decoding_changes_gets_a_step_function(
     text = text.replace('    Y "B T_x d" "output" = K + X\n',
                         '    Z "B T_x d" "z" = scaled(K) as s\n    Y "B T_x d" "output" = Z + X\n')
     assert findings(text) == []
-    model = load_source(source(spec.parse(text, "t.tspec"), {}))
+    model = load_source(source(tspec.parse(text, "t.tspec"), {}))
     rng = np.random.default_rng(0)
     W, X = rng.standard_normal((3, 3)), rng.standard_normal((2, 5, 3))
     params = {"first": {"W": W, "s": {}}}
@@ -278,7 +278,7 @@ def test_a_block_using_a_derived_dim_that_decoding_changes_gets_a_step_function(
                                X[:, 4:] @ W * 6 + X[:, 4:])              # q = 2 d
     with raises(SpecError, "t.tspec:18: block scaled_step has the name code generation gives "
                            "the decoding step's function of scaled; rename it"):
-        spec.parse(text.replace('block attend(', 'block scaled_step(X "B d") -> Y:\n'
+        tspec.parse(text.replace('block attend(', 'block scaled_step(X "B d") -> Y:\n'
                                 '    Y "B d" "y" = relu(X)\n\nblock attend('), "t.tspec")
 
 
@@ -464,7 +464,7 @@ def test_what_tspec_check_proves_code_generation_and_tspec_run_accept(text):
     the decoding step's logits are the full forward's (every op here acts position by
     position, but where the step's q differs from the full model's by design)."""
     try:
-        parsed = spec.parse(text, "r.tspec")
+        parsed = tspec.parse(text, "r.tspec")
         proved = not check(parsed, all_choices=True).findings
     except SpecError:
         return                                  # `tspec check` refuses it, naming the line
@@ -486,7 +486,7 @@ def test_what_tspec_check_proves_of_one_combination_code_generation_accepts(text
     nothing `tspec check` proved of that one combination (a step's mistakes were found only
     when the variant said decoding=step)."""
     try:
-        parsed = spec.parse(text, "r.tspec")
+        parsed = tspec.parse(text, "r.tspec")
         combos = combinations(parsed)
         proved = [combo for combo in combos if not check(parsed, combo).findings]
     except SpecError:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from spec import audit, check, load, parse
-from spec.check import check as check_spec
+from tspec import check, load, parse
+from tspec.checking import audit
+from tspec.checking.check import check as check_spec
 
 MISTAKES = {
     "seed_000": [],

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
 
-from spec.numbers import shown_json, value_text
+from tspec.numbers import shown_json, value_text
 
 # Every kind of finding, with what it means. Tests pin one message per kind.
 KINDS = {

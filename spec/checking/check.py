@@ -17,12 +17,13 @@ from typing import NamedTuple
 import numpy as np
 import sympy
 
-from spec import limits
-from spec.errors import LimitError, SpecError
-from spec.expr import MAX_DEGREE, derived_degrees, dim_text
-from spec.findings import Finding, format_value, grouped
-from spec.limits import TIME_LIMIT, require_tensor_count
-from spec.model import (
+from tspec.checking import limits
+from tspec.checking.findings import Finding, format_value, grouped
+from tspec.checking.limits import TIME_LIMIT, require_tensor_count
+from tspec.checking.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
+from tspec.errors import LimitError, SpecError
+from tspec.language.expr import MAX_DEGREE, derived_degrees, dim_text
+from tspec.language.model import (
     DECODING,
     FULL,
     NEW,
@@ -51,9 +52,8 @@ from spec.model import (
     selections,
     tensor_names,
 )
-from spec.ops import OPS, Value, join_family
-from spec.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
-from spec.shape import Shape, format_expr
+from tspec.language.shape import Shape, format_expr
+from tspec.ops.catalogue import OPS, Value, join_family
 
 DECLARED = ("input", "param", "state")   # roles given, not computed by an equation
 NEAREST_WINDOW = 4096     # how far to look for valid values near a violating one
