@@ -15,7 +15,7 @@ beyond CLIP the true Phi is within 2e-8 of 0 or 1 (float32's spacing just below 
 codegen/templates/helpers/gelu.py.j2). Without it: the time of each route on a
 (1024, 3072) float32 array, on one thread, and each route's largest error in Phi over a wide
 range of float32 inputs, against float64 x * ndtr(x), in units of 2^-24 (half float32's spacing
-just below 1). tests/test_codegen.py checks the same bound.
+just below 1). tests/codegen/test_codegen.py checks the same bound.
 """
 
 import argparse

@@ -1,0 +1,509 @@
+"""The generated CuPy code: its kernels against NumPy float64, numerical edge cases, and
+random variants over every choice against the generated NumPy code in float64.
+
+Every test runs on a GPU ("cupy": CuPy and a CUDA device, skipped with the reason without them,
+as in CI) and on the CPU ("cupy-on-cpu": the same generated code with its CUDA kernels compiled
+by g++ and run by a harness that emulates a GPU's threads, its array code on NumPy through a
+stand-in for CuPy; tests/support/cupy_on_cpu). The PyTorch comparisons are in test_reference.py (its
+cupy cases).
+"""
+
+import functools
+import inspect
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.special import erf
+from support.arrays import DEVICES, NUMPY, to_numpy
+from support.compare import assert_close, flat
+from support.reference_numpy import softmax as softmax_reference
+from test_codegen import variants  # random variants over every choice
+
+from tspec import api
+from tspec.codegen import weights
+from tspec.codegen.generate import source
+
+pytestmark = pytest.mark.parametrize("device", DEVICES)
+SPEC = api.read_spec(api.BUILTIN_SPEC)
+FLOATS = ["float64", "float32", "float16"]
+# float16 against float64 on random variants: widths as small as d_model=2 make LayerNorm
+# ill-conditioned (two values whose variance is near eps), and float16 rounding of its input
+# then moves the output by up to 2.6e-2 of its scale (seen on the H100); a wrong mask, axis or
+# kernel moves it by order 1. The fixed reference models keep the 1e-2 of compare.TOLERANCES.
+FLOAT16_VARIANTS = 1e-1
+
+
+@functools.cache
+def generated(arrays, **choices):
+    return arrays.load(source(SPEC, choices, arrays.backend))
+
+
+def on_device(device, value, dtype):
+    return device.xp.asarray(np.asarray(value).astype(dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernels, each dtype, against NumPy float64
+
+@pytest.mark.parametrize("dtype, tolerance", [("float64", 1e-14), ("float32", 1e-6),
+                                              ("float16", 1e-3)])
+@pytest.mark.parametrize("n", [1, 7, 32, 33, 1000])
+def test_softmax_kernel_matches_numpy_on_rows_of_any_length(device, dtype, tolerance, n):
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((3, 5, n)) * 4).astype(dtype)
+    y = generated(device).softmax(device.xp.asarray(x))
+    assert y.dtype == np.dtype(dtype) and y.shape == x.shape
+    np.testing.assert_allclose(to_numpy(y), softmax_reference(x), atol=tolerance, rtol=0)
+
+
+def test_softmax_kernel_on_another_axis(device):
+    x = np.random.default_rng(0).standard_normal((4, 6, 5))
+    y = generated(device).softmax(device.xp.asarray(x), axis=1)
+    np.testing.assert_allclose(to_numpy(y), softmax_reference(x, axis=1), atol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_softmax_kernel_edge_cases(device, dtype):
+    """Huge and tiny logits do not overflow (float16's largest, 65504, too); a row masked
+    everywhere gives zeros; a NaN makes its row NaN rather than vanishing."""
+    big = float(np.finfo(dtype).max)
+    x = np.array([[big, big / 2, 0.0, -big],
+                  [-np.inf, -np.inf, -np.inf, -np.inf],
+                  [1e-30, -1e-30, 0.0, 0.0],
+                  [np.nan, 0.0, 1.0, 2.0],
+                  [-np.inf, 3.0, -np.inf, -np.inf]], dtype=dtype)
+    y = to_numpy(generated(device).softmax(device.xp.asarray(x))).astype(np.float64)
+    np.testing.assert_allclose(y[0], [1, 0, 0, 0])
+    assert (y[1] == 0).all()
+    np.testing.assert_allclose(y[2], [0.25] * 4, rtol=1e-3)
+    assert np.isnan(y[3]).all()
+    np.testing.assert_array_equal(y[4], [0, 1, 0, 0])
+    assert not np.isnan(np.delete(y, 3, axis=0)).any()
+
+
+def test_softmax_kernel_on_an_empty_batch(device):
+    y = generated(device).softmax(device.xp.zeros((0, 4, 3), dtype=device.xp.float32))
+    assert y.shape == (0, 4, 3)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("mask_shape", [(1, 3, 5, 6), (4, 3, 5, 6), (1, 1, 5, 6), (3, 5, 6),
+                                        (1, 3, 1, 6)])
+def test_masked_softmax_follows_the_masks_broadcasting(device, dtype, mask_shape):
+    """softmax(X + L) for masks shared by heads, per head, shared by the batch, without the
+    family axis, and one row for every query (a padding mask's shape)."""
+    rng = np.random.default_rng(sum(mask_shape))
+    X = rng.standard_normal((4, 3, 5, 6)) * 3
+    keep = rng.random(mask_shape) < 0.7
+    L = np.where(keep, rng.standard_normal(mask_shape), -np.inf)
+    L[..., 0, :] = -np.inf                           # a fully masked query row where it has one
+    y = generated(device).masked_softmax(on_device(device, X, dtype), on_device(device, L, dtype))
+    expected = softmax_reference(X.astype(dtype).astype(np.float64)
+                                 + L.astype(dtype).astype(np.float64))
+    tolerance = {"float64": 1e-14, "float32": 1e-6, "float16": 1e-3}[dtype]
+    assert y.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(to_numpy(y), expected, atol=tolerance, rtol=0)
+
+
+def test_masked_softmax_reads_a_broadcast_view_of_the_mask(device):
+    """A padding mask is a broadcast view (stride 0 over queries): the kernel follows the
+    strides instead of copying it."""
+    module = generated(device)
+    keep = np.array([[1, 1, 0, 0, 0], [1, 1, 1, 1, 0]], dtype=bool)
+    L = module.log_mask(module.padding_mask(device.xp.asarray(keep), 3), np.float64)[None]
+    X = np.random.default_rng(1).standard_normal((2, 2, 3, 5))
+    y = module.masked_softmax(device.xp.asarray(X), L)
+    np.testing.assert_allclose(to_numpy(y), softmax_reference(X + to_numpy(L)), atol=1e-15)
+    assert (to_numpy(y)[:, 0, :, 2:] == 0).all()
+
+
+@pytest.mark.parametrize("dtype, tolerance", [("float64", 1e-12), ("float32", 1e-5),
+                                              ("float16", 2e-2)])
+def test_layer_norm_kernel_matches_numpy(device, dtype, tolerance):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 7, 48)) * 3 + 1
+    gamma, beta = rng.standard_normal(48), rng.standard_normal(48)
+    y = generated(device).layer_norm(*(on_device(device, v, dtype) for v in (x, gamma, beta)),
+                                     1e-5)
+    xs = x.astype(dtype).astype(np.float64)
+    centred = xs - xs.mean(-1, keepdims=True)
+    expected = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-5) * \
+        gamma.astype(dtype) + beta.astype(dtype)
+    assert y.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(to_numpy(y), expected, atol=tolerance * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_layer_norm_kernel_edge_cases(device, dtype):
+    """A constant row (zero variance) gives beta, not NaN; float16 values whose squares
+    overflow float16 (1000^2) are summed in float32."""
+    module = generated(device)
+    x = np.array([[5.0] * 8, [1000.0, -1000.0] * 4], dtype=dtype)
+    beta = np.arange(8, dtype=dtype)
+    y = to_numpy(module.layer_norm(device.xp.asarray(x), device.xp.ones(8, dtype=dtype),
+                                   device.xp.asarray(beta), 1e-5)).astype(np.float64)
+    np.testing.assert_array_equal(y[0], beta)
+    np.testing.assert_allclose(y[1], np.array([1.0, -1.0] * 4) + beta, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [("float64", 1e-15), ("float32", 1e-6),
+                                              ("float16", 2e-3)])
+def test_gelu_kernels_against_the_normal_cdf(device, dtype, tolerance):
+    x = np.linspace(-10, 10, 2001).astype(dtype)
+    xs = x.astype(np.float64)
+    exact = xs * 0.5 * (1 + erf(xs / math.sqrt(2)))
+    tanh_form = 0.5 * xs * (1 + np.tanh(math.sqrt(2 / math.pi) * (xs + 0.044715 * xs ** 3)))
+    y = generated(device, activation="gelu").gelu(device.xp.asarray(x))
+    y_tanh = generated(device, activation="gelu_tanh").gelu_tanh(device.xp.asarray(x))
+    assert y.dtype == y_tanh.dtype == np.dtype(dtype)
+    scale = np.maximum(1, np.abs(xs))
+    assert np.max(np.abs(to_numpy(y) - exact) / scale) <= tolerance
+    assert np.max(np.abs(to_numpy(y_tanh) - tanh_form) / scale) <= tolerance
+
+
+def test_kernels_refuse_integer_arrays(device):
+    with pytest.raises(TypeError, match=r"^softmax_rows runs on float16, float32 or float64 "
+                                        r"arrays, got int32$"):
+        generated(device).softmax(device.xp.zeros((2, 3), dtype=device.xp.int32))
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernels on drawn inputs: odd row lengths and counts, every broadcast of the mask and of the
+# scores, views with zero and negative strides, fully masked, +-inf, NaN, huge and constant rows,
+# empty inputs, mixed dtypes
+
+ROW_LENGTHS = [0, 1, 2, 7, 31, 32, 33, 64, 65, 100]
+KERNEL_TOLERANCES = {"float64": 1e-13, "float32": 2e-6, "float16": 2e-3}
+SPECIALS = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "huge": 1.0, "-huge": -1.0}
+
+
+def limit_softmax(S: np.ndarray) -> np.ndarray:
+    """softmax along the last axis in float64, with the kernels' definitions: a row that is
+    -inf everywhere gives 0; a row holding +inf its limit (the +inf entries share the
+    weight); a row holding NaN NaN."""
+    S = np.asarray(S, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        weights = softmax_reference(np.where(np.isposinf(S).any(-1, keepdims=True),
+                                             np.where(np.isposinf(S), 0.0, -np.inf), S))
+    return np.where(np.isnan(S).any(-1, keepdims=True), np.nan, weights)
+
+
+def drawn_values(draw, shape, dtype, specials=SPECIALS):
+    """Normal values times 4 in ``dtype``, some entries made special (NaN, +-inf, the dtype's
+    largest: of ``specials``) and, for rows of two or more, some rows constant."""
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+    values = rng.standard_normal(shape) * 4
+    if values.size and specials:
+        big = float(np.finfo(dtype).max)
+        for _ in range(draw(st.integers(0, 3))):
+            name = draw(st.sampled_from(sorted(specials)))
+            index = tuple(int(rng.integers(n)) for n in shape)
+            values[index] = SPECIALS[name] * (big if "huge" in name else 1)
+        if shape[-1] > 1 and draw(st.booleans()):
+            row = tuple(int(rng.integers(n)) for n in shape[:-1])
+            values[row] = values[row][0]
+    return values.astype(dtype)
+
+
+def broadcast_of(draw, shape, least=1):
+    """A shape that broadcasts to ``shape``: some leading axes dropped (``least`` kept), some
+    made 1."""
+    kept = shape[draw(st.integers(0, len(shape) - least)):]
+    return tuple(1 if draw(st.booleans()) else n for n in kept[:-1]) + kept[-1:]
+
+
+@st.composite
+def masked_rows(draw):
+    """Scores X and an additive mask L that broadcast to one shape (two to six axes: over
+    five, masked_softmax folds the leading ones into one), each of any float dtype."""
+    rank = draw(st.integers(2, 6))
+    shape = tuple(draw(st.integers(0, 3)) for _ in range(rank - 1))
+    shape += (draw(st.sampled_from(ROW_LENGTHS[1:])),)
+    X_dtype, L_dtype = draw(st.sampled_from(FLOATS)), draw(st.sampled_from(FLOATS))
+    X = drawn_values(draw, broadcast_of(draw, shape, 2), X_dtype)
+    L_shape = broadcast_of(draw, shape, 2)
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+    L = np.where(rng.random(L_shape) < draw(st.sampled_from([0.0, 0.3, 0.9])), -np.inf,
+                 rng.standard_normal(L_shape) * draw(st.sampled_from([0.0, 1.0])))
+    if L_shape[-2] > 0 and draw(st.booleans()):
+        L[..., 0, :] = -np.inf                                    # a fully masked row
+    return X, L.astype(L_dtype), draw(st.sampled_from(["contiguous", "broadcast", "reversed"]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=masked_rows())
+def test_masked_softmax_on_drawn_scores_and_masks(device, drawn):
+    """masked_softmax(X, L) against float64's softmax(X + L) in X + L's dtype (float16: a
+    masked entry -inf, whatever X is there), the mask given contiguous, as a broadcast view
+    (stride 0) or reversed along its rows (negative strides)."""
+    X, L, layout = drawn
+    xp = device.xp
+    if layout == "broadcast":
+        L_device = xp.broadcast_to(xp.asarray(L[..., :1, :]), L.shape)
+        L = np.broadcast_to(L[..., :1, :], L.shape)
+    elif layout == "reversed":
+        L_device = xp.asarray(np.ascontiguousarray(L[..., ::-1]))[..., ::-1]
+    else:
+        L_device = xp.asarray(L)
+    y = generated(device).masked_softmax(xp.asarray(X), L_device)
+    assert_masked_softmax(y, X, L)
+
+
+def assert_masked_softmax(y, X, L):
+    """y is float64's softmax of X + L, the sum formed in X + L's dtype (float32 for float16,
+    where a masked entry is -inf, whatever X is there, as attention's S = X + L has it)."""
+    dtype = np.result_type(X, L)
+    summed = np.float64 if dtype == np.float64 else np.float32
+    wide_X, wide_L = X.astype(dtype).astype(summed), L.astype(dtype).astype(summed)
+    with np.errstate(invalid="ignore", over="ignore"):
+        S = (wide_X + wide_L).astype(np.float64)
+    if dtype == np.float16:
+        S = np.where(np.broadcast_to(wide_L, S.shape) == -np.inf, -np.inf, S)
+    assert y.dtype == dtype and y.shape == S.shape
+    np.testing.assert_allclose(to_numpy(y).astype(np.float64), limit_softmax(S),
+                               atol=KERNEL_TOLERANCES[dtype.name], rtol=0)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_masked_softmax_over_six_axes_is_as_over_five(device, dtype):
+    """Six axes (a batch of batches) fold into the kernel's five: the numbers of the
+    equations, a float16 score past 65504 at a masked key masked as over five axes (the
+    fallback to softmax(X + L) made its row NaN), a mask broadcast over two of the axes."""
+    rng = np.random.default_rng(6)
+    X = (rng.standard_normal((2, 1, 3, 2, 4, 5)) * 3).astype(dtype)
+    X[..., 0, 1] = np.inf if dtype == "float16" else 1e4
+    L = np.where(rng.random((1, 2, 1, 2, 4, 5)) < 0.3, -np.inf, 0.0).astype(dtype)
+    L[..., 0, 1] = -np.inf
+    L[..., 1, :] = -np.inf                                          # fully masked rows
+    xp = device.xp
+    y = generated(device).masked_softmax(xp.asarray(X), xp.asarray(L))
+    assert y.shape == (2, 2, 3, 2, 4, 5)
+    assert not np.isnan(to_numpy(y)).any()
+    assert_masked_softmax(y, X, L)
+
+
+@st.composite
+def normalised_rows(draw):
+    """LayerNorm's rows (constant, NaN, infinite and huge ones among them), gamma and beta (of
+    the row's width, or of width 1, broadcast), eps (0 too) and a dtype."""
+    dtype = draw(st.sampled_from(FLOATS))
+    rows = tuple(draw(st.lists(st.integers(0, 5), min_size=0, max_size=3)))
+    n = draw(st.sampled_from(ROW_LENGTHS))
+    # the dtype's largest values are left out: their squares overflow the sums above float16
+    # (NaN on CuPy, beta on NumPy; float64's answer is neither)
+    x = drawn_values(draw, rows + (n,), dtype, draw(st.sampled_from([(), ("nan", "inf", "-inf")])))
+    if dtype == "float16" and x.size and draw(st.booleans()):
+        x = (x.astype(np.float64) * 250).clip(-6e4, 6e4).astype(dtype)  # squares past 65504
+    width = draw(st.sampled_from([n, 1]))
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+    gamma, beta = (rng.standard_normal(width).astype(dtype) for _ in range(2))
+    return x, gamma, beta, draw(st.sampled_from([0.0, 1e-12, 1e-5]))
+
+
+def constant_rows(x: np.ndarray) -> np.ndarray:
+    """Which rows (along the last axis) hold one finite value throughout."""
+    if x.shape[-1] == 0:
+        return np.zeros(x.shape[:-1], dtype=bool)
+    return (x == x[..., :1]).all(-1) & np.isfinite(x[..., 0])
+
+
+def layer_norm_reference(x, gamma, beta, eps):
+    """LayerNorm in float64 over the last axis; a constant row gives beta exactly (a row
+    holding an infinity or NaN NaN)."""
+    x = x.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        mean = x.mean(-1, keepdims=True) if x.shape[-1] else np.zeros(x.shape[:-1] + (1,))
+        centred = x - mean
+        root = np.sqrt((centred ** 2).mean(-1, keepdims=True) + eps) if x.shape[-1] else 1.0
+        y = centred / root * gamma.astype(np.float64) + beta.astype(np.float64)
+    constant = constant_rows(x)[..., None]
+    return np.where(constant, np.broadcast_to(beta.astype(np.float64), y.shape), y)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=normalised_rows())
+def test_layer_norm_on_drawn_rows(device, drawn):
+    """layer_norm against float64 on rows of every length (0 and 1 too) and count (none too),
+    constant rows (beta exactly, eps 0 too), rows holding NaN or an infinity (NaN), huge
+    float16 rows (their squares summed in float32), gamma and beta broadcast from width 1."""
+    x, gamma, beta, eps = drawn
+    xp = device.xp
+    y = generated(device).layer_norm(xp.asarray(x), xp.asarray(gamma), xp.asarray(beta), eps)
+    expected = layer_norm_reference(x, gamma, beta, eps)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    ours = to_numpy(y).astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(expected))
+    constant = constant_rows(x)
+    np.testing.assert_array_equal(ours[constant], expected[constant])
+    # a row's rounding errors grow with how far its values lie from their mean, in standard
+    # deviations (its condition); float16's result is rounded to float16 at the end
+    wide = x.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)           # the spread of no values
+        condition = np.abs(wide).max(-1, keepdims=True, initial=0.0) / wide.std(-1, keepdims=True)
+    condition = np.nan_to_num(condition, nan=0.0, posinf=0.0)
+    accumulation = np.finfo(np.float64 if x.dtype == np.float64 else np.float32).eps
+    allowed = 16 * accumulation * (1 + condition) * max(1.0, np.abs(gamma).max(initial=0.0))
+    if x.dtype == np.float16:
+        allowed = allowed + 2.0 ** -10
+    scale = np.maximum(1.0, np.abs(np.nan_to_num(expected)))
+    error = np.abs(np.nan_to_num(ours) - np.nan_to_num(expected)) / scale
+    assert (error <= allowed).all(), (error.max(initial=0.0), allowed.max(initial=0.0))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", ["gelu", "gelu_tanh"])
+def test_gelu_kernels_at_the_ends_and_into_out(device, name, dtype):
+    """NaN stays NaN, GELU(+inf) = +inf, the dtype's largest values (their own value, and -0
+    for the most negative: no overflow in the cube of the tanh form, which is formed in
+    float32 for float16), zeros keep their sign; an empty array, and a strided view into a
+    strided out."""
+    xp = device.xp
+    function = getattr(generated(device, activation=name), name)
+    big = float(np.finfo(dtype).max)
+    x = np.array([np.nan, np.inf, big, -big, 0.0, -0.0], dtype=dtype)
+    y = to_numpy(function(xp.asarray(x))).astype(np.float64)
+    np.testing.assert_array_equal(y, [np.nan, np.inf, big, -0.0, 0.0, -0.0])
+    np.testing.assert_array_equal(np.signbit(y[3:]), [True, False, True])
+    assert function(xp.zeros((0, 3), dtype=dtype)).shape == (0, 3)
+    values = np.linspace(-5, 5, 12).astype(dtype)
+    strided = xp.zeros(24, dtype=dtype)
+    strided[::2] = xp.asarray(values)
+    out = xp.zeros(36, dtype=dtype)
+    assert function(strided[::2], out=out[::3]) is not None
+    expected = to_numpy(function(xp.asarray(values)))
+    np.testing.assert_array_equal(to_numpy(out)[::3], expected)
+    assert not to_numpy(out)[1::3].any()                          # nothing written between
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole models
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_every_traced_tensor_keeps_the_dtype(device, dtype):
+    module = generated(device, arch="encoder_decoder", activation="gelu")
+    choices = {"arch": "encoder_decoder", "activation": "gelu"}
+    sizes = {"d_model": 8, "H": 2, "d_ff": 12, "N": 2, "V": 11}
+    params = device.put(weights.random_params(weights.expected_shapes(SPEC, choices, sizes), 0,
+                                              np.dtype(dtype)))
+    rng = np.random.default_rng(0)
+    t, u = device.put((rng.integers(0, 11, (2, 5)), rng.integers(0, 11, (2, 4))))
+    trace = {}
+    ones = device.xp.ones
+    _logits, probs = module.transformer(t, ones((2, 5), dtype=bool), u, ones((2, 4), dtype=bool),
+                                        params, H=2, trace=trace)
+    floats = {k: v.dtype for k, v in weights.flatten(trace).items() if v.dtype != bool}
+    assert set(floats.values()) == {np.dtype(dtype)}, floats
+    np.testing.assert_allclose(to_numpy(probs).astype(np.float64).sum(-1), 1.0,
+                               rtol={"float16": 2e-3}.get(dtype, 1e-6))
+
+
+def test_token_ids_out_of_range_are_named_on_the_gpu(device):
+    module = generated(device, arch="encoder_only")
+    params = device.put(weights.random_params(weights.expected_shapes(
+        SPEC, {"arch": "encoder_only"}, {"d_model": 8, "H": 2, "d_ff": 12, "N": 1, "V": 11}),
+        0, np.float32))
+    t = np.zeros((2, 5), dtype=np.int64)
+    t[1, 3] = 11
+    with pytest.raises(ValueError, match=r"^t: id 11 at index \(1, 3\) is out of range: ids "
+                                         r"index the 11 rows of E \(0..10\)$"):
+        module.transformer(device.xp.asarray(t), device.xp.ones((2, 5), dtype=bool), params, H=2)
+
+
+def test_inputs_past_the_gpus_memory_are_refused_before_they_are_materialised(device):
+    """A broadcast view claims a million sequences of a million tokens: refused by the
+    estimate against the device's memory (cuda.Device().mem_info) before anything is made."""
+    module = device.committed("decoder_only")
+    xp = device.xp
+    params = device.put(weights.random_params(weights.expected_shapes(
+        SPEC, {"arch": "decoder_only"}, {"d_model": 8, "H": 2, "d_ff": 12, "N": 1, "V": 11}),
+        0, np.float32))
+    u = xp.broadcast_to(xp.zeros((1, 1), dtype=xp.int64), (10**6, 10**6))
+    m = xp.broadcast_to(xp.ones((1, 1), dtype=bool), (10**6, 10**6))
+    total = xp.cuda.Device().mem_info[1]
+    assert module.memory_total() == total
+    with pytest.raises(MemoryError, match=r"^transformer would allocate about [0-9,.]+ GiB "
+                                          r"for its tensors, more than the GPU's memory "
+                                          rf"\({total / 2**30:,.1f} GiB\): "):
+        module.transformer(u, m, params, H=2)
+
+
+def test_wrong_shapes_fail_under_typecheck_on_the_gpu(device):
+    module = device.load(source(SPEC, {"arch": "encoder_only"}, "cupy"), typecheck=True)
+    Z = device.xp.zeros((2, 5, 8), dtype=device.xp.float32)
+    L = device.xp.zeros((1, 2, 4, 4), dtype=device.xp.float32)                 # T=4, not 5
+    with pytest.raises(Exception, match=r"T_x=5"):
+        module.encoder_layer(Z, L, {}, H=2)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(variants())
+def test_random_variants_match_the_numpy_code_in_float64(device, variant):
+    """Every intermediate of the CuPy forward (float64, float32, float16; traced and
+    untraced) against the NumPy forward in float64, for variants over every choice."""
+    choices, dims = variant
+    params = weights.random_params(weights.expected_shapes(SPEC, choices, dims), 1, np.float64)
+    numpy_module, cupy_module = generated(NUMPY, **choices), generated(device, **choices)
+    rng = np.random.default_rng(2)
+    inputs = []
+    for name, parameter in inspect.signature(numpy_module.transformer).parameters.items():
+        if parameter.kind is not parameter.POSITIONAL_OR_KEYWORD or name == "params":
+            continue
+        length = dims["T_dec"] if name in ("u", "m_tgt") else dims["T"]
+        if name.startswith("m"):                 # padding anywhere but the first position
+            keep = rng.random((dims["B"], length)) < 0.7
+            keep[:, 0] = True
+            inputs.append(keep)
+        else:                                    # token ids, or token types (s)
+            inputs.append(rng.integers(0, dims["V_type" if name == "s" else "V"],
+                                       (dims["B"], length)))
+    keywords = {name: dims[name] for name, parameter in
+                inspect.signature(numpy_module.transformer).parameters.items()
+                if parameter.kind is parameter.KEYWORD_ONLY and name in dims}
+    expected = {}
+    first, _ = numpy_module.transformer(*inputs, params, **keywords, trace=expected)
+    expected = flat(expected) | {"untraced": first}
+    for dtype in FLOATS:
+        cast = {k: v.astype(dtype) for k, v in weights.flatten(params).items()}
+        arguments = device.put((*inputs, weights.nest(cast)))
+        trace = {}
+        cupy_module.transformer(*arguments, **keywords, trace=trace)
+        untraced, _ = cupy_module.transformer(*arguments, **keywords)
+        ours = {k: v for k, v in flat(trace).items() if v.dtype != bool} | {"untraced": untraced}
+        assert_close(ours, {k: expected[k] for k in ours}, dtype,
+                     FLOAT16_VARIANTS if dtype == "float16" else None)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [("float64", 1e-13), ("float32", 1e-5),
+                                              ("float16", 2e-3)])
+def test_batched_matmul_reads_every_layout(device, dtype, tolerance):
+    """Row-major, transposed (column-major) and strided views of either operand, a batch of
+    one, and stacks that broadcast (left to @), against NumPy float64."""
+    module = generated(device)
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((3, 2, 5, 4))
+    b = rng.standard_normal((3, 2, 4, 6))
+    views = {
+        "row-major": (a, b),
+        "transposed": (np.ascontiguousarray(a.swapaxes(-1, -2)), None),
+        "split heads": (a, np.ascontiguousarray(np.moveaxis(b, 1, 0))),
+        "one matrix": (a[:1, :1], b[:1, :1]),
+        "broadcast": (a, b[:1]),
+    }
+    for name, (left, right) in views.items():
+        left_gpu = on_device(device, left, dtype)
+        if name == "transposed":
+            left_gpu, right = left_gpu.swapaxes(-1, -2), b           # a column-major view
+            left = a
+        right_gpu = on_device(device, right, dtype)
+        if name == "split heads":
+            right_gpu, right = device.xp.moveaxis(right_gpu, 0, 1), b     # batch axes out of order
+        expected = left.astype(dtype).astype(np.float64) @ right.astype(dtype).astype(np.float64)
+        result = module.batched_matmul(left_gpu, right_gpu)
+        assert result.dtype == np.dtype(dtype), name
+        np.testing.assert_allclose(to_numpy(result), expected,
+                                   atol=tolerance * np.abs(expected).max(), err_msg=name)
