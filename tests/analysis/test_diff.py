@@ -10,10 +10,7 @@ import tspec
 from tspec import api
 from tspec.codegen import docs
 
-
-@pytest.fixture(autouse=True)
-def in_checkout(monkeypatch):
-    monkeypatch.chdir(ROOT)          # paths in the output are relative to the checkout
+pytestmark = pytest.mark.usefixtures("in_checkout")     # paths print relative to the checkout
 
 
 def base_with(tmp_path, name, old, new):

@@ -10,21 +10,19 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.command_line import ROOT, run
+from support.command_line import run
+from support.compare import assert_agrees
 
 import tspec
 from tspec import api, cli
-from tspec.analysis.counts import DTYPE, costs, evaluate, used_dims
+from tspec.analysis.counts import DTYPE
 from tspec.analysis.grid import MAX_COMBINATIONS
-from tspec.codegen.docs import sizes_for
 from tspec.errors import GridError, UsageError
 
 SYNTAX = "expected NAME=START:STOP:STEP, NAME=A,B,C or NAME=VALUE"
 
 
-@pytest.fixture(autouse=True)
-def in_checkout(monkeypatch):
-    monkeypatch.chdir(ROOT)          # paths in the output are relative to the checkout
+pytestmark = pytest.mark.usefixtures("in_checkout")     # paths print relative to the checkout
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,40 +212,6 @@ def test_bad_api_grids_raise_grid_errors(axes, message):
 
 # ---------------------------------------------------------------------------------------------
 # Every combination is what checking and costing that variant alone gives
-
-def one_variant(name, settings, dims):
-    """Verdict and counts of one combination, through tspec.check and the docs' counting."""
-    variant = api.load(name, settings + [f"{k}={v}" for k, v in dims.items()])
-    report = api.check(variant)
-    breaks = sorted((f.kind, f.line) for f in report.findings if f.scope == "variant")
-    assert report.ok or breaks, [f.text() for f in report.findings]
-    if not report.ok:
-        return False, breaks, (None, None, None)
-    model_spec = variant.spec
-    choices = model_spec.choice_values(variant.choices)
-    bodies = costs(model_spec, choices)
-    sizes = sizes_for(variant, used_dims(model_spec, choices, bodies))
-    model = bodies[model_spec.name]
-    figures = []
-    for expr in (model.parameters, model.flops.total, model.activations.bytes(DTYPE)):
-        try:
-            figures.append(evaluate(expr, model_spec, choices, sizes))
-        except KeyError:
-            figures.append(None)
-    return True, breaks, tuple(figures)
-
-
-def assert_agrees(name, settings, axes):
-    grid = tspec.grid(name, axes, settings)
-    points = list(grid.points())
-    assert len(points) == len(grid) > 0
-    for point in points:
-        valid, breaks, figures = one_variant(name, settings, point.dims)
-        assert point.valid == valid, point
-        assert sorted((b.kind, b.line) for b in point.breaks) == breaks, point
-        assert (point.parameters, point.flops, point.activation_bytes) == figures, point
-    return grid
-
 
 @pytest.mark.parametrize("name, settings, axes, invalid", [
     ("gpt2_small", [], {"H": [8, 12, 16], "d_model": range(512, 769, 128)}, 2),

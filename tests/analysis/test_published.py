@@ -24,6 +24,7 @@ def test_gpt2_variants_check_clean_and_count_the_published_parameters(name):
     assert parameter_count(name) == GPT2[name][0]
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize("name", sorted(GPT2))
 def test_gpt2_counts_match_hugging_face_models_built_from_their_configs(name):
     torch = pytest.importorskip("torch")
@@ -48,6 +49,7 @@ def test_bert_base_checks_clean_and_counts_the_published_parameters():
     assert parameter_count("bert_base") == BERT_BASE
 
 
+@pytest.mark.reference
 def test_bert_base_count_matches_hugging_face_bert_model_built_from_its_config():
     """BertModel with its pooler (add_pooling_layer=True, the default): word, position and
     token-type embeddings, the embedding LayerNorm, the encoder, the pooler's dense layer."""
@@ -91,6 +93,7 @@ def test_llama3_8b_checks_clean_and_counts_the_published_parameters():
     assert parameter_count("llama3_8b") == LLAMA3_8B
 
 
+@pytest.mark.reference
 def test_llama3_8b_count_matches_hugging_face_built_from_its_config():
     """LlamaForCausalLM with 8 key-value heads for 32 query heads, SwiGLU, RMSNorm gains
     only, an untied lm_head; the spec's parameters are its tensors under from_llama's names."""

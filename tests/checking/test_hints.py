@@ -15,6 +15,7 @@ and a finding that suggests no constraint must say none. The mutation corpus
 
 import re
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -111,6 +112,7 @@ def suggested_constraints_hold(text: str, parsed, findings) -> int:
     return offered
 
 
+@pytest.mark.slow
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs())
 def test_a_suggested_constraint_parses_holds_somewhere_and_removes_its_finding(text):

@@ -2,14 +2,13 @@
 check` proves is refused later, and no correct spec is left unproved for want of combining the
 facts it states."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.command_line import run
 from support.refusals import raises
+from support.specs import TINY
 
 import tspec
 from tspec import api
@@ -187,11 +186,6 @@ def test_a_decoding_step_is_checked_with_the_full_model_that_starts_it():
 # compute, a step input the full model lacks, a block named like a step's function) are in
 # test_decoding; the ops' (gathering from families, concatenating a family with one tensor,
 # subtracting or negating masks) in test_codegen.
-
-TINY = (Path(__file__).parents[1] / "execution" / "test_decoding.py").read_text() \
-    .split('TINY = """\\\n')[1]
-TINY = TINY[:TINY.index('"""')]
-
 
 def test_a_block_called_with_a_family_where_it_takes_one_tensor_runs_on_each_member():
     """The checker applied the block to each member, and code generation refused ("does not

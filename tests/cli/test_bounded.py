@@ -10,7 +10,6 @@ from types import SimpleNamespace
 
 import pytest
 import sympy
-from support.command_line import ROOT
 
 from tspec import cli
 from tspec.analysis.evaluate import Evaluator
@@ -23,9 +22,7 @@ TINY = [a for setting in ("N=1", "d_model=8", "H=2", "d_ff=4", "V=11", "T=3", "T
 RETRY = "; give it longer with --time-limit SECONDS\n"
 
 
-@pytest.fixture(autouse=True)
-def in_checkout(monkeypatch):
-    monkeypatch.chdir(ROOT)          # paths in the output are relative to the checkout
+pytestmark = pytest.mark.usefixtures("in_checkout")     # paths print relative to the checkout
 
 
 @pytest.fixture
@@ -129,6 +126,7 @@ ZERO = ('dim B "b"\ndim d "d"\ndim H "h"\ndim k "k"\nlet k = d / (H - 1)\n'
         'output Y\n')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("grid", [
     ["base", "--grid", "d_model=100:300:7", "--grid", "H=1:9:2", "--set", "V=100"],
     ["gpt2_small", "--grid", "max_len=1:300:3"],

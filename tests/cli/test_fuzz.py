@@ -7,7 +7,6 @@ runs it again.
 """
 
 import contextlib
-import importlib.util
 import os
 import signal
 import struct
@@ -15,14 +14,15 @@ import sys
 import zipfile
 from collections import Counter
 
+import fuzz  # tools/fuzz.py
 import numpy as np
 import pytest
 import sympy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.command_line import ROOT, run
+from support.command_line import run
+from support.compare import assert_agrees
 from support.refusals import raises
-from test_grid import assert_agrees
 
 from tspec import api, cli
 from tspec.analysis.evaluate import Evaluator
@@ -30,16 +30,6 @@ from tspec.analysis.grid import parse_axis
 from tspec.codegen import weights
 from tspec.errors import GridError, SpecError, TspecError, UsageError, VariantError
 from tspec.language import parser as language
-
-
-def _fuzz_module():
-    found = importlib.util.spec_from_file_location("tspec_fuzz", ROOT / "tools" / "fuzz.py")
-    module = importlib.util.module_from_spec(found)
-    found.loader.exec_module(module)
-    return module
-
-
-fuzz = _fuzz_module()
 
 SEED = 8
 COUNT = {"parse": 300, "expr": 300, "check": 300, "variant": 300, "set": 300, "grid": 200,
@@ -58,6 +48,7 @@ def context(tmp_path_factory):
         signal.signal(signal.SIGALRM, previous)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", fuzz.TARGETS)
 def test_seeded_inputs_end_in_a_result_or_one_of_our_errors(context, target):
     statuses, failures = Counter(), []

@@ -43,6 +43,7 @@ def calls(arguments: list[str]) -> int:
     return pstats.Stats(profile).total_calls
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("command", ["check", "shapes", "diff", "docs", "grid", "run"])
 def test_every_command_grows_linearly_with_the_spec(tmp_path, command):
@@ -91,6 +92,7 @@ def lets_case(folder, n: int) -> list[str]:
     return ["shapes", str(folder / f"l{n}.toml")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [constraints_case, lets_case])
 def test_many_constraints_broken_and_many_derived_dims_cost_linear_work(tmp_path, case):
     # before: each broken constraint's hint judged every constraint for every value it tried,

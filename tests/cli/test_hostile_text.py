@@ -8,13 +8,13 @@ import os
 import stat
 from pathlib import Path
 
+import fuzz  # tools/fuzz.py
 import latex2mathml.converter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from markupsafe import escape
 from support.refusals import raises
-from test_fuzz import fuzz
 
 from tspec import api
 from tspec.cli import main

@@ -76,6 +76,7 @@ def finished(argv, output: str, unbuffered: bool) -> tuple[int, bytes]:
     return process.returncode, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("output, status, message", [("closed", 141, b""),
                                                      ("full", 2, FULL.encode())])
 def test_every_command_ends_in_one_status_when_its_output_cannot_be_written(

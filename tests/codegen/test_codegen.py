@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import scipy.special
 from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
 from support import reference_numpy
 from support.compare import assert_close
 from support.refusals import raises
+from support.strategies import variants
 
 from tspec import api, cli, codegen
 from tspec.checking.check import check
@@ -551,29 +551,6 @@ def test_weights_file_of_another_kind_is_refused(tmp_path):
 # Random variants (hypothesis): the generated code computes exactly the shapes the checker
 # proved, and a distribution over the vocabulary
 
-@st.composite
-def variants(draw):
-    choices = {name: draw(st.sampled_from(choice.options))
-               for name, choice in SPEC.choices.items()}
-    choices["decoding"] = "full"      # the step is drawn in test_decoding, against this forward
-    H = draw(st.integers(1, 3))
-    # rotary positions turn pairs of a head's features (d_k even); the others take any width
-    d_model = H * (2 * draw(st.integers(1, 3)) if choices["positional"] == "rotary" else
-                   draw(st.integers(1, 6)))
-    T, T_dec = draw(st.integers(1, 5)), draw(st.integers(1, 5))
-    dims = {"B": draw(st.integers(1, 3)), "T": T, "T_dec": T_dec, "d_model": d_model, "H": H,
-            "d_ff": draw(st.integers(1, 9)), "V": draw(st.integers(2, 9)),
-            "N": draw(st.integers(1, 2)), "max_len": max(T, T_dec) + draw(st.integers(0, 2)),
-            "V_type": draw(st.integers(1, 3))}
-    if choices["head_dims"] == "free":
-        # rotary positions turn pairs of a query's or key's features: d_k even
-        d_k = draw(st.sampled_from([2, 4] if choices["positional"] == "rotary" else [1, 2, 3, 4]))
-        dims |= {"d_k": d_k, "d_v": draw(st.integers(1, 4))}
-    if choices["key_value_heads"] == "grouped":
-        dims["H_kv"] = draw(st.sampled_from([g for g in range(1, H + 1) if H % g == 0]))
-    return choices, dims
-
-
 _MODERN = {"normalization": "rms_norm", "positional": "rotary", "key_value_heads": "grouped",
            "activation": "swiglu", "feed_forward_bias": "none", "attention_bias": "none",
            "head_dims": "split", "output_embedding": "separate", "encoder_io": "lm"}
@@ -581,6 +558,7 @@ _SMALL = {"B": 2, "T": 3, "T_dec": 4, "d_model": 8, "H": 2, "H_kv": 1, "d_ff": 5
           "N": 2, "max_len": 4, "V_type": 1}
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(variants())
 # the modern blocks together, as Llama has them, and under the other two architectures

@@ -2,10 +2,10 @@
 generator emits, that it is faithful to CUDA where the kernels rely on it, that it catches what
 a GPU would get wrong, and that the stand-in for CuPy keeps CuPy's rules.
 
-- Every CUDA kernel in the generated CuPy code has checks in test_cupy.py (which run here on
-  the CPU and on a GPU where one is), and a wrong index in one (an off-by-one in a row's
-  stride, a lane's stride, a reduction step, a mask's stride, the variance's divisor) makes
-  those checks fail.
+- Every CUDA kernel in the generated CuPy code has checks in support/kernel_checks.py (which
+  test_cupy.py runs on the CPU and on a GPU where one is), and a wrong index in one (an
+  off-by-one in a row's stride, a lane's stride, a reduction step, a mask's stride, the
+  variance's divisor) makes those checks fail.
 - The built-ins: shuffles of every kind and width, votes, __syncthreads and shared memory,
   two- and three-dimensional grids and blocks, atomics, half precision. These run on a GPU too,
   so there they check the harness's expectations against the hardware.
@@ -22,8 +22,7 @@ import sys
 
 import numpy as np
 import pytest
-import test_cupy
-from support import cupy_on_cpu
+from support import cupy_on_cpu, kernel_checks
 from support.arrays import CUPY_ON_CPU, DEVICES, Arrays, needs_compiler, to_numpy
 from support.cupy_on_cpu import CompileError, KernelError, kernels, standin
 
@@ -37,22 +36,22 @@ cp = cupy_on_cpu.cupy
 # ---------------------------------------------------------------------------------------------
 # Every kernel the generator emits is checked, and a wrong index in one fails its checks
 
-# the kernels' checks in test_cupy.py (each also runs on drawn inputs there)
+# the kernels' checks (test_cupy.py runs each, and the kernels on drawn inputs)
 KERNEL_CHECKS = {
     "softmax_rows": [
-        (test_cupy.test_softmax_kernel_matches_numpy_on_rows_of_any_length,
+        (kernel_checks.softmax_kernel_matches_numpy_on_rows_of_any_length,
          {"dtype": "float32", "tolerance": 1e-6, "n": n}) for n in (1, 7, 32, 33, 1000)] + [
-        (test_cupy.test_masked_softmax_follows_the_masks_broadcasting,
+        (kernel_checks.masked_softmax_follows_the_masks_broadcasting,
          {"dtype": "float32", "mask_shape": shape})
         for shape in [(1, 3, 5, 6), (4, 3, 5, 6), (1, 1, 5, 6), (3, 5, 6), (1, 3, 1, 6)]] + [
-        (test_cupy.test_softmax_kernel_edge_cases, {"dtype": "float32"})],
+        (kernel_checks.softmax_kernel_edge_cases, {"dtype": "float32"})],
     "layer_norm_rows": [
-        (test_cupy.test_layer_norm_kernel_matches_numpy, {"dtype": "float32",
+        (kernel_checks.layer_norm_kernel_matches_numpy, {"dtype": "float32",
                                                           "tolerance": 1e-5}),
-        (test_cupy.test_layer_norm_kernel_edge_cases, {"dtype": "float32"})],
-    "gelu": [(test_cupy.test_gelu_kernels_against_the_normal_cdf,
+        (kernel_checks.layer_norm_kernel_edge_cases, {"dtype": "float32"})],
+    "gelu": [(kernel_checks.gelu_kernels_against_the_normal_cdf,
               {"dtype": "float64", "tolerance": 1e-15})],
-    "gelu_tanh": [(test_cupy.test_gelu_kernels_against_the_normal_cdf,
+    "gelu_tanh": [(kernel_checks.gelu_kernels_against_the_normal_cdf,
                    {"dtype": "float64", "tolerance": 1e-15})],
 }
 # the choices under which the generated code has each helper with a kernel
@@ -69,8 +68,8 @@ def kernel_names(text: str) -> set[str]:
 
 def test_every_kernel_the_generator_emits_has_checks():
     """The kernels of every committed CuPy module and of the helpers any choice brings in are
-    exactly those KERNEL_CHECKS (test_cupy.py) checks: a new kernel fails here until it has
-    checks of its own."""
+    exactly those KERNEL_CHECKS (support/kernel_checks.py) checks: a new kernel fails here
+    until it has checks of its own."""
     texts = [path.read_text() for path in (api.checkout() / "generated" / "cupy").glob("*.py")]
     texts += [source(SPEC, choices, "cupy") for choices in HELPER_CHOICES]
     found = set().union(*(kernel_names(text) for text in texts))
@@ -161,7 +160,7 @@ def test_an_off_by_one_in_a_rows_stride_reads_past_the_argument():
     x = np.random.default_rng(0).standard_normal((9, 33)).astype(np.float32)
     with pytest.raises(KernelError, match=r"^softmax_rows<float> read byte (\d+) of argument "
                                           r"x, outside the 1188 bytes it was given$") as raised:
-        test_cupy.generated(device).softmax(cp.asarray(x))
+        kernel_checks.generated(device).softmax(cp.asarray(x))
     assert 1188 <= int(re.search(r"byte (\d+)", str(raised.value)).group(1)) < 1188 + 9 * 4
 
 

@@ -9,17 +9,17 @@ tensor, and a cache that does not grow along its positions is a finding.
 """
 
 import functools
-import inspect
 import re
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from support.arrays import BACKENDS, CUPY, CUPY_ON_CPU, DEVICES, MARKS, NUMPY, to_numpy
+from support.arrays import BACKENDS, CUPY, CUPY_ON_CPU, DEVICES, MARKS, NUMPY, keywords, to_numpy
 from support.command_line import run
 from support.compare import assert_close
 from support.refusals import raises
+from support.specs import TINY
 
 from tspec import api
 from tspec.checking.check import check
@@ -56,13 +56,6 @@ def params_for(choices, dtype, **dims):
     sizes = SIZES | dims
     shapes = weights.expected_shapes(SPEC, choices, sizes)
     return weights.nest(weights.random_params(shapes, seed=1, dtype=dtype))
-
-
-def keywords(function, **given):
-    """The keyword arguments a generated function requires, from ``given``."""
-    names = [p.name for p in inspect.signature(function).parameters.values()
-             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is inspect.Parameter.empty]
-    return {name: given[name] for name in names}
 
 
 def by_position(logits):
@@ -316,6 +309,7 @@ def decoding_variants(draw):
     return choices, dims, prompt, steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arrays", BACKENDS)
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(decoding_variants())
@@ -462,40 +456,6 @@ def test_the_docs_give_the_cache_per_layer_and_per_position():
 # ---------------------------------------------------------------------------------------------
 # Code generation for any spec with the choice `decoding`
 
-TINY = """\
-spec tiny "a decoder of one cached layer"
-dim B "batch"
-dim T "length"
-dim T_past "positions decoded before"
-dim T_new "positions a step adds"
-dim d "width"
-choice decoding = full | step "the whole sequence, or one step"
-
-block attend(X "B T_x d") -> Y:
-    dim T_x "length"
-    param W "d d" "weight"
-    K "B T_x d" "keys" = X @ W
-    Y "B T_x d" "output" = K + X
-
-block attend_cached(X "B T_x d") -> Y:
-    dim T_x "positions this step adds"
-    param W "d d" "weight"
-    state K_past "B T_past d" "keys so far" from K
-    K "B T_x d" "new keys" = X @ W
-    K_all "B T_past+T_x d" "every key" = concat(K_past, K, axis=-2)
-    update K_past = K_all
-    Y "B T_x d" "output" = K + X
-
-when decoding == full:
-    input X "B T d" "input"
-    Y "B T d" "output" = attend(X) as first
-else:
-    input X "B T_new d" "the new positions' input"
-    Y "B T_new d" "output at the new positions" = attend_cached(X) as first
-output Y
-"""
-
-
 def test_any_spec_with_states_gets_prefill_and_decode_step():
     model = load_source(source(parse(TINY, "tiny.tspec"), {}))
     rng = np.random.default_rng(0)
@@ -607,6 +567,7 @@ def test_cupy_decoding_matches_the_numpy_full_forward(device, name):
 # ---------------------------------------------------------------------------------------------
 # Against an independent key-value cache: Hugging Face GPT-2 with past_key_values
 
+@pytest.mark.reference
 @pytest.mark.parametrize("arrays", BACKENDS)
 def test_decoding_matches_hugging_face_gpt2_with_its_own_cache_step_by_step(arrays):
     """Hugging Face's GPT2LMHeadModel decodes with its own cache (DynamicCache); ours with

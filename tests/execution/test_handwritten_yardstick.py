@@ -14,6 +14,7 @@ from support.command_line import ROOT
 from tspec.codegen import checkpoints, weights
 
 d_model, H, d_ff = 16, 4, 24
+pytestmark = pytest.mark.reference
 TOLERANCE = 2e-5  # float32 against float64, a few layers deep
 
 

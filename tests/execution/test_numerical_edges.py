@@ -28,9 +28,9 @@ import numpy as np
 import pytest
 from scipy.special import erf
 from support.arrays import BACKENDS, CUPY, CUPY_ON_CPU, MARKS, NUMPY, to_numpy
+from support.arrays import keywords as required_keywords
 from support.compare import assert_close, flat
 from support.reference_numpy import softmax as softmax_reference
-from test_decoding import keywords as required_keywords
 
 from tspec import api
 from tspec.codegen import weights

@@ -9,11 +9,11 @@ the machine) and require the same numbers as one thread.
 import dataclasses
 import math
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import scipy.special
+from support.pools import on_a_pool
 
 from tspec import api
 from tspec.codegen import weights
@@ -30,17 +30,6 @@ def module(threads: int, typecheck: bool = False, **choices):
     """A fresh generated module whose pool has ``threads`` workers (1: no pool), with pieces
     and blocks so small that every shared-out path runs on small inputs."""
     return on_a_pool(load_source(source(SPEC, choices), typecheck=typecheck), threads)
-
-
-def on_a_pool(loaded, threads: int):
-    """A generated NumPy module, its pool given ``threads`` workers (1: no pool) and its pieces
-    and blocks made so small that every shared-out path runs on small inputs."""
-    loaded.WORKERS = threads
-    loaded.POOL = ThreadPoolExecutor(threads - 1) if threads > 1 else None
-    loaded.PARALLEL_MIN_WORK = 1
-    loaded.PIECE_SIZE = 16
-    loaded.QUERY_BLOCK = 2
-    return loaded
 
 
 def params(choices, dtype, **dims):

@@ -32,6 +32,7 @@ from tspec.codegen import checkpoints, weights
 from tspec.codegen.generate import source
 
 torch.backends.mha.set_fastpath_enabled(False)     # the reference path, not the fused kernels
+pytestmark = pytest.mark.reference
 d_model, H, d_ff, N, V = 16, 4, 24, 2, 13
 
 

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from support import reference_numpy
 from support.arrays import CUPY, CUPY_ON_CPU, DEVICES, MARKS, NUMPY, to_numpy
 from support.compare import assert_close
+from support.pools import on_a_pool
 from support.refusals import raises
-from test_parallel import on_a_pool
 
 from tspec import api
 from tspec.codegen.backends import backend as backend_named

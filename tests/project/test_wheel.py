@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from support.command_line import ROOT
 
 import tspec
@@ -73,6 +74,7 @@ def install(wheel: Path, tmp: Path) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_the_wheel_installs_and_runs_a_generated_model(tmp_path):
     wheel = build(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()

@@ -12,6 +12,7 @@ the real one.
 
 import functools
 import importlib
+import inspect
 
 import numpy as np
 import pytest
@@ -105,3 +106,10 @@ BACKEND_DTYPES = [
     *(pytest.param(arrays, dtype, id=f"{arrays}-{dtype}", marks=MARKS[arrays])
       for arrays in (CUPY, CUPY_ON_CPU) for dtype in ("float64", "float32", "float16")),
 ]
+
+
+def keywords(function, **given):
+    """The keyword arguments a generated function requires, from ``given``."""
+    names = [p.name for p in inspect.signature(function).parameters.values()
+             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is inspect.Parameter.empty]
+    return {name: given[name] for name in names}

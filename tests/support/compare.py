@@ -1,7 +1,13 @@
-"""Tensor-by-tensor comparison against a reference, with a table of differences on failure."""
+"""Comparisons against a reference: tensor by tensor, with a table of differences on failure;
+and a grid, point by point, against one check and count per combination."""
 
 import numpy as np
 from support.arrays import to_numpy
+
+import tspec
+from tspec import api
+from tspec.analysis.counts import DTYPE, costs, evaluate, used_dims
+from tspec.codegen.docs import sizes_for
 
 # max |ours - reference| <= TOLERANCE * max(1, max |reference|), per tensor
 TOLERANCES = {
@@ -54,3 +60,37 @@ def flat(trace: dict, prefix: str = "") -> dict:
         else:
             out[name] = value
     return out
+
+
+def one_variant(name, settings, dims):
+    """Verdict and counts of one combination, through tspec.check and the docs' counting."""
+    variant = api.load(name, settings + [f"{k}={v}" for k, v in dims.items()])
+    report = api.check(variant)
+    breaks = sorted((f.kind, f.line) for f in report.findings if f.scope == "variant")
+    assert report.ok or breaks, [f.text() for f in report.findings]
+    if not report.ok:
+        return False, breaks, (None, None, None)
+    model_spec = variant.spec
+    choices = model_spec.choice_values(variant.choices)
+    bodies = costs(model_spec, choices)
+    sizes = sizes_for(variant, used_dims(model_spec, choices, bodies))
+    model = bodies[model_spec.name]
+    figures = []
+    for expr in (model.parameters, model.flops.total, model.activations.bytes(DTYPE)):
+        try:
+            figures.append(evaluate(expr, model_spec, choices, sizes))
+        except KeyError:
+            figures.append(None)
+    return True, breaks, tuple(figures)
+
+
+def assert_agrees(name, settings, axes):
+    grid = tspec.grid(name, axes, settings)
+    points = list(grid.points())
+    assert len(points) == len(grid) > 0
+    for point in points:
+        valid, breaks, figures = one_variant(name, settings, point.dims)
+        assert point.valid == valid, point
+        assert sorted((b.kind, b.line) for b in point.breaks) == breaks, point
+        assert (point.parameters, point.flops, point.activation_bytes) == figures, point
+    return grid
