@@ -43,9 +43,9 @@ def main() -> None:
     import torch
 
     from tspec import api
-    from tspec.codegen import checkpoints, weights
+    from tspec.codegen.execution import checkpoints, weights
+    from tspec.codegen.execution.loading import load_source
     from tspec.codegen.generate import source
-    from tspec.codegen.runtime import load_source
 
     spec = api.read_spec(api.BUILTIN_SPEC)
     device = torch.device("cuda")

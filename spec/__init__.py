@@ -35,7 +35,7 @@ _API = {
     "parse": "tspec.language.parser",
     "parse_file": "tspec.language.parser",
     "Variant": "tspec.language.variant",
-    "WeightsError": "tspec.codegen.weights",
+    "WeightsError": "tspec.codegen.execution.weights",
 }
 
 __all__ = ["CodegenError", "Diff", "Finding", "Grid", "GridError", "LimitError", "Report",
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
         source,
     )
     from tspec.checking.findings import Finding
-    from tspec.codegen.weights import WeightsError
+    from tspec.codegen.execution.weights import WeightsError
     from tspec.errors import (
         CodegenError,
         GridError,

@@ -28,7 +28,7 @@ from tspec.language.shape import Shape
 from tspec.language.variant import Variant, load_variant, parse_setting
 
 if TYPE_CHECKING:
-    from tspec.codegen.run import DecodeResult, RunResult
+    from tspec.codegen.execution.run import DecodeResult, RunResult
 
 SPEC_DIR = Path(__file__).resolve().parent
 BUILTIN_SPEC = SPEC_DIR / "transformer.tspec"
@@ -247,8 +247,8 @@ def run(target: Variant | Spec | str, settings: list[str] | None = None,
     as `tspec run` does: dims it leaves free at tspec run's sizes (B = 2, T = 32, V = 1000,
     ...), the variant checked at them first (findings: a CodegenError, nothing runs).
     ``options``: backend, seed, dtype, typecheck, decode_steps, max_memory, as
-    tspec.codegen.run.run takes them."""
-    from tspec.codegen.run import run as run_variant
+    tspec.codegen.execution.run.run takes them."""
+    from tspec.codegen.execution.run import run as run_variant
     return run_variant(_runnable(target, settings), **options)
 
 
@@ -257,12 +257,12 @@ def decode(target: Variant | Spec | str, steps: int, settings: list[str] | None 
     """Decode a variant's seeded random sequence: prefill, then ``steps`` positions one at a
     time, against the full forward's logits (`tspec run --decode STEPS`). Sizes, check and
     ``options`` as for ``run`` (without decode_steps)."""
-    from tspec.codegen.run import decode as decode_variant
+    from tspec.codegen.execution.run import decode as decode_variant
     return decode_variant(_runnable(target, settings), steps, **options)
 
 
 def _runnable(target: Variant | Spec | str, settings: list[str] | None) -> Variant:
-    from tspec.codegen.run import with_run_defaults
+    from tspec.codegen.execution.run import with_run_defaults
     variant = with_run_defaults(_variant(target, settings))
     findings = check(variant).findings
     if findings:
@@ -279,7 +279,7 @@ def load_weights(target: Variant | Spec | str, path: str | Path,
     the variant's sizes, nested as the generated functions take them (``params["encoder"]
     ["layers"][0]["self_attention"]["W_Q"]``). A parameter missing, unexpected or of another
     shape is a WeightsError naming it; a file that cannot be read, a UsageError."""
-    from tspec.codegen import weights
+    from tspec.codegen.execution import weights
     variant = _variant(target, settings)
     shapes = weights.expected_shapes(variant.spec, variant.choices, variant.dims)
     return weights.load(path, shapes)

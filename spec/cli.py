@@ -551,7 +551,7 @@ def _generate(args) -> int:
 
 
 def _docs(args) -> int:
-    from tspec.codegen import docs
+    from tspec.codegen.docs import site as docs
     variants = [api.load(t, args.settings) for t in args.targets] if args.targets else \
         [v.with_settings(args.settings) for v in docs.shipped_variants()]
     out = args.out or docs.default_dir()
@@ -565,7 +565,7 @@ def _docs(args) -> int:
 
 
 def _run(args) -> int:
-    from tspec.codegen.run import run, with_run_defaults
+    from tspec.codegen.execution.run import run, with_run_defaults
     variant = with_run_defaults(api.load(args.target, args.settings))
     report = api.check(variant)
     if not report.ok:

@@ -8,7 +8,7 @@ from support.command_line import ROOT, run
 
 import tspec
 from tspec import api
-from tspec.codegen import docs
+from tspec.codegen.docs import site as docs
 
 pytestmark = pytest.mark.usefixtures("in_checkout")     # paths print relative to the checkout
 
@@ -205,7 +205,7 @@ def test_bad_diffs_are_one_line_errors(capsys, argv, message):
 
 
 def test_the_docs_index_compares_each_variant_with_the_next_larger_of_its_kind():
-    from tspec.codegen.comparisons import comparisons, grid_example
+    from tspec.codegen.docs.comparisons import comparisons, grid_example
     variants = [api.load(name) for name in ("gpt2_medium", "base", "gpt2_small", "big",
                                             "bert_base")]
     rows = comparisons(variants)

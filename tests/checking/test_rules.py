@@ -13,9 +13,9 @@ from support.specs import TINY
 import tspec
 from tspec import api
 from tspec.checking.check import check, combinations
+from tspec.codegen.execution.loading import load_source
+from tspec.codegen.execution.run import run as run_variant
 from tspec.codegen.generate import source
-from tspec.codegen.run import run as run_variant
-from tspec.codegen.runtime import load_source
 from tspec.errors import SpecError
 from tspec.language.variant import Variant
 

@@ -20,11 +20,12 @@ from support.strategies import variants
 
 from tspec import api, cli, codegen
 from tspec.checking.check import check
-from tspec.codegen import generate, weights
+from tspec.codegen import generate
 from tspec.codegen.backends import backend
+from tspec.codegen.execution import weights
+from tspec.codegen.execution.loading import load_module, load_source
 from tspec.codegen.generate import source
 from tspec.codegen.lower import lower
-from tspec.codegen.runtime import load_module, load_source
 from tspec.errors import CodegenError, SpecError, UsageError
 from tspec.language.model import outputs
 from tspec.language.names import RESERVED

@@ -24,7 +24,9 @@ from support.refusals import raises
 
 from tspec import api, files
 from tspec.cli import main
-from tspec.codegen import docs, generate, weights
+from tspec.codegen import generate
+from tspec.codegen.docs import site as docs
+from tspec.codegen.execution import weights
 from tspec.errors import CodegenError, SpecError, SpecSyntaxError, UsageError
 from tspec.files import inside, write_atomic, write_files
 

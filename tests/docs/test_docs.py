@@ -9,9 +9,10 @@ import pytest
 
 from tspec import api, cli
 from tspec.analysis.counts import Activations, costs, evaluate
-from tspec.codegen import docs, weights
+from tspec.codegen.docs import site as docs
+from tspec.codegen.execution import weights
+from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import source
-from tspec.codegen.runtime import load_source
 from tspec.language.shape import Shape
 from tspec.ops.catalogue import OPS, Value
 

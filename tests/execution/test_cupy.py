@@ -23,7 +23,7 @@ from support.reference_numpy import softmax as softmax_reference
 from support.strategies import variants  # random variants over every choice
 
 from tspec import api
-from tspec.codegen import weights
+from tspec.codegen.execution import weights
 from tspec.codegen.generate import source
 
 pytestmark = pytest.mark.parametrize("device", DEVICES)

@@ -33,7 +33,7 @@ from support.compare import assert_close, flat
 from support.reference_numpy import softmax as softmax_reference
 
 from tspec import api
-from tspec.codegen import weights
+from tspec.codegen.execution import weights
 from tspec.codegen.generate import BUILTIN_MODELS, source
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)

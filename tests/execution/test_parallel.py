@@ -16,12 +16,12 @@ import scipy.special
 from support.pools import on_a_pool
 
 from tspec import api
-from tspec.codegen import weights
 from tspec.codegen.backends import backend
+from tspec.codegen.execution import weights
+from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import source
 from tspec.codegen.lower import lower
 from tspec.codegen.render import render
-from tspec.codegen.runtime import load_source
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 

@@ -32,10 +32,10 @@ from support.refusals import raises
 
 from tspec import api
 from tspec.codegen.backends import backend as backend_named
+from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import source
 from tspec.codegen.lower import lower
 from tspec.codegen.render import render
-from tspec.codegen.runtime import load_source
 from tspec.language.parser import parse
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)

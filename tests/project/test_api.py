@@ -14,7 +14,7 @@ from support.command_line import ROOT
 from support.refusals import raises
 
 import tspec
-from tspec.codegen import weights
+from tspec.codegen.execution import weights
 
 TINY = ["N=1", "d_model=16", "H=2", "d_ff=8", "V=50"]    # gpt2_small, small enough to run
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tspec.codegen.runtime import _private_folder
+from tspec.codegen.execution.loading import _private_folder
 from tspec.files import write_atomic
 
 PRELUDE = Path(__file__).with_name("cuda_on_cpu.h")

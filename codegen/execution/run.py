@@ -13,11 +13,11 @@ from tspec.analysis import counts
 from tspec.checking import limits
 from tspec.checking.check import check
 from tspec.checking.prove import evaluate
-from tspec.codegen import weights
 from tspec.codegen.backends import backend as backend_named
+from tspec.codegen.execution import weights
+from tspec.codegen.execution.loading import load_source
 from tspec.codegen.lower import DECODING, lower
 from tspec.codegen.render import render
-from tspec.codegen.runtime import load_source
 from tspec.errors import RunError, TspecError, UsageError
 from tspec.language.model import (
     NEW,

@@ -31,8 +31,8 @@ from tspec.checking import limits
 from tspec.checking.check import check
 from tspec.checking.findings import display_path
 from tspec.checking.prove import evaluate as prove_evaluate
-from tspec.codegen import diagram, markup
-from tspec.codegen.comparisons import comparisons, grid_example
+from tspec.codegen.docs import diagram, markup
+from tspec.codegen.docs.comparisons import comparisons, grid_example
 from tspec.codegen.lower import step_choices
 from tspec.codegen.render import environment
 from tspec.errors import UsageError
