@@ -19,500 +19,25 @@ checks cost nothing. Parameters are checked when loaded (codegen.weights), not p
 Optional and Tuple come from typing: beartype keys `X | None` and `tuple[...]` by their text,
 which NumPy's and CuPy's annotations share, and would check one backend's arrays against the
 other's.
+
+The helpers the functions call, rt.<name>, are in _runtime.py beside this module: the runtime
+every model of this folder shares.
 """
 
-import ctypes
-import functools
 import math
-import os
-import warnings
-from typing import Optional, Tuple, TypedDict  # noqa: UP035
+from typing import Tuple, TypedDict  # noqa: UP035
 
 import cupy as cp
-from jaxtyping import Bool, Float, Int, jaxtyped
+from jaxtyping import Bool, Float, Int
+
+from . import _runtime as rt
+
+rt.require_version("802c8e2d8bb9fce4", __name__)  # the runtime this was generated with
 
 
-def typechecked(function):
-    """Check shapes and dtypes at run time when TSPEC_TYPECHECK=1; return it as is otherwise."""
-    if os.environ.get("TSPEC_TYPECHECK") != "1":
-        return function
-    from beartype import beartype
-    from beartype.roar import BeartypeDecorHintPep585DeprecationWarning
-
-    with warnings.catch_warnings():  # typing.Tuple is on purpose (see above)
-        warnings.simplefilter("ignore", BeartypeDecorHintPep585DeprecationWarning)
-        return jaxtyped(typechecker=beartype)(function)
-
-
-def subtrace(trace: dict | None, *path: str | int) -> dict | None:
-    """The part of a trace one call records into: trace["encoder"]["layers"][0], ..."""
-    for key in path:
-        if trace is None:
-            return None
-        trace = trace.setdefault(key, {})
-    return trace
-
-
-# the most bytes the tensors of one function's own equations may take: it refuses to start
-# beyond that; None: the GPU's memory
+# the most bytes the tensors of one function's own equations may take: it refuses to start beyond
+# that; None: the GPU's memory
 MEMORY_LIMIT = None
-
-
-@functools.cache
-def memory_total() -> int:
-    """The default limit, in bytes (read once): the GPU's memory."""
-    return cp.cuda.Device().mem_info[1]
-
-
-def require_memory(function: str, needed: int) -> None:
-    """Refuse to start ``function`` when the tensors its equations compute (the spec's
-    activation count for it, in bytes) would take more than MEMORY_LIMIT: a clear error
-    before anything is allocated, instead of a failed allocation or a machine swapping."""
-    limit, owner = MEMORY_LIMIT, "MEMORY_LIMIT"
-    if limit is None:
-        limit, owner = memory_total(), "the GPU's memory"
-    if needed > limit:
-        raise MemoryError(f"{function} would allocate about {needed / 2**30:,.1f} GiB for its "
-                          f"tensors, more than {owner} ({limit / 2**30:,.1f} GiB): give it "
-                          "smaller inputs, or set MEMORY_LIMIT in this module")
-
-
-@typechecked
-def project(
-    X: Float[cp.ndarray, "*batch k"],
-    W: Float[cp.ndarray, "k n"],
-    b: Optional[Float[cp.ndarray, " n"]] = None,  # noqa: UP045
-    activation=None,
-) -> Float[cp.ndarray, "*batch n"]:
-    """X @ W (+ b), then activation(...) if given, for one weight matrix W: a single matrix
-    product over all of X's leading axes, the bias added and the activation applied in place.
-
-    The same numbers as activation(X @ W + b); written so because @ on a stack of matrices
-    runs one small product per leading index, and a separate bias sum or activation makes one
-    more pass over the result, and a new array as large.
-    """
-    rows = X.reshape(-1, X.shape[-1])  # (*batch) k
-    product = rows @ W  # (*batch) n
-    if b is not None:
-        product += b
-    if activation is not None:
-        activation(product, out=product)
-    return product.reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
-
-
-@typechecked
-def embed(
-    E: Float[cp.ndarray, "V d_model"],
-    t: Int[cp.ndarray, " *batch"],
-    table: str = "E",
-    ids: str = "t",
-) -> Float[cp.ndarray, "*batch d_model"]:
-    """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` and
-    ``ids`` name E and t in errors (E_type: token types; u: a decoder's ids).
-
-    Every id must lie in 0 .. V - 1: the first that does not (V, -1) is refused with a
-    ValueError naming it, its index, the table and the range, before the lookup, which would
-    take -1 as the last row silently (CuPy any id out of range).
-    """
-    if t.dtype.kind not in "iu":
-        raise TypeError(f"{ids}: ids into {table} must be integers, got dtype {t.dtype}")
-    V = E.shape[0]
-    outside = (t < 0) | (t >= V)  # *batch
-    if outside.any():
-        first = tuple(int(i) for i in cp.argwhere(outside)[0])
-        raise ValueError(f"{ids}: id {int(t[first])} at index {first} is out of range: "
-                         f"ids index the {V} rows of {table} (0..{V - 1})")
-    return E[t]  # *batch d_model
-
-
-@typechecked
-def positional_encoding(
-    T: int, d_model: int, dtype, offset: int = 0
-) -> Float[cp.ndarray, "T d_model"]:
-    """The sinusoidal table's rows pos = offset .. offset + T - 1:
-    P[pos, 2i] = sin(pos / 10000^(2i/d_model)), P[pos, 2i+1] = cos(...).
-
-    Any width: an odd d_model ends with a sin column, 2i = d_model - 1, with no cos beside it.
-    Computed in float64, then stored in the model's dtype.
-    """
-    position = cp.arange(offset, offset + T, dtype=cp.float64)[:, None]  # T 1
-    two_i = cp.arange(0, d_model, 2, dtype=cp.float64)  # ceil(d_model/2)
-    angle = position / 10000.0 ** (two_i / d_model)  # T ceil(d_model/2)
-    P = cp.empty((T, d_model), dtype=dtype)  # T d_model
-    P[:, 0::2] = cp.sin(angle)  # T ceil(d_model/2)
-    P[:, 1::2] = cp.cos(angle[:, : d_model // 2])  # T floor(d_model/2)
-    return P
-
-
-@typechecked
-def log_mask(M: Bool[cp.ndarray, " *shape"], dtype) -> Float[cp.ndarray, " *shape"]:
-    """log M for a 0/1 mask: 0 where M keeps a key, -inf where it masks one (no log(0) warning)."""
-    if M.dtype != bool:
-        raise TypeError(f"a mask must be boolean (True keeps a key), got dtype {M.dtype}")
-    L = cp.zeros(M.shape, dtype=dtype)  # *shape
-    cp.copyto(L, -cp.inf, where=~M)
-    return L
-
-
-@typechecked
-def padding_mask(m: Bool[cp.ndarray, "B T_kv"], T_q: int) -> Bool[cp.ndarray, "B T_q T_kv"]:
-    """Key mask m (True = token, False = padding) for every one of T_q queries (a view)."""
-    if m.dtype != bool:
-        raise TypeError(f"a key mask must be boolean (True = token), got dtype {m.dtype}")
-    if m.ndim != 2:
-        raise ValueError(f"a key mask is (batch, length), got shape {m.shape}")
-    B, T_kv = m.shape
-    return cp.broadcast_to(m[:, None, :], (B, T_q, T_kv))  # B T_q T_kv
-
-
-@typechecked
-def split_heads(X: Float[cp.ndarray, "*batch width"], H: int) -> Float[cp.ndarray, "H *batch _"]:
-    """(..., H*d) -> (H, ..., d): head h takes columns h*d to (h+1)*d - 1 (a view)."""
-    split = X.reshape(X.shape[:-1] + (H, X.shape[-1] // H))  # *batch H d
-    return cp.moveaxis(split, -2, 0)  # H *batch d
-
-
-@typechecked
-def concat_heads(O_h: Float[cp.ndarray, "H *batch d"]) -> Float[cp.ndarray, "*batch H*d"]:
-    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1
-    (the width named, not -1: an empty batch has no size to infer it from)."""
-    side_by_side = cp.moveaxis(O_h, 0, -2)  # *batch H d
-    return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
-
-
-# What the kernels share. Arithmetic in float32 for float16 and float32 arrays, in float64 for
-# float64 ones (Accumulate<T>::type); the row kernels store float16 as its 16 bits.
-ACCUMULATE = """
-template <typename T> struct Accumulate { typedef float type; };
-template <> struct Accumulate<double> { typedef double type; };
-"""
-ROWS_PRELUDE = ACCUMULATE + r"""
-__device__ __forceinline__ float load(const float* p) { return *p; }
-__device__ __forceinline__ double load(const double* p) { return *p; }
-__device__ __forceinline__ float load(const unsigned short* p) {
-    float value;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(*p));
-    return value;
-}
-__device__ __forceinline__ void store(float* p, float value) { *p = value; }
-__device__ __forceinline__ void store(double* p, double value) { *p = value; }
-__device__ __forceinline__ void store(unsigned short* p, float value) {
-    unsigned short bits;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(value));
-    *p = bits;
-}
-
-__device__ __forceinline__ float negative_infinity(float) { return -__int_as_float(0x7f800000); }
-__device__ __forceinline__ double negative_infinity(double) {
-    return -__longlong_as_double(0x7ff0000000000000LL);
-}
-
-template <typename A> __device__ __forceinline__ A warp_sum(A value) {
-    for (int offset = 16; offset > 0; offset /= 2) {
-        value += __shfl_xor_sync(0xffffffffu, value, offset);
-    }
-    return value;
-}
-"""
-ROWS_PER_BLOCK = 4  # one warp of 32 threads per row
-STORAGE = {"float16": "unsigned short", "float32": "float", "float64": "double"}
-
-
-@functools.cache
-def rows_kernel(source: str, name: str, dtype) -> cp.RawKernel:
-    """Kernel ``name`` of the CUDA ``source`` for arrays of ``dtype``, compiled on first use."""
-    dtype = cp.dtype(dtype)
-    if dtype.name not in STORAGE:
-        raise TypeError(f"{name} runs on float16, float32 or float64 arrays, got {dtype}")
-    expression = f"{name}<{STORAGE[dtype.name]}>"
-    module = cp.RawModule(code=ROWS_PRELUDE + source, options=("--std=c++14",),
-                                name_expressions=(expression,))
-    return module.get_function(expression)
-
-
-def rows_of(x: cp.ndarray) -> tuple[int, int]:
-    """How many rows x's last axis makes, and their length (0 rows when it is empty)."""
-    n = x.shape[-1]
-    return (x.size // n if n else 0), n
-
-
-def launch_rows(kernel: cp.RawKernel, rows: int, *arguments) -> None:
-    """Run a row kernel on ``rows`` rows, one warp each."""
-    blocks = (rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
-    if blocks:
-        kernel((blocks,), (32 * ROWS_PER_BLOCK,), arguments)
-
-
-def result_into(out: cp.ndarray | None, y: cp.ndarray) -> cp.ndarray:
-    """A row kernel's result y, copied into ``out`` when given (the kernel wrote a new array,
-    so out may be its input)."""
-    if out is None:
-        return y
-    out[...] = y
-    return out
-
-
-# cuBLAS's codes (library_types.h, cublas_api.h) for each float dtype: its data type, and the
-# type the products are summed in (float32 for float16 and float32, float64 for float64)
-GEMM_TYPES = {"float16": (2, 68), "float32": (0, 68), "float64": (1, 70)}
-# alpha = 1 and beta = 0 in the type the products are summed in, for cuBLAS to read from here
-GEMM_SCALARS = {68: (ctypes.c_float(1), ctypes.c_float(0)),
-                70: (ctypes.c_double(1), ctypes.c_double(0))}
-
-
-def stacked(x: cp.ndarray) -> tuple[cp.ndarray, bool]:
-    """x (*batch, rows, cols) as one stack of equally spaced matrices, and whether they are
-    stored column by column; a contiguous copy when x's strides allow neither."""
-    rows, cols = x.shape[-2:]
-    step = x.itemsize
-    spacing = rows * cols * step  # each batch axis's stride, the innermost first
-    for size, stride in reversed(list(zip(x.shape[:-2], x.strides[:-2]))):
-        if size > 1 and stride != spacing:
-            return cp.ascontiguousarray(x), False
-        spacing *= size
-    if x.strides[-1] == step and (rows == 1 or x.strides[-2] == cols * step):
-        return x, False
-    if x.strides[-2] == step and (cols == 1 or x.strides[-1] == rows * step):
-        return x, True
-    return cp.ascontiguousarray(x), False
-
-
-@typechecked
-def batched_matmul(
-    a: Float[cp.ndarray, "*batch m k"], b: Float[cp.ndarray, "*batch k n"]
-) -> Float[cp.ndarray, "*batch m n"]:
-    """a @ b for two stacks of matrices as one cuBLAS strided-batched product, reading either
-    operand transposed in place; float16 on the tensor cores with float32 sums.
-
-    The same numbers as a @ b, which CuPy computes for float16 stacks through float32 copies.
-    Stacks that broadcast against each other or mix dtypes go to a @ b.
-    """
-    if a.shape[:-2] != b.shape[:-2] or a.dtype != b.dtype or a.dtype.name not in GEMM_TYPES:
-        return a @ b
-    m, k = a.shape[-2:]
-    n = b.shape[-1]
-    c = cp.empty(a.shape[:-1] + (n,), dtype=a.dtype)  # *batch m n
-    count = c.size // (m * n) if c.size else 0
-    if count == 0 or k == 0:
-        c[...] = 0
-        return c
-    a, a_by_columns = stacked(a)
-    b, b_by_columns = stacked(b)
-    data_type, compute_type = GEMM_TYPES[c.dtype.name]
-    one, zero = GEMM_SCALARS[compute_type]
-    # cuBLAS reads matrices column by column: C^T = B^T A^T is the row-by-row C = A B
-    cp.cuda.cublas.gemmStridedBatchedEx(
-        cp.cuda.device.get_cublas_handle(), int(b_by_columns), int(a_by_columns), n, m, k,
-        ctypes.addressof(one),
-        b.data.ptr, data_type, k if b_by_columns else n, k * n,
-        a.data.ptr, data_type, m if a_by_columns else k, m * k,
-        ctypes.addressof(zero), c.data.ptr, data_type, n, m * n, count, compute_type, -1)
-    return c
-
-
-def checked_axis(x: cp.ndarray, axis, helper: str) -> int:
-    """``axis`` as an index of x's axes counted from 0, or an error naming the helper: one
-    integer from -x.ndim to x.ndim - 1 (not None or a tuple, which would reduce along every
-    axis or several at once where a row-wise helper means one)."""
-    if isinstance(axis, bool) or not isinstance(axis, (int, cp.integer)):
-        raise TypeError(f"{helper}: axis must be an integer, got {axis!r}")
-    if not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"{helper}: axis {axis} does not exist in an array of shape "
-                         f"{tuple(x.shape)}")
-    return int(axis) % x.ndim
-
-
-SOFTMAX_SOURCE = r"""
-// y = softmax(x + mask) over each row of n entries of x (rows stored one after another), a
-// warp per row: one pass for the row's maximum and its sum of exp(v - maximum) (each lane's
-// pair rescaled as its maximum grows, the lanes' pairs then combined), one pass to write.
-// The mask entry of row r: r split over x's leading axes (sizes ..., lead1, lead2, lead3; at
-// most four axes), each index times the mask's stride on that axis (0 where it broadcasts),
-// and mask_step apart along the row. masked 0: no mask (mask is not read). An entry is
-// x + mask, as softmax(x + mask) has it, but in float16, where a masked entry is -inf whatever
-// x is (a score past float16's range is +inf, and attention sets S = X + L to -inf where L is).
-// A row that is -inf everywhere gets weights 0; a row holding +inf gets the limit, its +inf
-// entries sharing the weight equally (an entry equal to the maximum counts exp(0) = 1 without
-// computing inf - inf); a NaN anywhere in a row makes the row NaN.
-template <typename T>
-__global__ void softmax_rows(const T* x, const T* mask, T* y, long long rows, long long n,
-                             int masked, long long lead1, long long lead2, long long lead3,
-                             long long stride0, long long stride1, long long stride2,
-                             long long stride3, long long mask_step) {
-    typedef typename Accumulate<T>::type A;
-    const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (row >= rows) return;
-    const int lane = threadIdx.x % 32;
-    const T* in = x + row * n;
-    const T* add = mask;
-    if (masked) {
-        long long rest = row;
-        const long long i3 = rest % lead3;
-        rest /= lead3;
-        const long long i2 = rest % lead2;
-        rest /= lead2;
-        const long long i1 = rest % lead1;
-        rest /= lead1;
-        add += rest * stride0 + i1 * stride1 + i2 * stride2 + i3 * stride3;
-    }
-    const A none = negative_infinity(A(0));
-    A peak = none, total = 0;
-    for (long long j = lane; j < n; j += 32) {
-        const A m = masked ? load(add + j * mask_step) : A(0);
-        const A v = m == none && sizeof(T) == 2 ? m : load(in + j) + m;
-        if (v > peak) {
-            total = total * exp(peak - v) + 1;
-            peak = v;
-        } else if (v != none) {
-            total += v == peak ? A(1) : exp(v - peak);
-        }
-    }
-    for (int offset = 16; offset > 0; offset /= 2) {
-        const A other_peak = __shfl_xor_sync(0xffffffffu, peak, offset);
-        const A other_total = __shfl_xor_sync(0xffffffffu, total, offset);
-        const A top = other_peak > peak ? other_peak : peak;
-        total = (peak == top ? total : total * exp(peak - top)) +
-                (other_peak == top ? other_total : other_total * exp(other_peak - top));
-        peak = top;
-    }
-    T* out = y + row * n;
-    const bool hidden = peak == none && total == A(0);
-    for (long long j = lane; j < n; j += 32) {
-        const A m = masked ? load(add + j * mask_step) : A(0);
-        const A v = m == none && sizeof(T) == 2 ? m : load(in + j) + m;
-        store(out + j, hidden ? A(0) : (v == peak ? A(1) : exp(v - peak)) / total);
-    }
-}
-"""
-
-
-@typechecked
-def softmax(
-    x: Float[cp.ndarray, " *shape"],
-    axis: int = -1,
-    out: Optional[Float[cp.ndarray, " *shape"]] = None,  # noqa: UP045
-) -> Float[cp.ndarray, " *shape"]:
-    """exp(x) / sum(exp(x)) along an axis (any one of x's, counted from the end when
-    negative), with the row maximum subtracted first: one kernel (softmax_rows), a warp per
-    row, sums in float32 for float16; copied into ``out`` when given (which may be x itself).
-
-    Defined for every row: one that is -inf everywhere (every key masked) gets weights 0, not
-    NaN: it attends to nothing. One holding +inf (an overflow before it) gets the limit: its
-    +inf entries share the weight equally, the others get 0. A NaN makes its row NaN. float16
-    is read into float32, summed and divided there, and rounded to float16 once.
-    """
-    axis = checked_axis(x, axis, "softmax")
-    rows = cp.ascontiguousarray(cp.moveaxis(x, axis, -1))  # *shape, the axis last
-    y = cp.empty_like(rows)  # *shape, the axis last
-    count, n = rows_of(rows)
-    kernel = rows_kernel(SOFTMAX_SOURCE, "softmax_rows", x.dtype)
-    launch_rows(kernel, count, rows, rows, y, count, n, 0, 1, 1, 1, 0, 0, 0, 0, 0)
-    return result_into(out, cp.moveaxis(y, -1, axis))  # *shape
-
-
-@typechecked
-def masked_softmax(
-    X: Float[cp.ndarray, "*#batch T_q T_kv"], L: Float[cp.ndarray, "*#batch T_q T_kv"]
-) -> Float[cp.ndarray, "*#batch T_q T_kv"]:
-    """softmax(X + L, axis=-1) in one kernel (softmax_rows): the kernel adds the additive mask
-    L (broadcast to the sum's shape) to each row as it reads it, so X + L is never stored.
-
-    The same numbers, shape and dtype as softmax(X + L): X is broadcast where L has more of an
-    axis (a mask for every head, one head's scores), the sum is of the dtype X + L has, formed
-    in float32 for float16. A row that L masks everywhere gets weights 0, one holding +inf the
-    limit, one holding NaN NaN (as softmax; a NaN or +inf score at a masked key too). In
-    float16 a masked entry is -inf whatever X is there, as attention's S = X + L is (a score
-    past float16's range is +inf).
-    """
-    shape = cp.broadcast(X, L).shape  # *batch T_q T_kv
-    dtype = cp.result_type(X, L)
-    X = cp.ascontiguousarray(cp.broadcast_to(X, shape), dtype=dtype)  # *batch T_q T_kv
-    L = cp.broadcast_to(L.astype(dtype, copy=False), shape)  # *batch T_q T_kv, a view
-    if len(shape) > 5:  # the kernel follows four leading axes: the first ones become one
-        folded = (math.prod(shape[:-4]),) + shape[-4:]
-        X, L = X.reshape(folded), cp.ascontiguousarray(L).reshape(folded)
-    y = cp.empty_like(X)  # *batch T_q T_kv
-    count, n = rows_of(X)
-    lead = (1,) * (5 - X.ndim) + X.shape[:-1]
-    strides = (0,) * (5 - X.ndim) + tuple(s // X.itemsize for s in L.strides[:-1])
-    kernel = rows_kernel(SOFTMAX_SOURCE, "softmax_rows", X.dtype)
-    launch_rows(kernel, count, X, L, y, count, n, 1, *lead[1:], *strides,
-                L.strides[-1] // X.itemsize)
-    return y.reshape(shape)
-
-
-LAYER_NORM_SOURCE = r"""
-// y = (x - mean) / sqrt(variance + eps) * gamma + beta over each row of n entries (biased
-// variance), a warp per row: a pass for the mean, one for the variance about it, one to write.
-// A constant row's mean is its value exactly (not the sum's rounding), so it gives beta
-// exactly, under eps 0 too (the scale of a row with no spread and no eps is 0, not inf).
-template <typename T>
-__global__ void layer_norm_rows(const T* x, const T* gamma, const T* beta, T* y,
-                                long long rows, long long n, double eps) {
-    typedef typename Accumulate<T>::type A;
-    const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (row >= rows) return;
-    const int lane = threadIdx.x % 32;
-    const T* in = x + row * n;
-    const A first = load(in);
-    A total = 0;
-    bool same = true;
-    for (long long j = lane; j < n; j += 32) {
-        const A v = load(in + j);
-        total += v;
-        same = same && v == first;
-    }
-    const A sum = warp_sum(total);
-    const A mean = __all_sync(0xffffffffu, same) ? first : sum / A(n);
-    A squares = 0;
-    for (long long j = lane; j < n; j += 32) {
-        const A centred = load(in + j) - mean;
-        squares += centred * centred;
-    }
-    const A root = sqrt(warp_sum(squares) / A(n) + A(eps));
-    const A scale = root > A(0) ? A(1) / root : A(0);
-    T* out = y + row * n;
-    for (long long j = lane; j < n; j += 32) {
-        store(out + j, (load(in + j) - mean) * scale * load(gamma + j) + load(beta + j));
-    }
-}
-"""
-
-
-@typechecked
-def layer_norm(
-    x: Float[cp.ndarray, "*batch d"],
-    gamma: Float[cp.ndarray, " d"],
-    beta: Float[cp.ndarray, " d"],
-    eps: float,
-    out: Optional[Float[cp.ndarray, "*batch d"]] = None,  # noqa: UP045
-) -> Float[cp.ndarray, "*batch d"]:
-    """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance):
-    one kernel (layer_norm_rows), a warp per row, sums in float32 for float16; copied into
-    ``out`` when given (which may be x itself).
-
-    A constant row (zero variance) gives beta exactly, under any eps >= 0 (0 too). float16 is
-    read into float32, normalised there and rounded to float16 once: float16 in, float16 out.
-    gamma and beta are read as x's last axis holds them (broadcast to its width, as x * gamma
-    would be; one of another width is refused, never read past its end).
-    """
-    x = cp.ascontiguousarray(x)  # *batch d
-    y = cp.empty_like(x)  # *batch d
-    count, n = rows_of(x)
-    gamma, beta = (cp.ascontiguousarray(cp.broadcast_to(p, (n,)), dtype=x.dtype)
-                   for p in (gamma, beta))  # d each
-    kernel = rows_kernel(LAYER_NORM_SOURCE, "layer_norm_rows", x.dtype)
-    launch_rows(kernel, count, x, gamma, beta, y, count, n, float(eps))
-    return result_into(out, y)  # *batch d
-
-
-@typechecked
-def relu(
-    x: Float[cp.ndarray, "*shape"],
-    out: Optional[Float[cp.ndarray, "*shape"]] = None,  # noqa: UP045
-) -> Float[cp.ndarray, "*shape"]:
-    """ReLU(x) = max(x, 0), into ``out`` when given (which may be x itself)."""
-    return cp.maximum(x, 0, out=out)  # *shape
 
 
 class MultiHeadAttentionParams(TypedDict):
@@ -564,7 +89,7 @@ class TransformerParams(TypedDict):
     encoder: EncoderParams  # encoder
 
 
-@typechecked
+@rt.typechecked
 def scaled_dot_product_attention(
     Q_h: Float[cp.ndarray, "#H B T_q d_k"],
     K_h: Float[cp.ndarray, "#H B T_kv d_k"],
@@ -592,19 +117,19 @@ def scaled_dot_product_attention(
     if trace is None:
         # S_h and A_h in one kernel: S_h is never stored
         # [H] B T_q T_kv
-        A_h = masked_softmax(batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)), L_h)
+        A_h = rt.masked_softmax(rt.batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)), L_h)
     else:
-        S_h = batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h  # [H] B T_q T_kv
+        S_h = rt.batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h  # [H] B T_q T_kv
         if S_h.dtype == cp.float16:  # a score past float16's range is +inf:
             cp.copyto(S_h, -cp.inf, where=L_h == -cp.inf)  # masked, not NaN
-        A_h = softmax(S_h)  # [H] B T_q T_kv
-    O_h = batched_matmul(A_h, V_h)  # [H] B T_q d_v
+        A_h = rt.softmax(S_h)  # [H] B T_q T_kv
+    O_h = rt.batched_matmul(A_h, V_h)  # [H] B T_q d_v
     if trace is not None:
         trace.update(S_h=S_h, A_h=A_h, O_h=O_h)
     return O_h
 
 
-@typechecked
+@rt.typechecked
 def multi_head_attention(
     X_q: Float[cp.ndarray, "B T_q d_model"],
     X_kv: Float[cp.ndarray, "B T_kv d_model"],
@@ -649,29 +174,30 @@ def multi_head_attention(
     d_model = X_q.shape[-1]
     d_k = d_model // H
     d_v = d_model // H
-    require_memory(
+    rt.require_memory(
         "multi_head_attention",
+        MEMORY_LIMIT,
         (2*B*H*T_kv*d_k + 2*B*H*T_kv*d_v + 2*B*H*T_q*d_k + B*H*T_q*d_v
         + B*T_q*d_model) * X_q.dtype.itemsize,
     )
-    Q_proj = project(X_q, params["W_Q"])  # B T_q H*d_k
-    K_proj = project(X_kv, params["W_K"])  # B T_kv H*d_k
-    V_proj = project(X_kv, params["W_V"])  # B T_kv H*d_v
-    Q_h = split_heads(Q_proj, H)  # [H] B T_q d_k
-    K_h = split_heads(K_proj, H)  # [H] B T_kv d_k
-    V_h = split_heads(V_proj, H)  # [H] B T_kv d_v
+    Q_proj = rt.project(X_q, params["W_Q"])  # B T_q H*d_k
+    K_proj = rt.project(X_kv, params["W_K"])  # B T_kv H*d_k
+    V_proj = rt.project(X_kv, params["W_V"])  # B T_kv H*d_v
+    Q_h = rt.split_heads(Q_proj, H)  # [H] B T_q d_k
+    K_h = rt.split_heads(K_proj, H)  # [H] B T_kv d_k
+    V_h = rt.split_heads(V_proj, H)  # [H] B T_kv d_v
     O_h = scaled_dot_product_attention(
-        Q_h, K_h, V_h, L_h, trace=subtrace(trace, "attention")
+        Q_h, K_h, V_h, L_h, trace=rt.subtrace(trace, "attention")
     )  # [H] B T_q d_v
-    O = concat_heads(O_h)  # B T_q H*d_v
-    O_proj = project(O, params["W_O"])  # B T_q d_model
+    O = rt.concat_heads(O_h)  # B T_q H*d_v
+    O_proj = rt.project(O, params["W_O"])  # B T_q d_model
     if trace is not None:
         trace.update(Q_proj=Q_proj, K_proj=K_proj, V_proj=V_proj, Q_h=Q_h, K_h=K_h, V_h=V_h,
             O_h=O_h, O=O, O_proj=O_proj)
     return O_proj
 
 
-@typechecked
+@rt.typechecked
 def add_and_layer_norm(
     X: Float[cp.ndarray, "B T_x d_model"],
     Y: Float[cp.ndarray, "B T_x d_model"],
@@ -695,14 +221,14 @@ def add_and_layer_norm(
     B = X.shape[-3]
     T_x = X.shape[-2]
     d_model = X.shape[-1]
-    require_memory("add_and_layer_norm", B*T_x*d_model * X.dtype.itemsize)
-    Z = layer_norm(X + Y, params["gamma"], params["beta"], eps)  # B T_x d_model
+    rt.require_memory("add_and_layer_norm", MEMORY_LIMIT, B*T_x*d_model * X.dtype.itemsize)
+    Z = rt.layer_norm(X + Y, params["gamma"], params["beta"], eps)  # B T_x d_model
     if trace is not None:
         trace.update(Z=Z)
     return Z
 
 
-@typechecked
+@rt.typechecked
 def feed_forward(
     X: Float[cp.ndarray, "B T_x d_model"],
     params: FeedForwardParams,
@@ -727,15 +253,19 @@ def feed_forward(
     T_x = X.shape[-2]
     d_ff = params["W_1"].shape[-1]
     d_model = X.shape[-1]
-    require_memory("feed_forward", (B*T_x*d_ff + B*T_x*d_model) * X.dtype.itemsize)
-    U = project(X, params["W_1"], params["b_1"], activation=relu)  # B T_x d_ff
-    F = project(U, params["W_2"], params["b_2"])  # B T_x d_model
+    rt.require_memory(
+        "feed_forward",
+        MEMORY_LIMIT,
+        (B*T_x*d_ff + B*T_x*d_model) * X.dtype.itemsize,
+    )
+    U = rt.project(X, params["W_1"], params["b_1"], activation=rt.relu)  # B T_x d_ff
+    F = rt.project(U, params["W_2"], params["b_2"])  # B T_x d_model
     if trace is not None:
         trace.update(U=U, F=F)
     return F
 
 
-@typechecked
+@rt.typechecked
 def encoder_layer(
     Z: Float[cp.ndarray, "B T_x d_model"],
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
@@ -766,23 +296,23 @@ def encoder_layer(
         trace: a dict that receives every named intermediate of this call
     """
     A = multi_head_attention(
-        Z, Z, L_h, params["self_attention"], H=H, trace=subtrace(trace, "self_attention")
+        Z, Z, L_h, params["self_attention"], H=H, trace=rt.subtrace(trace, "self_attention")
     )  # B T_x d_model
     Z_1 = add_and_layer_norm(
-        Z, A, params["norm_1"], eps=eps, trace=subtrace(trace, "norm_1")
+        Z, A, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
     )  # B T_x d_model
     F = feed_forward(
-        Z_1, params["feed_forward"], trace=subtrace(trace, "feed_forward")
+        Z_1, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
     )  # B T_x d_model
     Z_out = add_and_layer_norm(
-        Z_1, F, params["norm_2"], eps=eps, trace=subtrace(trace, "norm_2")
+        Z_1, F, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
     )  # B T_x d_model
     if trace is not None:
         trace.update(A=A, Z_1=Z_1, F=F, Z_out=Z_out)
     return Z_out
 
 
-@typechecked
+@rt.typechecked
 def encoder(
     Z_0: Float[cp.ndarray, "B T_x d_model"],
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
@@ -808,14 +338,14 @@ def encoder(
     Z_enc = Z_0  # B T_x d_model
     for i, layer in enumerate(params["layers"]):
         Z_enc = encoder_layer(
-            Z_enc, L_h, layer, H=H, eps=eps, trace=subtrace(trace, "layers", i)
+            Z_enc, L_h, layer, H=H, eps=eps, trace=rt.subtrace(trace, "layers", i)
         )  # B T_x d_model
     if trace is not None:
         trace.update(Z_enc=Z_enc)
     return Z_enc
 
 
-@typechecked
+@rt.typechecked
 def transformer(
     t: Int[cp.ndarray, "B T"],
     m_src: Bool[cp.ndarray, "B T"],
@@ -858,20 +388,21 @@ def transformer(
     d_model = params["E"].shape[-1]
     B = t.shape[-2]
     V = params["E"].shape[-2]
-    require_memory(
+    rt.require_memory(
         "transformer",
+        MEMORY_LIMIT,
         (B*T**2 + 2*B*T*V + 2*B*T*d_model + T*d_model) * params["E"].dtype.itemsize + B*T**2,
     )
-    M_src = padding_mask(m_src, T)  # B T T
-    X = embed(params["E"], t)  # B T d_model
-    P = positional_encoding(T, d_model, params["E"].dtype)  # T d_model
+    M_src = rt.padding_mask(m_src, T)  # B T T
+    X = rt.embed(params["E"], t)  # B T d_model
+    P = rt.positional_encoding(T, d_model, params["E"].dtype)  # T d_model
     Z_0 = X + P  # B T d_model
-    L_enc = log_mask(M_src, params["E"].dtype)  # B T T
+    L_enc = rt.log_mask(M_src, params["E"].dtype)  # B T T
     Z_enc = encoder(
-        Z_0, L_enc[None], params["encoder"], H=H, eps=eps, trace=subtrace(trace, "encoder")
+        Z_0, L_enc[None], params["encoder"], H=H, eps=eps, trace=rt.subtrace(trace, "encoder")
     )  # B T d_model
-    logits = project(Z_enc, params["W_out"])  # B T V
-    probs = softmax(logits)  # B T V
+    logits = rt.project(Z_enc, params["W_out"])  # B T V
+    probs = rt.softmax(logits)  # B T V
     if trace is not None:
         trace.update(M_src=M_src, X=X, P=P, Z_0=Z_0, L_enc=L_enc, Z_enc=Z_enc, logits=logits,
             probs=probs)

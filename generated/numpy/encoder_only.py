@@ -19,557 +19,25 @@ checks cost nothing. Parameters are checked when loaded (codegen.weights), not p
 Optional and Tuple come from typing: beartype keys `X | None` and `tuple[...]` by their text,
 which NumPy's and CuPy's annotations share, and would check one backend's arrays against the
 other's.
+
+The helpers the functions call, rt.<name>, are in _runtime.py beside this module: the runtime
+every model of this folder shares.
 """
 
-import functools
-import inspect
-import itertools
 import math
-import os
-import resource
-import sys
-import threading
-import warnings
-from concurrent.futures import ThreadPoolExecutor
-from typing import Optional, Tuple, TypedDict  # noqa: UP035
+from typing import Tuple, TypedDict  # noqa: UP035
 
 import numpy as np
-from jaxtyping import Bool, Float, Int, jaxtyped
-from threadpoolctl import ThreadpoolController
+from jaxtyping import Bool, Float, Int
+
+from . import _runtime as rt
+
+rt.require_version("b30b77be6dc6b292", __name__)  # the runtime this was generated with
 
 
-def typechecked(function):
-    """Check shapes and dtypes at run time when TSPEC_TYPECHECK=1; return it as is otherwise."""
-    if os.environ.get("TSPEC_TYPECHECK") != "1":
-        return function
-    from beartype import beartype
-    from beartype.roar import BeartypeDecorHintPep585DeprecationWarning
-
-    with warnings.catch_warnings():  # typing.Tuple is on purpose (see above)
-        warnings.simplefilter("ignore", BeartypeDecorHintPep585DeprecationWarning)
-        return jaxtyped(typechecker=beartype)(function)
-
-
-def subtrace(trace: dict | None, *path: str | int) -> dict | None:
-    """The part of a trace one call records into: trace["encoder"]["layers"][0], ..."""
-    for key in path:
-        if trace is None:
-            return None
-        trace = trace.setdefault(key, {})
-    return trace
-
-
-# the most bytes the tensors of one function's own equations may take: it refuses to start
-# beyond that; None: the memory this process may use
+# the most bytes the tensors of one function's own equations may take: it refuses to start beyond
+# that; None: the memory this process may use
 MEMORY_LIMIT = None
-
-
-@functools.cache
-def memory_total() -> int:
-    """The default limit, in bytes (read once): the memory this process may use."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)  # ulimit -v
-    return total if soft == resource.RLIM_INFINITY else min(total, soft)
-
-
-def require_memory(function: str, needed: int) -> None:
-    """Refuse to start ``function`` when the tensors its equations compute (the spec's
-    activation count for it, in bytes) would take more than MEMORY_LIMIT: a clear error
-    before anything is allocated, instead of a failed allocation or a machine swapping."""
-    limit, owner = MEMORY_LIMIT, "MEMORY_LIMIT"
-    if limit is None:
-        limit, owner = memory_total(), "the memory this process may use"
-    if needed > limit:
-        raise MemoryError(f"{function} would allocate about {needed / 2**30:,.1f} GiB for its "
-                          f"tensors, more than {owner} ({limit / 2**30:,.1f} GiB): give it "
-                          "smaller inputs, or set MEMORY_LIMIT in this module")
-
-
-# Large temporaries are carved from buffers kept between calls: a fresh multi-MB array is
-# memory the system maps anew (a page fault for every 4 KiB page the first write touches),
-# about a tenth of a forward pass. A kept buffer is handed out again once no array refers to
-# it; at most WORKSPACE_LIMIT bytes are kept in all (0: none), each for arrays of one size.
-WORKSPACE_LIMIT = 1 << 28
-WORKSPACE_MIN = 1 << 18  # bytes: smaller arrays come from malloc's own free lists
-WORKSPACE: dict[int, list] = {}  # size in bytes -> kept buffers (uint8 arrays) of that size
-WORKSPACE_LOCK = threading.Lock()
-
-
-def workspace(shape: tuple, dtype) -> np.ndarray:
-    """An uninitialised array, as np.empty(shape, dtype) gives, from a kept buffer that
-    no array refers to (every array made from it, and every view of those, holds a reference
-    to it), or from a new buffer kept while WORKSPACE_LIMIT allows."""
-    dtype = np.dtype(dtype)
-    size = math.prod(shape) * dtype.itemsize
-    if size < WORKSPACE_MIN or size > WORKSPACE_LIMIT:
-        return np.empty(shape, dtype)
-    with WORKSPACE_LOCK:
-        kept = WORKSPACE.setdefault(size, [])
-        for index in range(len(kept) - 1, -1, -1):  # the last handed out first: still cached
-            if sys.getrefcount(kept[index]) == 2:  # the list's reference and the call's
-                buffer = kept.pop(index)
-                kept.append(buffer)
-                break
-        else:
-            if sum(each * len(buffers) for each, buffers in WORKSPACE.items()) + size > \
-                    WORKSPACE_LIMIT:
-                return np.empty(shape, dtype)
-            buffer = np.empty(size, np.uint8)
-            kept.append(buffer)
-        return buffer.view(dtype).reshape(shape)
-
-
-# Work shared out among threads: the array library releases the GIL inside matrix products
-# and ufuncs, so chunks of rows of a matrix product or of a row-wise pass, and the query
-# blocks of attention, run at once. As many worker threads as BLAS runs (OPENBLAS_NUM_THREADS
-# and the like set it); while they work, BLAS runs on one thread in each. Every large product
-# goes through them, so BLAS's own threads, which spin for a while after each call they
-# share, sleep instead of competing with the workers for the cores.
-BLAS = ThreadpoolController().select(user_api="blas")
-WORKERS = max((library["num_threads"] for library in BLAS.info()), default=1)
-PARALLEL_MIN_WORK = 1 << 18  # multiply-adds: a smaller matrix product is done in one piece
-PIECE_SIZE = 1 << 17  # elements a row-wise helper works on at once
-POOL = ThreadPoolExecutor(WORKERS - 1) if WORKERS > 1 else None  # the caller is one worker
-SHARING = threading.local()  # .active while a thread works on shared-out items
-
-
-class BlasOnOneThread:
-    """``with BLAS_ON_ONE_THREAD:`` keeps BLAS on one thread until the last such block under
-    way, in any thread, ends; then BLAS gets its own thread count back."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.holders = 0
-        self.limiter = None  # threadpoolctl's record of the count to restore
-
-    def __enter__(self) -> None:
-        with self.lock:
-            if self.holders == 0:
-                self.limiter = BLAS.limit(limits=1)
-            self.holders += 1
-
-    def __exit__(self, *exception) -> None:
-        with self.lock:
-            self.holders -= 1
-            if self.holders == 0:
-                self.limiter.restore_original_limits()
-
-
-BLAS_ON_ONE_THREAD = BlasOnOneThread()
-
-
-def in_parallel(function, items: list[tuple]) -> list:
-    """[function(*item) for item in items], in that order, the items shared out among the
-    calling thread and the pool's, each taking the next item left when it is free, from the
-    last (attention's last query blocks see the most keys); BLAS on one thread meanwhile, even
-    for one item. Where there is no pool, or inside work already shared out: one after another.
-    """
-    if POOL is None or getattr(SHARING, "active", False):
-        return [function(*item) for item in items]
-    results = [None] * len(items)
-    claims = itertools.count()  # items claimed so far; next() is atomic under the GIL
-
-    def work() -> None:
-        SHARING.active = True
-        try:
-            while (claimed := next(claims)) < len(items):
-                index = len(items) - 1 - claimed
-                results[index] = function(*items[index])
-        finally:
-            SHARING.active = False
-
-    with BLAS_ON_ONE_THREAD:
-        helpers = [POOL.submit(work) for _ in range(min(WORKERS, len(items)) - 1)]
-        work()
-        for helper in helpers:
-            if not helper.cancel():  # one that has not started has nothing left to do
-                helper.result()
-    return results
-
-
-def row_chunks(rows: int, work: int) -> list[tuple[int, int]]:
-    """(start, stop) of WORKERS chunks of ``rows`` rows; one chunk of all where the ``work``
-    (multiply-adds) is under PARALLEL_MIN_WORK."""
-    if POOL is None or work < PARALLEL_MIN_WORK or rows < WORKERS:
-        return [(0, rows)]
-    return [(rows * worker // WORKERS, rows * (worker + 1) // WORKERS)
-            for worker in range(WORKERS)]
-
-
-def in_row_chunks(function):
-    """Decorate a helper that works on each row of its first argument on its own
-    (element-wise, or along the last axis) and writes its result into ``out`` (which may be
-    the argument itself): it runs on pieces of about PIECE_SIZE elements, whole rows, so that
-    its temporaries stay small and in cache, the pieces shared out among the workers; each
-    row's numbers are the same as in one call.
-
-    The arguments are bound as the helper's own signature binds them, by position or by
-    keyword: the first is the rows' array, cut into pieces; the others go to every piece as
-    they are, but for ``axis``, which is the pieces' last axis. One call does the work, as the
-    helper alone would, where pieces could differ from it: fewer than two axes, no elements,
-    or not floats (the result's dtype may not be x's); an ``axis`` that is not the last one
-    (the helper reduces along it, or names its error); an ``out`` that is not a contiguous
-    array of the argument's shape, or that overlaps the argument without being it."""
-    signature = inspect.signature(function)
-    first = next(iter(signature.parameters))  # the rows' array
-
-    @functools.wraps(function)
-    def in_pieces(*args, **kwargs):
-        try:
-            given = signature.bind(*args, **kwargs).arguments
-        except TypeError:  # the helper's own error
-            return function(*args, **kwargs)
-        x, out, axis = given[first], given.get("out"), given.get("axis", -1)
-        last = isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) and \
-            axis in (-1, getattr(x, "ndim", 0) - 1)
-        if not (isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.ndim >= 2 and
-                x.size and last and (out is None or in_place_or_apart(out, x))):
-            return function(*args, **kwargs)
-        rows = x.reshape(-1, x.shape[-1])  # (*batch) last
-        result = workspace(rows.shape, rows.dtype) if out is None else out.reshape(rows.shape)
-        step = max(1, PIECE_SIZE // x.shape[-1])
-        if "axis" in given:
-            given["axis"] = -1  # the last axis of a piece too
-
-        def piece(start: int) -> None:
-            function(**{**given, first: rows[start:start + step],
-                        "out": result[start:start + step]})
-
-        in_parallel(piece, [(start,) for start in range(0, len(rows), step)])
-        return result.reshape(x.shape) if out is None else out  # *batch last
-
-    return in_pieces
-
-
-def in_place_or_apart(out, x) -> bool:
-    """Whether ``out`` is a contiguous array of x's shape that is x itself (the same memory,
-    laid out alike) or shares no memory with it: then pieces of rows may write into it."""
-    if not (isinstance(out, np.ndarray) and out.shape == x.shape and
-            out.flags.c_contiguous):
-        return False
-    same = out.strides == x.strides and \
-        out.__array_interface__["data"][0] == x.__array_interface__["data"][0]
-    return same or not np.may_share_memory(out, x)
-
-
-@typechecked
-def project(
-    X: Float[np.ndarray, "*batch k"],
-    W: Float[np.ndarray, "k n"],
-    b: Optional[Float[np.ndarray, " n"]] = None,  # noqa: UP045
-    activation=None,
-) -> Float[np.ndarray, "*batch n"]:
-    """X @ W (+ b), then activation(...) if given, for one weight matrix W: one matrix product
-    over all of X's leading axes, a chunk of its rows on each worker thread, which adds the
-    bias and applies the activation to its chunk in place.
-
-    The same numbers as activation(X @ W + b); written so because @ on a stack of matrices
-    runs one small product per leading index, and a separate bias sum or activation makes one
-    more pass over the result, and a new array as large.
-    """
-    rows = X.reshape(-1, X.shape[-1])  # (*batch) k
-    product = workspace((len(rows), W.shape[-1]), np.result_type(X, W))  # (*batch) n
-
-    def chunk(start: int, stop: int) -> None:
-        np.matmul(rows[start:stop], W, out=product[start:stop])
-        if b is not None:
-            product[start:stop] += b
-        if activation is not None:
-            activation(product[start:stop], out=product[start:stop])
-
-    in_parallel(chunk, row_chunks(len(rows), rows.size * W.shape[-1]))
-    return product.reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
-
-
-@typechecked
-def embed(
-    E: Float[np.ndarray, "V d_model"],
-    t: Int[np.ndarray, " *batch"],
-    table: str = "E",
-    ids: str = "t",
-) -> Float[np.ndarray, "*batch d_model"]:
-    """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` and
-    ``ids`` name E and t in errors (E_type: token types; u: a decoder's ids).
-
-    Every id must lie in 0 .. V - 1: the first that does not (V, -1) is refused with a
-    ValueError naming it, its index, the table and the range, before the lookup, which would
-    take -1 as the last row silently (CuPy any id out of range).
-    """
-    if t.dtype.kind not in "iu":
-        raise TypeError(f"{ids}: ids into {table} must be integers, got dtype {t.dtype}")
-    V = E.shape[0]
-    outside = (t < 0) | (t >= V)  # *batch
-    if outside.any():
-        first = tuple(int(i) for i in np.argwhere(outside)[0])
-        raise ValueError(f"{ids}: id {int(t[first])} at index {first} is out of range: "
-                         f"ids index the {V} rows of {table} (0..{V - 1})")
-    return E[t]  # *batch d_model
-
-
-@typechecked
-def positional_encoding(
-    T: int, d_model: int, dtype, offset: int = 0
-) -> Float[np.ndarray, "T d_model"]:
-    """The sinusoidal table's rows pos = offset .. offset + T - 1:
-    P[pos, 2i] = sin(pos / 10000^(2i/d_model)), P[pos, 2i+1] = cos(...).
-
-    Any width: an odd d_model ends with a sin column, 2i = d_model - 1, with no cos beside it.
-    Computed in float64, then stored in the model's dtype.
-    """
-    position = np.arange(offset, offset + T, dtype=np.float64)[:, None]  # T 1
-    two_i = np.arange(0, d_model, 2, dtype=np.float64)  # ceil(d_model/2)
-    angle = position / 10000.0 ** (two_i / d_model)  # T ceil(d_model/2)
-    P = np.empty((T, d_model), dtype=dtype)  # T d_model
-    P[:, 0::2] = np.sin(angle)  # T ceil(d_model/2)
-    P[:, 1::2] = np.cos(angle[:, : d_model // 2])  # T floor(d_model/2)
-    return P
-
-
-@typechecked
-def log_mask(M: Bool[np.ndarray, " *shape"], dtype) -> Float[np.ndarray, " *shape"]:
-    """log M for a 0/1 mask: 0 where M keeps a key, -inf where it masks one (no log(0) warning)."""
-    if M.dtype != bool:
-        raise TypeError(f"a mask must be boolean (True keeps a key), got dtype {M.dtype}")
-    L = np.zeros(M.shape, dtype=dtype)  # *shape
-    np.copyto(L, -np.inf, where=~M)
-    return L
-
-
-@typechecked
-def padding_mask(m: Bool[np.ndarray, "B T_kv"], T_q: int) -> Bool[np.ndarray, "B T_q T_kv"]:
-    """Key mask m (True = token, False = padding) for every one of T_q queries (a view)."""
-    if m.dtype != bool:
-        raise TypeError(f"a key mask must be boolean (True = token), got dtype {m.dtype}")
-    if m.ndim != 2:
-        raise ValueError(f"a key mask is (batch, length), got shape {m.shape}")
-    B, T_kv = m.shape
-    return np.broadcast_to(m[:, None, :], (B, T_q, T_kv))  # B T_q T_kv
-
-
-@typechecked
-def split_heads(X: Float[np.ndarray, "*batch width"], H: int) -> Float[np.ndarray, "H *batch _"]:
-    """(..., H*d) -> (H, ..., d): head h takes columns h*d to (h+1)*d - 1 (a view)."""
-    split = X.reshape(X.shape[:-1] + (H, X.shape[-1] // H))  # *batch H d
-    return np.moveaxis(split, -2, 0)  # H *batch d
-
-
-@typechecked
-def concat_heads(O_h: Float[np.ndarray, "H *batch d"]) -> Float[np.ndarray, "*batch H*d"]:
-    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1
-    (the width named, not -1: an empty batch has no size to infer it from)."""
-    side_by_side = np.moveaxis(O_h, 0, -2)  # *batch H d
-    return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
-
-
-def checked_axis(x: np.ndarray, axis, helper: str) -> int:
-    """``axis`` as an index of x's axes counted from 0, or an error naming the helper: one
-    integer from -x.ndim to x.ndim - 1 (not None or a tuple, which would reduce along every
-    axis or several at once where a row-wise helper means one)."""
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"{helper}: axis must be an integer, got {axis!r}")
-    if not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"{helper}: axis {axis} does not exist in an array of shape "
-                         f"{tuple(x.shape)}")
-    return int(axis) % x.ndim
-
-
-def widened(x: np.ndarray, out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """An element-wise helper's argument as it computes it, and where its result goes: a
-    float16 x in float32, the result rounded into ``out`` or a new float16 array (float16 in,
-    float16 out); any other as it is."""
-    if x.dtype != np.float16:
-        return x, out
-    return x.astype(np.float32), np.empty_like(x) if out is None else out
-
-
-def rounded_to_float16(work: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-    """A float16 argument's result, computed in float32 (``work``), rounded to float16 once:
-    into ``out`` when given."""
-    if out is None:
-        return work.astype(np.float16)  # *shape
-    out[...] = work
-    return out
-
-
-@typechecked
-def softmax_parts(
-    x: Float[np.ndarray, " *shape"],
-    axis: int = -1,
-    out: Optional[Float[np.ndarray, " *shape"]] = None,  # noqa: UP045
-) -> tuple[Float[np.ndarray, " *shape"], Float[np.ndarray, " *reduced"]]:
-    """e = exp(x - max) along an axis and total = sum(e) there (1 on the axis), so that
-    softmax(x) = e / total; e into ``out`` when given (which may be x itself).
-
-    Defined for every row: one that is -inf everywhere (every key masked) gets e = 0 and
-    total 1, so weights 0, not NaN: it attends to nothing. One holding +inf (an overflow
-    before it) gets the limit: e = 1 at its +inf entries, 0 elsewhere. A NaN makes its row
-    NaN. Logits as far apart as the dtype allows (-max and max) give 0 and 1, without a
-    warning. float16 is computed in float32 (the maximum, the exponentials and their sum,
-    which would overflow float16 past 65504 entries near 1): e and total are then float32,
-    e a new array.
-    """
-    if x.dtype == np.float16:
-        x = out = x.astype(np.float32)  # *shape, a copy to work in
-    peak = x.max(axis=axis, keepdims=True, initial=-np.inf)  # *shape, 1 on axis
-    infinite = peak == np.inf  # *shape, 1 on axis: rows holding +inf
-    if infinite.any():  # such a row as 0 at its +inf entries and -inf elsewhere: the limit
-        top = x == np.inf  # *shape
-        x = x if x is out else x.copy()  # *shape
-        np.copyto(x, -np.inf, where=infinite & ~top)
-        np.copyto(x, 0, where=top)
-        peak[infinite] = 0
-    peak[~np.isfinite(peak)] = 0  # a fully masked row (or one with a NaN)
-    with np.errstate(over="ignore"):  # below the dtype's range: -inf, e = 0
-        e = np.subtract(x, peak, out=out)  # *shape
-    np.exp(e, out=e)
-    total = e.sum(axis=axis, keepdims=True)  # *shape, 1 on axis
-    total[total == 0] = 1
-    return e, total
-
-
-@in_row_chunks
-@typechecked
-def softmax(
-    x: Float[np.ndarray, " *shape"],
-    axis: int = -1,
-    out: Optional[Float[np.ndarray, " *shape"]] = None,  # noqa: UP045
-) -> Float[np.ndarray, " *shape"]:
-    """exp(x) / sum(exp(x)) along an axis (any one of x's, counted from the end when
-    negative), with the row maximum subtracted first (softmax_parts); into ``out`` when given
-    (which may be x itself). float16 is computed in float32 and rounded to float16 once:
-    float16 in, float16 out.
-    """
-    axis = checked_axis(x, axis, "softmax")
-    wide = x.dtype == np.float16
-    e, total = softmax_parts(x, axis, out=None if wide else out)  # *shape; 1 on axis
-    e /= total
-    return rounded_to_float16(e, out) if wide else e  # *shape
-
-
-QUERY_BLOCK = 32  # query rows attention computes at once, at the least (None: all at once)
-LONG_QUERY_AXIS = 32  # blocks: a query axis of this many or more goes in blocks twice as large
-
-
-@typechecked
-def query_blocks(
-    L: Float[np.ndarray, "*batch T_q T_kv"], size: int | None
-) -> list[tuple[slice, slice]]:
-    """Blocks of ``size`` query rows, each with the keys the additive mask L leaves visible to
-    at least one of its rows (all keys up to the last such key).
-
-    A key after that one is -inf in every row of the block: its weight exp(-inf) = 0 exactly,
-    so dropping it changes no result (under a causal mask, a block skips every later key). A
-    block whose rows are all fully masked keeps one key, so its rows still get weights 0.
-    ``size`` None, or no query rows (T_q = 0): one block of all rows and all keys, the whole
-    score matrix at once.
-
-    A query axis of LONG_QUERY_AXIS blocks or more goes in blocks of twice ``size`` rows: a
-    larger block is a more efficient matrix product, and there are still enough blocks to
-    share out evenly among threads under a causal mask, where later blocks see more keys. The
-    rule does not depend on the thread count, and so neither do the numbers.
-    """
-    T_q, T_kv = L.shape[-2:]
-    if size is None or T_q == 0:
-        return [(slice(0, T_q), slice(0, T_kv))]
-    if T_q >= LONG_QUERY_AXIS * size:
-        size *= 2
-    blocks = []
-    for start in range(0, T_q, size):
-        rows = slice(start, min(start + size, T_q))
-        visible = (L[..., rows, :] != -np.inf).reshape(-1, T_kv).any(axis=0)  # T_kv
-        keys = T_kv - int(visible[::-1].argmax()) if bool(visible.any()) else 1
-        blocks.append((rows, slice(0, keys)))
-    return blocks
-
-
-def add_into(S: np.ndarray, L: np.ndarray) -> np.ndarray:
-    """S + L, written into S where the sum has S's shape and dtype (S: a new array of the
-    caller's own, the attention scores): one array of scores instead of two. Where L
-    broadcasts S further (one head's scores, a mask for every head) or is of a wider dtype, a
-    new array, as S + L gives."""
-    if np.broadcast(S, L).shape != S.shape or np.result_type(S, L) != S.dtype:
-        return S + L
-    S += L
-    return S
-
-
-@typechecked
-def join_query_blocks(blocks: list) -> Float[np.ndarray, "H *batch T d"]:
-    """The query blocks' outputs, each (H, *batch, rows, d), joined along their rows and
-    stored with the family axis next to last in memory ((*batch, T, H, d) order: the heads
-    side by side), so that concat_heads reads them as they lie, without another copy."""
-    first = blocks[0]
-    rows = sum(block.shape[-2] for block in blocks)
-    side_by_side = first.shape[1:-2] + (rows, first.shape[0], first.shape[-1])
-    joined = workspace(side_by_side, first.dtype)  # *batch T H d
-    joined = np.moveaxis(joined, -2, 0)  # H *batch T d
-    return np.concatenate(blocks, axis=-2, out=joined)
-
-
-@typechecked
-def softmax_matmul(
-    S: Float[np.ndarray, "*#batch rows keys"], V: Float[np.ndarray, "*#batch keys d"]
-) -> Float[np.ndarray, "*#batch rows d"]:
-    """softmax(S, axis=-1) @ V, computed as (e @ V) / total with e = exp(S - max) and total
-    its row sums (softmax_parts): the division is made on the rows x d product, not on the
-    rows x keys weights, which are never stored. S is overwritten with e, but for float16,
-    which is computed in float32 (e, a copy, the product and the division) and rounded once
-    to the dtype softmax(S) @ V has (float16 with a float16 V, V's dtype with a wider one).
-    The product before the division is up to the number of keys times the largest |V|: past
-    the dtype's range (float32: |V| above 3.4e38 / keys) it overflows where softmax(S) @ V
-    would not.
-    """
-    dtype = np.result_type(S, V)  # softmax(S)'s dtype is S's
-    e, total = softmax_parts(S, out=S)  # *batch rows keys; *batch rows 1
-    product = e @ V  # *batch rows d
-    product /= total
-    return product.astype(dtype, copy=False)  # *batch rows d
-
-
-@in_row_chunks
-@typechecked
-def layer_norm(
-    x: Float[np.ndarray, "*batch d"],
-    gamma: Float[np.ndarray, " d"],
-    beta: Float[np.ndarray, " d"],
-    eps: float,
-    out: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
-) -> Float[np.ndarray, "*batch d"]:
-    """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance),
-    into ``out`` when given (which may be x itself).
-
-    A constant row (zero variance) gives beta exactly, under any eps >= 0 (0 too): the
-    rounding error of its mean is not scaled up to +-gamma. float16 is computed in float32
-    (the mean, the variance, the normalised values: a square of 256 or more would overflow
-    float16) and rounded to float16 once: float16 in, float16 out.
-    """
-    wide = x.dtype == np.float16
-    work = x.astype(np.float32) if wide else x  # *batch d
-    mean = work.mean(axis=-1, keepdims=True)  # *batch 1
-    centred = np.subtract(work, mean, out=work if wide else out)  # *batch d
-    variance = np.vecdot(centred, centred)[..., None] / x.shape[-1]  # *batch 1
-    # a constant row's centred values are all one number, its mean's rounding error: only a
-    # row whose spread is within d roundings of its mean can be one; of those, zero them
-    near = np.sqrt(variance) <= abs(mean) * (x.shape[-1] * np.finfo(work.dtype).eps)
-    if near.any():
-        same = (centred == centred[..., :1]).all(axis=-1, keepdims=True)  # *batch 1
-        np.copyto(centred, 0, where=near & same)
-    root = np.sqrt(variance + eps)  # *batch 1
-    root[root == 0] = 1  # a constant row under eps 0: its centred values are 0 already
-    centred *= 1.0 / root  # *batch d, normalised in place
-    centred *= gamma
-    centred += beta
-    return rounded_to_float16(centred, out) if wide else centred  # *batch d
-
-
-@in_row_chunks
-@typechecked
-def relu(
-    x: Float[np.ndarray, "*shape"],
-    out: Optional[Float[np.ndarray, "*shape"]] = None,  # noqa: UP045
-) -> Float[np.ndarray, "*shape"]:
-    """ReLU(x) = max(x, 0), into ``out`` when given (which may be x itself)."""
-    return np.maximum(x, 0, out=out)  # *shape
 
 
 class MultiHeadAttentionParams(TypedDict):
@@ -621,7 +89,7 @@ class TransformerParams(TypedDict):
     encoder: EncoderParams  # encoder
 
 
-@typechecked
+@rt.typechecked
 def scaled_dot_product_attention(
     Q_h: Float[np.ndarray, "#H B T_q d_k"],
     K_h: Float[np.ndarray, "#H B T_kv d_k"],
@@ -650,25 +118,25 @@ def scaled_dot_product_attention(
     def query_block(rows: slice, keys: slice):  # the rows' output, from those keys
         # [H] B rows keys
         S_h = Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)
-        S_h = add_into(S_h, L_h[..., rows, keys])  # [H] B rows keys
+        S_h = rt.add_into(S_h, L_h[..., rows, keys])  # [H] B rows keys
         if S_h.dtype == np.float16:  # a score past float16's range is +inf:
             np.copyto(S_h, -np.inf, where=L_h[..., rows, keys] == -np.inf)  # masked, not NaN
         if trace is None:  # A_h is never stored: divided out of the product
-            O_h = softmax_matmul(S_h, V_h[..., keys, :])  # [H] B rows d_v
+            O_h = rt.softmax_matmul(S_h, V_h[..., keys, :])  # [H] B rows d_v
         else:  # one block, every row and key, as written
-            A_h = softmax(S_h)  # [H] B rows keys
+            A_h = rt.softmax(S_h)  # [H] B rows keys
             O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v
             trace.update(S_h=S_h, A_h=A_h)
         return O_h
 
-    blocks = query_blocks(L_h, QUERY_BLOCK if trace is None else None)
-    O_h = join_query_blocks(in_parallel(query_block, blocks))  # [H] B T_q d_v
+    blocks = rt.query_blocks(L_h, rt.QUERY_BLOCK if trace is None else None)
+    O_h = rt.join_query_blocks(rt.in_parallel(query_block, blocks))  # [H] B T_q d_v
     if trace is not None:
         trace.update(O_h=O_h)
     return O_h
 
 
-@typechecked
+@rt.typechecked
 def multi_head_attention(
     X_q: Float[np.ndarray, "B T_q d_model"],
     X_kv: Float[np.ndarray, "B T_kv d_model"],
@@ -713,29 +181,30 @@ def multi_head_attention(
     d_model = X_q.shape[-1]
     d_k = d_model // H
     d_v = d_model // H
-    require_memory(
+    rt.require_memory(
         "multi_head_attention",
+        MEMORY_LIMIT,
         (2*B*H*T_kv*d_k + 2*B*H*T_kv*d_v + 2*B*H*T_q*d_k + B*H*T_q*d_v
         + B*T_q*d_model) * X_q.dtype.itemsize,
     )
-    Q_proj = project(X_q, params["W_Q"])  # B T_q H*d_k
-    K_proj = project(X_kv, params["W_K"])  # B T_kv H*d_k
-    V_proj = project(X_kv, params["W_V"])  # B T_kv H*d_v
-    Q_h = split_heads(Q_proj, H)  # [H] B T_q d_k
-    K_h = split_heads(K_proj, H)  # [H] B T_kv d_k
-    V_h = split_heads(V_proj, H)  # [H] B T_kv d_v
+    Q_proj = rt.project(X_q, params["W_Q"])  # B T_q H*d_k
+    K_proj = rt.project(X_kv, params["W_K"])  # B T_kv H*d_k
+    V_proj = rt.project(X_kv, params["W_V"])  # B T_kv H*d_v
+    Q_h = rt.split_heads(Q_proj, H)  # [H] B T_q d_k
+    K_h = rt.split_heads(K_proj, H)  # [H] B T_kv d_k
+    V_h = rt.split_heads(V_proj, H)  # [H] B T_kv d_v
     O_h = scaled_dot_product_attention(
-        Q_h, K_h, V_h, L_h, trace=subtrace(trace, "attention")
+        Q_h, K_h, V_h, L_h, trace=rt.subtrace(trace, "attention")
     )  # [H] B T_q d_v
-    O = concat_heads(O_h)  # B T_q H*d_v
-    O_proj = project(O, params["W_O"])  # B T_q d_model
+    O = rt.concat_heads(O_h)  # B T_q H*d_v
+    O_proj = rt.project(O, params["W_O"])  # B T_q d_model
     if trace is not None:
         trace.update(Q_proj=Q_proj, K_proj=K_proj, V_proj=V_proj, Q_h=Q_h, K_h=K_h, V_h=V_h,
             O_h=O_h, O=O, O_proj=O_proj)
     return O_proj
 
 
-@typechecked
+@rt.typechecked
 def add_and_layer_norm(
     X: Float[np.ndarray, "B T_x d_model"],
     Y: Float[np.ndarray, "B T_x d_model"],
@@ -759,14 +228,14 @@ def add_and_layer_norm(
     B = X.shape[-3]
     T_x = X.shape[-2]
     d_model = X.shape[-1]
-    require_memory("add_and_layer_norm", B*T_x*d_model * X.dtype.itemsize)
-    Z = layer_norm(X + Y, params["gamma"], params["beta"], eps)  # B T_x d_model
+    rt.require_memory("add_and_layer_norm", MEMORY_LIMIT, B*T_x*d_model * X.dtype.itemsize)
+    Z = rt.layer_norm(X + Y, params["gamma"], params["beta"], eps)  # B T_x d_model
     if trace is not None:
         trace.update(Z=Z)
     return Z
 
 
-@typechecked
+@rt.typechecked
 def feed_forward(
     X: Float[np.ndarray, "B T_x d_model"],
     params: FeedForwardParams,
@@ -791,15 +260,19 @@ def feed_forward(
     T_x = X.shape[-2]
     d_ff = params["W_1"].shape[-1]
     d_model = X.shape[-1]
-    require_memory("feed_forward", (B*T_x*d_ff + B*T_x*d_model) * X.dtype.itemsize)
-    U = project(X, params["W_1"], params["b_1"], activation=relu)  # B T_x d_ff
-    F = project(U, params["W_2"], params["b_2"])  # B T_x d_model
+    rt.require_memory(
+        "feed_forward",
+        MEMORY_LIMIT,
+        (B*T_x*d_ff + B*T_x*d_model) * X.dtype.itemsize,
+    )
+    U = rt.project(X, params["W_1"], params["b_1"], activation=rt.relu)  # B T_x d_ff
+    F = rt.project(U, params["W_2"], params["b_2"])  # B T_x d_model
     if trace is not None:
         trace.update(U=U, F=F)
     return F
 
 
-@typechecked
+@rt.typechecked
 def encoder_layer(
     Z: Float[np.ndarray, "B T_x d_model"],
     L_h: Float[np.ndarray, "#H B T_x T_keys"],
@@ -830,23 +303,23 @@ def encoder_layer(
         trace: a dict that receives every named intermediate of this call
     """
     A = multi_head_attention(
-        Z, Z, L_h, params["self_attention"], H=H, trace=subtrace(trace, "self_attention")
+        Z, Z, L_h, params["self_attention"], H=H, trace=rt.subtrace(trace, "self_attention")
     )  # B T_x d_model
     Z_1 = add_and_layer_norm(
-        Z, A, params["norm_1"], eps=eps, trace=subtrace(trace, "norm_1")
+        Z, A, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
     )  # B T_x d_model
     F = feed_forward(
-        Z_1, params["feed_forward"], trace=subtrace(trace, "feed_forward")
+        Z_1, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
     )  # B T_x d_model
     Z_out = add_and_layer_norm(
-        Z_1, F, params["norm_2"], eps=eps, trace=subtrace(trace, "norm_2")
+        Z_1, F, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
     )  # B T_x d_model
     if trace is not None:
         trace.update(A=A, Z_1=Z_1, F=F, Z_out=Z_out)
     return Z_out
 
 
-@typechecked
+@rt.typechecked
 def encoder(
     Z_0: Float[np.ndarray, "B T_x d_model"],
     L_h: Float[np.ndarray, "#H B T_x T_keys"],
@@ -872,14 +345,14 @@ def encoder(
     Z_enc = Z_0  # B T_x d_model
     for i, layer in enumerate(params["layers"]):
         Z_enc = encoder_layer(
-            Z_enc, L_h, layer, H=H, eps=eps, trace=subtrace(trace, "layers", i)
+            Z_enc, L_h, layer, H=H, eps=eps, trace=rt.subtrace(trace, "layers", i)
         )  # B T_x d_model
     if trace is not None:
         trace.update(Z_enc=Z_enc)
     return Z_enc
 
 
-@typechecked
+@rt.typechecked
 def transformer(
     t: Int[np.ndarray, "B T"],
     m_src: Bool[np.ndarray, "B T"],
@@ -922,20 +395,21 @@ def transformer(
     d_model = params["E"].shape[-1]
     B = t.shape[-2]
     V = params["E"].shape[-2]
-    require_memory(
+    rt.require_memory(
         "transformer",
+        MEMORY_LIMIT,
         (B*T**2 + 2*B*T*V + 2*B*T*d_model + T*d_model) * params["E"].dtype.itemsize + B*T**2,
     )
-    M_src = padding_mask(m_src, T)  # B T T
-    X = embed(params["E"], t)  # B T d_model
-    P = positional_encoding(T, d_model, params["E"].dtype)  # T d_model
+    M_src = rt.padding_mask(m_src, T)  # B T T
+    X = rt.embed(params["E"], t)  # B T d_model
+    P = rt.positional_encoding(T, d_model, params["E"].dtype)  # T d_model
     Z_0 = X + P  # B T d_model
-    L_enc = log_mask(M_src, params["E"].dtype)  # B T T
+    L_enc = rt.log_mask(M_src, params["E"].dtype)  # B T T
     Z_enc = encoder(
-        Z_0, L_enc[None], params["encoder"], H=H, eps=eps, trace=subtrace(trace, "encoder")
+        Z_0, L_enc[None], params["encoder"], H=H, eps=eps, trace=rt.subtrace(trace, "encoder")
     )  # B T d_model
-    logits = project(Z_enc, params["W_out"])  # B T V
-    probs = softmax(logits)  # B T V
+    logits = rt.project(Z_enc, params["W_out"])  # B T V
+    probs = rt.softmax(logits)  # B T V
     if trace is not None:
         trace.update(M_src=M_src, X=X, P=P, Z_0=Z_0, L_enc=L_enc, Z_enc=Z_enc, logits=logits,
             probs=probs)

@@ -19,700 +19,25 @@ checks cost nothing. Parameters are checked when loaded (codegen.weights), not p
 Optional and Tuple come from typing: beartype keys `X | None` and `tuple[...]` by their text,
 which NumPy's and CuPy's annotations share, and would check one backend's arrays against the
 other's.
+
+The helpers the functions call, rt.<name>, are in _runtime.py beside this module: the runtime
+every model of this folder shares.
 """
 
-import functools
-import inspect
-import itertools
 import math
-import os
-import resource
-import sys
-import threading
-import warnings
-import weakref
-from concurrent.futures import ThreadPoolExecutor
-from typing import Optional, Tuple, TypedDict  # noqa: UP035
+from typing import Tuple, TypedDict  # noqa: UP035
 
 import numpy as np
-from jaxtyping import Bool, Float, Int, jaxtyped
-from threadpoolctl import ThreadpoolController
+from jaxtyping import Bool, Float, Int
+
+from . import _runtime as rt
+
+rt.require_version("b30b77be6dc6b292", __name__)  # the runtime this was generated with
 
 
-def typechecked(function):
-    """Check shapes and dtypes at run time when TSPEC_TYPECHECK=1; return it as is otherwise."""
-    if os.environ.get("TSPEC_TYPECHECK") != "1":
-        return function
-    from beartype import beartype
-    from beartype.roar import BeartypeDecorHintPep585DeprecationWarning
-
-    with warnings.catch_warnings():  # typing.Tuple is on purpose (see above)
-        warnings.simplefilter("ignore", BeartypeDecorHintPep585DeprecationWarning)
-        return jaxtyped(typechecker=beartype)(function)
-
-
-def subtrace(trace: dict | None, *path: str | int) -> dict | None:
-    """The part of a trace one call records into: trace["encoder"]["layers"][0], ..."""
-    for key in path:
-        if trace is None:
-            return None
-        trace = trace.setdefault(key, {})
-    return trace
-
-
-class StateRecorder(dict):
-    """A trace that records, under each state's name, the traced tensor the state starts as,
-    and nothing else: what prefill keeps of the full forward. ``starts`` is nested like the
-    trace (a one-item list stands for every layer of a stack); where it names nothing, the
-    forward runs untraced (subtrace gives None)."""
-
-    def __init__(self, starts: dict | list) -> None:
-        super().__init__()
-        self.starts = starts
-
-    def setdefault(self, key, default=None):
-        inner = self.starts[0] if isinstance(self.starts, list) else self.starts.get(key)
-        if not isinstance(inner, (dict, list)):
-            return None
-        if key not in self:
-            self[key] = StateRecorder(inner)
-        return self[key]
-
-    def update(self, **tensors) -> None:
-        for state, start in self.starts.items():
-            if isinstance(start, str) and start in tensors:
-                self[state] = tensors[start]
-
-    def states(self) -> dict | list:
-        """What was recorded, nested like params: the cache (a stack's layers a list)."""
-        plain = {key: value.states() if isinstance(value, StateRecorder) else value
-                 for key, value in self.items()}
-        return [plain[i] for i in range(len(plain))] if isinstance(self.starts, list) else plain
-
-
-def check_cache(cache: dict, params: dict, starts: dict, path: str = "cache") -> None:
-    """Refuse a cache that lacks a state the step reads, holds another number of layers than
-    params, or another dtype: it must be the one prefill made (and the earlier steps
-    extended)."""
-    for key, start in starts.items():
-        where = f"{path}[{key!r}]"
-        if not isinstance(cache, dict) or key not in cache:
-            raise ValueError(f"{where} is missing: pass the cache prefill returned")
-        if isinstance(start, list):
-            layers = params[key]
-            if not isinstance(cache[key], list) or len(cache[key]) != len(layers):
-                raise ValueError(f"{where} must be a list of {len(layers)} layers, one for each "
-                                 f"of params[{key!r}]")
-            for index, layer in enumerate(cache[key]):
-                check_cache(layer, layers[index], start[0], f"{where}[{index}]")
-        elif isinstance(start, dict):
-            check_cache(cache[key], params.get(key, {}), start, where)
-        else:  # a state: the dtype of the instance's parameters
-            weights = [w for w in params.values() if hasattr(w, "dtype")]
-            if weights and cache[key].dtype != weights[0].dtype:
-                raise ValueError(f"{where} is {cache[key].dtype} but the parameters are "
-                                 f"{weights[0].dtype}: pass the cache prefill returned")
-
-
-# A state a decoding step extends (the key-value cache: K_past <- concat(K_past, K_new)) lives
-# at the start of a buffer with room to grow: a step writes its new entries after the last
-# ones instead of copying them all, so decoding T positions copies O(T) numbers, not O(T^2).
-# GROWING: id of such a buffer -> [a weak reference to it, how far along its axis it is filled]
-GROWING: dict[int, list] = {}
-GROWING_LOCK = threading.Lock()
-
-
-def extend(past: np.ndarray, new: np.ndarray, axis: int) -> np.ndarray:
-    """np.concatenate([past, new], axis), in the buffer ``past`` lies at the start of where
-    that buffer has room and ``past`` ends where it was filled to: the new entries are written
-    after past's, where no view of past sees them, and the result is a longer view of the
-    buffer. Otherwise (a first step, a full buffer, a state an earlier branch of decoding left
-    behind, which a later step has written past) a new buffer with room for half as many
-    again, the two copied in.
-
-    The states of every step share the buffer, so the views it returns are read-only: a
-    caller that writes into a cache (reordering its sequences in place) would otherwise change
-    every other state too; such a write raises instead (take a copy to change one)."""
-    if not -past.ndim <= axis < past.ndim or new.ndim != past.ndim:
-        return np.concatenate([past, new], axis=axis)  # its error says what is wrong
-    at = axis % past.ndim
-    head = (slice(None),) * at
-    total = past.shape[at] + new.shape[at]
-    other = past.shape[:at] + past.shape[at + 1:]
-    with GROWING_LOCK:
-        buffer = past.base
-        known = GROWING.get(id(buffer)) if buffer is not None else None
-        if known is not None and known[0]() is buffer and known[1] == past.shape[at] and \
-                total <= buffer.shape[at] and past.dtype == buffer.dtype == new.dtype and \
-                past.__array_interface__["data"][0] == buffer.__array_interface__["data"][0] \
-                and past.strides == buffer.strides and \
-                buffer.shape[:at] + buffer.shape[at + 1:] == other and \
-                new.shape[:at] + new.shape[at + 1:] == other:
-            buffer[head + (slice(past.shape[at], total),)] = new
-            known[1] = total
-            return read_only(buffer[head + (slice(0, total),)])
-    if new.shape[:at] + new.shape[at + 1:] != other:
-        return np.concatenate([past, new], axis=axis)  # its error names the shapes
-    room = past.shape[:at] + (total + max(total // 2, 1),) + past.shape[at + 1:]
-    buffer = np.empty(room, np.result_type(past, new))
-    buffer[head + (slice(0, past.shape[at]),)] = past
-    buffer[head + (slice(past.shape[at], total),)] = new
-    key = id(buffer)
-    with GROWING_LOCK:  # the entry goes with the buffer
-        GROWING[key] = [weakref.ref(buffer, lambda _: GROWING.pop(key, None)), total]
-    return read_only(buffer[head + (slice(0, total),)])
-
-
-def read_only(view: np.ndarray) -> np.ndarray:
-    """The view, writes through it refused."""
-    view.flags.writeable = False
-    return view
-
-
-def require_size(what: str, size: int, name: str, expected: int) -> None:
-    """Refuse an array whose axis is not the size the others give it: a decoding step's
-    cache and masks must be the ones prefill and the earlier steps made for these inputs."""
-    if size != expected:
-        raise ValueError(f"{what} is {size}, not {name} = {expected}: pass the cache prefill "
-                         "made for these inputs, and the key mask of every position so far")
-
-
-# the most bytes the tensors of one function's own equations may take: it refuses to start
-# beyond that; None: the memory this process may use
+# the most bytes the tensors of one function's own equations may take: it refuses to start beyond
+# that; None: the memory this process may use
 MEMORY_LIMIT = None
-
-
-@functools.cache
-def memory_total() -> int:
-    """The default limit, in bytes (read once): the memory this process may use."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)  # ulimit -v
-    return total if soft == resource.RLIM_INFINITY else min(total, soft)
-
-
-def require_memory(function: str, needed: int) -> None:
-    """Refuse to start ``function`` when the tensors its equations compute (the spec's
-    activation count for it, in bytes) would take more than MEMORY_LIMIT: a clear error
-    before anything is allocated, instead of a failed allocation or a machine swapping."""
-    limit, owner = MEMORY_LIMIT, "MEMORY_LIMIT"
-    if limit is None:
-        limit, owner = memory_total(), "the memory this process may use"
-    if needed > limit:
-        raise MemoryError(f"{function} would allocate about {needed / 2**30:,.1f} GiB for its "
-                          f"tensors, more than {owner} ({limit / 2**30:,.1f} GiB): give it "
-                          "smaller inputs, or set MEMORY_LIMIT in this module")
-
-
-# Large temporaries are carved from buffers kept between calls: a fresh multi-MB array is
-# memory the system maps anew (a page fault for every 4 KiB page the first write touches),
-# about a tenth of a forward pass. A kept buffer is handed out again once no array refers to
-# it; at most WORKSPACE_LIMIT bytes are kept in all (0: none), each for arrays of one size.
-WORKSPACE_LIMIT = 1 << 28
-WORKSPACE_MIN = 1 << 18  # bytes: smaller arrays come from malloc's own free lists
-WORKSPACE: dict[int, list] = {}  # size in bytes -> kept buffers (uint8 arrays) of that size
-WORKSPACE_LOCK = threading.Lock()
-
-
-def workspace(shape: tuple, dtype) -> np.ndarray:
-    """An uninitialised array, as np.empty(shape, dtype) gives, from a kept buffer that
-    no array refers to (every array made from it, and every view of those, holds a reference
-    to it), or from a new buffer kept while WORKSPACE_LIMIT allows."""
-    dtype = np.dtype(dtype)
-    size = math.prod(shape) * dtype.itemsize
-    if size < WORKSPACE_MIN or size > WORKSPACE_LIMIT:
-        return np.empty(shape, dtype)
-    with WORKSPACE_LOCK:
-        kept = WORKSPACE.setdefault(size, [])
-        for index in range(len(kept) - 1, -1, -1):  # the last handed out first: still cached
-            if sys.getrefcount(kept[index]) == 2:  # the list's reference and the call's
-                buffer = kept.pop(index)
-                kept.append(buffer)
-                break
-        else:
-            if sum(each * len(buffers) for each, buffers in WORKSPACE.items()) + size > \
-                    WORKSPACE_LIMIT:
-                return np.empty(shape, dtype)
-            buffer = np.empty(size, np.uint8)
-            kept.append(buffer)
-        return buffer.view(dtype).reshape(shape)
-
-
-# Work shared out among threads: the array library releases the GIL inside matrix products
-# and ufuncs, so chunks of rows of a matrix product or of a row-wise pass, and the query
-# blocks of attention, run at once. As many worker threads as BLAS runs (OPENBLAS_NUM_THREADS
-# and the like set it); while they work, BLAS runs on one thread in each. Every large product
-# goes through them, so BLAS's own threads, which spin for a while after each call they
-# share, sleep instead of competing with the workers for the cores.
-BLAS = ThreadpoolController().select(user_api="blas")
-WORKERS = max((library["num_threads"] for library in BLAS.info()), default=1)
-PARALLEL_MIN_WORK = 1 << 18  # multiply-adds: a smaller matrix product is done in one piece
-PIECE_SIZE = 1 << 17  # elements a row-wise helper works on at once
-POOL = ThreadPoolExecutor(WORKERS - 1) if WORKERS > 1 else None  # the caller is one worker
-SHARING = threading.local()  # .active while a thread works on shared-out items
-
-
-class BlasOnOneThread:
-    """``with BLAS_ON_ONE_THREAD:`` keeps BLAS on one thread until the last such block under
-    way, in any thread, ends; then BLAS gets its own thread count back."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.holders = 0
-        self.limiter = None  # threadpoolctl's record of the count to restore
-
-    def __enter__(self) -> None:
-        with self.lock:
-            if self.holders == 0:
-                self.limiter = BLAS.limit(limits=1)
-            self.holders += 1
-
-    def __exit__(self, *exception) -> None:
-        with self.lock:
-            self.holders -= 1
-            if self.holders == 0:
-                self.limiter.restore_original_limits()
-
-
-BLAS_ON_ONE_THREAD = BlasOnOneThread()
-
-
-def in_parallel(function, items: list[tuple]) -> list:
-    """[function(*item) for item in items], in that order, the items shared out among the
-    calling thread and the pool's, each taking the next item left when it is free, from the
-    last (attention's last query blocks see the most keys); BLAS on one thread meanwhile, even
-    for one item. Where there is no pool, or inside work already shared out: one after another.
-    """
-    if POOL is None or getattr(SHARING, "active", False):
-        return [function(*item) for item in items]
-    results = [None] * len(items)
-    claims = itertools.count()  # items claimed so far; next() is atomic under the GIL
-
-    def work() -> None:
-        SHARING.active = True
-        try:
-            while (claimed := next(claims)) < len(items):
-                index = len(items) - 1 - claimed
-                results[index] = function(*items[index])
-        finally:
-            SHARING.active = False
-
-    with BLAS_ON_ONE_THREAD:
-        helpers = [POOL.submit(work) for _ in range(min(WORKERS, len(items)) - 1)]
-        work()
-        for helper in helpers:
-            if not helper.cancel():  # one that has not started has nothing left to do
-                helper.result()
-    return results
-
-
-def row_chunks(rows: int, work: int) -> list[tuple[int, int]]:
-    """(start, stop) of WORKERS chunks of ``rows`` rows; one chunk of all where the ``work``
-    (multiply-adds) is under PARALLEL_MIN_WORK."""
-    if POOL is None or work < PARALLEL_MIN_WORK or rows < WORKERS:
-        return [(0, rows)]
-    return [(rows * worker // WORKERS, rows * (worker + 1) // WORKERS)
-            for worker in range(WORKERS)]
-
-
-def in_row_chunks(function):
-    """Decorate a helper that works on each row of its first argument on its own
-    (element-wise, or along the last axis) and writes its result into ``out`` (which may be
-    the argument itself): it runs on pieces of about PIECE_SIZE elements, whole rows, so that
-    its temporaries stay small and in cache, the pieces shared out among the workers; each
-    row's numbers are the same as in one call.
-
-    The arguments are bound as the helper's own signature binds them, by position or by
-    keyword: the first is the rows' array, cut into pieces; the others go to every piece as
-    they are, but for ``axis``, which is the pieces' last axis. One call does the work, as the
-    helper alone would, where pieces could differ from it: fewer than two axes, no elements,
-    or not floats (the result's dtype may not be x's); an ``axis`` that is not the last one
-    (the helper reduces along it, or names its error); an ``out`` that is not a contiguous
-    array of the argument's shape, or that overlaps the argument without being it."""
-    signature = inspect.signature(function)
-    first = next(iter(signature.parameters))  # the rows' array
-
-    @functools.wraps(function)
-    def in_pieces(*args, **kwargs):
-        try:
-            given = signature.bind(*args, **kwargs).arguments
-        except TypeError:  # the helper's own error
-            return function(*args, **kwargs)
-        x, out, axis = given[first], given.get("out"), given.get("axis", -1)
-        last = isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) and \
-            axis in (-1, getattr(x, "ndim", 0) - 1)
-        if not (isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.ndim >= 2 and
-                x.size and last and (out is None or in_place_or_apart(out, x))):
-            return function(*args, **kwargs)
-        rows = x.reshape(-1, x.shape[-1])  # (*batch) last
-        result = workspace(rows.shape, rows.dtype) if out is None else out.reshape(rows.shape)
-        step = max(1, PIECE_SIZE // x.shape[-1])
-        if "axis" in given:
-            given["axis"] = -1  # the last axis of a piece too
-
-        def piece(start: int) -> None:
-            function(**{**given, first: rows[start:start + step],
-                        "out": result[start:start + step]})
-
-        in_parallel(piece, [(start,) for start in range(0, len(rows), step)])
-        return result.reshape(x.shape) if out is None else out  # *batch last
-
-    return in_pieces
-
-
-def in_place_or_apart(out, x) -> bool:
-    """Whether ``out`` is a contiguous array of x's shape that is x itself (the same memory,
-    laid out alike) or shares no memory with it: then pieces of rows may write into it."""
-    if not (isinstance(out, np.ndarray) and out.shape == x.shape and
-            out.flags.c_contiguous):
-        return False
-    same = out.strides == x.strides and \
-        out.__array_interface__["data"][0] == x.__array_interface__["data"][0]
-    return same or not np.may_share_memory(out, x)
-
-
-@typechecked
-def project(
-    X: Float[np.ndarray, "*batch k"],
-    W: Float[np.ndarray, "k n"],
-    b: Optional[Float[np.ndarray, " n"]] = None,  # noqa: UP045
-    activation=None,
-) -> Float[np.ndarray, "*batch n"]:
-    """X @ W (+ b), then activation(...) if given, for one weight matrix W: one matrix product
-    over all of X's leading axes, a chunk of its rows on each worker thread, which adds the
-    bias and applies the activation to its chunk in place.
-
-    The same numbers as activation(X @ W + b); written so because @ on a stack of matrices
-    runs one small product per leading index, and a separate bias sum or activation makes one
-    more pass over the result, and a new array as large.
-    """
-    rows = X.reshape(-1, X.shape[-1])  # (*batch) k
-    product = workspace((len(rows), W.shape[-1]), np.result_type(X, W))  # (*batch) n
-
-    def chunk(start: int, stop: int) -> None:
-        np.matmul(rows[start:stop], W, out=product[start:stop])
-        if b is not None:
-            product[start:stop] += b
-        if activation is not None:
-            activation(product[start:stop], out=product[start:stop])
-
-    in_parallel(chunk, row_chunks(len(rows), rows.size * W.shape[-1]))
-    return product.reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
-
-
-@typechecked
-def embed(
-    E: Float[np.ndarray, "V d_model"],
-    t: Int[np.ndarray, " *batch"],
-    table: str = "E",
-    ids: str = "t",
-) -> Float[np.ndarray, "*batch d_model"]:
-    """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` and
-    ``ids`` name E and t in errors (E_type: token types; u: a decoder's ids).
-
-    Every id must lie in 0 .. V - 1: the first that does not (V, -1) is refused with a
-    ValueError naming it, its index, the table and the range, before the lookup, which would
-    take -1 as the last row silently (CuPy any id out of range).
-    """
-    if t.dtype.kind not in "iu":
-        raise TypeError(f"{ids}: ids into {table} must be integers, got dtype {t.dtype}")
-    V = E.shape[0]
-    outside = (t < 0) | (t >= V)  # *batch
-    if outside.any():
-        first = tuple(int(i) for i in np.argwhere(outside)[0])
-        raise ValueError(f"{ids}: id {int(t[first])} at index {first} is out of range: "
-                         f"ids index the {V} rows of {table} (0..{V - 1})")
-    return E[t]  # *batch d_model
-
-
-@typechecked
-def log_mask(M: Bool[np.ndarray, " *shape"], dtype) -> Float[np.ndarray, " *shape"]:
-    """log M for a 0/1 mask: 0 where M keeps a key, -inf where it masks one (no log(0) warning)."""
-    if M.dtype != bool:
-        raise TypeError(f"a mask must be boolean (True keeps a key), got dtype {M.dtype}")
-    L = np.zeros(M.shape, dtype=dtype)  # *shape
-    np.copyto(L, -np.inf, where=~M)
-    return L
-
-
-@typechecked
-def causal_mask(T_q: int, T_kv: int) -> Bool[np.ndarray, "T_q T_kv"]:
-    """M[i, j] = True where key j is not after query i: no attending to later positions.
-
-    Bottom-right aligned: the T_q queries are the last T_q of the T_kv positions, query i at
-    position i + (T_kv - T_q), so M[i, j] = True iff j <= i + (T_kv - T_q) (T_q <= T_kv).
-    """
-    return np.tri(T_q, T_kv, k=T_kv - T_q, dtype=bool)  # T_q T_kv
-
-
-@typechecked
-def padding_mask(m: Bool[np.ndarray, "B T_kv"], T_q: int) -> Bool[np.ndarray, "B T_q T_kv"]:
-    """Key mask m (True = token, False = padding) for every one of T_q queries (a view)."""
-    if m.dtype != bool:
-        raise TypeError(f"a key mask must be boolean (True = token), got dtype {m.dtype}")
-    if m.ndim != 2:
-        raise ValueError(f"a key mask is (batch, length), got shape {m.shape}")
-    B, T_kv = m.shape
-    return np.broadcast_to(m[:, None, :], (B, T_q, T_kv))  # B T_q T_kv
-
-
-@typechecked
-def split_heads(X: Float[np.ndarray, "*batch width"], H: int) -> Float[np.ndarray, "H *batch _"]:
-    """(..., H*d) -> (H, ..., d): head h takes columns h*d to (h+1)*d - 1 (a view)."""
-    split = X.reshape(X.shape[:-1] + (H, X.shape[-1] // H))  # *batch H d
-    return np.moveaxis(split, -2, 0)  # H *batch d
-
-
-@typechecked
-def rotary(
-    x: Float[np.ndarray, "*batch T d"],
-    theta: float,
-    offset: int = 0,
-) -> Float[np.ndarray, "*batch T d"]:
-    """RoPE: position p turns the feature pair (x_i, x_{i + d/2}) by the angle
-    p * theta^(-2i/d), for i < d/2. Positions count from ``offset`` along the second-to-last
-    axis: p = offset .. offset + T - 1 (a decoding step's rows after ``offset`` cached ones).
-
-    The angles, their cosines and sines are computed in float64, then stored in x's dtype.
-    """
-    T, d = x.shape[-2:]
-    position = np.arange(offset, offset + T, dtype=np.float64)[:, None]  # T 1
-    frequency = theta ** -(np.arange(0, d, 2, dtype=np.float64) / d)  # d/2
-    angle = position * frequency  # T d/2
-    cos, sin = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)  # T d/2
-    first, second = x[..., : d // 2], x[..., d // 2 :]  # *batch T d/2
-    turned = np.empty_like(x)  # *batch T d
-    np.multiply(first, cos, out=turned[..., : d // 2])
-    turned[..., : d // 2] -= second * sin  # x_i cos - x_{i + d/2} sin
-    np.multiply(second, cos, out=turned[..., d // 2 :])
-    turned[..., d // 2 :] += first * sin  # x_{i + d/2} cos + x_i sin
-    return turned
-
-
-@typechecked
-def repeat_heads(x: Float[np.ndarray, "G *batch T d"], H: int) -> Float[np.ndarray, "H *batch T d"]:
-    """A family of G key-value heads as H heads: head h is x[h // (H / G)], so each group of
-    H / G consecutive query heads shares one (grouped-query attention)."""
-    return np.repeat(x, H // x.shape[0], axis=0)  # H *batch T d
-
-
-@typechecked
-def concat_heads(O_h: Float[np.ndarray, "H *batch d"]) -> Float[np.ndarray, "*batch H*d"]:
-    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1
-    (the width named, not -1: an empty batch has no size to infer it from)."""
-    side_by_side = np.moveaxis(O_h, 0, -2)  # *batch H d
-    return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
-
-
-def checked_axis(x: np.ndarray, axis, helper: str) -> int:
-    """``axis`` as an index of x's axes counted from 0, or an error naming the helper: one
-    integer from -x.ndim to x.ndim - 1 (not None or a tuple, which would reduce along every
-    axis or several at once where a row-wise helper means one)."""
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"{helper}: axis must be an integer, got {axis!r}")
-    if not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"{helper}: axis {axis} does not exist in an array of shape "
-                         f"{tuple(x.shape)}")
-    return int(axis) % x.ndim
-
-
-def widened(x: np.ndarray, out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """An element-wise helper's argument as it computes it, and where its result goes: a
-    float16 x in float32, the result rounded into ``out`` or a new float16 array (float16 in,
-    float16 out); any other as it is."""
-    if x.dtype != np.float16:
-        return x, out
-    return x.astype(np.float32), np.empty_like(x) if out is None else out
-
-
-def rounded_to_float16(work: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-    """A float16 argument's result, computed in float32 (``work``), rounded to float16 once:
-    into ``out`` when given."""
-    if out is None:
-        return work.astype(np.float16)  # *shape
-    out[...] = work
-    return out
-
-
-@typechecked
-def softmax_parts(
-    x: Float[np.ndarray, " *shape"],
-    axis: int = -1,
-    out: Optional[Float[np.ndarray, " *shape"]] = None,  # noqa: UP045
-) -> tuple[Float[np.ndarray, " *shape"], Float[np.ndarray, " *reduced"]]:
-    """e = exp(x - max) along an axis and total = sum(e) there (1 on the axis), so that
-    softmax(x) = e / total; e into ``out`` when given (which may be x itself).
-
-    Defined for every row: one that is -inf everywhere (every key masked) gets e = 0 and
-    total 1, so weights 0, not NaN: it attends to nothing. One holding +inf (an overflow
-    before it) gets the limit: e = 1 at its +inf entries, 0 elsewhere. A NaN makes its row
-    NaN. Logits as far apart as the dtype allows (-max and max) give 0 and 1, without a
-    warning. float16 is computed in float32 (the maximum, the exponentials and their sum,
-    which would overflow float16 past 65504 entries near 1): e and total are then float32,
-    e a new array.
-    """
-    if x.dtype == np.float16:
-        x = out = x.astype(np.float32)  # *shape, a copy to work in
-    peak = x.max(axis=axis, keepdims=True, initial=-np.inf)  # *shape, 1 on axis
-    infinite = peak == np.inf  # *shape, 1 on axis: rows holding +inf
-    if infinite.any():  # such a row as 0 at its +inf entries and -inf elsewhere: the limit
-        top = x == np.inf  # *shape
-        x = x if x is out else x.copy()  # *shape
-        np.copyto(x, -np.inf, where=infinite & ~top)
-        np.copyto(x, 0, where=top)
-        peak[infinite] = 0
-    peak[~np.isfinite(peak)] = 0  # a fully masked row (or one with a NaN)
-    with np.errstate(over="ignore"):  # below the dtype's range: -inf, e = 0
-        e = np.subtract(x, peak, out=out)  # *shape
-    np.exp(e, out=e)
-    total = e.sum(axis=axis, keepdims=True)  # *shape, 1 on axis
-    total[total == 0] = 1
-    return e, total
-
-
-@in_row_chunks
-@typechecked
-def softmax(
-    x: Float[np.ndarray, " *shape"],
-    axis: int = -1,
-    out: Optional[Float[np.ndarray, " *shape"]] = None,  # noqa: UP045
-) -> Float[np.ndarray, " *shape"]:
-    """exp(x) / sum(exp(x)) along an axis (any one of x's, counted from the end when
-    negative), with the row maximum subtracted first (softmax_parts); into ``out`` when given
-    (which may be x itself). float16 is computed in float32 and rounded to float16 once:
-    float16 in, float16 out.
-    """
-    axis = checked_axis(x, axis, "softmax")
-    wide = x.dtype == np.float16
-    e, total = softmax_parts(x, axis, out=None if wide else out)  # *shape; 1 on axis
-    e /= total
-    return rounded_to_float16(e, out) if wide else e  # *shape
-
-
-QUERY_BLOCK = 32  # query rows attention computes at once, at the least (None: all at once)
-LONG_QUERY_AXIS = 32  # blocks: a query axis of this many or more goes in blocks twice as large
-
-
-@typechecked
-def query_blocks(
-    L: Float[np.ndarray, "*batch T_q T_kv"], size: int | None
-) -> list[tuple[slice, slice]]:
-    """Blocks of ``size`` query rows, each with the keys the additive mask L leaves visible to
-    at least one of its rows (all keys up to the last such key).
-
-    A key after that one is -inf in every row of the block: its weight exp(-inf) = 0 exactly,
-    so dropping it changes no result (under a causal mask, a block skips every later key). A
-    block whose rows are all fully masked keeps one key, so its rows still get weights 0.
-    ``size`` None, or no query rows (T_q = 0): one block of all rows and all keys, the whole
-    score matrix at once.
-
-    A query axis of LONG_QUERY_AXIS blocks or more goes in blocks of twice ``size`` rows: a
-    larger block is a more efficient matrix product, and there are still enough blocks to
-    share out evenly among threads under a causal mask, where later blocks see more keys. The
-    rule does not depend on the thread count, and so neither do the numbers.
-    """
-    T_q, T_kv = L.shape[-2:]
-    if size is None or T_q == 0:
-        return [(slice(0, T_q), slice(0, T_kv))]
-    if T_q >= LONG_QUERY_AXIS * size:
-        size *= 2
-    blocks = []
-    for start in range(0, T_q, size):
-        rows = slice(start, min(start + size, T_q))
-        visible = (L[..., rows, :] != -np.inf).reshape(-1, T_kv).any(axis=0)  # T_kv
-        keys = T_kv - int(visible[::-1].argmax()) if bool(visible.any()) else 1
-        blocks.append((rows, slice(0, keys)))
-    return blocks
-
-
-def add_into(S: np.ndarray, L: np.ndarray) -> np.ndarray:
-    """S + L, written into S where the sum has S's shape and dtype (S: a new array of the
-    caller's own, the attention scores): one array of scores instead of two. Where L
-    broadcasts S further (one head's scores, a mask for every head) or is of a wider dtype, a
-    new array, as S + L gives."""
-    if np.broadcast(S, L).shape != S.shape or np.result_type(S, L) != S.dtype:
-        return S + L
-    S += L
-    return S
-
-
-@typechecked
-def join_query_blocks(blocks: list) -> Float[np.ndarray, "H *batch T d"]:
-    """The query blocks' outputs, each (H, *batch, rows, d), joined along their rows and
-    stored with the family axis next to last in memory ((*batch, T, H, d) order: the heads
-    side by side), so that concat_heads reads them as they lie, without another copy."""
-    first = blocks[0]
-    rows = sum(block.shape[-2] for block in blocks)
-    side_by_side = first.shape[1:-2] + (rows, first.shape[0], first.shape[-1])
-    joined = workspace(side_by_side, first.dtype)  # *batch T H d
-    joined = np.moveaxis(joined, -2, 0)  # H *batch T d
-    return np.concatenate(blocks, axis=-2, out=joined)
-
-
-@typechecked
-def softmax_matmul(
-    S: Float[np.ndarray, "*#batch rows keys"], V: Float[np.ndarray, "*#batch keys d"]
-) -> Float[np.ndarray, "*#batch rows d"]:
-    """softmax(S, axis=-1) @ V, computed as (e @ V) / total with e = exp(S - max) and total
-    its row sums (softmax_parts): the division is made on the rows x d product, not on the
-    rows x keys weights, which are never stored. S is overwritten with e, but for float16,
-    which is computed in float32 (e, a copy, the product and the division) and rounded once
-    to the dtype softmax(S) @ V has (float16 with a float16 V, V's dtype with a wider one).
-    The product before the division is up to the number of keys times the largest |V|: past
-    the dtype's range (float32: |V| above 3.4e38 / keys) it overflows where softmax(S) @ V
-    would not.
-    """
-    dtype = np.result_type(S, V)  # softmax(S)'s dtype is S's
-    e, total = softmax_parts(S, out=S)  # *batch rows keys; *batch rows 1
-    product = e @ V  # *batch rows d
-    product /= total
-    return product.astype(dtype, copy=False)  # *batch rows d
-
-
-@in_row_chunks
-@typechecked
-def rms_norm(
-    x: Float[np.ndarray, "*batch d"],
-    gamma: Float[np.ndarray, " d"],
-    eps: float,
-    out: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
-) -> Float[np.ndarray, "*batch d"]:
-    """x / sqrt(mean(x^2) + eps) * gamma over the last axis (no centring, no bias), into
-    ``out`` when given (which may be x itself).
-
-    A row of zeros gives zeros, under any eps >= 0 (0 too). float16 is computed in float32
-    (the mean square and the normalised values: a square of 256 or more would overflow
-    float16) and rounded to float16 once: float16 in, float16 out.
-    """
-    wide = x.dtype == np.float16
-    work = x.astype(np.float32) if wide else x  # *batch d
-    mean_square = np.square(work).mean(axis=-1, keepdims=True)  # *batch 1
-    root = np.sqrt(mean_square + eps)  # *batch 1
-    root[root == 0] = 1  # a row of zeros under eps 0
-    normalised = np.multiply(work, 1.0 / root, out=work if wide else out)  # *batch d
-    normalised *= gamma
-    return rounded_to_float16(normalised, out) if wide else normalised  # *batch d
-
-
-@in_row_chunks
-@typechecked
-def silu(
-    x: Float[np.ndarray, "*shape"],
-    out: Optional[Float[np.ndarray, "*shape"]] = None,  # noqa: UP045
-) -> Float[np.ndarray, "*shape"]:
-    """SiLU(x) = x * sigmoid(x), into ``out`` when given (which may be x itself).
-
-    sigmoid(x) is e / (1 + e) below 0 and 1 / (1 + e) from 0 up, with e = exp(-|x|), which
-    never overflows (exp(-x) would, for x below about -88 in float32): within a few roundings
-    of x * sigmoid(x) relative to itself, in the negative tail too, where 1 + tanh(x / 2) is 0.
-    float16 is computed in float32 and rounded to float16 once: float16 in, float16 out."""
-    x, out = widened(x, out)
-    e = abs(x)  # *shape
-    np.negative(e, out=e)
-    np.exp(e, out=e)  # exp(-|x|), in [0, 1]
-    gate = e + 1.0  # *shape
-    np.maximum(e, x >= 0, out=e)  # e below 0, 1 from 0 up (NaN stays NaN)
-    np.divide(e, gate, out=gate)  # sigmoid(x)
-    return np.multiply(x, gate, out=gate if out is None else out)  # *shape
 
 
 # each state of the cache, nested like params (a stack's layers one list item), and the full
@@ -816,7 +141,7 @@ class DecodeStepParams(TypedDict):
     decoder: EncoderStepParams  # encoder_step
 
 
-@typechecked
+@rt.typechecked
 def normalize(
     X: Float[np.ndarray, "B T_x d_model"],
     params: NormalizeParams,
@@ -839,14 +164,14 @@ def normalize(
     B = X.shape[-3]
     T_x = X.shape[-2]
     d_model = X.shape[-1]
-    require_memory("normalize", B*T_x*d_model * X.dtype.itemsize)
-    X_norm = rms_norm(X, params["gamma"], eps)  # B T_x d_model
+    rt.require_memory("normalize", MEMORY_LIMIT, B*T_x*d_model * X.dtype.itemsize)
+    X_norm = rt.rms_norm(X, params["gamma"], eps)  # B T_x d_model
     if trace is not None:
         trace.update(X_norm=X_norm)
     return X_norm
 
 
-@typechecked
+@rt.typechecked
 def scaled_dot_product_attention(
     Q_h: Float[np.ndarray, "#H B T_q d_k"],
     K_h: Float[np.ndarray, "#H B T_kv d_k"],
@@ -875,25 +200,25 @@ def scaled_dot_product_attention(
     def query_block(rows: slice, keys: slice):  # the rows' output, from those keys
         # [H] B rows keys
         S_h = Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)
-        S_h = add_into(S_h, L_h[..., rows, keys])  # [H] B rows keys
+        S_h = rt.add_into(S_h, L_h[..., rows, keys])  # [H] B rows keys
         if S_h.dtype == np.float16:  # a score past float16's range is +inf:
             np.copyto(S_h, -np.inf, where=L_h[..., rows, keys] == -np.inf)  # masked, not NaN
         if trace is None:  # A_h is never stored: divided out of the product
-            O_h = softmax_matmul(S_h, V_h[..., keys, :])  # [H] B rows d_v
+            O_h = rt.softmax_matmul(S_h, V_h[..., keys, :])  # [H] B rows d_v
         else:  # one block, every row and key, as written
-            A_h = softmax(S_h)  # [H] B rows keys
+            A_h = rt.softmax(S_h)  # [H] B rows keys
             O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v
             trace.update(S_h=S_h, A_h=A_h)
         return O_h
 
-    blocks = query_blocks(L_h, QUERY_BLOCK if trace is None else None)
-    O_h = join_query_blocks(in_parallel(query_block, blocks))  # [H] B T_q d_v
+    blocks = rt.query_blocks(L_h, rt.QUERY_BLOCK if trace is None else None)
+    O_h = rt.join_query_blocks(rt.in_parallel(query_block, blocks))  # [H] B T_q d_v
     if trace is not None:
         trace.update(O_h=O_h)
     return O_h
 
 
-@typechecked
+@rt.typechecked
 def multi_head_attention(
     X_q: Float[np.ndarray, "B T_q d_model"],
     X_kv: Float[np.ndarray, "B T_kv d_model"],
@@ -954,33 +279,34 @@ def multi_head_attention(
     d_model = X_q.shape[-1]
     d_k = d_model // H
     d_v = d_model // H
-    require_memory(
+    rt.require_memory(
         "multi_head_attention",
+        MEMORY_LIMIT,
         (B*H*T_kv*d_k + B*H*T_kv*d_v + 3*B*H*T_q*d_k + B*H*T_q*d_v + 3*B*H_kv*T_kv*d_k
         + 2*B*H_kv*T_kv*d_v + B*T_q*d_model) * X_q.dtype.itemsize,
     )
-    Q_proj = project(X_q, params["W_Q"])  # B T_q H*d_k
-    K_proj = project(X_kv, params["W_K"])  # B T_kv H_kv*d_k
-    V_proj = project(X_kv, params["W_V"])  # B T_kv H_kv*d_v
-    Q_u = split_heads(Q_proj, H)  # [H] B T_q d_k
-    Q_h = rotary(Q_u, theta)  # [H] B T_q d_k
-    K_gu = split_heads(K_proj, H_kv)  # [H_kv] B T_kv d_k
-    K_g = rotary(K_gu, theta)  # [H_kv] B T_kv d_k
-    K_h = repeat_heads(K_g, H)  # [H] B T_kv d_k
-    V_g = split_heads(V_proj, H_kv)  # [H_kv] B T_kv d_v
-    V_h = repeat_heads(V_g, H)  # [H] B T_kv d_v
+    Q_proj = rt.project(X_q, params["W_Q"])  # B T_q H*d_k
+    K_proj = rt.project(X_kv, params["W_K"])  # B T_kv H_kv*d_k
+    V_proj = rt.project(X_kv, params["W_V"])  # B T_kv H_kv*d_v
+    Q_u = rt.split_heads(Q_proj, H)  # [H] B T_q d_k
+    Q_h = rt.rotary(Q_u, theta)  # [H] B T_q d_k
+    K_gu = rt.split_heads(K_proj, H_kv)  # [H_kv] B T_kv d_k
+    K_g = rt.rotary(K_gu, theta)  # [H_kv] B T_kv d_k
+    K_h = rt.repeat_heads(K_g, H)  # [H] B T_kv d_k
+    V_g = rt.split_heads(V_proj, H_kv)  # [H_kv] B T_kv d_v
+    V_h = rt.repeat_heads(V_g, H)  # [H] B T_kv d_v
     O_h = scaled_dot_product_attention(
-        Q_h, K_h, V_h, L_h, trace=subtrace(trace, "attention")
+        Q_h, K_h, V_h, L_h, trace=rt.subtrace(trace, "attention")
     )  # [H] B T_q d_v
-    O = concat_heads(O_h)  # B T_q H*d_v
-    O_proj = project(O, params["W_O"])  # B T_q d_model
+    O = rt.concat_heads(O_h)  # B T_q H*d_v
+    O_proj = rt.project(O, params["W_O"])  # B T_q d_model
     if trace is not None:
         trace.update(Q_proj=Q_proj, K_proj=K_proj, V_proj=V_proj, Q_u=Q_u, Q_h=Q_h, K_gu=K_gu,
             K_g=K_g, K_h=K_h, V_g=V_g, V_h=V_h, O_h=O_h, O=O, O_proj=O_proj)
     return O_proj
 
 
-@typechecked
+@rt.typechecked
 def feed_forward(
     X: Float[np.ndarray, "B T_x d_model"],
     params: FeedForwardParams,
@@ -1005,15 +331,20 @@ def feed_forward(
     T_x = X.shape[-2]
     d_ff = params["W_1"].shape[-1]
     d_model = X.shape[-1]
-    require_memory("feed_forward", (B*T_x*d_ff + B*T_x*d_model) * X.dtype.itemsize)
-    U = project(X, params["W_1"], activation=silu) * project(X, params["W_3"])  # B T_x d_ff
-    F = project(U, params["W_2"])  # B T_x d_model
+    rt.require_memory(
+        "feed_forward",
+        MEMORY_LIMIT,
+        (B*T_x*d_ff + B*T_x*d_model) * X.dtype.itemsize,
+    )
+    # B T_x d_ff
+    U = rt.project(X, params["W_1"], activation=rt.silu) * rt.project(X, params["W_3"])
+    F = rt.project(U, params["W_2"])  # B T_x d_model
     if trace is not None:
         trace.update(U=U, F=F)
     return F
 
 
-@typechecked
+@rt.typechecked
 def encoder_layer(
     Z: Float[np.ndarray, "B T_x d_model"],
     L_h: Float[np.ndarray, "#H B T_x T_keys"],
@@ -1056,8 +387,10 @@ def encoder_layer(
     B = Z.shape[-3]
     T_x = Z.shape[-2]
     d_model = Z.shape[-1]
-    require_memory("encoder_layer", 2*B*T_x*d_model * Z.dtype.itemsize)
-    Z_n = normalize(Z, params["norm_1"], eps=eps, trace=subtrace(trace, "norm_1"))  # B T_x d_model
+    rt.require_memory("encoder_layer", MEMORY_LIMIT, 2*B*T_x*d_model * Z.dtype.itemsize)
+    Z_n = normalize(
+        Z, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
+    )  # B T_x d_model
     A = multi_head_attention(
         Z_n,
         Z_n,
@@ -1066,14 +399,14 @@ def encoder_layer(
         H=H,
         H_kv=H_kv,
         theta=theta,
-        trace=subtrace(trace, "self_attention"),
+        trace=rt.subtrace(trace, "self_attention"),
     )  # B T_x d_model
     Z_1 = Z + A  # B T_x d_model
     Z_1n = normalize(
-        Z_1, params["norm_2"], eps=eps, trace=subtrace(trace, "norm_2")
+        Z_1, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
     )  # B T_x d_model
     F = feed_forward(
-        Z_1n, params["feed_forward"], trace=subtrace(trace, "feed_forward")
+        Z_1n, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
     )  # B T_x d_model
     Z_out = Z_1 + F  # B T_x d_model
     if trace is not None:
@@ -1081,7 +414,7 @@ def encoder_layer(
     return Z_out
 
 
-@typechecked
+@rt.typechecked
 def encoder(
     Z_0: Float[np.ndarray, "B T_x d_model"],
     L_h: Float[np.ndarray, "#H B T_x T_keys"],
@@ -1122,17 +455,17 @@ def encoder(
             H_kv=H_kv,
             eps=eps,
             theta=theta,
-            trace=subtrace(trace, "layers", i),
+            trace=rt.subtrace(trace, "layers", i),
         )  # B T_x d_model
     Z_enc = normalize(
-        Z_N, params["final_norm"], eps=eps, trace=subtrace(trace, "final_norm")
+        Z_N, params["final_norm"], eps=eps, trace=rt.subtrace(trace, "final_norm")
     )  # B T_x d_model
     if trace is not None:
         trace.update(Z_N=Z_N, Z_enc=Z_enc)
     return Z_enc
 
 
-@typechecked
+@rt.typechecked
 def transformer(
     u: Int[np.ndarray, "B T_dec"],
     m_tgt: Bool[np.ndarray, "B T_dec"],
@@ -1178,13 +511,14 @@ def transformer(
     B = u.shape[-2]
     V = params["E"].shape[-2]
     d_model = params["E"].shape[-1]
-    require_memory(
+    rt.require_memory(
         "transformer",
+        MEMORY_LIMIT,
         (B*T_dec**2 + 2*B*T_dec*V + B*T_dec*d_model) * params["E"].dtype.itemsize + B*T_dec**2,
     )
-    M_self = padding_mask(m_tgt, T_dec) * causal_mask(T_dec, T_dec)  # B T_dec T_dec
-    Y_0 = embed(params["E"], u, ids="u")  # B T_dec d_model
-    L_self = log_mask(M_self, params["E"].dtype)  # B T_dec T_dec
+    M_self = rt.padding_mask(m_tgt, T_dec) * rt.causal_mask(T_dec, T_dec)  # B T_dec T_dec
+    Y_0 = rt.embed(params["E"], u, ids="u")  # B T_dec d_model
+    L_self = rt.log_mask(M_self, params["E"].dtype)  # B T_dec T_dec
     Y_dec = encoder(
         Y_0,
         L_self[None],
@@ -1193,17 +527,17 @@ def transformer(
         H_kv=H_kv,
         eps=eps,
         theta=theta,
-        trace=subtrace(trace, "decoder"),
+        trace=rt.subtrace(trace, "decoder"),
     )  # B T_dec d_model
-    logits = project(Y_dec, params["W_out"])  # B T_dec V
-    probs = softmax(logits)  # B T_dec V
+    logits = rt.project(Y_dec, params["W_out"])  # B T_dec V
+    probs = rt.softmax(logits)  # B T_dec V
     if trace is not None:
         trace.update(M_self=M_self, Y_0=Y_0, L_self=L_self, Y_dec=Y_dec, logits=logits,
             probs=probs)
     return logits, probs
 
 
-@typechecked
+@rt.typechecked
 def cached_self_attention(
     X: Float[np.ndarray, "B T_x d_model"],
     L_h: Float[np.ndarray, "#H B T_x _"],
@@ -1272,33 +606,34 @@ def cached_self_attention(
     d_k = cache["K_past"].shape[-1]
     d_model = X.shape[-1]
     d_v = cache["V_past"].shape[-1]
-    require_size("L_h axis -1", L_h.shape[-1], "T_past + T_x", T_past + T_x)
-    require_size("cache K_past axis -3", cache["K_past"].shape[-3], "B", B)
-    require_size("cache V_past axis -3", cache["V_past"].shape[-3], "B", B)
-    require_size("cache V_past axis -2", cache["V_past"].shape[-2], "T_past", T_past)
-    require_memory(
+    rt.require_size("L_h axis -1", L_h.shape[-1], "T_past + T_x", T_past + T_x)
+    rt.require_size("cache K_past axis -3", cache["K_past"].shape[-3], "B", B)
+    rt.require_size("cache V_past axis -3", cache["V_past"].shape[-3], "B", B)
+    rt.require_size("cache V_past axis -2", cache["V_past"].shape[-2], "T_past", T_past)
+    rt.require_memory(
         "cached_self_attention",
+        MEMORY_LIMIT,
         (3*B*H*T_x*d_k + B*H*T_x*d_v + B*H*d_k*(T_past + T_x) + B*H*d_v*(T_past + T_x)
         + 3*B*H_kv*T_x*d_k + 2*B*H_kv*T_x*d_v + (3/2)*B*H_kv*d_k*(T_past + T_x)
         + (3/2)*B*H_kv*d_v*(T_past + T_x) + B*T_x*d_model) * X.dtype.itemsize,
     )
-    Q_proj = project(X, params["W_Q"])  # B T_x H*d_k
-    K_proj = project(X, params["W_K"])  # B T_x H_kv*d_k
-    V_proj = project(X, params["W_V"])  # B T_x H_kv*d_v
-    Q_u = split_heads(Q_proj, H)  # [H] B T_x d_k
-    Q_h = rotary(Q_u, theta, offset=T_past)  # [H] B T_x d_k
-    K_gu = split_heads(K_proj, H_kv)  # [H_kv] B T_x d_k
-    K_g = rotary(K_gu, theta, offset=T_past)  # [H_kv] B T_x d_k
-    V_g = split_heads(V_proj, H_kv)  # [H_kv] B T_x d_v
-    K_all = extend(cache["K_past"], K_g, axis=-2)  # [H_kv] B T_past+T_x d_k
-    V_all = extend(cache["V_past"], V_g, axis=-2)  # [H_kv] B T_past+T_x d_v
-    K_h = repeat_heads(K_all, H)  # [H] B T_past+T_x d_k
-    V_h = repeat_heads(V_all, H)  # [H] B T_past+T_x d_v
+    Q_proj = rt.project(X, params["W_Q"])  # B T_x H*d_k
+    K_proj = rt.project(X, params["W_K"])  # B T_x H_kv*d_k
+    V_proj = rt.project(X, params["W_V"])  # B T_x H_kv*d_v
+    Q_u = rt.split_heads(Q_proj, H)  # [H] B T_x d_k
+    Q_h = rt.rotary(Q_u, theta, offset=T_past)  # [H] B T_x d_k
+    K_gu = rt.split_heads(K_proj, H_kv)  # [H_kv] B T_x d_k
+    K_g = rt.rotary(K_gu, theta, offset=T_past)  # [H_kv] B T_x d_k
+    V_g = rt.split_heads(V_proj, H_kv)  # [H_kv] B T_x d_v
+    K_all = rt.extend(cache["K_past"], K_g, axis=-2)  # [H_kv] B T_past+T_x d_k
+    V_all = rt.extend(cache["V_past"], V_g, axis=-2)  # [H_kv] B T_past+T_x d_v
+    K_h = rt.repeat_heads(K_all, H)  # [H] B T_past+T_x d_k
+    V_h = rt.repeat_heads(V_all, H)  # [H] B T_past+T_x d_v
     O_h = scaled_dot_product_attention(
-        Q_h, K_h, V_h, L_h, trace=subtrace(trace, "attention")
+        Q_h, K_h, V_h, L_h, trace=rt.subtrace(trace, "attention")
     )  # [H] B T_x d_v
-    O = concat_heads(O_h)  # B T_x H*d_v
-    O_proj = project(O, params["W_O"])  # B T_x d_model
+    O = rt.concat_heads(O_h)  # B T_x H*d_v
+    O_proj = rt.project(O, params["W_O"])  # B T_x d_model
     cache["K_past"] = K_all  # next call's K_past: [H_kv] B T_past+T_x d_k
     cache["V_past"] = V_all  # next call's V_past: [H_kv] B T_past+T_x d_v
     if trace is not None:
@@ -1308,7 +643,7 @@ def cached_self_attention(
     return O_proj
 
 
-@typechecked
+@rt.typechecked
 def encoder_layer_step(
     Z: Float[np.ndarray, "B T_x d_model"],
     L_h: Float[np.ndarray, "#H B T_x T_keys"],
@@ -1352,8 +687,10 @@ def encoder_layer_step(
     B = Z.shape[-3]
     T_x = Z.shape[-2]
     d_model = Z.shape[-1]
-    require_memory("encoder_layer_step", 2*B*T_x*d_model * Z.dtype.itemsize)
-    Z_n = normalize(Z, params["norm_1"], eps=eps, trace=subtrace(trace, "norm_1"))  # B T_x d_model
+    rt.require_memory("encoder_layer_step", MEMORY_LIMIT, 2*B*T_x*d_model * Z.dtype.itemsize)
+    Z_n = normalize(
+        Z, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
+    )  # B T_x d_model
     A = cached_self_attention(
         Z_n,
         L_h,
@@ -1361,14 +698,14 @@ def encoder_layer_step(
         cache["self_attention"],
         H=H,
         theta=theta,
-        trace=subtrace(trace, "self_attention"),
+        trace=rt.subtrace(trace, "self_attention"),
     )  # B T_x d_model
     Z_1 = Z + A  # B T_x d_model
     Z_1n = normalize(
-        Z_1, params["norm_2"], eps=eps, trace=subtrace(trace, "norm_2")
+        Z_1, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
     )  # B T_x d_model
     F = feed_forward(
-        Z_1n, params["feed_forward"], trace=subtrace(trace, "feed_forward")
+        Z_1n, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
     )  # B T_x d_model
     Z_out = Z_1 + F  # B T_x d_model
     if trace is not None:
@@ -1376,7 +713,7 @@ def encoder_layer_step(
     return Z_out
 
 
-@typechecked
+@rt.typechecked
 def encoder_step(
     Z_0: Float[np.ndarray, "B T_x d_model"],
     L_h: Float[np.ndarray, "#H B T_x T_keys"],
@@ -1418,17 +755,17 @@ def encoder_step(
             H=H,
             eps=eps,
             theta=theta,
-            trace=subtrace(trace, "layers", i),
+            trace=rt.subtrace(trace, "layers", i),
         )  # B T_x d_model
     Z_enc = normalize(
-        Z_N, params["final_norm"], eps=eps, trace=subtrace(trace, "final_norm")
+        Z_N, params["final_norm"], eps=eps, trace=rt.subtrace(trace, "final_norm")
     )  # B T_x d_model
     if trace is not None:
         trace.update(Z_N=Z_N, Z_enc=Z_enc)
     return Z_enc
 
 
-@typechecked
+@rt.typechecked
 def decode_step(
     u: Int[np.ndarray, "B T_new"],
     m_tgt: Bool[np.ndarray, "B _"],
@@ -1475,15 +812,17 @@ def decode_step(
     B = u.shape[-2]
     V = params["E"].shape[-2]
     d_model = params["E"].shape[-1]
-    require_memory(
+    rt.require_memory(
         "decode_step",
+        MEMORY_LIMIT,
         (2*B*T_new*V + B*T_new*d_model + B*T_new*(T_new + T_past)) * params["E"].dtype.itemsize
         + B*T_new*(T_new + T_past),
     )
-    check_cache(cache, params, CACHE_STATES)  # the cache prefill made
-    M_self = padding_mask(m_tgt, T_new) * causal_mask(T_new, T_new + T_past)  # B T_new T_new+T_past
-    Y_0 = embed(params["E"], u, ids="u")  # B T_new d_model
-    L_self = log_mask(M_self, params["E"].dtype)  # B T_new T_new+T_past
+    rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made
+    # B T_new T_new+T_past
+    M_self = rt.padding_mask(m_tgt, T_new) * rt.causal_mask(T_new, T_new + T_past)
+    Y_0 = rt.embed(params["E"], u, ids="u")  # B T_new d_model
+    L_self = rt.log_mask(M_self, params["E"].dtype)  # B T_new T_new+T_past
     Y_dec = encoder_step(
         Y_0,
         L_self[None],
@@ -1492,17 +831,17 @@ def decode_step(
         H=H,
         eps=eps,
         theta=theta,
-        trace=subtrace(trace, "decoder"),
+        trace=rt.subtrace(trace, "decoder"),
     )  # B T_new d_model
-    logits = project(Y_dec, params["W_out"])  # B T_new V
-    probs = softmax(logits)  # B T_new V
+    logits = rt.project(Y_dec, params["W_out"])  # B T_new V
+    probs = rt.softmax(logits)  # B T_new V
     if trace is not None:
         trace.update(M_self=M_self, Y_0=Y_0, L_self=L_self, Y_dec=Y_dec, logits=logits,
             probs=probs)
     return logits, probs
 
 
-@typechecked
+@rt.typechecked
 def prefill(
     u: Int[np.ndarray, "B T_dec"],
     m_tgt: Bool[np.ndarray, "B T_dec"],
@@ -1528,7 +867,7 @@ def prefill(
         theta: rotary position embedding's base: position p turns feature pair i by p *
             theta^(-2i/d_k)
     """
-    recorder = StateRecorder(CACHE_STATES)  # keeps what the states start as
+    recorder = rt.StateRecorder(CACHE_STATES)  # keeps what the states start as
     logits, probs = transformer(
         u, m_tgt, params, H=H, H_kv=H_kv, eps=eps, theta=theta, trace=recorder
     )  # the full forward
