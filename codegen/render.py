@@ -17,6 +17,7 @@ from tspec.codegen import ir
 from tspec.errors import CodegenError, hidden
 
 LINE_LENGTH = 100
+TRACE_KEYWORDS = 256     # names a trace.update call records at most
 TEMPLATES = "tspec.codegen"
 
 
@@ -167,8 +168,12 @@ def _function_view(function: ir.Function) -> dict:
         body += list(step.lines)
     if function.traced:
         body.append("if trace is not None:")
-        items = ", ".join(f"{name}={name}" for name in function.traced)
-        body += _wrap(f"trace.update({items})", LINE_LENGTH - 8, "    ", "        ")
+        # calls of at most TRACE_KEYWORDS keywords: CPython's compiler checks a call's
+        # keywords for repeats pairwise, 5 s for one call of 25,000
+        for start in range(0, len(function.traced), TRACE_KEYWORDS):
+            names = function.traced[start:start + TRACE_KEYWORDS]
+            items = ", ".join(f"{name}={name}" for name in names)
+            body += _wrap(f"trace.update({items})", LINE_LENGTH - 8, "    ", "        ")
     body.append(f"return {function.result}")
     returns = function.returns
     if returns.startswith("Tuple["):
