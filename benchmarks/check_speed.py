@@ -17,9 +17,9 @@ import time
 def time_check(repeat: int) -> tuple[float, float, int]:
     from sympy.core.cache import clear_cache
 
-    from spec import api
-    from spec.check import check
-    from spec.language import parse_file
+    from tspec import api
+    from tspec.checking.check import check
+    from tspec.language.parser import parse_file
 
     parse_times, check_times = [], []
     combos = 0
@@ -65,13 +65,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
     start = time.perf_counter()
-    import spec  # noqa: F401  (import start-up, reported separately)
+    import tspec.api  # noqa: F401  (import start-up, reported separately)
     import_time = time.perf_counter() - start
     parse_time, check_time, combos = time_check(args.repeat)
     total = parse_time + check_time
     print(f"machine: {platform.machine()}, {platform.python_implementation()} "
           f"{platform.python_version()}, {platform.system()}")
-    print(f"import spec (sympy included):            {import_time:7.3f} s (not counted)")
+    print(f"import tspec.api (sympy included):       {import_time:7.3f} s (not counted)")
     print(f"parse transformer.tspec:                 {parse_time:7.3f} s")
     print(f"prove all {combos} choice combinations:      {check_time:7.3f} s")
     print(f"tspec check, beyond start-up:            {total:7.3f} s (target < 0.5 s)")

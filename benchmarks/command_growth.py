@@ -135,7 +135,7 @@ def argv(command: str, paths: dict[str, str], out: str) -> list[str]:
 # one measurement, in a fresh interpreter: {"seconds", "status", "peak_mib"}
 MEASURE = """
 import json, os, resource, sys, time
-from spec import cli
+from tspec import cli
 argv = json.loads(sys.argv[1])
 sys.stdout = open(os.devnull, "w")
 start = time.perf_counter()

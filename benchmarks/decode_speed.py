@@ -13,21 +13,18 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
     import numpy as np
 
-    from codegen.run import _prepare, with_run_defaults
-    from spec import api
+    from tspec import api
+    from tspec.codegen.run import _prepare, with_run_defaults
 
     variant = with_run_defaults(api.load("transformer", [
         "arch=decoder_only", "d_model=768", "H=12", "N=12", "d_ff=3072", "V=1000",

@@ -43,13 +43,20 @@ MODULES = {"encoder_layer": {"arch": "encoder_only", "attention_bias": "all"},
            "stacks": {"arch": "encoder_decoder", "attention_bias": "all"},
            "causal": {"arch": "decoder_only", "norm": "pre", "activation": "gelu_tanh",
                       "attention_bias": "all"}}
-# what the tree of another commit runs to write its NumPy modules for MODULES (and its
-# runtime, where it has one) into a folder: argv[1] the folder, argv[2] MODULES as JSON
+# what the installed tree of another commit runs to write its NumPy modules for MODULES (and
+# its runtime, where it has one) into a folder: argv[1] the folder, argv[2] MODULES as JSON,
+# argv[3] where that tree is installed (its code must be what runs, not this tree's)
 WRITE_MODULES = """
 import json, sys
 from pathlib import Path
-from codegen import generate
-from spec import api
+try:
+    from tspec import api
+    from tspec.codegen import generate
+except ImportError:                       # before the package was tspec
+    from codegen import generate
+    from spec import api
+if not generate.__file__.startswith(sys.argv[3]):
+    sys.exit(f"the baseline's generator is not the one installed: {generate.__file__}")
 out, spec = Path(sys.argv[1]), api.read_spec(api.BUILTIN_SPEC)
 for name, choices in json.loads(sys.argv[2]).items():
     (out / f"{name}.py").write_text(generate.source(spec, choices), encoding="utf-8")
@@ -59,19 +66,23 @@ if hasattr(generate, "runtime_source"):
 
 
 def baseline_modules(sha: str) -> dict[str, Path]:
-    """The NumPy modules commit ``sha`` generates for MODULES, written by its own code into a
-    temporary folder: name -> path."""
+    """The NumPy modules commit ``sha`` generates for MODULES, written by its own code (its
+    tree installed into a temporary folder) into a temporary folder: name -> path."""
     folder = Path(tempfile.mkdtemp(prefix="tspec-baseline-"))
-    tree, out = folder / "tree", folder / "numpy"
+    tree, site, out = folder / "tree", folder / "site", folder / "numpy"
     tree.mkdir()
     out.mkdir()
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha], capture_output=True,
                              check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(tree, filter="data")
-    subprocess.run([sys.executable, "-c", WRITE_MODULES, str(out), json.dumps(MODULES)],
-                   cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--target", str(site), str(tree)], check=True)
+    subprocess.run([sys.executable, "-c", WRITE_MODULES, str(out), json.dumps(MODULES),
+                    str(site)], cwd=folder, env={**os.environ, "PYTHONPATH": str(site)},
+                   check=True)
     shutil.rmtree(tree)
+    shutil.rmtree(site)
     return {name: out / f"{name}.py" for name in MODULES}
 
 
@@ -85,16 +96,15 @@ def main() -> None:
     args = parser.parse_args()
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[variable] = str(args.threads)
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # and benchmarks/ stays on it
 
     import handwritten_numpy as handwritten
     import numpy as np
     import torch
 
-    from codegen import checkpoints, weights
-    from codegen.generate import source
-    from codegen.runtime import load_module, load_source
-    from spec import api
+    from tspec import api
+    from tspec.codegen import checkpoints, weights
+    from tspec.codegen.generate import source
+    from tspec.codegen.runtime import load_module, load_source
 
     torch.set_num_threads(args.threads)
     spec = api.read_spec(api.BUILTIN_SPEC)

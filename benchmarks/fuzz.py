@@ -86,13 +86,14 @@ from pathlib import Path
 import numpy as np
 from markdown_it import MarkdownIt
 
-from codegen import docs, weights
-from spec import api, cli, language
-from spec.errors import TspecError
-from spec.grid import parse_axis
-from spec.model import Let
-from spec.ops import SETTINGS
-from spec.variant import Variant
+from tspec import api, cli
+from tspec.analysis.grid import parse_axis
+from tspec.codegen import docs, weights
+from tspec.errors import TspecError
+from tspec.language import parser as language
+from tspec.language.model import Let
+from tspec.language.variant import Variant
+from tspec.ops.catalogue import SETTINGS
 
 STATUSES = ("result", "ours", "crash", "hang")
 # Shares of --inputs per target: cheap targets get more (the mix keeps 100,000 inputs within
@@ -1431,7 +1432,7 @@ def gen_meanings_case(rng: random.Random, index: int, ctx: Context) -> Case:
 
 
 def run_meanings(case: Case, ctx: Context):
-    from codegen import docs
+    from tspec.codegen import docs
     first, second, third = (m.replace('"', "'") for m in case.data)
     text = (f'spec tiny "{first}"\ndim B "batch"\ndim T "length"\ndim d "{second}"\n'
             f'input X "B T d" "x"\nparam W "d d" "{third}"\nY "B T d" "y" = X @ W\n'

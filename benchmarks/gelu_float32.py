@@ -20,9 +20,7 @@ just below 1). tests/test_codegen.py checks the same bound.
 
 import argparse
 import math
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import scipy.special
@@ -63,10 +61,9 @@ def main() -> None:
         print(f"largest weighted error (in Phi) on the grid: {error:.2e}")
         print(", ".join(repr(c) for c in coefficients))
         return
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from codegen.generate import source
-    from codegen.runtime import load_source
-    from spec import api
+    from tspec import api
+    from tspec.codegen.generate import source
+    from tspec.codegen.runtime import load_source
 
     module = load_source(source(api.read_spec(api.BUILTIN_SPEC), {"activation": "gelu"}))
     gelu = module.rt.gelu.__wrapped__                 # one call, no row chunks on threads

@@ -8,10 +8,6 @@ GPT-2-small layer (pre-LN, tanh GELU, causal), after a warm-up call.
 """
 
 import argparse
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> None:
@@ -25,10 +21,10 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from codegen import weights
-    from codegen.generate import source
-    from codegen.runtime import load_source
-    from spec import api
+    from tspec import api
+    from tspec.codegen import weights
+    from tspec.codegen.generate import source
+    from tspec.codegen.runtime import load_source
 
     spec = api.read_spec(api.BUILTIN_SPEC)
     B, T = 8, 1024

@@ -23,11 +23,7 @@ intermediate.
 import argparse
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> None:
@@ -46,10 +42,10 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from codegen import checkpoints, weights
-    from codegen.generate import source
-    from codegen.runtime import load_source
-    from spec import api
+    from tspec import api
+    from tspec.codegen import checkpoints, weights
+    from tspec.codegen.generate import source
+    from tspec.codegen.runtime import load_source
 
     spec = api.read_spec(api.BUILTIN_SPEC)
     device = torch.device("cuda")

@@ -29,8 +29,8 @@ def main() -> None:
     start = time.perf_counter()
     from sympy.core.cache import clear_cache
 
-    from spec import api
-    from spec.grid import judge, parse_axis, plan
+    from tspec import api
+    from tspec.analysis.grid import judge, parse_axis, plan
     import_time = time.perf_counter() - start
 
     axes = [parse_axis(f"{name}={values}") for name, values in AXES.items()]

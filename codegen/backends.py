@@ -8,7 +8,7 @@ attention core is computed. Adding a backend is adding a row.
 
 from dataclasses import dataclass, field
 
-from spec.errors import UsageError
+from tspec.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from codegen.weights import WeightsError
+from tspec.codegen.weights import WeightsError
 
 
 def _array(value, what: str, name: str) -> np.ndarray:

@@ -6,12 +6,12 @@ that print them. Prepared as strings; the index templates only place them.
 import itertools
 from dataclasses import dataclass
 
-from spec import api
-from spec.diff import compare, profile, relative
-from spec.files import where as spec_line
-from spec.model import choices_in_force
-from spec.numbers import integer_text
-from spec.variant import Variant
+from tspec import api
+from tspec.analysis.diff import compare, profile, relative
+from tspec.files import where as spec_line
+from tspec.language.model import choices_in_force
+from tspec.language.variant import Variant
+from tspec.numbers import integer_text
 
 ARROW = "→"
 

@@ -11,7 +11,7 @@ once where it leaves its producer.
 from dataclasses import dataclass
 from html import escape
 
-from spec.counts import BodyCost
+from tspec.analysis.counts import BodyCost
 
 NODE_WIDTH, NODE_HEIGHT, ROW = 360, 34, 74
 LEFT, TOP, ARC = 40, 20, 46

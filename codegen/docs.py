@@ -16,13 +16,8 @@ from pathlib import Path
 import sympy
 from markupsafe import Markup
 
-from codegen import diagram, markup
-from codegen.comparisons import comparisons, grid_example
-from codegen.lower import step_choices
-from codegen.render import environment
-from spec import api, limits
-from spec.check import check
-from spec.counts import (
+from tspec import api
+from tspec.analysis.counts import (
     BYTES,
     DTYPE,
     BodyCost,
@@ -32,12 +27,19 @@ from spec.counts import (
     size_text,
     used_dims,
 )
-from spec.errors import UsageError
-from spec.files import inside, shown, stale_diff, write_files
-from spec.files import where as spec_line
-from spec.findings import display_path
-from spec.latex import name_latex
-from spec.model import (
+from tspec.checking import limits
+from tspec.checking.check import check
+from tspec.checking.findings import display_path
+from tspec.checking.prove import evaluate as prove_evaluate
+from tspec.codegen import diagram, markup
+from tspec.codegen.comparisons import comparisons, grid_example
+from tspec.codegen.lower import step_choices
+from tspec.codegen.render import environment
+from tspec.errors import UsageError
+from tspec.files import inside, shown, stale_diff, write_files
+from tspec.files import where as spec_line
+from tspec.language.latex import name_latex
+from tspec.language.model import (
     BlockCall,
     Constraint,
     Let,
@@ -46,9 +48,8 @@ from spec.model import (
     concrete_values,
     select,
 )
-from spec.numbers import integer_text
-from spec.prove import evaluate as prove_evaluate
-from spec.variant import Variant
+from tspec.language.variant import Variant
+from tspec.numbers import integer_text
 
 FORMATS = ("md", "html")
 SORTED_DIMS = 64       # a formula over more dims than this is printed in sympy's order

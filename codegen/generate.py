@@ -10,13 +10,13 @@ runtime, _runtime.py, the helpers every model there calls: each folder is a pack
 
 from pathlib import Path
 
-from codegen.backends import BACKENDS
-from codegen.backends import backend as backend_named
-from codegen.lower import lower
-from codegen.render import render, render_runtime
-from spec import api
-from spec.files import inside, stale_diff, write_files
-from spec.model import Spec
+from tspec import api
+from tspec.codegen.backends import BACKENDS
+from tspec.codegen.backends import backend as backend_named
+from tspec.codegen.lower import lower
+from tspec.codegen.render import render, render_runtime
+from tspec.files import inside, stale_diff, write_files
+from tspec.language.model import Spec
 
 # generated/<backend>/<name>.py: the choices each file is generated under
 BUILTIN_MODELS: dict[str, dict[str, str]] = {

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 import sympy
 from sympy.printing.pycode import PythonCodePrinter
 
-from codegen import ir
-from codegen.backends import Backend
-from spec.attention import AttentionCore, attention_core
-from spec.check import check, topological
-from spec.counts import BOOL_BYTES, INT_BYTES
-from spec.errors import CodegenError, SpecError
-from spec.files import shown, where
-from spec.latex import name_latex
-from spec.model import (
+from tspec.analysis.attention import AttentionCore, attention_core
+from tspec.analysis.counts import BOOL_BYTES, INT_BYTES
+from tspec.checking.check import check, topological
+from tspec.codegen import ir
+from tspec.codegen.backends import Backend
+from tspec.errors import CodegenError, SpecError
+from tspec.files import shown, where
+from tspec.language.latex import name_latex
+from tspec.language.model import (
     DECODING,
     Block,
     BlockCall,
@@ -48,11 +48,22 @@ from spec.model import (
     step_choices,
     step_function,
 )
-from spec.model import lets as derived_dims
-from spec.model import outputs as model_outputs
-from spec.names import check_name
-from spec.ops import ACTIVATIONS, ATOM, OPS, SETTINGS, Operand, Unchecked, Value, align, numel, wrap
-from spec.shape import Shape, format_expr
+from tspec.language.model import lets as derived_dims
+from tspec.language.model import outputs as model_outputs
+from tspec.language.names import check_name
+from tspec.language.shape import Shape, format_expr
+from tspec.ops.catalogue import (
+    ACTIVATIONS,
+    ATOM,
+    OPS,
+    SETTINGS,
+    Operand,
+    Unchecked,
+    Value,
+    align,
+    numel,
+    wrap,
+)
 
 LINE_LENGTH = 96        # 100 less the function body's indent
 LONG_SUM = 200          # terms a sum in generated code may chain with +; past it, sum((...))

@@ -29,7 +29,7 @@ from xml.etree.ElementTree import Element, tostring
 import latex2mathml.converter
 from markupsafe import Markup, escape
 
-from spec.errors import hidden
+from tspec.errors import hidden
 
 MATHML_NS = "http://www.w3.org/1998/Math/MathML"
 MAX_LATEX = 2000                 # characters of one formula; past it, it is shown as text

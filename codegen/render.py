@@ -15,13 +15,14 @@ import textwrap
 
 import jinja2
 
-from codegen import ir
-from codegen.backends import BACKENDS, Backend
-from codegen.lower import runtime_helpers
-from spec.errors import CodegenError, hidden
+from tspec.codegen import ir
+from tspec.codegen.backends import BACKENDS, Backend
+from tspec.codegen.lower import runtime_helpers
+from tspec.errors import CodegenError, hidden
 
 LINE_LENGTH = 100
-TEMPLATES = "codegen"
+TRACE_KEYWORDS = 256     # names a trace.update call records at most
+TEMPLATES = "tspec.codegen"
 VERSION_LINE = 'VERSION = "{}"  # of this runtime: the sha256 of its text without this line'
 # every runtime rendered in this process: its text by repr(backend); its backend's name and
 # text by VERSION
@@ -218,8 +219,12 @@ def _function_view(function: ir.Function) -> dict:
         body += list(step.lines)
     if function.traced:
         body.append("if trace is not None:")
-        items = ", ".join(f"{name}={name}" for name in function.traced)
-        body += _wrap(f"trace.update({items})", LINE_LENGTH - 8, "    ", "        ")
+        # calls of at most TRACE_KEYWORDS keywords: CPython's compiler checks a call's
+        # keywords for repeats pairwise, 5 s for one call of 25,000
+        for start in range(0, len(function.traced), TRACE_KEYWORDS):
+            names = function.traced[start:start + TRACE_KEYWORDS]
+            items = ", ".join(f"{name}={name}" for name in names)
+            body += _wrap(f"trace.update({items})", LINE_LENGTH - 8, "    ", "        ")
     body.append(f"return {function.result}")
     returns = function.returns
     if returns.startswith("Tuple["):

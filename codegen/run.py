@@ -9,15 +9,17 @@ from dataclasses import dataclass, replace
 import numpy as np
 import sympy
 
-from codegen import weights
-from codegen.backends import backend as backend_named
-from codegen.lower import DECODING, lower
-from codegen.render import render
-from codegen.runtime import load_source
-from spec import counts, limits
-from spec.check import check
-from spec.errors import RunError, TspecError, UsageError
-from spec.model import (
+from tspec.analysis import counts
+from tspec.checking import limits
+from tspec.checking.check import check
+from tspec.checking.prove import evaluate
+from tspec.codegen import weights
+from tspec.codegen.backends import backend as backend_named
+from tspec.codegen.lower import DECODING, lower
+from tspec.codegen.render import render
+from tspec.codegen.runtime import load_source
+from tspec.errors import RunError, TspecError, UsageError
+from tspec.language.model import (
     NEW,
     PAST,
     Equation,
@@ -30,10 +32,9 @@ from spec.model import (
     select,
     step_choices,
 )
-from spec.model import outputs as model_outputs
-from spec.numbers import integer_text
-from spec.prove import evaluate
-from spec.variant import Variant
+from tspec.language.model import outputs as model_outputs
+from tspec.language.variant import Variant
+from tspec.numbers import integer_text
 
 # sizes for the dims a variant leaves free, so that it can run
 RUN_DEFAULTS = {"B": 2, "T": 32, "T_dec": 32, "V": 1000, "max_len": 512, "V_type": 2}

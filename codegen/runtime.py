@@ -18,9 +18,9 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from codegen.render import runtime_named, runtime_version
-from spec.errors import UsageError
-from spec.files import write_atomic
+from tspec.codegen.render import runtime_named, runtime_version
+from tspec.errors import UsageError
+from tspec.files import write_atomic
 
 _private_loads = itertools.count()
 # the line of a model that names the runtime it was generated with (module.py.j2)

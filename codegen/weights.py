@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import sympy
 
-from spec.errors import UsageError, VariantError
-from spec.files import open_regular, write_atomic
-from spec.model import BlockCall, Spec, TensorDecl, concrete_values, select
-from spec.prove import evaluate
+from tspec.checking.prove import evaluate
+from tspec.errors import UsageError, VariantError
+from tspec.files import open_regular, write_atomic
+from tspec.language.model import BlockCall, Spec, TensorDecl, concrete_values, select
 
 # the dtypes generated code computes in (no erf, BLAS or CUDA kernel takes float128)
 FLOAT_DTYPES = tuple(np.dtype(name) for name in ("float16", "float32", "float64"))

@@ -1,6 +1,7 @@
-"""The Python API: find specs and variants, check them, list their shapes.
+"""The Python API: find specs and variants, check them, list their shapes; generate their
+code, run it, and load their weights (these through tspec.codegen, imported when called).
 
-    from spec import load, check
+    from tspec import load, check
     report = check(load("base"))
     for finding in report.findings:
         print(finding.text())
@@ -10,20 +11,24 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from spec import limits
-from spec.check import Result, TensorRow
-from spec.check import check as check_spec
-from spec.diff import Diff, compare, profile
-from spec.errors import UsageError, quoted
-from spec.findings import Finding
-from spec.grid import Axis, Grid, axes_from
-from spec.grid import evaluate as evaluate_grid
-from spec.language import parse_file
-from spec.model import Note, Spec
-from spec.prove import Prover
-from spec.shape import Shape
-from spec.variant import Variant, load_variant, parse_setting
+from tspec.analysis.diff import Diff, compare, profile
+from tspec.analysis.grid import Axis, Grid, axes_from
+from tspec.analysis.grid import evaluate as evaluate_grid
+from tspec.checking import limits
+from tspec.checking.check import Result, TensorRow
+from tspec.checking.check import check as check_spec
+from tspec.checking.findings import Finding
+from tspec.checking.prove import Prover
+from tspec.errors import CodegenError, UsageError, quoted
+from tspec.language.model import Note, Spec
+from tspec.language.parser import parse_file
+from tspec.language.shape import Shape
+from tspec.language.variant import Variant, load_variant, parse_setting
+
+if TYPE_CHECKING:
+    from tspec.codegen.run import DecodeResult, RunResult
 
 SPEC_DIR = Path(__file__).resolve().parent
 BUILTIN_SPEC = SPEC_DIR / "transformer.tspec"
@@ -225,6 +230,61 @@ def diff(a: Variant | Spec | str, b: Variant | Spec | str,
     return compare(profile(first, shapes(first)), profile(second, shapes(second)))
 
 
+def source(target: Variant | Spec | str, settings: list[str] | None = None, *,
+           backend: str = "numpy") -> str:
+    """The generated module of a spec or variant for ``backend`` ("numpy" or "cupy"): what
+    `tspec generate` writes for its choices, every other choice at its default (only choices
+    matter: dims are arguments of the generated functions). A spec not proved under those
+    choices is a CodegenError."""
+    from tspec.codegen.generate import source as generated_source
+    variant = _variant(target, settings)
+    return generated_source(variant.spec, variant.choices, backend)
+
+
+def run(target: Variant | Spec | str, settings: list[str] | None = None,
+        **options) -> "RunResult":
+    """Generate a variant's code and run its forward pass on seeded random weights and inputs,
+    as `tspec run` does: dims it leaves free at tspec run's sizes (B = 2, T = 32, V = 1000,
+    ...), the variant checked at them first (findings: a CodegenError, nothing runs).
+    ``options``: backend, seed, dtype, typecheck, decode_steps, max_memory, as
+    tspec.codegen.run.run takes them."""
+    from tspec.codegen.run import run as run_variant
+    return run_variant(_runnable(target, settings), **options)
+
+
+def decode(target: Variant | Spec | str, steps: int, settings: list[str] | None = None,
+           **options) -> "DecodeResult":
+    """Decode a variant's seeded random sequence: prefill, then ``steps`` positions one at a
+    time, against the full forward's logits (`tspec run --decode STEPS`). Sizes, check and
+    ``options`` as for ``run`` (without decode_steps)."""
+    from tspec.codegen.run import decode as decode_variant
+    return decode_variant(_runnable(target, settings), steps, **options)
+
+
+def _runnable(target: Variant | Spec | str, settings: list[str] | None) -> Variant:
+    from tspec.codegen.run import with_run_defaults
+    variant = with_run_defaults(_variant(target, settings))
+    findings = check(variant).findings
+    if findings:
+        first = findings[0]
+        raise CodegenError(f"{len(findings)} finding(s) in {variant.name}: nothing to run "
+                           f"(the first: {first.where}: {first.kind}: {first.message})")
+    return variant
+
+
+def load_weights(target: Variant | Spec | str, path: str | Path,
+                 settings: list[str] | None = None) -> dict:
+    """A variant's parameters from a .safetensors or .npz file of flat dotted names
+    (``encoder.layers.0.self_attention.W_Q``), checked against the shapes the spec gives at
+    the variant's sizes, nested as the generated functions take them (``params["encoder"]
+    ["layers"][0]["self_attention"]["W_Q"]``). A parameter missing, unexpected or of another
+    shape is a WeightsError naming it; a file that cannot be read, a UsageError."""
+    from tspec.codegen import weights
+    variant = _variant(target, settings)
+    shapes = weights.expected_shapes(variant.spec, variant.choices, variant.dims)
+    return weights.load(path, shapes)
+
+
 def concrete_substitution(spec: Spec, result: Result, dims: dict[str, int]) -> dict:
     """Dim symbol -> value (or expression of free dims), derived dims included."""
     symbols = spec.symbols()
@@ -238,5 +298,5 @@ def _text(shape: Shape | None) -> str:
 
 
 __all__ = ["Diff", "Grid", "Report", "ShapeRow", "TensorRow", "builtin_specs",
-           "builtin_variants", "check", "diff", "grid", "load", "read_spec", "resolve_spec",
-           "shapes"]
+           "builtin_variants", "check", "decode", "diff", "grid", "load", "load_weights",
+           "read_spec", "resolve_spec", "run", "shapes", "source"]

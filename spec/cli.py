@@ -14,9 +14,11 @@
     tspec generate [--backend numpy|cupy] [--out DIR] [--check]
     tspec run VARIANT [--set NAME=VALUE ...] [--backend numpy] [--seed N] [--typecheck]
               [--decode STEPS] [--max-memory SIZE] [--time-limit SECONDS]
+    tspec --version
 
-Every command but `run` stops at its time limit (default 60 s: the whole command, its proofs
-and the rest) with a one-line error naming where it was, exit 2; `run` has none unless given.
+`python -m tspec` is the same command. Every command but `run` stops at its time limit
+(default 60 s: the whole command, its proofs and the rest) with a one-line error naming where
+it was, exit 2; `run` has none unless given.
 
 Exit status: 0 when everything is proved, 1 when there are findings (or, for `audit --check`,
 a stale report; for a grid, an invalid combination; for `diff`, a difference; for `run`, an
@@ -34,12 +36,21 @@ import sys
 import traceback
 from pathlib import Path
 
-from spec import api, counts, limits
-from spec.errors import GridError, TspecError, UsageError, hidden
-from spec.findings import KINDS, display_path, findings_data, findings_text, summary, to_json
-from spec.grid import MAX_COMBINATIONS, parse_axis
-from spec.model import choices_in_force
-from spec.model import lets as derived_dims
+from tspec import __version__, api
+from tspec.analysis import counts
+from tspec.analysis.grid import MAX_COMBINATIONS, parse_axis
+from tspec.checking import limits
+from tspec.checking.findings import (
+    KINDS,
+    display_path,
+    findings_data,
+    findings_text,
+    summary,
+    to_json,
+)
+from tspec.errors import GridError, TspecError, UsageError, hidden
+from tspec.language.model import choices_in_force
+from tspec.language.model import lets as derived_dims
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130     # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
@@ -63,6 +74,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tspec", description="A symbolic, shape-checked Transformer spec.")
+    parser.add_argument("--version", action="version", version=f"tspec {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
@@ -502,7 +514,7 @@ def _variant_header(variant) -> list[str]:
 
 
 def _audit(args) -> int:
-    from spec import audit
+    from tspec.checking import audit
     path = args.out or audit.default_path()
     if args.check:
         return _verdict_on_stale(audit.stale(path), display_path(str(path)),
@@ -523,8 +535,8 @@ def _verdict_on_stale(diff: str | None, what: str, current: str, command: str) -
 
 
 def _generate(args) -> int:
-    from codegen import generate
-    from codegen.backends import BACKENDS, backend
+    from tspec.codegen import generate
+    from tspec.codegen.backends import BACKENDS, backend
     backends = (backend(args.backend).name,) if args.backend else tuple(BACKENDS)
     out = args.out or generate.default_dir()
     if args.check:
@@ -539,7 +551,7 @@ def _generate(args) -> int:
 
 
 def _docs(args) -> int:
-    from codegen import docs
+    from tspec.codegen import docs
     variants = [api.load(t, args.settings) for t in args.targets] if args.targets else \
         [v.with_settings(args.settings) for v in docs.shipped_variants()]
     out = args.out or docs.default_dir()
@@ -553,7 +565,7 @@ def _docs(args) -> int:
 
 
 def _run(args) -> int:
-    from codegen.run import run, with_run_defaults
+    from tspec.codegen.run import run, with_run_defaults
     variant = with_run_defaults(api.load(args.target, args.settings))
     report = api.check(variant)
     if not report.ok:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from spec.errors import TspecError, UsageError
+from tspec.errors import TspecError, UsageError
 
 
 def write_atomic(path: str | Path, content: str | bytes, *,

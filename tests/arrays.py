@@ -17,8 +17,8 @@ import cupy_on_cpu
 import numpy as np
 import pytest
 
-from codegen.runtime import load_source
-from spec import api
+from tspec import api
+from tspec.codegen.runtime import load_source
 
 
 def _find_cupy():
@@ -83,7 +83,8 @@ class Arrays:
 def _committed(arrays: str, name: str):
     if arrays == "cupy-on-cpu":
         return cupy_on_cpu.load_module(api.checkout() / "generated" / "cupy" / f"{name}.py")
-    return importlib.import_module(f"generated.{'numpy' if arrays == 'numpy' else 'cupy'}.{name}")
+    backend = "numpy" if arrays == "numpy" else "cupy"
+    return importlib.import_module(f"tspec.generated.{backend}.{name}")
 
 
 def to_numpy(value):

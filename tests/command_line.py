@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from spec import cli
+from tspec import cli
 
 ROOT = Path(__file__).resolve().parent.parent       # the checkout: paths print relative to it
 

@@ -6,18 +6,18 @@ import pytest
 import sympy
 from refusals import raises
 
-import spec
-from spec import api
-from spec.check import check
-from spec.errors import SpecError, SpecSyntaxError, TspecError, UsageError, VariantError
-from spec.model import outputs, select
-from spec.variant import Variant
+import tspec
+from tspec import api
+from tspec.checking.check import check
+from tspec.errors import SpecError, SpecSyntaxError, TspecError, UsageError, VariantError
+from tspec.language.model import outputs, select
+from tspec.language.variant import Variant
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
 
 
 def parse(text):
-    return spec.parse(text, file="t.tspec")
+    return tspec.parse(text, file="t.tspec")
 
 
 def check_text(text, choices=None, values=None, all_choices=False):
@@ -703,7 +703,7 @@ def test_control_and_format_characters_are_refused(char):
 def test_a_byte_order_mark_is_accepted(tmp_path):
     path = tmp_path / "bom.tspec"
     path.write_bytes(b'\xef\xbb\xbfdim B "batch"\ninput X "B"\n')
-    assert list(spec.parse_file(path).dims) == ["B"]
+    assert list(tspec.parse_file(path).dims) == ["B"]
     variant = tmp_path / "bom.toml"
     variant.write_bytes(b'\xef\xbb\xbfspec = "transformer"\n[dims]\nH = 4\n')
     assert api.load(str(variant)).dims == {"H": 4}

@@ -1,7 +1,6 @@
-"""The `tspec` command line, run in-process through spec.cli.main (and once as a process)."""
+"""The `tspec` command line, run in-process through tspec.cli.main (and once as a process)."""
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -10,9 +9,9 @@ import pytest
 from command_line import ROOT, run
 from refusals import raises
 
-from spec import api, cli
-from spec.errors import UsageError
-from spec.findings import KINDS
+from tspec import api, cli
+from tspec.checking.findings import KINDS
+from tspec.errors import UsageError
 
 
 def columns(line):
@@ -256,9 +255,8 @@ def test_modulo_by_zero_exits_2(capsys, tmp_path):
 def test_malformed_spec_file_as_a_process(tmp_path):
     path = tmp_path / "broken.tspec"
     path.write_text('dim B "batch"\ninput X "B" = relu(\n')
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-m", "spec.cli", "check", str(path)],
-                            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60,
+    result = subprocess.run([sys.executable, "-m", "tspec", "check", str(path)],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=60,
                             check=False)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
@@ -287,7 +285,7 @@ def test_a_spec_with_some_choices_set_is_proved_under_every_other_combination(ca
 
 
 def test_a_reader_that_goes_away_gets_no_traceback():
-    process = subprocess.Popen([sys.executable, "-m", "spec.cli", "check", "seed_004"],
+    process = subprocess.Popen([sys.executable, "-m", "tspec", "check", "seed_004"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
     first = process.stdout.readline()
     process.stdout.close()
@@ -322,7 +320,7 @@ def test_audit_outside_a_checkout_needs_out(capsys, monkeypatch):
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly_with_141():
-    process = subprocess.Popen([sys.executable, "-m", "spec.cli", "list"], cwd=ROOT,
+    process = subprocess.Popen([sys.executable, "-m", "tspec", "list"], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     process.stdout.close()          # the reader is gone before anything is written
     err = process.stderr.read()
@@ -331,7 +329,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_with_141():
 
 
 def test_write_atomic_leaves_the_old_file_whole_when_writing_fails(tmp_path, monkeypatch):
-    from spec import files
+    from tspec import files
     target = tmp_path / "out.md"
     target.write_text("old\n", encoding="utf-8")
 

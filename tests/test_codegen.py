@@ -20,19 +20,18 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from refusals import raises
 
-import codegen
-from codegen import generate, weights
-from codegen.backends import backend
-from codegen.generate import source
-from codegen.lower import lower
-from codegen.runtime import load_module, load_source
-from spec import api, cli
-from spec.check import check
-from spec.errors import CodegenError, SpecError, UsageError
-from spec.language import parse
-from spec.model import BlockCall, Equation, TensorDecl, When, outputs, step_function
-from spec.names import CODE_NAMES
-from spec.ops import SETTINGS
+from tspec import api, cli, codegen
+from tspec.checking.check import check
+from tspec.codegen import generate, weights
+from tspec.codegen.backends import backend
+from tspec.codegen.generate import source
+from tspec.codegen.lower import lower
+from tspec.codegen.runtime import load_module, load_source
+from tspec.errors import CodegenError, SpecError, UsageError
+from tspec.language.model import BlockCall, Equation, TensorDecl, When, outputs, step_function
+from tspec.language.names import CODE_NAMES
+from tspec.language.parser import parse
+from tspec.ops.catalogue import SETTINGS
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 GENERATED = api.checkout() / "generated"
@@ -649,7 +648,7 @@ def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(var
 
 
 def test_tspec_run_prints_shapes_and_time():
-    result = subprocess.run([sys.executable, "-m", "spec.cli", "run", "base", "--set", "N=1",
+    result = subprocess.run([sys.executable, "-m", "tspec", "run", "base", "--set", "N=1",
                              "--set", "T=8", "--set", "T_dec=8", "--set", "V=50"],
                             capture_output=True, text=True, cwd=api.checkout(), timeout=300,
                             check=False)
@@ -930,7 +929,7 @@ def test_every_name_generated_code_reads_is_bound():
 
 def test_a_model_binds_only_its_spec_names_and_the_code_names():
     """Every name a model module binds (at module level, and in its functions: arguments and
-    locals) is one of its spec's or one of spec.names.CODE_NAMES, which the spec language
+    locals) is one of its spec's or one of CODE_NAMES (tspec.language.names), which the language
     reserves; and every code name is bound by some model, so that the list holds no more."""
     used = set()
     for name, text, names in generated_models():

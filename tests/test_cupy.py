@@ -23,9 +23,9 @@ from reference_numpy import softmax as softmax_reference
 from scipy.special import erf
 from test_codegen import variants  # random variants over every choice
 
-from codegen import weights
-from codegen.generate import source
-from spec import api
+from tspec import api
+from tspec.codegen import weights
+from tspec.codegen.generate import source
 
 pytestmark = pytest.mark.parametrize("device", DEVICES)
 SPEC = api.read_spec(api.BUILTIN_SPEC)

@@ -27,9 +27,9 @@ import test_cupy
 from arrays import CUPY_ON_CPU, DEVICES, Arrays, needs_compiler, to_numpy
 from cupy_on_cpu import CompileError, KernelError, kernels, standin
 
-from codegen.generate import runtime_source, source
-from codegen.render import runtime_version, stamped
-from spec import api
+from tspec import api
+from tspec.codegen.generate import runtime_source, source
+from tspec.codegen.render import runtime_version, stamped
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 cp = cupy_on_cpu.cupy

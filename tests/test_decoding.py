@@ -21,14 +21,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from refusals import raises
 
-from codegen import docs, weights
-from codegen.generate import source
-from codegen.run import decode, with_run_defaults
-from codegen.runtime import load_source
-from spec import api
-from spec.check import check
-from spec.errors import CodegenError, SpecError, SpecSyntaxError
-from spec.language import parse
+from tspec import api
+from tspec.checking.check import check
+from tspec.codegen import docs, weights
+from tspec.codegen.generate import source
+from tspec.codegen.run import decode, with_run_defaults
+from tspec.codegen.runtime import load_source
+from tspec.errors import CodegenError, SpecError, SpecSyntaxError
+from tspec.language.parser import parse
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 
@@ -615,7 +615,7 @@ def test_decoding_matches_hugging_face_gpt2_with_its_own_cache_step_by_step(arra
     theirs on the CPU or, beside CuPy on a GPU, on CUDA."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from codegen import checkpoints
+    from tspec.codegen import checkpoints
     torch.manual_seed(5)
     config = transformers.GPT2Config(vocab_size=SIZES["V"], n_positions=12, n_embd=8, n_layer=2,
                                      n_head=2, resid_pdrop=0.0, embd_pdrop=0.0,

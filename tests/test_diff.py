@@ -1,4 +1,4 @@
-"""Diffs: `tspec diff A B` and spec.diff. The figures must be the docs pages' figures."""
+"""Diffs: `tspec diff A B` and tspec.diff. The figures must be the docs pages' figures."""
 
 import json
 import re
@@ -6,9 +6,9 @@ import re
 import pytest
 from command_line import ROOT, run
 
-import spec
-from codegen import docs
-from spec import api
+import tspec
+from tspec import api
+from tspec.codegen import docs
 
 
 @pytest.fixture(autouse=True)
@@ -97,7 +97,7 @@ base -> layers2: 1 dim, 8 blocks differ
 
 def test_more_heads_changes_derived_dims_and_shapes(tmp_path):
     path = base_with(tmp_path, "heads16", "H = 8", "H = 16")
-    diff = spec.diff("base", str(path), ["V=37000"])
+    diff = tspec.diff("base", str(path), ["V=37000"])
     assert [(c.name, c.a, c.b) for c in diff.dims] == [("H", 8, 16), ("d_k", 64, 32),
                                                        ("d_v", 64, 32)]
     assert diff.totals[0].a == diff.totals[0].b == 81_989_632   # heads split d_model
@@ -145,7 +145,7 @@ def test_json_gpt2_small_to_medium(capsys):
 
 
 def test_different_architectures_add_and_remove_blocks():
-    diff = spec.diff("base", "gpt2_small", ["V=37000"])
+    diff = tspec.diff("base", "gpt2_small", ["V=37000"])
     assert {c.name: (c.a, c.b) for c in diff.choices}["arch"] == \
         ("encoder_decoder", "decoder_only")
     status = {b.name: b.status for b in diff.blocks}
@@ -169,7 +169,7 @@ def _figure(cell: str) -> int | None:
 def test_the_figures_are_the_docs_pages(name):
     variant = api.load(name)
     page = docs.page(variant)
-    diff = spec.diff(name, name)
+    diff = tspec.diff(name, name)
     assert diff.same
     bodies = diff.a.bodies
     for row in page.parameters:
@@ -208,7 +208,7 @@ def test_bad_diffs_are_one_line_errors(capsys, argv, message):
 
 
 def test_the_docs_index_compares_each_variant_with_the_next_larger_of_its_kind():
-    from codegen.comparisons import comparisons, grid_example
+    from tspec.codegen.comparisons import comparisons, grid_example
     variants = [api.load(name) for name in ("gpt2_medium", "base", "gpt2_small", "big",
                                             "bert_base")]
     rows = comparisons(variants)

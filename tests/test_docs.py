@@ -7,13 +7,13 @@ import re
 import numpy as np
 import pytest
 
-from codegen import docs, weights
-from codegen.generate import source
-from codegen.runtime import load_source
-from spec import api, cli
-from spec.counts import Activations, costs, evaluate
-from spec.ops import OPS, Value
-from spec.shape import Shape
+from tspec import api, cli
+from tspec.analysis.counts import Activations, costs, evaluate
+from tspec.codegen import docs, weights
+from tspec.codegen.generate import source
+from tspec.codegen.runtime import load_source
+from tspec.language.shape import Shape
+from tspec.ops.catalogue import OPS, Value
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 GPT2 = {"gpt2_small": (768, 12, 12), "gpt2_medium": (1024, 24, 16),

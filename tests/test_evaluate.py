@@ -9,8 +9,8 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spec.evaluate import Evaluator, as_integers
-from spec.prove import evaluate as evaluate_one
+from tspec.analysis.evaluate import Evaluator, as_integers
+from tspec.checking.prove import evaluate as evaluate_one
 
 a, b, c = (sympy.Symbol(n, integer=True, positive=True) for n in "abc")
 SYMBOLS = (a, b, c)

@@ -9,10 +9,10 @@ import sympy
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from spec import expr as ex
-from spec.errors import SpecError, SpecSyntaxError, TspecError
-from spec.prove import evaluate
-from spec.shape import dim_symbol
+from tspec.checking.prove import evaluate
+from tspec.errors import SpecError, SpecSyntaxError, TspecError
+from tspec.language import expr as ex
+from tspec.language.shape import dim_symbol
 
 DIMS = {name: dim_symbol(name) for name in ("d_model", "H", "T", "max_len", "d_k")}
 

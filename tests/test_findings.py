@@ -5,17 +5,17 @@ from fractions import Fraction
 import pytest
 import sympy
 
-import spec
-from spec import api
-from spec.check import check, combinations, describe_combinations
-from spec.findings import KINDS, Finding, findings_data, findings_text, grouped, summary
-from spec.shape import dim_symbol
+import tspec
+from tspec import api
+from tspec.checking.check import check, combinations, describe_combinations
+from tspec.checking.findings import KINDS, Finding, findings_data, findings_text, grouped, summary
+from tspec.language.shape import dim_symbol
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
 
 
 def findings_of(text, choices=None, values=None, all_choices=False):
-    parsed = spec.parse(text, file="t.tspec")
+    parsed = tspec.parse(text, file="t.tspec")
     return check(parsed, choices, values, all_choices=all_choices).findings
 
 
@@ -592,8 +592,11 @@ def test_a_finding_that_only_follows_from_an_earlier_ones_tensor_is_its_conseque
     assert (cause.kind, cause.line, consequence.kind, consequence.line) == (
         "shape-mismatch", 10, "operand-mismatch", 11)
     assert consequence.caused_by is cause and cause.caused_by is None
-    # Z's equation uses P as declared: the equation is what to fix, not the declaration
-    assert cause.hint == 'declare P as "T_dec d", or fix the equation; line 11 uses P as declared'
+    # Z's equation uses P as declared: the equation is what to fix, not the declaration; the
+    # redeclaration is not offered, as (checked) it moves the mismatch to line 11 (was:
+    # 'declare P as "T_dec d", or fix the equation; line 11 uses P as declared')
+    assert cause.hint == ('fix the equation (declaring P as "T_dec d" would move the mismatch '
+                          'to line 11)')
     assert findings_text(found) == [cause.text() + (
         "\n    and 1 consequence, which follows from it:\n"
         "        t.tspec:11: operand-mismatch: add operands X (B T d) and P (T_dec d), axis -2: "
@@ -628,6 +631,57 @@ def test_a_wrong_claim_on_a_block_calls_output_comes_first_its_consequences_bene
     assert [len(rest) for _, rest in grouped(found)] == [3]
     assert found[0].hint == ('declare O as "B T d", or fix the equation; line 9 uses what its '
                              'equation gives')
+
+
+def test_a_finding_follows_from_a_cause_only_where_that_cause_alone_removes_it():
+    # S = Q @ K.T trips over both refuted claims: with Q's other value alone (or K's) it still
+    # does not fit, so it follows from neither (it was listed beneath Q's: seed_004's S_ch)
+    found = findings_of(HEADER + 'input X "B T d"\ninput Y "B T d"\nQ "B d d" = relu(X)\n'
+                        'K "B d d" = relu(Y)\nS "B d d" = Q @ K.T\n')
+    assert [(f.line, f.caused_by) for f in found] == [(6, None), (7, None), (8, None)]
+    # what one first cause made doubtful through the findings that follow from it takes its
+    # other value together
+    found = findings_of(HEADER + 'input X "B T d"\nQ "B d d" = relu(X)\nK "B d d" = relu(Q)\n'
+                        'V "B d d" = relu(Q)\nS "B d d" = K @ V.T\n')
+    assert [f.line for f in found] == [5, 6, 7, 8]
+    assert [cause for cause, _ in grouped(found)] == [found[0]]
+    # a consequence's fix is its cause's (its own redeclaration, unchecked, was offered: K
+    # declared as its equation gives, from Q's B T d)
+    assert found[1].hint == "fix the shape-mismatch at line 5 first: this follows from it"
+
+
+def test_findings_one_suggested_constraint_fixes_follow_the_first():
+    # rotary's width, weakened to `require d_model % H == 0`: seven findings with one hint,
+    # which pasted once removes them all (was: 7 findings)
+    old = "        require d_model % (2*H) == 0\n"
+    text = api.BUILTIN_SPEC.read_text()
+    assert text.count(old) == 1
+    weak = text.replace(old, "        require d_model % H == 0\n")
+    found = check(tspec.parse(weak, "t.tspec"), all_choices=True).findings
+    (cause, rest), = grouped(found)
+    assert (cause.line, cause.kind, len(rest)) == (114, "not-divisible", 6)
+    assert {f.hint for f in found} == {cause.hint}
+    pasted = weak + cause.hint.split("`")[1] + "\n"
+    assert check(tspec.parse(pasted, "t.tspec"), all_choices=True).findings == []
+
+
+def test_a_state_hint_offers_a_redeclaration_only_where_it_fixes():
+    # the cross-attention cache started from the queries: declared as the queries are, it no
+    # longer fits its use at line 243 (was offered: 'or declare it "B T_past d_k"')
+    text = api.BUILTIN_SPEC.read_text()
+    old = "        state K_src[H] \"B T_x d_k\" \"the source's keys, per head\" from K_h\n"
+    assert text.count(old) == 1
+    choices = {"arch": "encoder_decoder", "decoding": "step"}
+    finding = only(text.replace(old, old.replace("from K_h", "from Q_h")), choices=choices)
+    assert (finding.line, finding.hint) == (241, ('start K_src from a tensor of its shape '
+                                                 '(declared "B T_past d_k", it would move the '
+                                                 'mismatch to line 243)'))
+    # declared wrong, where its start is right: the redeclaration fixes it, and is offered;
+    # its use that does not fit follows from it
+    found = findings_of(text.replace(old, old.replace('"B T_x d_k"', '"T T_x d_k"')),
+                        choices=choices)
+    assert [(f.line, f.caused_by is found[0]) for f in found] == [(241, False), (243, True)]
+    assert found[0].hint == 'start K_src from a tensor of its shape, or declare it "B T d_k"'
 
 
 def test_the_same_statements_finding_under_other_sizes_follows_the_first():
@@ -825,7 +879,7 @@ else:
 
 
 def test_checking_all_choices_at_once_finds_what_each_combination_finds():
-    parsed = spec.parse(_FACTORED, file="f.tspec")
+    parsed = tspec.parse(_FACTORED, file="f.tspec")
     combos = combinations(parsed)
     assert len(combos) == 24
     alone: dict = {}
@@ -908,8 +962,12 @@ def test_an_argument_mismatch_names_both_arguments_that_disagree():
                    'input Y "B T d"\ninput Z "B S d"\ninput M "B T S"\n'
                    'A "B T d" = attend(Y, Y, M)\n')
     assert finding.kind == "argument-mismatch"
-    assert finding.message == ("M (B T S) passed as attend's input L (B T_q T_kv) gives "
-                               "T_kv = S, but Y (B T d), passed as X_kv, gives T_kv = T")
+    # neither is known to be the one not meant: the disagreement leads, and neither shape is
+    # "expected" (was: expected L's, "B T T", which read as the mask being wrong)
+    assert finding.message == ("attend's inputs X_kv and L disagree on T_kv: Y (B T d), "
+                               "passed as X_kv, gives T_kv = T, but M (B T S), passed as L, "
+                               "gives T_kv = S")
+    assert (finding.expected, finding.inferred) == (None, None)
     assert finding.hint == ("attend's inputs X_kv and L share T_kv: pass Y and M with one "
                             "T_kv, or check which of them is not the tensor meant")
 

@@ -24,11 +24,12 @@ from hypothesis import strategies as st
 from refusals import raises
 from test_grid import assert_agrees
 
-from codegen import weights
-from spec import api, cli, language
-from spec.errors import GridError, SpecError, TspecError, UsageError, VariantError
-from spec.evaluate import Evaluator
-from spec.grid import parse_axis
+from tspec import api, cli
+from tspec.analysis.evaluate import Evaluator
+from tspec.analysis.grid import parse_axis
+from tspec.codegen import weights
+from tspec.errors import GridError, SpecError, TspecError, UsageError, VariantError
+from tspec.language import parser as language
 
 
 def _fuzz_module():

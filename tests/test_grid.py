@@ -1,4 +1,4 @@
-"""Grids: `tspec check VARIANT --grid ...` and spec.grid. Every combination's verdict and
+"""Grids: `tspec check VARIANT --grid ...` and tspec.grid. Every combination's verdict and
 counts must be what checking and costing that one variant gives (spec.check, the docs'
 sizes and spec.counts); bad axes get one-line errors, pinned here."""
 
@@ -12,12 +12,12 @@ from command_line import ROOT, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import spec
-from codegen.docs import sizes_for
-from spec import api, cli
-from spec.counts import DTYPE, costs, evaluate, used_dims
-from spec.errors import GridError, UsageError
-from spec.grid import MAX_COMBINATIONS
+import tspec
+from tspec import api, cli
+from tspec.analysis.counts import DTYPE, costs, evaluate, used_dims
+from tspec.analysis.grid import MAX_COMBINATIONS
+from tspec.codegen.docs import sizes_for
+from tspec.errors import GridError, UsageError
 
 SYNTAX = "expected NAME=START:STOP:STEP, NAME=A,B,C or NAME=VALUE"
 
@@ -133,7 +133,7 @@ def test_a_failed_proof_judges_nothing(capsys):
     assert code == 1 and out == ""
     assert err.endswith("tspec: 30 finding(s) in the proof of seed_004: no combination "
                         "judged; run `tspec check seed_004`\n")
-    grid = spec.grid("seed_004", {"N": [4, 8]})
+    grid = tspec.grid("seed_004", {"N": [4, 8]})
     assert not grid.proved and len(grid) == 0 and list(grid.points()) == []
 
 
@@ -207,7 +207,7 @@ def test_the_cap_is_a_million():
 ])
 def test_bad_api_grids_raise_grid_errors(axes, message):
     with pytest.raises(GridError) as caught:
-        spec.grid("base", axes)
+        tspec.grid("base", axes)
     assert str(caught.value) == message
     assert isinstance(caught.value, UsageError)
 
@@ -216,7 +216,7 @@ def test_bad_api_grids_raise_grid_errors(axes, message):
 # Every combination is what checking and costing that variant alone gives
 
 def one_variant(name, settings, dims):
-    """Verdict and counts of one combination, through spec.check and the docs' counting."""
+    """Verdict and counts of one combination, through tspec.check and the docs' counting."""
     variant = api.load(name, settings + [f"{k}={v}" for k, v in dims.items()])
     report = api.check(variant)
     breaks = sorted((f.kind, f.line) for f in report.findings if f.scope == "variant")
@@ -238,7 +238,7 @@ def one_variant(name, settings, dims):
 
 
 def assert_agrees(name, settings, axes):
-    grid = spec.grid(name, axes, settings)
+    grid = tspec.grid(name, axes, settings)
     points = list(grid.points())
     assert len(points) == len(grid) > 0
     for point in points:
@@ -280,9 +280,9 @@ def test_random_grids_agree_with_one_check_per_combination(variant, axes):
 
 
 def test_the_api_takes_ranges_lists_and_text_and_settings():
-    by_range = spec.grid("gpt2_small", {"H": range(4, 17, 4)}, ["N=2"])
-    by_text = spec.grid(api.load("gpt2_small"), {"H": "4:16:4"}, ["N=2"])
-    by_list = spec.grid("gpt2_small", {"H": (4, 8, 12, 16)}, ["N=2"])
+    by_range = tspec.grid("gpt2_small", {"H": range(4, 17, 4)}, ["N=2"])
+    by_text = tspec.grid(api.load("gpt2_small"), {"H": "4:16:4"}, ["N=2"])
+    by_list = tspec.grid("gpt2_small", {"H": (4, 8, 12, 16)}, ["N=2"])
     assert [p.as_dict() for p in by_range.points()] == \
         [p.as_dict() for p in by_text.points()] == [p.as_dict() for p in by_list.points()]
     assert by_range.fixed["N"] == 2 and by_range.summary() == \
@@ -294,7 +294,7 @@ def test_the_api_takes_ranges_lists_and_text_and_settings():
 
 
 def test_the_first_axis_varies_slowest():
-    grid = spec.grid("gpt2_small", {"N": [1, 2], "H": [4, 8, 16]})
+    grid = tspec.grid("gpt2_small", {"N": [1, 2], "H": [4, 8, 16]})
     assert [tuple(p.dims.values()) for p in grid.points()] == [
         (1, 4), (1, 8), (1, 16), (2, 4), (2, 8), (2, 16)]
 
@@ -303,7 +303,7 @@ def test_ten_thousand_combinations_in_about_a_second():
     """The benchmark's grid (benchmarks/grid_speed.py), with a generous bound for a shared
     machine: the proof once, then every combination at once."""
     start = time.perf_counter()
-    grid = spec.grid("base", {"d_model": "256:1024:32", "H": [4, 8, 12, 16],
+    grid = tspec.grid("base", {"d_model": "256:1024:32", "H": [4, 8, 12, 16],
                               "d_ff": "512:2816:256", "N": range(1, 11)}, ["V=37000"])
     assert len(grid) == 10_000 and grid.invalid_count == 1_700
     assert time.perf_counter() - start < 5

@@ -14,8 +14,8 @@ import pytest
 from command_line import ROOT
 from sympy.core.cache import clear_cache
 
-from spec import api, cli
-from spec.diff import _union
+from tspec import api, cli
+from tspec.analysis.diff import _union
 
 _found = importlib.util.spec_from_file_location("command_growth",
                                                 ROOT / "benchmarks" / "command_growth.py")

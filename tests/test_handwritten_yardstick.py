@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from command_line import ROOT
 
-from codegen import checkpoints, weights
+from tspec.codegen import checkpoints, weights
 
 d_model, H, d_ff = 16, 4, 24
 TOLERANCE = 2e-5  # float32 against float64, a few layers deep

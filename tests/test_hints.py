@@ -18,12 +18,12 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import spec
-from spec.check import check
-from spec.errors import TspecError
-from spec.expr import parse_expression, to_sympy
-from spec.model import Constraint, Let
-from spec.prove import Prover
+import tspec
+from tspec.checking.check import check
+from tspec.checking.prove import Prover
+from tspec.errors import TspecError
+from tspec.language.expr import parse_expression, to_sympy
+from tspec.language.model import Constraint, Let
 
 SUGGESTION = re.compile(r"add the constraint `require ([^`]*)`")
 
@@ -104,7 +104,7 @@ def suggested_constraints_hold(text: str, parsed, findings) -> int:
         prover = Prover(list(symbols.values()), constraints + [meant], lets, {})
         assert prover.satisfiable() == "yes", finding.text()
         # and it removes the finding
-        amended = spec.parse(text + f"require {match.group(1)}\n", file="h.tspec")
+        amended = tspec.parse(text + f"require {match.group(1)}\n", file="h.tspec")
         after = check(amended).findings
         assert (finding.kind, finding.line, finding.message) not in \
             {(f.kind, f.line, f.message) for f in after}, finding.text()
@@ -115,7 +115,7 @@ def suggested_constraints_hold(text: str, parsed, findings) -> int:
 @given(specs())
 def test_a_suggested_constraint_parses_holds_somewhere_and_removes_its_finding(text):
     try:
-        parsed = spec.parse(text, file="h.tspec")
+        parsed = tspec.parse(text, file="h.tspec")
         findings = check(parsed).findings
     except TspecError:
         return          # a spec the generator made malformed: not this test's concern
@@ -126,10 +126,10 @@ def test_the_drawn_specs_offer_and_withhold_constraints():
     # the generator reaches both branches: hints that suggest a constraint and hints that
     # may not (the examples below are among those it draws)
     offered = HEADER + 'Y "T d" = P_table[:T]\noutput Y\n'
-    parsed = spec.parse(offered, file="h.tspec")
+    parsed = tspec.parse(offered, file="h.tspec")
     assert suggested_constraints_hold(offered, parsed, check(parsed).findings) == 1
     withheld = HEADER + 'require T <= L\nY "L+1 d" = P_table[:L + 1]\noutput Y\n'
-    parsed = spec.parse(withheld, file="h.tspec")
+    parsed = tspec.parse(withheld, file="h.tspec")
     found = check(parsed).findings
     assert [f.kind for f in found] == ["out-of-range"]
     assert suggested_constraints_hold(withheld, parsed, found) == 0

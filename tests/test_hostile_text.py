@@ -16,12 +16,12 @@ from markupsafe import escape
 from refusals import raises
 from test_fuzz import fuzz
 
-from codegen import diagram, docs, markup, runtime
-from codegen import render as render_module
-from codegen.generate import source
-from spec import api
-from spec.cli import main
-from spec.errors import (
+from tspec import api
+from tspec.cli import main
+from tspec.codegen import diagram, docs, markup, runtime
+from tspec.codegen import render as render_module
+from tspec.codegen.generate import source
+from tspec.errors import (
     CodegenError,
     SpecError,
     SpecSyntaxError,
@@ -29,7 +29,7 @@ from spec.errors import (
     UsageError,
     VariantError,
 )
-from spec.language import parse, parse_file
+from tspec.language.parser import parse, parse_file
 
 # every place a spec holds free text: the title, a source, a note, a dim's, a parameter's, a
 # computed tensor's and an input's meaning

@@ -2,9 +2,9 @@
 
 import pytest
 
-import spec
-from spec.latex import name_latex
-from spec.model import Equation, When
+import tspec
+from tspec.language.latex import name_latex
+from tspec.language.model import Equation, When
 
 
 def equations(parsed):
@@ -42,18 +42,18 @@ def test_names(name, latex):
     ("P_enc_h", "P_{\\mathrm{enc},h} = {R_{\\mathrm{enc},h}}_{j - i}"),
 ])
 def test_builtin_equations(output, latex):
-    assert equations(spec.load("transformer").spec)[output].latex == latex
+    assert equations(tspec.load("transformer").spec)[output].latex == latex
 
 
 def test_parentheses_only_where_needed():
-    parsed = spec.parse('dim B "b"\ndim d "d"\ninput X "B d"\ninput Y "B d"\n'
+    parsed = tspec.parse('dim B "b"\ndim d "d"\ninput X "B d"\ninput Y "B d"\n'
                         'Z "B d" = (X - (Y - X)) * 2 + -X\noutput Z\n', file="t.tspec")
     assert equations(parsed)["Z"].text == "(X - (Y - X)) * 2 + -X"
     assert equations(parsed)["Z"].latex == "Z = 2 \\left(X - \\left(Y - X\\right)\\right) + -X"
 
 
 def test_offsets_row_ranges_and_bottom_right_alignment():
-    parsed = spec.parse('dim B "b"\ndim T_past "p"\ndim T "t"\ndim d "d"\ndim L "l"\n'
+    parsed = tspec.parse('dim B "b"\ndim T_past "p"\ndim T "t"\ndim d "d"\ndim L "l"\n'
                         'input X "B T d"\nparam P_table "L d"\nparam R "2*L-1"\n'
                         'Q "B T d" = rotary(X, T_past)\n'
                         'S "T d" = sinusoidal_encoding(T, d, T_past)\n'

@@ -7,17 +7,18 @@ other finding must follow from it (listed beneath it as a consequence). Every co
 tests/test_hints.py asks of one. Correct but tricky specs must stay clean.
 """
 
+import functools
 import re
 import tomllib
 from pathlib import Path
 
 import pytest
 
-import spec
-from spec import api
-from spec.check import check
-from spec.expr import parse_expression, to_sympy
-from spec.findings import findings_text, grouped
+import tspec
+from tspec import api
+from tspec.checking.check import check
+from tspec.checking.findings import findings_text, grouped
+from tspec.language.expr import parse_expression, to_sympy
 
 CORPUS = tomllib.loads((Path(__file__).parent / "mutations.toml").read_text())
 SOURCE = api.BUILTIN_SPEC.read_text().splitlines()
@@ -41,8 +42,16 @@ def mutated(entry: dict) -> tuple[str, int]:
     return "\n".join(lines) + "\n", line
 
 
-def findings(text: str, entry: dict):
-    parsed = spec.parse(text, file="m.tspec")
+@functools.lru_cache(maxsize=4)
+def parsed_once(text: str):
+    """The spec parsed (a mutated spec is read by several checks of one entry)."""
+    return tspec.parse(text, file="m.tspec")
+
+
+def findings(text: str, entry: dict, every: bool = False):
+    parsed = parsed_once(text)
+    if every:
+        return check(parsed, all_choices=True).findings
     choices = {**BASE, **entry["choices"]}
     opened = entry.get("open", [])
     if opened:
@@ -51,9 +60,10 @@ def findings(text: str, entry: dict):
     return check(parsed, choices).findings
 
 
-def suggestions_hold(text: str, entry: dict, found) -> None:
+def suggestions_hold(text: str, entry: dict, found, every: bool = False) -> None:
     """A constraint a hint suggests parses to the one meant and removes its finding."""
-    symbols = spec.parse(text, file="m.tspec").symbols()
+    symbols = parsed_once(text).symbols()
+    pasted: dict = {}       # each constraint pasted once, for every finding that suggests it
     for finding in found:
         match = SUGGESTION.search(finding.hint)
         assert (match is None) == (finding.suggested is None), finding.text()
@@ -61,7 +71,9 @@ def suggestions_hold(text: str, entry: dict, found) -> None:
             continue
         assert to_sympy(parse_expression(match.group(1)), symbols, relational=True) == \
             finding.suggested
-        after = findings(text + f"require {match.group(1)}\n", entry)
+        if match.group(1) not in pasted:
+            pasted[match.group(1)] = findings(text + f"require {match.group(1)}\n", entry, every)
+        after = pasted[match.group(1)]
         assert (finding.kind, finding.line, finding.message) not in \
             {(f.kind, f.line, f.message) for f in after}, finding.text()
 
@@ -81,6 +93,20 @@ def test_the_first_finding_is_at_the_mutated_line(entry):
     found = findings(text, entry)
     first_and_order(found, line, entry["kind"])
     suggestions_hold(text, entry, found)
+
+
+EVERY = [e for e in CORPUS["mutation"] if e.get("every")]
+
+
+@pytest.mark.parametrize("entry", EVERY, ids=[f"{e['line']}:{e['new']}" for e in EVERY])
+def test_under_every_choice_the_first_finding_is_at_the_mutated_line(entry):
+    # `tspec check spec.tspec`, no choice set: the mutation is found under the choices it
+    # shows in and no finding of another combination comes first or beside it (a variant's
+    # decoding step, the full model that starts a step, another branch's use of the tensor)
+    text, line = mutated(entry)
+    found = findings(text, entry, every=True)
+    first_and_order(found, line, entry["kind"])
+    suggestions_hold(text, entry, found, every=True)
 
 
 @pytest.mark.parametrize("entry", CORPUS["elsewhere"],
@@ -155,5 +181,5 @@ TRICKY = {
 
 @pytest.mark.parametrize("name", sorted(TRICKY))
 def test_correct_but_tricky_specs_stay_clean(name):
-    parsed = spec.parse(TRICKY[name], file="t.tspec")
+    parsed = tspec.parse(TRICKY[name], file="t.tspec")
     assert check(parsed, all_choices=True).findings == [], name

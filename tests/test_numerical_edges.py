@@ -32,9 +32,9 @@ from reference_numpy import softmax as softmax_reference
 from scipy.special import erf
 from test_decoding import keywords as required_keywords
 
-from codegen import weights
-from codegen.generate import BUILTIN_MODELS, source
-from spec import api
+from tspec import api
+from tspec.codegen import weights
+from tspec.codegen.generate import BUILTIN_MODELS, source
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 MODELS = list(BUILTIN_MODELS)        # encoder_decoder, encoder_only, decoder_only, bert, llama

@@ -2,7 +2,7 @@
 (0, 1, 2; 130 after Ctrl-C, 141 when the reader went away) and for an error one line on
 stderr, never a traceback: output to a closed pipe, a full device, a stream that cannot encode
 it; files that cannot be written; Ctrl-C; errors raised by generated code; numbers too long to
-print (spec.cli.main is the one place that turns outcomes into statuses)."""
+print (tspec.cli.main is the one place that turns outcomes into statuses)."""
 
 import errno
 import io
@@ -20,15 +20,16 @@ import pytest
 from command_line import ROOT, run
 from refusals import raises
 
-import tspec
-from codegen import checkpoints, docs, generate, weights
-from codegen import run as run_module
-from codegen.weights import WeightsError
-from spec import api, audit, cli, files
-from spec.errors import SpecError
-from spec.expr import parse_expression, to_sympy
-from spec.numbers import SHOWN_DIGITS, expr_text, integer_text, shown_json, value_text
-from spec.shape import dim_symbol
+from tspec import __main__ as entry
+from tspec import api, cli, files
+from tspec.checking import audit
+from tspec.codegen import checkpoints, docs, generate, weights
+from tspec.codegen import run as run_module
+from tspec.codegen.weights import WeightsError
+from tspec.errors import SpecError
+from tspec.language.expr import parse_expression, to_sympy
+from tspec.language.shape import dim_symbol
+from tspec.numbers import SHOWN_DIGITS, expr_text, integer_text, shown_json, value_text
 
 TINY = ["--set", "N=1", "--set", "d_model=16", "--set", "H=2", "--set", "d_ff=8",
         "--set", "V=50", "--set", "T=4", "--set", "T_dec=4"]
@@ -52,7 +53,6 @@ def commands(out) -> dict[str, list[str]]:
 
 def tspec_process(argv, stdout, unbuffered: bool, **options) -> subprocess.Popen:
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    environment["PYTHONPATH"] = str(ROOT)
     if unbuffered:
         environment["PYTHONUNBUFFERED"] = "1"
     return subprocess.Popen([sys.executable, "-m", "tspec", *argv], stdout=stdout,
@@ -130,13 +130,13 @@ def test_ctrl_c_in_a_proof_ends_in_one_line_and_130(tmp_path):
 
 
 def test_ctrl_c_while_tspec_is_still_importing_is_one_line_and_130(monkeypatch, capsys):
-    class Interrupted:                 # Ctrl-C as the import of spec.cli runs
+    class Interrupted:                 # Ctrl-C as the import of tspec.cli runs
         def find_spec(self, name, path=None, target=None):
-            if name == "spec.cli":
+            if name == "tspec.cli":
                 raise KeyboardInterrupt
-    monkeypatch.delitem(sys.modules, "spec.cli")
+    monkeypatch.delitem(sys.modules, "tspec.cli")
     monkeypatch.setattr(sys, "meta_path", [Interrupted(), *sys.meta_path])
-    assert tspec.main() == 130
+    assert entry.main() == 130
     assert capsys.readouterr().err == "tspec: interrupted\n"
 
 
@@ -171,7 +171,7 @@ def test_output_the_terminal_cannot_encode_is_written_escaped(monkeypatch, tmp_p
 
 
 def test_the_grid_to_an_ascii_terminal_as_a_process():
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "ascii"}
+    environment = {**os.environ, "PYTHONIOENCODING": "ascii"}
     result = subprocess.run([sys.executable, "-m", "tspec", "check", "base", "--grid",
                              "H=8,10"], capture_output=True, env=environment, cwd=ROOT,
                             timeout=300, check=False)

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import scipy.special
 
-from codegen import generate, weights
-from codegen.backends import backend
-from codegen.generate import source
-from codegen.lower import lower
-from codegen.render import render, render_runtime
-from codegen.runtime import load_source
-from spec import api
+from tspec import api
+from tspec.codegen import generate, weights
+from tspec.codegen.backends import backend
+from tspec.codegen.generate import source
+from tspec.codegen.lower import lower
+from tspec.codegen.render import render, render_runtime
+from tspec.codegen.runtime import load_source
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 

@@ -4,8 +4,8 @@ XL, BERT-base, Llama 3 8B)."""
 import numpy as np
 import pytest
 
-from codegen import checkpoints, weights
-from spec import api
+from tspec import api
+from tspec.codegen import checkpoints, weights
 
 # Hugging Face's GPT-2 checkpoints (tied output embedding, so lm_head adds nothing)
 GPT2 = {"gpt2_small": (124_439_808, "gpt2"), "gpt2_medium": (354_823_168, "gpt2-medium"),

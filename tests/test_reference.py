@@ -27,9 +27,9 @@ transformers = pytest.importorskip("transformers")
 from arrays import BACKEND_DTYPES, BACKENDS, NUMPY, to_numpy
 from compare import TOLERANCES, assert_close, flat
 
-from codegen import checkpoints, weights
-from codegen.generate import source
-from spec import api
+from tspec import api
+from tspec.codegen import checkpoints, weights
+from tspec.codegen.generate import source
 
 torch.backends.mha.set_fastpath_enabled(False)     # the reference path, not the fused kernels
 d_model, H, d_ff, N, V = 16, 4, 24, 2, 13

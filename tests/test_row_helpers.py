@@ -30,13 +30,13 @@ from hypothesis import strategies as st
 from refusals import raises
 from test_parallel import on_a_pool
 
-from codegen.backends import backend as backend_named
-from codegen.generate import runtime_source, source
-from codegen.lower import lower
-from codegen.render import render
-from codegen.runtime import load_source
-from spec import api
-from spec.language import parse
+from tspec import api
+from tspec.codegen.backends import backend as backend_named
+from tspec.codegen.generate import runtime_source, source
+from tspec.codegen.lower import lower
+from tspec.codegen.render import render
+from tspec.codegen.runtime import load_source
+from tspec.language.parser import parse
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 # the built-in spec's choices under which a generated module has each helper

@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from refusals import raises
 
-import spec
-from codegen.generate import source
-from codegen.run import run as run_variant
-from codegen.runtime import load_source
-from spec import api
-from spec.check import check, combinations
-from spec.errors import SpecError
-from spec.variant import Variant
+import tspec
+from tspec import api
+from tspec.checking.check import check, combinations
+from tspec.codegen.generate import source
+from tspec.codegen.run import run as run_variant
+from tspec.codegen.runtime import load_source
+from tspec.errors import SpecError
+from tspec.language.variant import Variant
 
 HEADS = '''\
 spec heads "heads"
@@ -38,7 +38,7 @@ def findings(text: str, choices=None, all_choices=True) -> list[tuple]:
     """Each finding's place, kind, message and counterexample (the hints' wording is pinned
     in test_findings)."""
     return [(f.where, f.kind, f.message, f.counterexample)
-            for f in check(spec.parse(text, "t.tspec"), choices,
+            for f in check(tspec.parse(text, "t.tspec"), choices,
                            all_choices=all_choices).findings]
 
 
@@ -91,7 +91,7 @@ def transformer_with(old: str, new: str) -> str:
 def test_a_key_cache_that_starts_from_the_values_is_a_finding_where_d_k_is_not_d_v():
     text = transformer_with(KEY_CACHE, KEY_CACHE.replace("from K_h", "from V_h"))
     line = TRANSFORMER[:TRANSFORMER.index(KEY_CACHE)].count("\n") + 1
-    found = check(spec.parse(text, "t.tspec"), {"arch": "decoder_only"},
+    found = check(tspec.parse(text, "t.tspec"), {"arch": "decoder_only"},
                   all_choices=True).findings
     assert [(f.where, f.kind, f.message, f.expected, f.inferred, f.counterexample, f.choices)
             for f in found] == [
@@ -101,7 +101,7 @@ def test_a_key_cache_that_starts_from_the_values_is_a_finding_where_d_k_is_not_d
          "[H] B T_past d_k", "[H] B T_past d_v", {"d_k": 2, "d_v": 1},
          "head_dims=free, key_value_heads=all, decoding=step")]
     # where head_dims=split makes d_k = d_v, the shapes agree: proved, and generated
-    source(spec.parse(text, "t.tspec"), {"arch": "decoder_only"})
+    source(tspec.parse(text, "t.tspec"), {"arch": "decoder_only"})
 
 
 def test_cross_attention_keys_that_start_from_the_queries_are_a_finding():
@@ -109,13 +109,75 @@ def test_cross_attention_keys_that_start_from_the_queries_are_a_finding():
     source's T: `tspec run --decode` failed on the cache's length (a ValueError)."""
     text = transformer_with(SOURCE_KEYS, SOURCE_KEYS.replace("from K_h", "from Q_h"))
     line = TRANSFORMER[:TRANSFORMER.index(SOURCE_KEYS)].count("\n") + 1
-    found = check(spec.parse(text, "t.tspec"), {"arch": "encoder_decoder", "decoding": "step"}
+    found = check(tspec.parse(text, "t.tspec"), {"arch": "encoder_decoder", "decoding": "step"}
                   ).findings
     assert [(f.where, f.kind, f.message, f.counterexample) for f in found] == [
         (f"t.tspec:{line}", "shape-mismatch",
          ("state K_src is declared [H] B T d_k but prefill starts it as Q_h, [H] B T_past "
           "d_k (Q_h is [H] B T_dec d_k, over T_dec = T_past positions) (axis 1)"),
          {"T": 2, "T_past": 1})]
+
+
+STEP_INPUT = '        input u "B T_new" int "ids of the positions this step adds, each in 0..V-1"\n'
+
+
+@pytest.mark.parametrize("edit, where, message", [
+    # a cache updated with the new keys alone
+    ((("        update K_past = K_h\n", "        update K_past = K_n\n"),), 208,
+     ("update K_past = K_n: K_n has T_new positions where K_past has T_past; a cache keeps its "
+     "positions and adds the new ones")),
+    # the step's ids renamed: an input the full model does not take
+    (((STEP_INPUT, STEP_INPUT.replace("input u", "input w")),
+      ('            X_dec "B T_new d_model" "the new positions\' token embeddings" = E[u]\n',
+       '            X_dec "B T_new d_model" "the new positions\' token embeddings" = E[w]\n')),
+     490, ("the decoding step takes w, which the full model does not: keep it in the cache as a "
+          "state (`state ... from ...`)")),
+])
+def test_a_variant_is_checked_with_the_decoding_step_generate_emits_beside_it(
+        tmp_path, capsys, edit, where, message):
+    """A variant under decoding=full (the default) was proved by `tspec check`, while `tspec
+    run` refused it: its code has a decoding step too, checked under decoding=step."""
+    text = TRANSFORMER
+    for old, new in edit:
+        text = transformer_with(old, new) if text is TRANSFORMER else text.replace(old, new)
+    (tmp_path / "v.tspec").write_text(text)
+    (tmp_path / "v.toml").write_text(
+        'spec = "v.tspec"\n[dims]\nd_model = 32\nH = 4\nd_ff = 16\nN = 1\nV = 50\n'
+        '[choices]\narch = "decoder_only"\npositional = "sinusoidal"\n')
+    report = api.check(str(tmp_path / "v.toml"))
+    assert [(f.line, f.message, f.choices) for f in report.findings] == [
+        (where, message, "decoding=step")]
+    code, out, err = run(capsys, "check", str(tmp_path / "v.toml"))
+    assert code == 1 and "proved" not in out
+    # `tspec run` refuses it for the same finding, as `tspec check` reports it (it exited 2,
+    # "spec transformer is not proved under ... decoding=step: 1 finding(s)")
+    code, out, err = run(capsys, "run", str(tmp_path / "v.toml"))
+    assert code == 1 and out == ""
+    assert err.startswith(f"{tmp_path / 'v.tspec'}:{where}: ") and \
+        err.endswith("tspec: 1 finding(s) in v: nothing to run\n")
+
+
+def test_a_decoding_step_is_checked_with_the_full_model_that_starts_it():
+    """Under decoding=step the prefill's own findings were dropped: cross-attention fed the
+    decoder's keys gave the states' findings, never its own, the cause."""
+    old = "multi_head_attention(Y_1, Z_enc, L_cross_h) as cross_attention"
+    text = transformer_with(old, old.replace("Z_enc", "Y_1"))
+    found = check(tspec.parse(text, "t.tspec"), {"arch": "encoder_decoder", "decoding": "step"},
+                  all_choices=True).findings
+    assert [(f.line, f.kind, f.choices, f.caused_by is found[0]) for f in found] == [
+        (345, "argument-mismatch", "norm=post, decoding=full", False),
+        (235, "shape-mismatch", "norm=post, key_value_heads=grouped, decoding=step", True),
+        (236, "shape-mismatch", "norm=post, key_value_heads=grouped, decoding=step", True),
+        (241, "shape-mismatch", "norm=post, key_value_heads=all, decoding=step", True),
+        (242, "shape-mismatch", "norm=post, key_value_heads=all, decoding=step", True)]
+    # neither argument is "expected" (the mask was); the states say which is likelier wrong
+    assert found[0].message == (
+        "multi_head_attention's inputs X_kv and L_h disagree on T_kv: Y_1 (B T_dec d_model), "
+        "passed as X_kv, gives T_kv = T_dec, but L_cross_h ([H] B T_dec T), passed as L_h, "
+        "gives T_kv = T")
+    assert found[0].hint.endswith(
+        "; with L_cross_h's T_kv (T), the states at lines 235, 236, 241, 242 fit their starts: "
+        "Y_1 is the likelier one not meant")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,7 +200,7 @@ def test_a_block_called_with_a_family_where_it_takes_one_tensor_runs_on_each_mem
             '    param W "d d" "w"\n    Y "B d" "y" = X @ W + S\ninput X[H] "B d" "x"\n'
             'input S "B d" "shared"\nZ[H] "B d" "z" = g(X, S) as each\noutput Z\n')
     assert findings(text) == []
-    model = load_source(source(spec.parse(text, "t.tspec"), {}), typecheck=True)
+    model = load_source(source(tspec.parse(text, "t.tspec"), {}), typecheck=True)
     rng = np.random.default_rng(0)
     X, S, W = rng.standard_normal((3, 2, 4)), rng.standard_normal((2, 4)), \
         rng.standard_normal((4, 4))
@@ -163,7 +225,7 @@ def test_a_block_mapped_over_a_family_is_called_once_and_keeps_no_states(call, b
     with raises(SpecError, f"t.tspec:13: X is a family passed to {block}, which takes one "
                            "tensor: code generation applies a block to each member only where "
                            "it is called once and keeps no states"):
-        check(spec.parse(text, "t.tspec"), all_choices=True)
+        check(tspec.parse(text, "t.tspec"), all_choices=True)
 
 
 def test_a_parameter_no_equation_uses_still_needs_its_shape():
@@ -185,7 +247,7 @@ def test_a_parameter_no_equation_uses_still_needs_its_shape():
 ])
 def test_a_function_with_no_float_array_in_scope_takes_the_dtype(body, expected):
     text = 'spec l "t"\ndim B "b"\ndim T "t"\ninput m "B T" bool "m"\n' + body + "output Y\n"
-    model = load_source(source(spec.parse(text, "t.tspec"), {}), typecheck=True)
+    model = load_source(source(tspec.parse(text, "t.tspec"), {}), typecheck=True)
     m = np.array([[True, False, True]])
     np.testing.assert_array_equal(model.l(m), expected(m))
     if "log" in body:
@@ -206,7 +268,7 @@ def test_a_block_using_a_derived_dim_that_decoding_changes_gets_a_step_function(
     text = text.replace('    Y "B T_x d" "output" = K + X\n',
                         '    Z "B T_x d" "z" = scaled(K) as s\n    Y "B T_x d" "output" = Z + X\n')
     assert findings(text) == []
-    model = load_source(source(spec.parse(text, "t.tspec"), {}))
+    model = load_source(source(tspec.parse(text, "t.tspec"), {}))
     rng = np.random.default_rng(0)
     W, X = rng.standard_normal((3, 3)), rng.standard_normal((2, 5, 3))
     params = {"first": {"W": W, "s": {}}}
@@ -216,7 +278,7 @@ def test_a_block_using_a_derived_dim_that_decoding_changes_gets_a_step_function(
                                X[:, 4:] @ W * 6 + X[:, 4:])              # q = 2 d
     with raises(SpecError, "t.tspec:18: block scaled_step has the name code generation gives "
                            "the decoding step's function of scaled; rename it"):
-        spec.parse(text.replace('block attend(', 'block scaled_step(X "B d") -> Y:\n'
+        tspec.parse(text.replace('block attend(', 'block scaled_step(X "B d") -> Y:\n'
                                 '    Y "B d" "y" = relu(X)\n\nblock attend('), "t.tspec")
 
 
@@ -231,16 +293,32 @@ def test_a_block_using_a_derived_dim_that_decoding_changes_gets_a_step_function(
     ('input X "B T d" "input"', 'input X "B T d" "input"\n    input R "B 2*T" "more"',
      ("the full model's input R (B 2*T) has an axis that is neither free of the sequence's "
       "positions (T) nor those positions: prefill cannot take the prompt's part of it")),
-    # a step whose inputs keep every dim of the full model's: no positions to run over
+    # a step that takes the whole sequence beside the new positions: an input the full model
+    # does not take (was: the step's inputs "lack 0 of the full model's input dims")
     ('input X "B T_new d" "the new positions\' input"',
      'input X "B T_new d" "new"\n    input S "B T d" "the whole sequence"',
-     ("the decoding step's inputs lack 0 of the full model's input dims (none), where they "
+     ("the decoding step takes S, which the full model does not: keep it in the cache as a "
+      "state (`state ... from ...`)")),
+    # a step whose inputs each fit the full model's, which takes another dim besides the
+    # sequence's: prefill could not tell which to run over
+    (('dim d "width"', 'input X "B T d" "input"'),
+     ('dim d "width"\ndim e "other"', 'input X "B T d" "input"\n    input R "B e" "more"'),
+     ("the decoding step's inputs lack 2 of the full model's input dims (T, e), where they "
       "must lack one: the sequence's positions, in whose place a step takes the new ones "
       "(T_new) and those so far (T_past + T_new)")),
+    # the step's input of the full model's name whose other axis is another: the sequence is
+    # still T, by the inputs that agree (was: T_dec, the one dim the step's inputs lacked)
+    (('dim d "width"', 'input X "B T d" "input"', 'input X "B T_new d" "the new'),
+     ('dim d "width"\ndim e "other"', 'input X "B T d" "input"\n    input m "B e" "mask"',
+      'input m "B T" "mask"\n    input X "B T_new d" "the new'),
+     "the decoding step takes m as B T, whose axis 1 is T where the full model's B e has e"),
 ])
 def test_a_decoding_steps_inputs_are_parts_of_the_full_models(old, new, message):
-    assert TINY.count(old) == 1
-    found = findings(TINY.replace(old, new))
+    text = TINY
+    for a, b in zip(*((old, new) if isinstance(old, tuple) else ((old,), (new,)))):
+        assert text.count(a) == 1
+        text = text.replace(a, b)
+    found = findings(text)
     assert message in [f[2] for f in found], found
 
 
@@ -386,7 +464,7 @@ def test_what_tspec_check_proves_code_generation_and_tspec_run_accept(text):
     the decoding step's logits are the full forward's (every op here acts position by
     position, but where the step's q differs from the full model's by design)."""
     try:
-        parsed = spec.parse(text, "r.tspec")
+        parsed = tspec.parse(text, "r.tspec")
         proved = not check(parsed, all_choices=True).findings
     except SpecError:
         return                                  # `tspec check` refuses it, naming the line
@@ -398,3 +476,28 @@ def test_what_tspec_check_proves_code_generation_and_tspec_run_accept(text):
                          decode_steps=2 if "decoding == step" in text else None)
     if result.decoded is not None and "when decoding == step:\n    let" not in text:
         assert result.decoded.difference < 1e-12     # (q = 2 d in the step, 3 d in full)
+
+
+@settings(max_examples=40, deadline=None)
+@given(decoder_specs())
+def test_what_tspec_check_proves_of_one_combination_code_generation_accepts(text):
+    """A variant is checked under its own choices: code generation under them makes the
+    decoding step too (decoding=full) or needs the full model to start it, and must refuse
+    nothing `tspec check` proved of that one combination (a step's mistakes were found only
+    when the variant said decoding=step)."""
+    try:
+        parsed = tspec.parse(text, "r.tspec")
+        combos = combinations(parsed)
+        proved = [combo for combo in combos if not check(parsed, combo).findings]
+    except SpecError:
+        return
+    for combo in proved:
+        source(parsed, combo)
+
+
+def test_a_variants_sizes_are_judged_in_the_model_it_runs():
+    """The decoding step is proved with a variant, its sizes evaluated in the model the
+    variant runs: a table of one row serves a full forward of one position (a step needs
+    T_past + T_new >= 2 rows); a step's prefill is run to start its states, quietly."""
+    assert api.check("base", ["positional=learned", "max_len=1", "T=1", "T_dec=1"]).ok
+    assert api.check("base", ["decoding=step"]).ok

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from refusals import raises
 
-from codegen import generate, weights
-from codegen.generate import source
-from codegen.runtime import load_module, load_source
-from spec import api, cli
+from tspec import api, cli
+from tspec.codegen import generate, weights
+from tspec.codegen.generate import source
+from tspec.codegen.runtime import load_module, load_source
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 GENERATED = api.checkout() / "generated"
@@ -106,8 +106,8 @@ def test_a_generated_folder_is_a_package_that_runs_without_tspec(tmp_path):
               "u = rng.integers(0, 11, (2, 5))\n"
               "logits, probs = decoder_only.transformer(u, np.ones((2, 5), bool), params, H=2)\n"
               "assert probs.shape == (2, 5, 11)\n"
-              "print(sorted({m.split('.')[0] for m in sys.modules} & {'spec', 'codegen', "
-              "'jinja2', 'sympy'}))\n")
+              "print(sorted({m.split('.')[0] for m in sys.modules} & {'tspec', 'spec', "
+              "'codegen', 'jinja2', 'sympy'}))\n")
     assert run_python(script) == "[]\n"
 
 
@@ -121,7 +121,7 @@ def test_importing_a_model_starts_nothing_and_its_first_forward_starts_the_pool(
     has work.)"""
     script = (f"import threading, sys\nsys.path.insert(0, {str(CHECKOUT / 'tests')!r})\n"
               "import test_runtime\n"
-              "from codegen.runtime import load_module\n"
+              "from tspec.codegen.runtime import load_module\n"
               "before = threading.active_count()\n"
               f"model = load_module({str(GENERATED / 'numpy' / 'decoder_only.py')!r})\n"
               "rt = model.rt\n"
@@ -155,8 +155,8 @@ def test_a_model_imports_and_runs_without_resource_or_sysconf():
     script = ("import os, sys\nsys.modules['resource'] = None\ndel os.sysconf\n"
               f"sys.path.insert(0, {str(CHECKOUT / 'tests')!r})\n"
               "import importlib, test_runtime\n"
-              "from codegen import weights\n"
-              "model = importlib.import_module('generated.numpy.decoder_only')\n"
+              "from tspec.codegen import weights\n"
+              "model = importlib.import_module('tspec.generated.numpy.decoder_only')\n"
               "logits = test_runtime.decoder_forward(model)\n"
               "print(model.rt.resource, model.rt.memory_total(), weights.memory_bytes(), "
               "logits.shape)\n"

@@ -2,10 +2,13 @@
 
 import re
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
-from spec import audit, check, load
+from tspec import check, load, parse
+from tspec.checking import audit
+from tspec.checking.check import check as check_spec
 
 MISTAKES = {
     "seed_000": [],
@@ -26,10 +29,10 @@ MISTAKES = {
         ("shape-mismatch", 71, "P_dec", {"T": 2, "T_dec": 1}),
         ("shape-mismatch", 90, "decoder[i].O_h", {"T": 2, "T_dec": 1}),
         ("shape-mismatch", 105, "decoder[i].Q_ch", {"T": 1}),
-        # S_ch follows from Q_ch (listed beneath it): declared as Q_ch is, it fits
-        ("shape-mismatch", 108, "decoder[i].S_ch", {"T": 2, "T_dec": 1}),
         ("shape-mismatch", 106, "decoder[i].K_ch", {"T": 1, "T_dec": 1}),
         ("shape-mismatch", 107, "decoder[i].V_ch", {"T": 1, "T_dec": 1}),
+        # the seed's own mistake, not Q_ch's consequence: with 105-107 fixed it stays
+        ("shape-mismatch", 108, "decoder[i].S_ch", {"T": 2, "T_dec": 1}),
     ],
 }
 # (line, the seed's name, the names the transcription gives what it stands for)
@@ -106,8 +109,18 @@ def test_seed_004_cross_attention_scores_are_T_dec_by_T(reports):
     assert finding.message == ("S_ch is declared [H] B T_dec T_dec but its equation gives "
                                "[H] B T_dec T (axis 2)")
     assert finding.counterexample == {"T": 2, "T_dec": 1}
-    # declared as Q_ch is (T_dec by T), its scores would be T_dec by T_dec: it follows
-    assert (finding.caused_by.line, finding.caused_by.tensor) == (105, "decoder[i].Q_ch")
+    # a mistake of its own (was listed as following from 105, Q_ch): with Q_ch at its other
+    # value alone (as the seed declares it), K_ch's is still what its equation gives, and
+    # the scores do not fit either; fixed as their equations give (the hints), 105-107 leave
+    # it as it is
+    assert finding.caused_by is None
+    text = Path(load("seed_004").spec.file).read_text().splitlines()
+    for line, shape in ((105, "B T_dec d_k"), (106, "B T d_k"), (107, "B T d_v")):
+        assert text[line - 1].count('"B T_dec T"') == 1
+        text[line - 1] = text[line - 1].replace('"B T_dec T"', f'"{shape}"')
+    fixed = check_spec(parse("\n".join(text) + "\n", "seed_004.tspec"))
+    assert [(f.line, f.message, f.caused_by) for f in fixed.findings
+            if f.kind == "shape-mismatch" and f.line > 100] == [(108, finding.message, None)]
 
 
 def test_seed_003_projects_the_wrong_input(reports):

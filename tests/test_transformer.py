@@ -6,16 +6,16 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import spec
-from spec import api
-from spec.language import parse
-from spec.model import choices_in_force
-from spec.variant import Variant
+import tspec
+from tspec import api
+from tspec.language.model import choices_in_force
+from tspec.language.parser import parse
+from tspec.language.variant import Variant
 
 
 @pytest.fixture(scope="module")
 def transformer():
-    return spec.load("transformer")
+    return tspec.load("transformer")
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def base_rows():
 
 
 def test_builtin_spec_proves_under_all_24576_choice_combinations(transformer):
-    report = spec.api.check(transformer)
+    report = tspec.api.check(transformer)
     assert report.findings == []
     assert report.ok
     assert len(report.proof.combinations) == 24576
@@ -37,7 +37,7 @@ def test_encoder_io_is_in_force_only_in_encoder_only_models(transformer):
     """The choices a combination's statements consult: encoder_io only with arch=encoder_only,
     output_embedding not under encoder_io=bert (no vocabulary projection), decoding only in
     models with a decoder; so the 24576 combinations select 11264 different models."""
-    combos = spec.api.check(transformer).proof.combinations
+    combos = tspec.api.check(transformer).proof.combinations
     in_force = [choices_in_force(transformer.spec, combo) for combo in combos]
     for combo, used in zip(combos, in_force):
         assert ("encoder_io" in used) == (combo["arch"] == "encoder_only")
@@ -58,7 +58,7 @@ def test_a_finding_in_one_model_is_reported_for_every_combination_that_selects_i
     not in force there, is left out)."""
     text = api.BUILTIN_SPEC.read_text().replace('param W_pool "d_model d_model"',
                                                 'param W_pool "d_model V"')
-    report = spec.check(parse(text, str(api.BUILTIN_SPEC)))
+    report = tspec.check(parse(text, str(api.BUILTIN_SPEC)))
     assert [(f.kind, f.tensor, f.choices) for f in report.findings] == [
         ("operand-mismatch", "C", "arch=encoder_only, encoder_io=bert"),
         ("shape-mismatch", "C", "arch=encoder_only, encoder_io=bert")]
@@ -158,7 +158,7 @@ def test_free_head_dims_keep_d_k_symbolic():
 # ---------------------------------------------------------------------------------------------
 # Random variants
 
-CHOICES = spec.load("transformer").spec.choices
+CHOICES = tspec.load("transformer").spec.choices
 
 
 def choice_values():
@@ -171,7 +171,7 @@ def choice_values():
        d_ff=st.integers(1, 8192), N=st.integers(1, 24), groups=st.integers(0, 7),
        choices=choice_values())
 def test_random_valid_variants_check_clean(H, k, d_ff, N, groups, choices):
-    transformer = spec.load("transformer").spec
+    transformer = tspec.load("transformer").spec
     divisors = [g for g in range(1, H + 1) if H % g == 0]
     # rotary positions need an even d_k; every other choice takes any multiple of H
     d_model = H * k * (2 if choices["positional"] == "rotary" else 1)
@@ -198,7 +198,7 @@ def test_random_divisibility_breaking_variants_have_one_finding(H, width, choice
     # any width, but an even one under rotary positions (no H makes an odd one valid there)
     d_model = 2 * width if choices["positional"] == "rotary" else width
     assume(d_model % H != 0)
-    transformer = spec.load("transformer").spec
+    transformer = tspec.load("transformer").spec
     variant = Variant("random", transformer, {"d_model": d_model, "H": H, "H_kv": 1},
                       {**choices, "head_dims": "split"})
     report = api.check(variant)
@@ -233,7 +233,7 @@ def check_mutated(old, new):
     text = api.BUILTIN_SPEC.read_text()
     assert text.count(old) == 1, old
     mutated = text.replace(old, new)
-    report = spec.check(spec.Variant("m", spec.parse(mutated, file="m.tspec"), is_spec=True))
+    report = tspec.check(tspec.Variant("m", tspec.parse(mutated, file="m.tspec"), is_spec=True))
     return report.findings, mutated.splitlines()
 
 
@@ -297,12 +297,12 @@ def test_removing_the_position_table_bound_is_caught():
 def test_a_position_table_bounds_only_the_lengths_the_model_has():
     # decoder-only: the source length T is unused, so T > max_len is no violation
     settings = ["arch=decoder_only", "positional=learned", "T=4096", "max_len=1024"]
-    assert spec.check("base", settings).findings == []
-    report = spec.check("base", ["arch=decoder_only", "positional=learned", "T_dec=2048",
+    assert tspec.check("base", settings).findings == []
+    report = tspec.check("base", ["arch=decoder_only", "positional=learned", "T_dec=2048",
                                  "max_len=1024"])
     assert [f.message for f in report.findings] == [
         "T_dec <= max_len does not hold for T_dec=2048, max_len=1024"]
-    report = spec.check("base", ["arch=encoder_only", "positional=learned", "T=2048",
+    report = tspec.check("base", ["arch=encoder_only", "positional=learned", "T=2048",
                                  "max_len=1024", "T_dec=4096"])
     assert [f.message for f in report.findings] == [
         "T <= max_len does not hold for T=2048, max_len=1024"]

@@ -6,9 +6,9 @@ import threading
 import numpy as np
 import pytest
 
-from codegen.run import _keywords, _prepare, with_run_defaults
-from codegen.runtime import load_module
-from spec import api
+from tspec import api
+from tspec.codegen.run import _keywords, _prepare, with_run_defaults
+from tspec.codegen.runtime import load_module
 
 GENERATED = api.SPEC_DIR.parent / "generated" / "numpy"
 

@@ -22,11 +22,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from refusals import raises
 
-from codegen import docs, generate, weights
-from spec import api, files
-from spec.cli import main
-from spec.errors import CodegenError, SpecError, SpecSyntaxError, UsageError
-from spec.files import inside, write_atomic, write_files
+from tspec import api, files
+from tspec.cli import main
+from tspec.codegen import docs, generate, weights
+from tspec.errors import CodegenError, SpecError, SpecSyntaxError, UsageError
+from tspec.files import inside, write_atomic, write_files
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
@@ -334,9 +334,7 @@ def test_a_full_disk_part_way_through_docs_leaves_every_page_old(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
     done = subprocess.run([sys.executable, "-m", "tspec", "docs",
                            str(tmp_path / "b" / "base.toml"), "--out", str(out)],
-                          capture_output=True, cwd=ROOT, env={**os.environ,
-                                                              "PYTHONPATH": str(ROOT)},
-                          preexec_fn=limit, timeout=300, check=False)
+                          capture_output=True, cwd=ROOT, preexec_fn=limit, timeout=300, check=False)
     assert (done.returncode, done.stdout) == (2, b"")
     assert done.stderr.decode() == f"tspec: error: cannot write {out / 'base.html'}: File too " \
                                    "large\n"
@@ -406,7 +404,7 @@ def test_two_names_for_one_file_are_refused(tmp_path):
 
 PAUSED_WRITER = """
 import os, sys
-from spec import files
+from tspec import files
 real = os.replace
 def paused(source, target):
     print("staged", flush=True)
@@ -420,7 +418,7 @@ files.write_files({sys.argv[1]: "from the other process\\n"})
 def paused_writer(path: Path) -> subprocess.Popen:
     """A process that stages ``path`` and waits, before renaming it in, for a line."""
     process = subprocess.Popen([sys.executable, "-c", PAUSED_WRITER, str(path)], cwd=ROOT,
-                               env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True,
+                               text=True,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert process.stdout.readline() == "staged\n"
     return process
@@ -575,9 +573,8 @@ def test_a_variant_that_is_a_device_is_refused_without_reading(tmp_path):
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
     done = subprocess.run([sys.executable, "-m", "tspec", "check", "v.toml"], cwd=tmp_path,
-                          capture_output=True, text=True, env={**os.environ,
-                                                               "PYTHONPATH": str(ROOT)},
-                          preexec_fn=limit, timeout=120, check=False)
+                          capture_output=True, text=True, preexec_fn=limit, timeout=120,
+                          check=False)
     assert (done.returncode, done.stderr) == (
         2, "tspec: error: cannot read v.toml: a character device, not a regular file\n")
 

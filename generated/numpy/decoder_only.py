@@ -15,7 +15,7 @@ is one array with the family axis first, (H, B, T, d_k). Parameters come in nest
 dictionaries keyed by the spec's names (the *Params classes). Pass `trace={}` to the model to
 receive every named intermediate. Set TSPEC_TYPECHECK=1 before import to check the shape and
 dtype of every array argument and result at run time (jaxtyping with beartype); unset, the
-checks cost nothing. Parameters are checked when loaded (codegen.weights), not per call.
+checks cost nothing. Parameters are checked when loaded (tspec.load_weights), not per call.
 Optional and Tuple come from typing: beartype keys `X | None` and `tuple[...]` by their text,
 which NumPy's and CuPy's annotations share, and would check one backend's arrays against the
 other's.

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from codegen.runtime import _private_folder
-from spec.files import write_atomic
+from tspec.codegen.runtime import _private_folder
+from tspec.files import write_atomic
 
 PRELUDE = Path(__file__).with_name("cuda_on_cpu.h")
 INCLUDE = Path(__file__).with_name("include")     # CUDA's headers, as the prelude has them

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from spec.errors import SpecError
-from spec.shape import Dim, Shape
+from tspec.errors import SpecError
+from tspec.language.shape import Dim, Shape
 
 ROLES = ("input", "param", "state", "intermediate", "output")
 
@@ -185,7 +185,7 @@ class Equation:
 
     @functools.cached_property
     def latex(self) -> str:
-        from spec.latex import equation_latex  # the printer reads the op catalogue
+        from tspec.language.latex import equation_latex  # the printer reads the op catalogue
         return equation_latex(self.output, self.expr)
 
     @property
@@ -212,7 +212,7 @@ class BlockCall:
 
     @functools.cached_property
     def latex(self) -> str:
-        from spec.latex import call_latex  # the printer reads the op catalogue
+        from tspec.language.latex import call_latex  # the printer reads the op catalogue
         return call_latex(self.output, self.block, self.args, self.repeat)
 
 
@@ -592,7 +592,7 @@ def select(statements: list, choices: dict[str, str]) -> list:
 def concrete_values(spec: Spec, choices: dict[str, str], dims: dict[str, int]) -> dict:
     """Dim symbol -> value for every dim that has one: given, bound by the spec, or derived
     from those (through the prover's own composition of derived dims)."""
-    from spec.prove import Prover, evaluate
+    from tspec.checking.prove import Prover, evaluate
     symbols = spec.symbols()
     derived = {symbols[let.dim]: let.expr for let in lets(spec, spec.choice_values(choices))}
     given = {name: dim.value for name, dim in spec.dims.items() if dim.value is not None}

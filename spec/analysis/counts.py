@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from spec.attention import AttentionCore, attention_core
-from spec.check import topological
-from spec.model import (
+from tspec.analysis.attention import AttentionCore, attention_core
+from tspec.checking.check import topological
+from tspec.checking.prove import evaluate as prove_evaluate
+from tspec.language.model import (
     Block,
     BlockCall,
     Equation,
@@ -36,10 +37,9 @@ from spec.model import (
     local_binding,
     select,
 )
-from spec.numbers import integer_text
-from spec.ops import OPS, Unchecked, Value, numel
-from spec.prove import evaluate as prove_evaluate
-from spec.shape import Shape
+from tspec.language.shape import Shape
+from tspec.numbers import integer_text
+from tspec.ops.catalogue import OPS, Unchecked, Value, numel
 
 ZERO = sympy.Integer(0)
 BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from spec.model import Block, Equation, OpNode, ScalarExpr, TensorDecl, TensorRef
+from tspec.language.model import Block, Equation, OpNode, ScalarExpr, TensorDecl, TensorRef
 
 
 @dataclass(frozen=True)

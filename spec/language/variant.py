@@ -27,10 +27,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spec.errors import TspecError, UsageError, VariantError, hidden, hidden_kind, quoted
-from spec.files import read_limited
-from spec.model import Spec
-from spec.ops import SETTINGS
+from tspec.errors import TspecError, UsageError, VariantError, hidden, hidden_kind, quoted
+from tspec.files import read_limited
+from tspec.language.model import Spec
+from tspec.ops.catalogue import SETTINGS
 
 MAX_VARIANT_BYTES = 1_000_000
 MAX_DIGITS = 40

@@ -6,9 +6,9 @@ when the committed file differs from what the specs produce now.
 
 from pathlib import Path
 
-from spec import api
-from spec.files import stale_diff, write_atomic
-from spec.findings import Finding
+from tspec import api
+from tspec.checking.findings import Finding
+from tspec.files import stale_diff, write_atomic
 
 REPO = api.SPEC_DIR.parent
 AUDIT_NAME = Path("docs") / "seed-audit.md"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import sympy
 from sympy.printing.precedence import precedence
 
-from spec.errors import SpecError, SpecSyntaxError
-from spec.numbers import IntegerPrinter
+from tspec.errors import SpecError, SpecSyntaxError
+from tspec.numbers import IntegerPrinter
 
 # ---------------------------------------------------------------------------------------------
 # Tokens

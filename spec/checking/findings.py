@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
 
-from spec.numbers import shown_json, value_text
+from tspec.numbers import shown_json, value_text
 
 # Every kind of finding, with what it means. Tests pin one message per kind.
 KINDS = {
@@ -66,6 +66,10 @@ class Finding:
     cause: tuple | None = field(default=None, repr=False, compare=False)
     # the constraint the hint suggests adding (a sympy relation), None when it suggests none
     suggested: object = field(default=None, repr=False, compare=False)
+    # the declaration the hint suggests changing and the shape it suggests, (TensorDecl,
+    # Shape), None when it suggests none: the checker offers it only where it fixes the
+    # finding and moves it nowhere else
+    redeclare: object = field(default=None, repr=False, compare=False)
 
     def key(self) -> tuple:
         return (self.kind, self.file, self.line, self.message, self.expected, self.inferred,

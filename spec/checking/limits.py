@@ -13,8 +13,8 @@ import signal
 import threading
 import time
 
-from spec.errors import LimitError, UsageError
-from spec.model import BlockCall, Equation, Let, Spec, TensorDecl, When
+from tspec.errors import LimitError, UsageError
+from tspec.language.model import BlockCall, Equation, Let, Spec, TensorDecl, When
 
 TIME_LIMIT = 60.0            # seconds a check may take by default (the built-in spec: ~0.6)
 MAX_TENSORS = 100_000        # tensors a spec may expand to, every block call its own

@@ -30,17 +30,17 @@ from fractions import Fraction
 
 import numpy as np
 
-from spec import limits
-from spec.check import Result
-from spec.check import check as check_spec
-from spec.counts import DTYPE, costs, free_sizes, used_dims
-from spec.errors import GridError
-from spec.evaluate import Evaluator, Exact, as_integers, free_symbols
-from spec.expr import degree, derived_degrees
-from spec.findings import display_path, format_value
-from spec.model import Constraint, Let, choices_in_force, select
-from spec.numbers import exact, integer_text, shown_json
-from spec.variant import MAX_DIGITS, Variant, dim_value, shown, unknown_dim
+from tspec.analysis.counts import DTYPE, costs, free_sizes, used_dims
+from tspec.analysis.evaluate import Evaluator, Exact, as_integers, free_symbols
+from tspec.checking import limits
+from tspec.checking.check import Result
+from tspec.checking.check import check as check_spec
+from tspec.checking.findings import display_path, format_value
+from tspec.errors import GridError
+from tspec.language.expr import degree, derived_degrees
+from tspec.language.model import Constraint, Let, choices_in_force, select
+from tspec.language.variant import MAX_DIGITS, Variant, dim_value, shown, unknown_dim
+from tspec.numbers import exact, integer_text, shown_json
 
 MAX_COMBINATIONS = 1_000_000
 CHUNK = 16_384          # combinations judged, counted and written at a time, at most

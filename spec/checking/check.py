@@ -17,12 +17,13 @@ from typing import NamedTuple
 import numpy as np
 import sympy
 
-from spec import limits
-from spec.errors import LimitError, SpecError
-from spec.expr import MAX_DEGREE, derived_degrees, dim_text
-from spec.findings import Finding, format_value, grouped
-from spec.limits import TIME_LIMIT, require_tensor_count
-from spec.model import (
+from tspec.checking import limits
+from tspec.checking.findings import Finding, format_value, grouped
+from tspec.checking.limits import TIME_LIMIT, require_tensor_count
+from tspec.checking.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
+from tspec.errors import LimitError, SpecError
+from tspec.language.expr import MAX_DEGREE, derived_degrees, dim_text
+from tspec.language.model import (
     DECODING,
     FULL,
     NEW,
@@ -44,7 +45,6 @@ from spec.model import (
     Update,
     When,
     decodes,
-    input_dims,
     model_inputs,
     outputs,
     prompt_dims,
@@ -52,9 +52,8 @@ from spec.model import (
     selections,
     tensor_names,
 )
-from spec.ops import OPS, Value, join_family
-from spec.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
-from spec.shape import Shape, format_expr
+from tspec.language.shape import Shape, format_expr
+from tspec.ops.catalogue import OPS, Value, join_family
 
 DECLARED = ("input", "param", "state")   # roles given, not computed by an equation
 NEAREST_WINDOW = 4096     # how far to look for valid values near a violating one
@@ -159,15 +158,30 @@ class _Scope:
                               f"{format_expr(b)}", [a, b],
                               hint=_operand_hint(what, a, b, self.declared_operands()))
         failed = None if verdict.proved else self.checker.findings[-1].key()
-        for term in getattr(self.node, "args", ()):
-            decl = self.decls.get(term.name) if isinstance(term, TensorRef) else None
-            # a block's input is judged by its calls (see bind), not by its body
-            if decl is not None and decl.role in DECLARED and decl.shape is not None and \
-                    (self.block is None or decl not in self.block.inputs):
-                shape = self.resolve_shape(self.values[term.name].shape)
-                if {a, b} & set(shape.dims + (shape.family,)):    # a dim it declares
-                    self.checker.used(decl, self.equation, failed)
+        # each declared tensor the op reads, itself or transposed (E.T), whose shape has one
+        # of the two: a use that fits it or not (one the op reads through another op, W in
+        # X @ W + b, is judged there)
+        viewed = (_viewed(term) for term in getattr(self.node, "args", ()))
+        for decl in self.declared_read(tuple(t for t in viewed if isinstance(t, TensorRef))):
+            shape = self.resolve_shape(self.values[decl.name].shape)
+            if {a, b} & set(shape.dims + (shape.family,)):    # a dim it declares
+                self.checker.used(decl, self.equation, failed)
         return a
+
+    def declared_read(self, terms: tuple) -> list[TensorDecl]:
+        """The declared tensors (inputs, parameters, states) these terms read, themselves or
+        through ops; a block's input is judged by its calls (see bind), not by its body.
+        (Remembered for each body's terms, which every choice combination reads alike.)"""
+        cache = self.checker.record_cache
+        key = ("read", tuple(map(id, terms)), id(self.decls))
+        found = cache.get(key)
+        if found is None:
+            names = dict.fromkeys(n for term in terms for n in tensor_names(term))
+            found = cache[key] = [
+                decl for decl in map(self.decls.get, names)
+                if decl is not None and decl.role in DECLARED and decl.shape is not None and
+                (self.block is None or decl not in self.block.inputs)]
+        return found
 
     def divides(self, divisor, n, what):
         divisor, n = self.resolve(divisor), self.resolve(n)
@@ -192,6 +206,19 @@ class _Scope:
             self.report_claim("out-of-range", verdict,
                               f"{what}: {format_expr(a)} must not exceed {format_expr(b)}",
                               [a, b], hint=hint, suggested=suggested)
+            table = self.table() if suggested is None and what.endswith("vs table length") \
+                else None
+            if table is not None:
+                # no constraint fixes it: a use of the table its rows do not cover
+                self.checker.used(table, self.equation, self.checker.findings[-1].key())
+
+    def table(self) -> TensorDecl | None:
+        """The declared table the op being checked takes rows or entries of, if any."""
+        node = self.node
+        if isinstance(node, OpNode) and node.args and isinstance(node.args[0], TensorRef):
+            found = self.declared_read((node.args[0],))
+            return found[0] if found else None
+        return None
 
     def declared_operands(self) -> str:
         """The tensors the op being checked reads, each with the line that declares it:
@@ -285,6 +312,33 @@ class _Scope:
             else None,
             dims=self.checker.dim_values(symbols), hint=hint, suggested=suggested,
             cause=cause))
+
+
+def _whole_polynomial(expr) -> bool:
+    """Whether ``expr`` is a polynomial in its dims with whole coefficients (whole wherever
+    they are)."""
+    symbols = sorted(expr.free_symbols, key=str)
+    if not symbols or not expr.is_polynomial(*symbols):
+        return False
+    return all(c.is_Integer for c in sympy.Poly(expr, *symbols).coeffs())
+
+
+def _unbound(shape: Shape, binding: dict) -> Shape:
+    """A shape in a block's terms: each size a call bound one local dim to (alone) written as
+    that dim."""
+    values = list(binding.values())
+    back = {value: local for local, value in binding.items() if values.count(value) == 1}
+    if not back:
+        return shape
+    family = None if shape.family is None else back.get(shape.family, shape.family)
+    return Shape(tuple(back.get(d, d) for d in shape.dims), family)
+
+
+def _viewed(term):
+    """The tensor a term is a view of (E in E.T), or the term."""
+    while isinstance(term, OpNode) and term.op == "transpose":
+        term = term.args[0]
+    return term
 
 
 def _operand_hint(what: str, a, b, declared: str) -> str:
@@ -386,9 +440,9 @@ class _Run:
         """A use of a declared tensor by a record (an operand of its ops, a block input bound
         at a call, a state updated) that fits its declared shape (``failed`` None) or does not
         (the key of its finding). A record fits when none of its claims fails."""
-        entry = self.uses.setdefault(id(decl), [decl, set(), {}])
+        entry = self.uses.setdefault(id(decl), [decl, {}, {}])
         if failed is None:
-            entry[1].add(id(record))
+            entry[1][id(record)] = record.line
         else:
             entry[2].setdefault(id(record), []).append(failed)
 
@@ -789,7 +843,8 @@ class _Run:
             states_start, starts_start = len(self.states), len(self.starts)
             self.check_record(scope, record, declared)
             if suspects:
-                self.follows(scope, record, declared, suspects, start)
+                self.follows(scope, record, declared, suspects, start, states_start,
+                             starts_start)
             if key is not None and not self.fresh.symbols:
                 self.record_cache[key] = (scope.values[record.output], self.findings[start:],
                                           scope.rows[rows_start:], self.states[states_start:],
@@ -814,13 +869,18 @@ class _Run:
                 self.pending.append((scope.qualified(name), decl, None, None, {}))
             if decl.role == "state":
                 self.states.append((scope.qualified(name), decl,
-                                    scope.resolve_shape(decl.shape.subs(scope.binding)), {}))
+                                    scope.resolve_shape(decl.shape.subs(scope.binding)), {},
+                                    None))
         for record in order:
             if record.output in self.start_names:
                 value = scope.values[record.output]
+                doubt = scope.suspect.get(record.output)
+                # a start an earlier finding made doubtful: its other shape, and the finding
+                other = None if doubt is None or doubt.other.shape is None else \
+                    (scope.resolve_shape(doubt.other.shape), doubt.cause)
                 self.starts.append((scope.qualified(record.output), value.dtype,
                                     None if value.shape is None else
-                                    scope.resolve_shape(value.shape), {}))
+                                    scope.resolve_shape(value.shape), {}, other))
 
     def check_record(self, scope: _Scope, record, declared: TensorDecl | None) -> None:
         if isinstance(record, Equation):
@@ -829,35 +889,76 @@ class _Run:
             self.check_call(scope, record, declared)
 
     def follows(self, scope: _Scope, record, declared: TensorDecl | None, suspects: list,
-                start: int) -> None:
+                start: int, states_start: int, starts_start: int) -> None:
         """A record that reads tensors an earlier finding made doubtful (``scope.suspect``) is
         checked again with the other value of each. Where that finds nothing, each of its
         findings follows from the earlier one (its ``cause``); where its value differs, its
         value is doubtful too, for the same cause (a chain of consequences, each beneath the
-        first cause)."""
-        doubt = scope.suspect[suspects[0]]
+        first cause).
+
+        Each first cause is tried alone: the tensors it made doubtful (itself or through the
+        findings that follow from it) take their other value, the rest keep theirs. A finding
+        follows from it only where it disappears so (what fixing that cause changes), not
+        where it takes another cause's fix too."""
         found = self.findings[start:]
         value = scope.values[record.output]
-        with self.aside(scope):
-            for name in suspects:
-                scope.values[name] = scope.suspect[name].other
-            alternative = len(self.findings)
-            try:
-                self.check_record(scope, record, declared)
-                clean = len(self.findings) == alternative
-                other = scope.values[record.output]
-            except SpecError:           # the other value breaks an op outright
-                clean, other = False, value
-        if clean != (not found) and suspects[0] == doubt.tensor:
-            # a use that fits one of the two alone: the claim, or what the equation gives
-            self.evidence.setdefault(doubt.cause, {}).setdefault(
-                "claim" if clean == doubt.declared else "equation", set()).add(record.line)
-        if clean:
-            for finding in found:
-                if finding.cause is None:
-                    finding.cause = doubt.cause
-        if record.output not in scope.suspect and other.shape != value.shape:
-            scope.suspect[record.output] = doubt._replace(other=other)
+        # the tensors each first cause made doubtful (through findings that follow from it)
+        # take their other values together: fixing it changes them all
+        causes = {f.key(): f.cause for f in self.findings[:start] if f.cause is not None}
+
+        def root(key: tuple) -> tuple:
+            seen = {key}
+            while causes.get(key) is not None and causes[key] not in seen:
+                key = causes[key]
+                seen.add(key)
+            return key
+
+        by_cause: dict = {}
+        for name in suspects:
+            by_cause.setdefault(root(scope.suspect[name].cause), []).append(name)
+        for names in by_cause.values():
+            doubt = scope.suspect[names[0]]
+            with self.aside(scope):
+                for name in names:
+                    scope.values[name] = scope.suspect[name].other
+                alternative = len(self.findings)
+                kept = len(self.states), len(self.starts)
+                try:
+                    self.check_record(scope, record, declared)
+                    clean = len(self.findings) == alternative
+                    other = scope.values[record.output]
+                    otherwise = self.states[kept[0]:], self.starts[kept[1]:]
+                except SpecError:           # the other value breaks an op outright
+                    clean, other, otherwise = False, value, None
+            if otherwise is not None:
+                self.alternatives(states_start, starts_start, *otherwise, doubt.cause)
+            if clean != (not found) and names == [doubt.tensor]:
+                # a use that fits one of the two alone: the claim, or what the equation
+                # gives
+                self.evidence.setdefault(doubt.cause, {}).setdefault(
+                    "claim" if clean == doubt.declared else "equation", set()).add(
+                    record.line)
+            if clean:
+                for finding in found:
+                    if finding.cause is None:
+                        finding.cause = doubt.cause
+            if record.output not in scope.suspect and other.shape != value.shape:
+                scope.suspect[record.output] = doubt._replace(other=other)
+
+    def alternatives(self, states_start: int, starts_start: int, states: list, starts: list,
+                     cause: tuple) -> None:
+        """The states and starts recorded since the given places, each marked with the shape
+        it has in a check with an earlier finding's tensors at their other value (``states``
+        and ``starts`` of that check), where that differs: the decoding pass judges them
+        with it too (see ``_started_otherwise``)."""
+        for kept, first, other in ((self.states, states_start, states),
+                                   (self.starts, starts_start, starts)):
+            shapes = {(entry[0], tuple(entry[3].items())): entry[2] for entry in other}
+            for index in range(first, len(kept)):
+                entry = kept[index]
+                shape = shapes.get((entry[0], tuple(entry[3].items())))
+                if entry[4] is None and shape is not None and shape != entry[2]:
+                    kept[index] = entry[:4] + ((shape, cause),)
 
     @contextlib.contextmanager
     def aside(self, scope: _Scope):
@@ -1032,8 +1133,14 @@ class _Run:
             hint, suggested = self.size_hint(
                 kind, size, "fix the declared shape: a size is at least 1" if kind ==
                 "out-of-range" else "fix the declared shape: a size is a whole number")
+            # a product of dims with whole coefficients is whole where they are: one over a
+            # derived dim that is not follows from that dim's finding
+            broken = self.broken_lets
+            cause = next((broken[s] for s in sorted(size.free_symbols, key=str)
+                          if s in broken), None) \
+                if kind == "not-integral" and _whole_polynomial(size) else None
             self.add(Finding(
-                kind="unproved" if verdict.unknown else kind,
+                kind="unproved" if verdict.unknown else kind, cause=cause,
                 message=f"size {format_expr(size)} in the declared shape of {decl.name} "
                         f"is not {what} for every allowed size",
                 file=decl.file, line=decl.line, tensor=scope.qualified(decl.name),
@@ -1087,7 +1194,7 @@ class _Run:
         if declared is not None and declared.shape is not None:
             claim = declared.shape.subs(scope.binding)
             before = len(self.findings)
-            self.compare_shapes(scope, record, claim, inferred)
+            self.compare_shapes(scope, record, claim, inferred, declared)
             refuted = len(self.findings) > before
             if declared.dtype != value.dtype:
                 scope.equation = record
@@ -1096,6 +1203,9 @@ class _Run:
                               hint=f"declare {name} as {value.dtype}, or change the equation")
             result = Value(inferred if refuted and trust_inferred else claim, declared.dtype,
                            tensor=name)
+            if isinstance(record, Equation) and inferred is not None:
+                self.claim_uses(scope, record, claim, inferred,
+                                self.findings[before].key() if refuted else None)
             if refuted and inferred is not None:
                 # later equations go on from one of the claim and what the equation gives:
                 # where they trip over it but not over the other, they follow from this
@@ -1113,17 +1223,41 @@ class _Run:
                                     declared is not None and declared.shape is not None,
                                     f"{name} = {record.text}", record.file, record.line))
 
-    def compare_shapes(self, scope: _Scope, record, claim: Shape, inferred: Shape) -> None:
+    def claim_uses(self, scope: _Scope, record: Equation, claim: Shape, inferred: Shape,
+                   failed: tuple | None) -> None:
+        """An equation's claim about its output is a use of each declared tensor it reads:
+        one that fits where the claim holds; where it is refuted, one that does not fit for
+        each tensor whose declared shape gave a size the claim does not have (E[t] gives
+        E's width; the claim says another)."""
+        if failed is None:
+            for decl in scope.declared_read((record.expr,)):
+                self.used(decl, record, None)
+            return
+        given = set(inferred.dims) if claim.rank != inferred.rank else \
+            {b for a, b in zip(claim.dims, inferred.dims) if a != b}
+        if claim.family != inferred.family and inferred.family is not None:
+            given.add(inferred.family)
+        for decl in scope.declared_read((record.expr,)):
+            shape = scope.resolve_shape(scope.values[decl.name].shape)
+            if given & set(shape.dims + (shape.family,)):
+                self.used(decl, record, failed)
+
+    def compare_shapes(self, scope: _Scope, record, claim: Shape, inferred: Shape,
+                       declared: TensorDecl | None = None) -> None:
         scope.equation = record
         name = record.output
         stated = claim                                     # the claim as written, for reports
 
         def report(message, verdict, exprs):
-            family = "" if inferred.family is None else f"[{format_expr(inferred.family)}]"
-            hint = f"declare {name}{family} as \"{_declaration(inferred)}\", or fix the equation"
+            # in the block's own terms: its local dims where the call bound them
+            shape = _unbound(inferred, scope.binding)
+            family = "" if shape.family is None else f"[{format_expr(shape.family)}]"
+            hint = f"declare {name}{family} as \"{_declaration(shape)}\", or fix the equation"
             scope.finding("unproved" if verdict is not None and verdict.unknown
                           else "shape-mismatch", message, verdict, exprs, hint, stated.text(),
                           inferred.text())
+            if declared is not None:
+                self.findings[-1].redeclare = (declared, shape)
 
         while claim.rank > inferred.rank and claim.dims[0] == 1:
             claim = Shape(claim.dims[1:], claim.family)    # leading unit axes broadcast away
@@ -1212,9 +1346,10 @@ class _Run:
             actuals = [Shape(a.dims) for a in actuals]
         bound_by: dict = {}       # local dim -> the argument and input that bound it
         doubts: dict = {}         # block input -> its doubt, where the argument does not fit
+        conflicts: list = []      # local dims two arguments disagree on (see bind)
         for decl, arg, actual in zip(block.inputs, call.args, actuals):
             self.bind(scope, call, block, decl, arg, actual, scope.values[arg].dtype, binding,
-                      locals_, bound_by, doubts)
+                      locals_, bound_by, doubts, conflicts)
         unbound = [d.name for d in block.local_dims.values() if d.symbol not in binding]
         if unbound:
             raise SpecError(f"block {block.name}: local dim{'s' if len(unbound) > 1 else ''} "
@@ -1227,7 +1362,8 @@ class _Run:
         if ways is None:
             ways = self.record_cache[ways_key] = selections(self.spec, block.name, self.choices)
         if ways == [{}]:
-            self.call_block(scope, call, block, binding, mapped, path, declared, doubts)
+            self.call_block(scope, call, block, binding, mapped, path, declared, doubts,
+                            conflicts)
             return
         # the block consults choices the caller left open: it is checked under each way of
         # setting them, its findings marked with the way; the caller goes on from the declared
@@ -1238,24 +1374,43 @@ class _Run:
             start, pending_start, rows_start = len(self.findings), len(self.pending), \
                 len(scope.rows)
             states_start, starts_start = len(self.states), len(self.starts)
-            self.call_block(scope, call, block, binding, mapped, path, declared, doubts)
+            self.call_block(scope, call, block, binding, mapped, path, declared, doubts,
+                            conflicts)
             self.findings[start:] = [replace(f, selection=way | f.selection)
                                      for f in self.findings[start:]]
             self.pending[pending_start:] = [entry[:4] + (way | entry[4],)
                                             for entry in self.pending[pending_start:]]
             for kept, first in ((self.states, states_start), (self.starts, starts_start)):
-                kept[first:] = [entry[:3] + (way | entry[3],) for entry in kept[first:]]
+                kept[first:] = [entry[:3] + (way | entry[3],) + entry[4:]
+                                for entry in kept[first:]]
             if index:
                 del scope.rows[rows_start:]
         self.choices, self.want_rows = outer, want_rows
 
     def call_block(self, scope: _Scope, call: BlockCall, block: Block, binding: dict,
-                   mapped, path: str, declared: TensorDecl | None, doubts: dict) -> None:
+                   mapped, path: str, declared: TensorDecl | None, doubts: dict,
+                   conflicts: list) -> None:
         """Check a call of a block whose choices are all set: its body, then its output
         against the declared shape (which later equations go on from: the same under every
-        way of setting the choices the block consults)."""
+        way of setting the choices the block consults).
+
+        Where two arguments disagree on a local dim (``conflicts``), the body is checked
+        again with the later one's value: the states and starts that differ so are doubtful,
+        for the argument-mismatch (see ``alternatives``)."""
+        kept = len(self.states), len(self.starts)
         output, rows, suspect = self.check_block(block, binding, path, doubts)
         scope.rows.extend(rows)
+        if conflicts:
+            with self.aside(scope):
+                again = len(self.states), len(self.starts)
+                try:
+                    self.check_block(block, binding | {local: given for local, given, _ in
+                                                       conflicts}, path, {})
+                    otherwise = self.states[again[0]:], self.starts[again[1]:]
+                except SpecError:
+                    otherwise = None
+            if otherwise is not None:
+                self.alternatives(*kept, *otherwise, conflicts[0][2])
         body = len(self.findings)
         self.finish_call(scope, call, block, binding, mapped, declared, output)
         if suspect is None:
@@ -1307,7 +1462,18 @@ class _Run:
         self.compare(scope, call, declared, output)
 
     def bind(self, scope, call, block, decl, arg, actual: Shape, dtype, binding, locals_,
-             bound_by, doubts):
+             bound_by, doubts, conflicts):
+        # a call is a use of the block's input, and of the argument where it is declared
+        given = scope.decls.get(arg)
+        given = given if given is not None and given.role in DECLARED and \
+            given.shape is not None and \
+            (scope.block is None or given not in scope.block.inputs) else None
+
+        def used(failed):
+            self.used(decl, call, failed)
+            if given is not None:
+                self.used(given, call, failed)
+
         declared = decl.shape
         expected = declared.subs(binding)
         problem = None
@@ -1345,26 +1511,33 @@ class _Run:
                     hint = (f"pass a tensor of shape {expected.text()}, or check "
                             f"{block.name}'s declaration of {decl.name} (line {decl.line})")
                 else:
+                    # neither argument is known to be the one not meant: both are named,
+                    # and neither shape is "expected"
                     local, earlier, given = conflict
                     other, other_input, other_shape = bound_by[local]
-                    message = (f"{arg} ({actual.text()}) passed as {block.name}'s input "
-                               f"{decl.name} ({declared.text()}) gives {local} = "
-                               f"{format_expr(given)}, but {other} ({other_shape.text()}), "
-                               f"passed as {other_input}, gives {local} = "
-                               f"{format_expr(earlier)}")
+                    message = (f"{block.name}'s inputs {other_input} and {decl.name} disagree "
+                               f"on {local}: {other} ({other_shape.text()}), passed as "
+                               f"{other_input}, gives {local} = {format_expr(earlier)}, but "
+                               f"{arg} ({actual.text()}), passed as {decl.name}, gives "
+                               f"{local} = {format_expr(given)}")
                     hint = (f"{block.name}'s inputs {other_input} and {decl.name} share "
                             f"{local}: pass {other} and {arg} with one {local}, or check "
                             "which of them is not the tensor meant")
                 scope.finding("argument-mismatch", message, verdict,
                               [e for pair in pairs for e in pair], hint=hint,
-                              expected=expected.text(), inferred=actual.text())
-                self.used(decl, call, self.findings[-1].key())
+                              expected=None if conflict else expected.text(),
+                              inferred=None if conflict else actual.text())
+                if conflict is not None:
+                    conflicts.append((conflict[0], conflict[2], self.findings[-1].key()))
+                    self.record_cache.setdefault(("conflicts",), {})[
+                        self.findings[-1].key()] = (bound_by[local][0], arg, local, given)
+                used(self.findings[-1].key())
                 # in the body, the input is doubtful: what trips over it there but not over
                 # the argument passed follows from this finding
                 doubts[decl.name] = _Doubt(Value(actual, dtype, tensor=decl.name),
                                            self.findings[-1].key(), False, decl.name)
             else:
-                self.used(decl, call, None)
+                used(None)
         else:
             for d, a in zip(declared.dims, actual.dims):
                 if d in locals_ and d not in binding:
@@ -1373,7 +1546,7 @@ class _Run:
                           f"{block.name}'s input {decl.name} ({declared.text()}): {problem}",
                           None, [], hint=f"pass a tensor of shape {declared.text()}",
                           expected=declared.text(), inferred=actual.text())
-            self.used(decl, call, self.findings[-1].key())
+            used(self.findings[-1].key())
         if dtype != decl.dtype:
             scope.finding("argument-mismatch", f"{arg} is {dtype} but {block.name}'s input "
                           f"{decl.name} is {decl.dtype}", None, [],
@@ -1590,7 +1763,12 @@ def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *
             raise limits.placed(error) from None
 
 
-def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: bool) -> Result:
+def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: bool,
+           verify: bool = True, provers: dict | None = None,
+           block_cache: dict | None = None) -> Result:
+    """See ``check``; ``verify`` False offers every hint unchecked (the check a hint's fix is
+    checked by, see ``_offered``, which shares the ``provers``, the constraints and derived
+    dims being the same, and what the blocks it does not change gave)."""
     limits.reached(spec)
     given = dict(values or {})
     for name, dim in spec.dims.items():
@@ -1604,8 +1782,20 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
         raise SpecError(f"unknown dim {unknown[0]!r}", file=spec.file)
     combos = combinations(spec, choices) if all_choices else [spec.choice_values(choices)]
     fixed = dict(choices or {}) if all_choices else combos[0]
-    provers: dict = {}
-    block_cache: dict = {}
+    provers = {} if provers is None else provers
+    block_cache = {} if block_cache is None else block_cache
+    # a model comes with its decoding step (generate emits both, and run refuses a model
+    # whose step is not proved), and a step with the full model that starts it (prefill):
+    # proving one proves the other, ``partner``, the same choices with decoding flipped. A
+    # variant's sizes are judged in the model it runs alone (T_past + T_new rows of a table
+    # of max_len = 1 is no finding of a model that runs whole); a step's prefill is still
+    # run to start its states, its findings not reported (``quiet``)
+    partner = _partner(spec, fixed)
+    quiet = bool(values) and partner is not None
+    if quiet and partner[DECODING] == STEP:
+        partner, quiet = None, False
+    checked = combos if partner is None or quiet else \
+        combos + [combo | partner for combo in combos]
     record_cache: dict = {}
     merged: dict = {}
     seen_in: dict = {}
@@ -1617,60 +1807,195 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     # itself; each block it calls, once for each way of setting the choices the block
     # consults that are still open (see ``selections``): the work grows with the sum of the
     # ways, not with their product, the number of combinations
-    members = _Members(combos)
+    members = _Members(checked)
     runs = []
-    for index, way in enumerate(selections(spec, None, fixed)):
-        run = _Run(spec, fixed | way, given, provers, block_cache, rows=index == 0,
-                   record_cache=record_cache)
-        top_rows = run.run()
-        runs.append((way, run))
-        if index == 0:
-            rows = top_rows
-            notes = run.notes + _block_notes(spec, combos[0])
-            lets = run.let_map
-        for finding in run.findings:
-            key = finding.key()
-            merged.setdefault(key, finding)
-            seen_in[key] = seen_in.get(key, 0) | members.matching(way | finding.selection)
-            if finding.cause is None:
-                causes.add(key)        # a cause under some choices is a cause
-    if decodes(spec) and fixed.get(DECODING) == STEP:
-        # the full model that starts the states of the steps checked: run for what it
-        # computes alone (its own findings are a check of decoding=full)
-        for way in selections(spec, None, fixed | {DECODING: FULL}):
-            run = _Run(spec, fixed | {DECODING: FULL} | way, given, provers, block_cache,
-                       rows=False, record_cache=record_cache)
-            run.run()
-            runs.append(({DECODING: FULL} | way, run))
-    for finding, found in _decoding_findings(spec, members, runs):
+    # the choices asked first (their first way gives the rows), then the partner's
+    asked = {} if partner is None else {DECODING: fixed[DECODING]}
+    plans = [(fixed, asked)] + ([] if partner is None else [(fixed | partner, partner)])
+    for base, flipped in plans:
+        for way in selections(spec, None, base):
+            first = not runs
+            run = _Run(spec, base | way, given, provers, block_cache, rows=first,
+                       record_cache=record_cache)
+            top_rows = run.run()
+            way = flipped | way
+            runs.append((way, run))
+            if first:
+                rows = top_rows
+                notes = run.notes + _block_notes(spec, combos[0])
+                lets = run.let_map
+            for finding in run.findings if not (quiet and base is not fixed) else ():
+                key = finding.key()
+                merged.setdefault(key, finding)
+                seen_in[key] = seen_in.get(key, 0) | members.matching(way | finding.selection)
+                if finding.cause is None:
+                    causes.add(key)        # a cause under some choices is a cause
+    uses = record_cache.setdefault(("uses",), {})
+    for finding, found, compared in _decoding_findings(spec, members, runs):
+        if finding is None:             # a state that fits its start: a use that fits
+            for decl in compared:
+                uses.setdefault(id(decl), [decl, {}, {}])[1][("start", id(decl))] = decl.line
+            continue
         key = finding.key()
         merged.setdefault(key, finding)
         seen_in[key] = seen_in.get(key, 0) | found
         if finding.cause is None:
             causes.add(key)
-    for decl, failed in _misfits(record_cache.get(("uses",), {}).values(), merged):
-        declared = _misfit_declaration(decl, [merged[k] for k in failed])
-        if declared is not None:
-            key = declared.key()
-            merged.setdefault(key, declared)
-            causes.add(key)
-            seen_in[key] = 0
-            for use in failed:
+        for decl in compared:
+            # the step's input against the full model's: a use of each that does not fit
+            uses.setdefault(id(decl), [decl, {}, {}])[2].setdefault(key, []).append(key)
+    for key, (earlier, later, local, given) in record_cache.get(("conflicts",), {}).items():
+        # two arguments that disagree on a local dim, where the later one's value makes a
+        # decoding state fit its start: evidence for the later one
+        fitting = sorted({f.line for f in merged.values() if f.cause == key and
+                          f.equation.startswith("state ")})
+        if key in merged and fitting:
+            merged[key].hint += (
+                f"; with {later}'s {local} ({format_expr(given)}), the state"
+                f"{'s' if len(fitting) > 1 else ''} at line{'s' if len(fitting) > 1 else ''} "
+                f"{', '.join(map(str, fitting))} fit{'' if len(fitting) > 1 else 's'} "
+                f"{'their starts' if len(fitting) > 1 else 'its start'}: {earlier} is the "
+                "likelier one not meant")
+    block_inputs = {id(d) for block in spec.blocks.values() for d in block.inputs}
+    for decl, failed, fits in _misfits(uses.values(), merged, causes, block_inputs):
+        # a finding at the declaration itself (a step's input the full model takes otherwise)
+        # is the cause; else the declaration, as a finding of its own
+        own = next((merged[k] for k in failed
+                    if (merged[k].file, merged[k].line) == (decl.file, decl.line)), None)
+        inside = sorted({f.line for f in merged.values() if f.cause in failed}) \
+            if id(decl) in block_inputs else []
+        declared = own or _misfit_declaration(decl, [merged[k] for k in failed], fits, inside)
+        key = declared.key()
+        merged.setdefault(key, declared)
+        causes.add(key)
+        seen_in[key] = seen_in.get(key, 0)
+        for use in failed:
+            if own is None:
                 seen_in[key] |= seen_in.get(use, 0)
-                if use in causes and merged[use].cause is None:
-                    merged[use].cause = key
-                    causes.discard(use)
+            if use != key and use in causes and merged[use].cause is None:
+                merged[use].cause = key
+                causes.discard(use)
+    # findings one constraint fixes (the hint of each suggests it): the first is the cause,
+    # the rest follow from it (pasting the constraint once removes them all)
+    fixed_by: dict = {}
+    for key in sorted(causes, key=lambda k: _place(merged[k])):
+        if merged[key].suggested is not None:
+            fixed_by.setdefault(merged[key].suggested, []).append(key)
+    for first, *rest in fixed_by.values():
+        for key in rest:
+            merged[key].cause = first
+            causes.discard(key)
     for key, said in record_cache.get(("evidence",), {}).items():
         if key in merged and len(said) == 1:
             merged[key].hint = _weighed_hint(merged[key], *said.items())
     findings = list(merged.values())
-    if len(combos) > 1:
+    if len(checked) > 1:
         for key, finding in merged.items():
-            finding.choices = describe_combinations(members.listed(seen_in[key]), combos, spec)
+            finding.choices = "" if len(combos) == 1 and seen_in[key] & 1 else \
+                members.describe(seen_in[key], spec)
     for finding in findings:
         finding.selection = {}
     findings.sort(key=lambda f: (f.file or "", f.line or 0, f.kind, f.tensor))
-    return Result(spec, _grouped(findings, merged, causes), combos, rows, notes, given, lets)
+    ordered = _grouped(findings, merged, causes)
+    for finding in ordered if verify else ():
+        if finding.caused_by is None and finding.redeclare is not None:
+            seen = seen_in[finding.key()]
+            lowest = (seen & -seen).bit_length() - 1
+            finding.hint = _offered(spec, finding, checked[max(lowest, 0)], ordered, provers,
+                                    block_cache)
+    for finding in ordered:
+        if finding.caused_by is not None and finding.redeclare is not None:
+            # its redeclaration is unchecked, and its cause's fix is its own
+            root = finding.caused_by
+            while root.caused_by is not None:
+                root = root.caused_by
+            finding.hint = f"fix the {root.kind} at line {root.line} first: this follows from it"
+    return Result(spec, ordered, combos, rows, notes, given, lets)
+
+
+def _offered(spec: Spec, finding: Finding, combo: dict, known: list, provers: dict,
+             block_cache: dict) -> str:
+    """A finding's hint, its redeclaration (declare the tensor as its equation gives it, or a
+    state as its start) offered only where it is a fix: the spec with that declaration,
+    checked under a combination the finding holds in, has the finding no more, nor any finding
+    it had not or that followed from this one (a consequence left standing is the mistake
+    moved). Else the hint says what the declaration would do."""
+    decl, shape = finding.redeclare
+    swapped = replace(decl, shape=shape)
+
+    def swap(statements: list) -> list:
+        return [swapped if s is decl else
+                replace(s, body=swap(s.body), otherwise=swap(s.otherwise))
+                if isinstance(s, When) else s for s in statements]
+
+    amended = replace(spec, body=swap(spec.body), blocks={
+        name: replace(block, body=swap(block.body)) for name, block in spec.blocks.items()})
+    # the blocks the declaration is in, and those that call them, are checked again; the
+    # rest as they were
+    changed = {name for name, block in spec.blocks.items() if _declares(block.body, decl)}
+    while True:
+        callers = {name for name, block in spec.blocks.items()
+                   if name not in changed and _calls(block.body) & changed}
+        if not callers:
+            break
+        changed |= callers
+    kept = {key: value for key, value in block_cache.items() if key[0] not in changed}
+    try:
+        after = _check(amended, combo, None, False, verify=False, provers=provers,
+                       block_cache=kept).findings
+    except SpecError:
+        after = [finding]
+    # what the check found besides this finding and what follows from it
+    def root(f: Finding) -> Finding:
+        while f.caused_by is not None:
+            f = f.caused_by
+        return f
+
+    seen = {(f.kind, f.line, f.message) for f in known if root(f) is not finding}
+    still = [f for f in after if (f.file, f.line, f.kind) ==
+             (finding.file, finding.line, finding.kind)]
+    moved = sorted((f for f in after if (f.kind, f.line, f.message) not in seen and
+                    f not in still), key=_place)
+    if not still and not moved:
+        return finding.hint
+    written = f'"{_declaration(shape)}"'
+    effect = f"would move the mismatch to line {moved[0].line}" if moved else \
+        "would not fix it"
+    if decl.role == "state":
+        return f"start {decl.name} from a tensor of its shape (declared {written}, it " \
+               f"{effect})"
+    return f"fix the equation (declaring {decl.name} as {written} {effect})"
+
+
+def _declares(statements: list, decl: TensorDecl) -> bool:
+    """Whether a body holds the declaration, in any branch."""
+    return any(s is decl or isinstance(s, When) and
+               (_declares(s.body, decl) or _declares(s.otherwise, decl)) for s in statements)
+
+
+def _calls(statements: list) -> set[str]:
+    """The blocks a body calls, in any branch."""
+    found: set[str] = set()
+    for s in statements:
+        if isinstance(s, BlockCall):
+            found.add(s.block)
+        elif isinstance(s, When):
+            found |= _calls(s.body) | _calls(s.otherwise)
+    return found
+
+
+def _place(finding: Finding) -> tuple:
+    """Where a finding is, for ordering: file, line, kind, tensor."""
+    return (finding.file or "", finding.line or 0, finding.kind, finding.tensor)
+
+
+def _partner(spec: Spec, fixed: dict) -> dict | None:
+    """The other half of a model that decodes, where ``fixed`` sets decoding: ``{decoding:
+    step}`` for a full model (its decoding step), ``{decoding: full}`` for a step (the prefill
+    that starts its states); None where decoding is left open or the spec does not decode."""
+    if not decodes(spec) or fixed.get(DECODING) not in (FULL, STEP):
+        return None
+    return {DECODING: STEP if fixed[DECODING] == FULL else FULL}
 
 
 def _weighed_hint(finding: Finding, said: tuple[str, set]) -> str:
@@ -1689,31 +2014,66 @@ def _weighed_hint(finding: Finding, said: tuple[str, set]) -> str:
     return f"{hint}; {where} what its equation gives"
 
 
-def _misfits(uses, merged: dict) -> list[tuple[TensorDecl, list[tuple]]]:
-    """The declared tensors that none of their uses fits, at two or more lines, each with the
-    keys of those uses' findings; one that shares a finding with another such declaration is
-    left out (X @ W where both fit no use: either may be the mistake)."""
+def _misfits(uses, merged: dict, causes: set,
+             inputs: set) -> list[tuple[TensorDecl, list[tuple], list]]:
+    """The declared tensors whose declaration is the likelier mistake than each use that does
+    not fit it, each with the keys of those uses' findings and the lines of the uses that fit:
+
+    - one that none of its uses fits, at two or more lines (with one, the use may as well
+      be the mistake: that finding stands alone);
+    - a block's input that none of its calls fits, at one line, where its body trips over
+      it (``inputs``, the ids of blocks' inputs);
+    - one that uses at two or more lines do not fit, though others do (a table too short for
+      two of its slices, E.T where E's rows are not the vocabulary's: a gather or a slice
+      that fits need not compare all of it).
+
+    Only findings that follow from no other count: a use that trips over a tensor an earlier
+    finding made doubtful says nothing of the declaration. And only those that blame no
+    other such declaration (in X @ W where neither fits any use, either may be the mistake),
+    for one that some use fits, no other declaration at all."""
+    uses = [(decl, sorted({line for record, line in passed.items() if record not in failed
+                           and line is not None}),
+             list(dict.fromkeys(k for ks in failed.values() for k in ks)))
+            for decl, passed, failed in uses]
+    owners: dict = {}         # finding key -> the declarations it blames: (all, fitting none)
+    for _, fits, keys in uses:
+        for key in keys:
+            every, unfit = owners.get(key, (0, 0))
+            owners[key] = (every + 1, unfit + (not fits))
     found = []
-    for decl, passed, failed in uses:
-        keys = [k for k in dict.fromkeys(k for ks in failed.values() for k in ks) if k in merged]
-        if not passed - set(failed) and len({merged[k].line for k in keys}) >= 2:
-            found.append((decl, keys))
-    shared = [key for _, keys in found for key in keys]
-    return [(decl, keys) for decl, keys in found
-            if all(shared.count(key) == 1 for key in keys)]
+    for decl, fits, keys in uses:
+        keys = [k for k in keys if k in merged and k in causes and
+                owners[k][1 if not fits else 0] == 1]
+        lines = {merged[k].line for k in keys}
+        if id(decl) in inputs and not fits:
+            # a block's input its calls do not fit, whose body trips over it where the
+            # argument would not (the findings that follow from the calls'): the body's uses
+            # are uses too
+            lines |= {f.line for f in merged.values() if f.cause in keys}
+        if len(lines) >= 2:
+            found.append((decl, keys, fits))
+    return found
 
 
-def _misfit_declaration(decl: TensorDecl, failed: list[Finding]) -> Finding | None:
-    """A declared tensor that none of its uses fits, at two or more lines: its declaration is
-    the likelier mistake than each use, and their findings follow from it. (With one use, the
-    use may as well be the mistake: that finding stands alone.)"""
-    lines = sorted({f.line for f in failed if f.line is not None})
+def _misfit_declaration(decl: TensorDecl, failed: list[Finding], fits: list,
+                        inside: list) -> Finding:
+    """A declared tensor that uses at two or more lines do not fit (see ``_misfits``; a
+    block's input, the lines ``inside`` its body that trip over it too): its declaration is
+    the likelier mistake than each use, and their findings follow from it. (With one use,
+    the use may as well be the mistake: that finding stands alone.)"""
+    at = sorted({f.line for f in failed if f.line is not None})
+    lines = f"line{'s' if len(at) > 1 else ''} {', '.join(map(str, at))}"
+    if inside:
+        lines += f"; in its block, line{'s' if len(inside) > 1 else ''} " + \
+            ", ".join(map(str, inside))
     family = "" if decl.shape.family is None else f"[{format_expr(decl.shape.family)}]"
     first = min(failed, key=lambda f: (f.line or 0, f.kind, f.tensor))
+    which = f"which none of its uses fits ({lines})" if not fits else \
+        f"which its uses at {lines} do not fit (it fits those at " \
+        f"line{'s' if len(fits) > 1 else ''} {', '.join(map(str, fits))})"
     return Finding(
         kind="declaration-mismatch",
-        message=f"{decl.name} is declared {decl.shape.text()}, which none of its uses fits "
-                f"(lines {', '.join(map(str, lines))})",
+        message=f"{decl.name} is declared {decl.shape.text()}, {which}",
         file=decl.file, line=decl.line,
         equation=f'{decl.role} {decl.name}{family} "{_declaration(decl.shape)}"',
         hint=f"declare {decl.name} with the shape its uses need, or fix them; the first, at "
@@ -1739,13 +2099,19 @@ def _grouped(findings: list[Finding], merged: dict, causes: set) -> list[Finding
             step = step.caused_by
         if step is not None:
             finding.caused_by = None
+    # the same statement's other findings follow from what one of them follows from, else
+    # from the first of them
     first: dict = {}
     for finding in findings:
         where = (finding.file, finding.line)
-        if where not in first:
-            first[where] = finding
-        elif finding.caused_by is None:
-            finding.caused_by = first[where]
+        if finding.caused_by is not None and not isinstance(first.get(where), tuple):
+            first[where] = (finding.caused_by,)
+        first.setdefault(where, finding)
+    for finding in findings:
+        anchor = first[(finding.file, finding.line)]
+        anchor = anchor[0] if isinstance(anchor, tuple) else anchor
+        if finding.caused_by is None and anchor is not finding:
+            finding.caused_by = anchor
     return [f for cause, rest in grouped(findings) for f in (cause, *rest)]
 
 
@@ -1787,31 +2153,37 @@ def _start_names(spec: Spec) -> frozenset[str]:
 
 def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tuple]:
     """What a decoding step needs of the full model that starts it, as code generation and
-    `tspec run --decode` need it, each finding with the combinations it holds in (a bit set):
+    `tspec run --decode` need it, each finding with the combinations it holds in (a bit set)
+    and the declarations it is a use of (a step's and the full model's inputs, a state; a
+    state that fits its start comes with None for its finding):
 
     - states are kept only under ``decoding = step`` (a full forward keeps none);
     - each state of the step starts as the full model's tensor its ``from`` names, computed
       at the same place (the same instances), of the state's dtype and shape: every axis
       equal, the positions axis once the full model runs over the PAST positions decoded
-      before the step (prefill: the dims the step's inputs lack, T_dec, count PAST);
+      before the step (prefill: the sequence's positions, T_dec, count PAST);
     - the step takes inputs the full model takes, each axis all of the full input's, the
       positions so far (PAST + NEW) or the new ones (NEW), and the full model's inputs run
       over exactly one dim of positions.
 
-    ``runs`` are (way, run) for each way of setting the model's own choices."""
+    A state or start that an earlier finding made doubtful (``_Run.alternatives``) follows
+    from it where its other shape fits. ``runs`` are (way, run) for each way of setting the
+    model's own choices."""
     found: list[tuple] = []
     step = members.matching({DECODING: STEP}) if decodes(spec) else 0
-    inputs = {id(run): model_inputs(spec, run.choices) for _, run in runs}
-    dims = {key: frozenset(input_dims(decls)) for key, decls in inputs.items()}
+    inputs = {id(run): tuple(model_inputs(spec, run.choices)) for _, run in runs}
+    decls_by_id = {id(d): d for group in inputs.values() for d in group}
+    # the inputs as a key: their ids (a declaration is no dict key)
+    ids = {key: tuple(map(id, group)) for key, group in inputs.items()}
     # each state once, with the combinations that keep it and the run's prover and inputs
     states: dict[tuple, int] = {}
     provers = {run.prover_key: run.prover for _, run in runs}
     for way, run in runs:
-        for name, decl, shape, selection in run.states:
-            key = (name, id(decl), shape, run.prover_key, dims[id(run)])
+        for name, decl, shape, selection, other in run.states:
+            key = (name, id(decl), shape, other, run.prover_key, ids[id(run)])
             states[key] = states.get(key, 0) | members.matching(way | selection)
-    decls = {id(decl): decl for _, run in runs for _, decl, _, _ in run.states}
-    for (name, decl_id, _, _, _), bits in states.items():
+    decls = {id(entry[1]): entry[1] for _, run in runs for entry in run.states}
+    for (name, decl_id, *_), bits in states.items():
         decl = decls[decl_id]
         if bits & ~step:
             found.append((Finding(
@@ -1822,7 +2194,7 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                 file=decl.file, line=decl.line, tensor=name,
                 equation=f"state {decl.name} from {decl.start}",
                 hint=f"declare states in the blocks the decoding step calls, under "
-                     f"`when {DECODING} == {STEP}`"), bits & ~step))
+                     f"`when {DECODING} == {STEP}`"), bits & ~step, ()))
     if not step:
         return found
     past = spec.symbols().get(PAST)
@@ -1831,14 +2203,14 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                  if run.choices.get(DECODING) != STEP]
     starts: dict[str, dict] = {}
     for _, way, run in full_runs:
-        for name, dtype, shape, selection in run.starts:
+        for name, dtype, shape, selection, other in run.starts:
             if selection.get(DECODING) != STEP:
                 place = starts.setdefault(name, {})
-                key = (dtype, shape, dims[id(run)])
+                key = (dtype, shape, other, ids[id(run)])
                 place[key] = place.get(key, 0) | members.matching(way | selection |
                                                                   {DECODING: STEP})
     kept = 0        # the step combinations that keep a state
-    for (name, decl_id, shape, prover_key, step_dims), bits in states.items():
+    for (name, decl_id, shape, other, prover_key, step_inputs), bits in states.items():
         bits &= step
         if not bits:
             continue
@@ -1846,16 +2218,23 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
         kept |= bits
         prefix = name[:len(name) - len(decl.name)]
         covered = 0
-        for (dtype, start, full_dims), start_bits in starts.get(prefix + decl.start,
-                                                                 {}).items():
+        for (dtype, start, start_other, full_inputs), start_bits in \
+                starts.get(prefix + decl.start, {}).items():
             both = bits & start_bits
             if both:
                 covered |= both
-                prefill = {d: past for d in full_dims - step_dims} if past is not None else {}
+                sequence = _sequence(spec, [decls_by_id[i] for i in full_inputs],
+                                     [decls_by_id[i] for i in step_inputs])
+                prefill = {sequence: past} if past is not None and sequence is not None \
+                    else {}
                 finding = _state_start(provers[prover_key], name, decl, shape, dtype, start,
                                        prefill)
                 if finding is not None:
-                    found.append((finding, both))
+                    finding.cause = _started_otherwise(provers[prover_key], name, decl,
+                                                       (shape, other), (start, start_other),
+                                                       dtype, prefill)
+                # a use of the state's declaration that fits it (no finding) or not
+                found.append((finding, both, (decl,)))
         if bits & ~covered:
             where = prefix.rstrip(".") or "its top level"
             found.append((Finding(
@@ -1865,7 +2244,7 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                 file=decl.file, line=decl.line, tensor=name,
                 equation=f"state {decl.name} from {decl.start}",
                 hint=f"start it from a tensor the full model ({DECODING} = {FULL}) computes "
-                     "in the block it calls at the same place"), bits & ~covered))
+                     "in the block it calls at the same place"), bits & ~covered, ()))
     pairs: dict[tuple, int] = {}        # (step inputs, full inputs, prover) -> combinations
     doubted: dict[tuple, dict] = {}     # the same -> outputs an earlier finding made doubtful
     for way, run in runs:
@@ -1875,26 +2254,79 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
         for full_bits, _, full_run in full_runs:
             both = step_bits & full_bits
             if both:
-                key = (tuple(map(id, inputs[id(run)])), tuple(map(id, inputs[id(full_run)])),
-                       run.outputs, full_run.outputs, run.prover_key)
+                key = (ids[id(run)], ids[id(full_run)], run.outputs, full_run.outputs,
+                       run.prover_key)
                 pairs[key] = pairs.get(key, 0) | both
                 provers[run.prover_key] = run.prover
                 doubted.setdefault(key, full_run.output_causes | run.output_causes)
-    decls_by_id = {id(d): d for group in inputs.values() for d in group}
     for key, bits in pairs.items():
         step_ids, full_ids, step_outputs, full_outputs, prover_key = key
         prover = provers[prover_key]
         step_inputs = [decls_by_id[i] for i in step_ids]
         full_inputs = [decls_by_id[i] for i in full_ids]
-        found += [(finding, bits) for finding in _step_inputs(spec, prover, step_inputs,
-                                                              full_inputs)]
-        prompt = prompt_dims(full_inputs, step_inputs)
-        if len(prompt) == 1:
-            for finding in _step_outputs(spec, prover, step_outputs, full_outputs, *prompt):
+        sequence = _sequence(spec, full_inputs, step_inputs)
+        found += [(finding, bits, compared) for finding, compared in
+                  _step_inputs(spec, prover, step_inputs, full_inputs, sequence)]
+        if sequence is not None:
+            for finding in _step_outputs(spec, prover, step_outputs, full_outputs, sequence):
                 # an output whose shape an earlier finding made doubtful follows from it
                 finding.cause = doubted[key].get(finding.tensor)
-                found.append((finding, bits))
+                found.append((finding, bits, ()))
     return found
+
+
+def _sequence(spec: Spec, full: list[TensorDecl], step: list[TensorDecl]):
+    """The dim of the sequence's positions in the full model's inputs, which the decoding
+    step's inputs take as the new positions (NEW) or those so far (PAST + NEW): the one the
+    inputs of one name agree on (most of them, where one is declared wrong), else the one
+    dim the step's inputs lack; None when neither says (memoised)."""
+    memo = spec.__dict__.setdefault("_sequence", {})
+    key = (tuple(map(id, full)), tuple(map(id, step)))
+    if key in memo:
+        return memo[key]
+    symbols = spec.symbols()
+    past, new = symbols.get(PAST), symbols.get(NEW)
+    steps = {s for s in (new, None if past is None or new is None else past + new)
+             if s is not None}
+    votes: dict = {}
+    by_name = {d.name: d for d in full if d.shape is not None}
+    for decl in step:
+        other = by_name.get(decl.name)
+        if decl.shape is None or other is None or other.shape.rank != decl.shape.rank:
+            continue
+        for mine, theirs in zip(decl.shape.dims, other.shape.dims):
+            # (the full model's own positions are no step's: T_new there is no sequence)
+            if mine in steps and isinstance(theirs, sympy.Symbol) and \
+                    theirs not in (past, new):
+                votes[theirs] = votes.get(theirs, 0) + 1
+    if votes:
+        most = max(votes.values())
+        chosen = [d for d, n in votes.items() if n == most]
+        memo[key] = chosen[0] if len(chosen) == 1 else None
+    else:
+        prompt = prompt_dims(list(full), list(step))
+        memo[key] = next(iter(prompt)) if len(prompt) == 1 else None
+    return memo[key]
+
+
+def _started_otherwise(prover: Prover, name: str, decl: TensorDecl, state: tuple,
+                       start: tuple, dtype: str, prefill: dict) -> tuple | None:
+    """The earlier finding a state's mismatch with its start follows from: the state or its
+    start is doubtful (each a shape and ``(other shape, cause)`` or None), and with its other
+    shape the two agree. None where no other shape makes them agree."""
+    shape, doubt = state
+    first, first_doubt = start
+    tries = []
+    if doubt is not None:
+        tries.append((doubt[0], first, doubt[1]))
+    if first_doubt is not None:
+        tries.append((shape, first_doubt[0], first_doubt[1]))
+    if doubt is not None and first_doubt is not None and doubt[1] == first_doubt[1]:
+        tries.append((doubt[0], first_doubt[0], doubt[1]))
+    for mine, theirs, cause in tries:
+        if _state_start(prover, name, decl, mine, dtype, theirs, prefill) is None:
+            return cause
+    return None
 
 
 def _step_outputs(spec: Spec, prover: Prover, step: tuple, full: tuple,
@@ -1974,10 +2406,11 @@ def _state_start(prover: Prover, name: str, decl: TensorDecl, shape: Shape, dtyp
               f"{decl.start}, {started.text()}{told}"
     hint = f"start {decl.name} from a tensor of its shape, or declare it \"" + \
         " ".join(format_expr(d) for d in started.dims) + "\""
+    redeclare = (decl, Shape(started.dims, decl.shape.family))
     if verdict is None:
         return Finding(kind="shape-mismatch", message=message, file=decl.file, line=decl.line,
                        equation=equation, tensor=name, expected=shape.text(),
-                       inferred=started.text(), hint=hint)
+                       inferred=started.text(), hint=hint, redeclare=redeclare)
     differing = [str(i) for i, (a, b) in enumerate(pairs[:shape.rank])
                  if prover.norm(a) != prover.norm(b)]
     if differing:
@@ -1988,42 +2421,20 @@ def _state_start(prover: Prover, name: str, decl: TensorDecl, shape: Shape, dtyp
                    file=decl.file, line=decl.line, equation=equation, tensor=name,
                    expected=shape.text(), inferred=started.text(),
                    counterexample=None if verdict.unknown else dict(verdict.counterexample),
-                   hint=hint)
+                   hint=hint, redeclare=redeclare)
 
 
-def _step_inputs(spec: Spec, prover: Prover, step: list[TensorDecl],
-                 full: list[TensorDecl]) -> list[Finding]:
-    """The decoding step's inputs against the full model's (see ``_decoding_findings``)."""
+def _step_inputs(spec: Spec, prover: Prover, step: list[TensorDecl], full: list[TensorDecl],
+                 sequence) -> list[tuple[Finding, tuple]]:
+    """The decoding step's inputs against the full model's (see ``_decoding_findings``), the
+    sequence's positions ``sequence`` (see ``_sequence``): each finding with the inputs it
+    compares."""
     found = []
     prompt = prompt_dims(full, step)
     symbols = spec.symbols()
     past, new = symbols.get(PAST), symbols.get(NEW)
-    positions = sorted(str(d) for d in prompt)
-    if len(prompt) != 1:
-        first = (step or full or [TensorDecl("", "input", None, file=spec.file)])[0]
-        found.append(Finding(
-            kind="decoding-mismatch",
-            message=f"the decoding step's inputs lack {len(prompt)} of the full model's input "
-                    f"dims ({', '.join(positions) or 'none'}), where they must lack one: the "
-                    f"sequence's positions, in whose place a step takes the new ones ({NEW}) "
-                    f"and those so far ({PAST} + {NEW})",
-            file=first.file, line=first.line, tensor=first.name,
-            hint=f"take the new positions ({NEW}) where the full model takes the sequence's"))
-        return found
-    (sequence,) = prompt
-    wholes = {sequence} | {s for s in (past, new) if s is not None}
-    for decl in full:
-        if any(not d.free_symbols.isdisjoint(wholes) and d != sequence
-               for d in decl.shape.dims):
-            found.append(Finding(
-                kind="decoding-mismatch",
-                message=f"the full model's input {decl.name} ({decl.shape.text()}) has an "
-                        f"axis that is neither free of the sequence's positions ({sequence}) "
-                        "nor those positions: prefill cannot take the prompt's part of it",
-                file=decl.file, line=decl.line, tensor=decl.name,
-                hint=f"give each axis the sequence's length {sequence}, or a size free of it"))
     by_name = {d.name: d for d in full}
-    for decl in step:
+    for decl in step if sequence is not None else ():
         other = by_name.get(decl.name)
         problem = None
         if other is None:
@@ -2042,19 +2453,51 @@ def _step_inputs(spec: Spec, prover: Prover, step: list[TensorDecl],
                                           past + new) if w is not None]
                 else:
                     wanted = [theirs]
-                if mine not in wanted and not any(prover.equal(mine, w).proved for w in wanted):
+                if mine in wanted or any(prover.equal(mine, w).proved for w in wanted):
+                    continue
+                if theirs == sequence:
                     shown = " nor ".join(format_expr(w) for w in wanted) or "none"
                     problem = (f" as {decl.shape.text()}, whose axis {axis} takes neither "
                                f"{shown} of the full model's {other.shape.text()}")
-                    break
+                else:
+                    problem = (f" as {decl.shape.text()}, whose axis {axis} is "
+                               f"{format_expr(mine)} where the full model's "
+                               f"{other.shape.text()} has {format_expr(theirs)}")
+                break
         if problem is not None:
-            found.append(Finding(
+            found.append((Finding(
                 kind="decoding-mismatch",
                 message=f"the decoding step takes {decl.name}{problem}",
                 file=decl.file, line=decl.line, tensor=decl.name,
                 hint=f"take the full model's input: all of an axis, the positions so far "
-                     f"({PAST} + {NEW}) or the new ones ({NEW})"))
-    return found
+                     f"({PAST} + {NEW}) or the new ones ({NEW})"),
+                (decl,) if other is None else (decl, other)))
+    wholes = {sequence} | {s for s in (past, new) if s is not None}
+    for decl in full if sequence is not None else ():
+        if any(not d.free_symbols.isdisjoint(wholes) and d != sequence
+               for d in decl.shape.dims):
+            found.append((Finding(
+                kind="decoding-mismatch",
+                message=f"the full model's input {decl.name} ({decl.shape.text()}) has an "
+                        f"axis that is neither free of the sequence's positions ({sequence}) "
+                        "nor those positions: prefill cannot take the prompt's part of it",
+                file=decl.file, line=decl.line, tensor=decl.name,
+                hint=f"give each axis the sequence's length {sequence}, or a size free of it"),
+                (decl,)))
+    if found or prompt == {sequence}:
+        return found
+    # the step's inputs each fit the full model's, yet lack another number of its dims
+    positions = sorted(str(d) for d in prompt)
+    first = (step or full or [TensorDecl("", "input", None, file=spec.file)])[0]
+    return [(Finding(
+        kind="decoding-mismatch",
+        message=f"the decoding step's inputs lack {len(prompt)} of the full model's input "
+                f"dims ({', '.join(positions) or 'none'}), where they must lack one: the "
+                f"sequence's positions, in whose place a step takes the new ones ({NEW}) "
+                f"and those so far ({PAST} + {NEW})",
+        file=first.file, line=first.line, tensor=first.name,
+        hint=f"take the new positions ({NEW}) where the full model takes the sequence's"),
+        ())]
 
 
 class _Members:
@@ -2086,6 +2529,27 @@ class _Members:
         for item in selection.items():
             found &= self.bits.get(item, 0)
         return found
+
+    def describe(self, found: int, spec: Spec) -> str:
+        """``describe_combinations`` of the combinations in ``found``, from the bit sets (not
+        by listing them: a finding of 24576 combinations is described in microseconds)."""
+        if found == self.everything:
+            return "all choices"
+        self.matching({})          # builds the bit sets
+        parts = []
+        product = 1
+        for name in spec.choices:
+            options = spec.choices[name].options
+            every = [v for v in options if self.bits.get((name, v), 0)]
+            values = [v for v in every if found & self.bits[(name, v)]]
+            product *= len(values)
+            if values != every:
+                parts.append(f"{name}={'|'.join(values)}")
+        described = ", ".join(parts)
+        count = found.bit_count()
+        if product != count:
+            described += f" ({count} of {len(self.combos)} combinations)"
+        return described
 
     def listed(self, found: int) -> list[dict]:
         return [combo for i, combo in enumerate(self.combos) if found >> i & 1]

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import sympy
 
-from spec.errors import SpecError, TspecError
-from spec.expr import Node, dim_text, parse_expression, to_sympy
+from tspec.errors import SpecError, TspecError
+from tspec.language.expr import Node, dim_text, parse_expression, to_sympy
 
 DTYPES = ("float", "int", "bool")
 

@@ -43,10 +43,10 @@ from pathlib import Path
 
 import sympy
 
-from spec import expr as ex
-from spec.errors import SpecError, SpecSyntaxError, hidden, hidden_kind
-from spec.files import read_limited
-from spec.model import (
+from tspec.errors import SpecError, SpecSyntaxError, hidden, hidden_kind
+from tspec.files import read_limited
+from tspec.language import expr as ex
+from tspec.language.model import (
     DECODING,
     FULL,
     STEP,
@@ -70,9 +70,9 @@ from spec.model import (
     bodies_deriving,
     step_function,
 )
-from spec.names import check_name
-from spec.ops import FUNCTIONS, OPERATORS, OPS, SCALAR_FUNCTIONS
-from spec.shape import DTYPES, Dim, dim_symbol, parse_shape
+from tspec.language.names import check_name
+from tspec.language.shape import DTYPES, Dim, dim_symbol, parse_shape
+from tspec.ops.catalogue import FUNCTIONS, OPERATORS, OPS, SCALAR_FUNCTIONS
 
 MAX_SPEC_BYTES = 1_000_000
 MAX_NESTING = 32          # levels of block / when bodies

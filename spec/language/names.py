@@ -4,7 +4,7 @@ import builtins
 import keyword
 import re
 
-from spec.errors import SpecError
+from tspec.errors import SpecError
 
 MAX_NAME_LENGTH = 64
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")

@@ -4,8 +4,8 @@ import re
 
 import sympy
 
-from spec.model import OpNode, ScalarExpr, TensorRef
-from spec.ops import OPS
+from tspec.language.model import OpNode, ScalarExpr, TensorRef
+from tspec.ops.catalogue import OPS
 
 _GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "eta", "theta", "kappa", "lambda",
           "mu", "nu", "xi", "pi", "rho", "sigma", "tau", "phi", "chi", "psi", "omega"}

@@ -15,8 +15,8 @@ from typing import Protocol
 
 import sympy
 
-from spec.errors import SpecError
-from spec.shape import Shape
+from tspec.errors import SpecError
+from tspec.language.shape import Shape
 
 
 @dataclass(frozen=True)

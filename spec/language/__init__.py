@@ -1,0 +1,1 @@
+"""The spec language: its expressions, parser, data model, shapes, names, LaTeX and variants."""

@@ -1,0 +1,1 @@
+"""The op catalogue: every op the spec language knows, each defined once."""

@@ -1,0 +1,112 @@
+"""The package's public API, `tspec.NAME`: a light import, names that are the api's and not
+its modules, and the code generation, run and weights calls."""
+
+import ast
+import importlib
+import pkgutil
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+from command_line import ROOT
+from refusals import raises
+
+import tspec
+from tspec.codegen import weights
+
+TINY = ["N=1", "d_model=16", "H=2", "d_ff=8", "V=50"]    # gpt2_small, small enough to run
+
+
+def test_import_tspec_is_light():
+    # before: `import spec` imported the whole checker (sympy, NumPy) to define its names
+    script = ("import sys, tspec; print(tspec.__version__, sorted(m for m in sys.modules "
+              "if m.split('.')[0] in ('sympy', 'numpy', 'jinja2') or m.startswith('tspec.')))")
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           cwd=ROOT.parent, timeout=60, check=True)
+    assert shown.stdout == f"{tspec.__version__} []\n"
+
+
+def test_api_names_are_the_api_and_not_its_modules():
+    """A submodule named like an api function would hide it once imported (importing
+    ``tspec.X`` sets the package's attribute X, so ``__getattr__`` never runs): with every
+    submodule imported, each public name is still what its module defines."""
+    for found in pkgutil.walk_packages(tspec.__path__, "tspec."):
+        try:
+            importlib.import_module(found.name)
+        except ModuleNotFoundError as missing:        # the CuPy modules without CuPy
+            assert (missing.name, found.name.startswith("tspec.generated.cupy.")) == ("cupy", True)
+    for name in tspec.__all__:
+        value = getattr(tspec, name)
+        assert not isinstance(value, types.ModuleType), name
+        assert value is getattr(importlib.import_module(tspec._API[name]), name)
+    assert set(tspec.__all__) <= set(dir(tspec))
+    with pytest.raises(AttributeError, match="^module 'tspec' has no attribute 'nothing'$"):
+        tspec.nothing  # noqa: B018
+
+
+def test_the_names_typing_sees_are_the_names_that_load():
+    """The TYPE_CHECKING imports (what a type checker and an editor see), ``__all__`` and the
+    table ``__getattr__`` imports from name the same things in the same modules."""
+    tree = ast.parse((ROOT / "spec" / "__init__.py").read_text())
+    (block,) = [node for node in tree.body if isinstance(node, ast.If)
+                and ast.unparse(node.test) == "TYPE_CHECKING"]
+    typed = {alias.name: node.module for node in block.body for alias in node.names}
+    assert typed == tspec._API
+    assert tspec.__all__ == sorted(typed)
+
+
+def test_source_is_what_generate_writes():
+    assert tspec.source("llama3_8b") == (ROOT / "generated" / "numpy" / "llama.py").read_text()
+    assert tspec.source("bert_base", ["N=2"], backend="cupy") == \
+        (ROOT / "generated" / "cupy" / "bert.py").read_text()
+    with raises(tspec.UsageError, "unknown backend 'jax'; backends: numpy, cupy"):
+        tspec.source("base", backend="jax")
+
+
+def test_run_gives_the_model_outputs_at_the_run_sizes():
+    result = tspec.run("gpt2_small", TINY, seed=3)
+    assert (result.sizes["B"], result.sizes["T_dec"], result.sizes["V"]) == (2, 32, 50)
+    logits, probs = result.outputs["logits"], result.outputs["probs"]
+    assert logits.shape == probs.shape == (2, 32, 50)
+    exp = np.exp(logits.astype(np.float64) - logits.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(probs, exp / exp.sum(axis=-1, keepdims=True), atol=1e-6)
+    again = tspec.run("gpt2_small", TINY, seed=3).outputs["logits"]
+    assert np.array_equal(again, logits)
+    assert not np.array_equal(tspec.run("gpt2_small", TINY, seed=4).outputs["logits"], logits)
+
+
+def test_run_refuses_a_variant_with_findings(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with raises(tspec.CodegenError, "1 finding(s) in base: nothing to run (the first: "
+                "spec/transformer.tspec:40: constraint-violated: d_model=512 is not "
+                "divisible by H=10)"):
+        tspec.run("base", ["H=10"])
+
+
+def test_decode_agrees_with_the_full_forward():
+    result = tspec.decode("gpt2_small", 4, TINY)
+    assert (result.prompt, result.steps, len(result.step_seconds)) == (28, 4, 4)
+    assert result.cache == [("decoder.layers.0.self_attention.K_past", (2, 2, 32, 8)),
+                            ("decoder.layers.0.self_attention.V_past", (2, 2, 32, 8))]
+    assert result.difference <= result.tolerance
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".npz"])
+def test_load_weights_reads_them_as_the_generated_code_takes_them(tmp_path, suffix):
+    variant = tspec.load("gpt2_small", TINY)
+    shapes = weights.expected_shapes(variant.spec, variant.choices, variant.dims)
+    params = weights.random_params(shapes, seed=5)
+    path = tmp_path / f"w{suffix}"
+    weights.save(path, params)
+    loaded = tspec.load_weights("gpt2_small", path, TINY)
+    assert np.array_equal(loaded["decoder"]["layers"][0]["self_attention"]["W_Q"],
+                          params["decoder"]["layers"][0]["self_attention"]["W_Q"])
+    flat = weights.flatten(loaded)
+    assert list(flat) == list(shapes)
+    assert all(np.array_equal(flat[name], array)
+               for name, array in weights.flatten(params).items())
+    with raises(tspec.WeightsError, f"{path}: parameter E has shape (50, 16); the spec "
+                "expects (60, 16)"):
+        tspec.load_weights("gpt2_small", path, [*TINY[:-1], "V=60"])
