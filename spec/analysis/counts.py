@@ -36,6 +36,7 @@ from tspec.language.model import (
     declarations,
     local_binding,
     select,
+    under,
 )
 from tspec.language.shape import Shape
 from tspec.numbers import integer_text
@@ -149,7 +150,7 @@ def costs(spec: Spec, choices: dict[str, str]) -> dict[str, BodyCost]:
 
 class _Costing:
     def __init__(self, spec: Spec, choices: dict[str, str]):
-        self.spec = spec
+        self.spec = under(spec, choices)     # the blocks and tensors renamed under the choices
         self.choices = choices
         self.done: dict[str, BodyCost] = {}
 

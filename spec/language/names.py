@@ -13,7 +13,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 RESERVED = frozenset({
     "spec", "source", "note", "dim", "let", "require", "choice", "when", "else", "input",
     "param", "tensor", "output", "block", "as", "in", "repeat", "float", "int", "bool", "reused",
-    "state", "update", "cache", "prefill", "decode_step", "StateRecorder", "recorder",
+    "state", "update", "rename", "cache", "prefill", "decode_step", "StateRecorder", "recorder",
     "require_size", "check_cache", "CACHE_STATES", "require_memory", "MEMORY_LIMIT", "memory_total",
     "params", "np", "xp", "cp", "numpy", "cupy", "scipy", "special", "math", "os", "sys",
     "torch", "typing", "jaxtyping", "jaxtyped", "typechecker", "beartype", "Float", "Int",
