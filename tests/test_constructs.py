@@ -13,7 +13,7 @@ from tspec.checking.check import check, combinations
 from tspec.codegen.generate import source
 from tspec.codegen.runtime import load_source
 from tspec.errors import SpecError, SpecSyntaxError
-from tspec.language.model import Equation, TensorDecl, select, under
+from tspec.language.model import BlockCall, Equation, TensorDecl, Update, select, under
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
 
@@ -362,3 +362,55 @@ def test_rename_is_a_reserved_word():
     with raises(SpecError, "t.tspec:4: tensor name 'rename' is reserved by the spec language "
                 "and its generated code"):
         parse(HEADER + 'input rename "B T d"\n')
+
+
+# ---------------------------------------------------------------------------------------------
+# The built-in spec says things once
+
+def test_the_builtin_cached_self_attention_is_multi_head_attention_with_a_cache():
+    # its tensors, in order, and its states keep the names they had when written out in full
+    spec = tspec.load("transformer").spec
+    block = spec.blocks["cached_self_attention"]
+    head = "Q_proj K_proj V_proj"
+    expected = {
+        ("all", "sinusoidal"): (f"{head} Q_h K_n V_n K_h V_h O_h O O_proj", "K_h V_h", "K_h V_h"),
+        ("all", "rotary"): (f"{head} Q_u Q_h K_u K_n V_n K_h V_h O_h O O_proj", "K_h V_h",
+                            "K_h V_h"),
+        ("grouped", "sinusoidal"): (f"{head} Q_h K_g V_g K_all V_all K_h V_h O_h O O_proj",
+                                    "K_g V_g", "K_all V_all"),
+        ("grouped", "rotary"): (f"{head} Q_u Q_h K_gu K_g V_g K_all V_all K_h V_h O_h O O_proj",
+                                "K_g V_g", "K_all V_all"),
+    }
+    for (heads, positional), (outputs, starts, updates) in expected.items():
+        chosen = spec.choice_values({"key_value_heads": heads, "positional": positional,
+                                     "decoding": "step", "attention_bias": "all"})
+        statements = select(block.body, chosen)
+        assert " ".join(s.output for s in statements
+                        if isinstance(s, (Equation, BlockCall))) == outputs
+        assert [(s.name, s.start) for s in statements
+                if isinstance(s, TensorDecl) and s.role == "state"] == \
+            list(zip(("K_past", "V_past"), starts.split()))
+        assert [(s.state, s.value) for s in statements if isinstance(s, Update)] == \
+            list(zip(("K_past", "V_past"), updates.split()))
+        rotated = "rotary(Q_u, T_past)" if positional == "rotary" else "split_heads(Q_proj, H)"
+        assert equations(statements)["Q_h"] == rotated
+        assert equations(statements)["Q_proj"] == "X @ W_Q + b_Q"
+
+
+def test_decoder_only_stacks_are_named_as_decoders():
+    spec = tspec.load("transformer").spec
+    for choices in ({"arch": "decoder_only"}, {"arch": "decoder_only", "norm": "pre",
+                                               "activation": "swiglu", "positional": "rotary",
+                                               "normalization": "rms_norm",
+                                               "key_value_heads": "grouped",
+                                               "feed_forward_bias": "none"}):
+        text = source(spec, choices)
+        for name in ("def decoder(\n    Y_0:", "def decoder_layer(\n    Y:", "def decoder_step(",
+                     "def decoder_layer_step(", "class DecoderParams", "Y_dec = decoder(",
+                     "Y_dec = decoder_step("):
+            assert name in text, name
+        assert "def encoder" not in text and "EncoderParams" not in text and \
+            "EncoderLayer" not in text and "encoder(" not in text
+    # the encoder-decoder keeps both stacks by their own names
+    text = source(spec, {"arch": "encoder_decoder"})
+    assert "def encoder(\n    Z_0:" in text and "def decoder(\n    Y_0:" in text

@@ -389,6 +389,7 @@ class _Run:
         """A use of a declared tensor by a record (an operand of its ops, a block input bound
         at a call, a state updated) that fits its declared shape (``failed`` None) or does not
         (the key of its finding). A record fits when none of its claims fails."""
+        decl = decl.written or decl          # a renamed block's, as the spec writes it
         entry = self.uses.setdefault(id(decl), [decl, set(), {}])
         if failed is None:
             entry[1].add(id(record))

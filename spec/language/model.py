@@ -164,6 +164,8 @@ class TensorDecl:
     implied: Shape | None = None     # an unstated shape that the source's text implies
     start: str | None = None         # a state's first value: the full model's tensor of this
     #                                  name at the same place (what prefill keeps)
+    # a renamed copy's declaration as the spec writes it (see ``under``): one declaration
+    written: "TensorDecl | None" = field(default=None, repr=False, compare=False)
 
     @property
     def family(self) -> sympy.Basic | None:
@@ -765,7 +767,8 @@ def _renamed_record(s, names: dict[str, str], memo: dict):
     if isinstance(s, TensorDecl):
         if s.name not in names and s.start not in names:
             return s
-        return replace(s, name=names.get(s.name, s.name), start=names.get(s.start, s.start))
+        return replace(s, name=names.get(s.name, s.name), start=names.get(s.start, s.start),
+                       written=s.written or s)
     if isinstance(s, Equation):
         if s.output not in names and not any(n in names for n in s.inputs):
             return s
