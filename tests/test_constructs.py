@@ -12,7 +12,7 @@ from tspec.analysis.counts import costs
 from tspec.checking.check import check, combinations
 from tspec.codegen.generate import source
 from tspec.codegen.runtime import load_source
-from tspec.errors import SpecError, SpecSyntaxError
+from tspec.errors import LimitError, SpecError, SpecSyntaxError
 from tspec.language.model import BlockCall, Equation, TensorDecl, Update, select, under
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
@@ -414,3 +414,34 @@ def test_decoder_only_stacks_are_named_as_decoders():
     # the encoder-decoder keeps both stacks by their own names
     text = source(spec, {"arch": "encoder_decoder"})
     assert "def encoder(\n    Z_0:" in text and "def decoder(\n    Y_0:" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounded: what the constructs expand to
+
+def test_an_equation_varied_by_too_many_options_is_refused():
+    options = "relu | gelu | gelu_tanh | silu | tanh_ | a | b | c | e"
+    choices = "".join(f"choice k{i} = {options}\n" for i in range(4))
+    with raises(SpecError, "t.tspec:9:13: Y: its choices and absent operands make 6,561 "
+                "equations; the limit is 4,096"):
+        parse(HEADER + choices + 'input X "B T d"\nY "B T d" = k0(k1(k2(k3(X))))\n')
+
+
+def test_a_block_from_another_that_differs_in_too_many_ways_is_refused():
+    choices = "".join(f"choice c{i} = x | y\n" for i in range(13))
+    consults = "".join(f'    when c{i} == x:\n        Y{i} "B T d" = relu(X)\n'
+                       for i in range(13))
+    with raises(SpecError, "t.tspec:46:5: block g: f and its own statements differ in more "
+                "than 4,096 ways of setting the choices"):
+        parse(HEADER + choices + 'block f(X "B T d") -> O:\n' + consults +
+              '    O "B T d" = relu(X)\nblock g(X "B T d") -> O:\n    from f\n')
+
+
+def test_what_the_constructs_expand_to_is_bounded(monkeypatch):
+    from tspec.language import parser
+    monkeypatch.setattr(parser, "MAX_EXPANDED", 20)
+    with raises(LimitError, "t.tspec: the spec's optional operands, choice calls and `from` "
+                "blocks expand to more than 20 statements over its choices: vary fewer "
+                "equations by more choices"):
+        parse(HEADER + 'choice act = relu | gelu | gelu_tanh | silu\ninput X "B T d"\n' +
+              "".join(f'Y{i} "B T d" = act(X)\n' for i in range(6)))

@@ -53,7 +53,7 @@ from pathlib import Path
 
 import sympy
 
-from tspec.errors import SpecError, SpecSyntaxError, TspecError, hidden, hidden_kind
+from tspec.errors import LimitError, SpecError, SpecSyntaxError, TspecError, hidden, hidden_kind
 from tspec.files import read_limited
 from tspec.language import expr as ex
 from tspec.language.model import (
@@ -85,6 +85,7 @@ from tspec.ops.catalogue import ACTIVATIONS, FUNCTIONS, OPERATORS, OPS, SCALAR_F
 MAX_SPEC_BYTES = 1_000_000
 MAX_NESTING = 32          # levels of block / when bodies
 MAX_WAYS = 4096           # bodies one equation or one `from` expands to, over the choices
+MAX_EXPANDED = 1_000_000  # statements all of them expand to together
 
 
 @dataclass
@@ -595,6 +596,16 @@ class _Builder:
     def __init__(self, reader: _Reader):
         self.r = reader
         self.file = reader.file
+        self.expanded = 0        # statements the choices' expansions have made so far
+
+    def expand_by(self, count: int) -> None:
+        """Count statements an expansion makes (an equation per way of setting the choices it
+        varies by, a `from` block's body per way): past MAX_EXPANDED, a LimitError."""
+        self.expanded += count
+        if self.expanded > MAX_EXPANDED:
+            raise LimitError(f"the spec's optional operands, choice calls and `from` blocks "
+                             f"expand to more than {MAX_EXPANDED:,} statements over its "
+                             "choices: vary fewer equations by more choices", file=self.file)
 
     def error(self, message, line, column=None) -> SpecError:
         return SpecError(message, file=self.file, line=line, column=column)
@@ -746,9 +757,10 @@ class _Builder:
                 ways[0] += 1
                 if ways[0] > MAX_WAYS:
                     raise self.error(f"block {name}: {parent} and its own statements differ "
-                                     f"in more than {MAX_WAYS} ways of setting the choices",
+                                     f"in more than {MAX_WAYS:,} ways of setting the choices",
                                      start.line, start.column)
                 body = merged(theirs, mine)
+                self.expand_by(len(body))
                 return body, tuple(map(id, body))
             return _chain(open_, [(o, tree(chosen | {open_: o}))
                                   for o in r.choices[open_].options], self.file, start.line)
@@ -951,7 +963,8 @@ class _Builder:
                                  f"and without at line {plain[name]}: give every declaration "
                                  "of it the same condition", max(optional[name][1], plain[name]))
         lowering = _Lowering(self.file, symbols, set(tensors), blocks, self.r.choices,
-                             {name: condition for name, (condition, _) in optional.items()})
+                             {name: condition for name, (condition, _) in optional.items()},
+                             self.expand_by)
         output_set = set(outputs)
 
         converted: dict[int, tuple[list, list]] = {}   # a shared `else:` list, once
@@ -1139,13 +1152,15 @@ class _Lowering:
     """Expression trees to op trees, in one scope: names are tensors, dims, or errors."""
 
     def __init__(self, file, symbols: dict, tensors: set, blocks: set,
-                 choices: dict | None = None, optional: dict | None = None):
+                 choices: dict | None = None, optional: dict | None = None,
+                 expand_by=lambda count: None):
         self.file = file
         self.symbols = symbols
         self.tensors = tensors
         self.blocks = blocks
         self.choices = choices or {}
         self.optional = optional or {}     # tensor -> ((choice, options it is present under), ...)
+        self.expand_by = expand_by         # counts the equations variants make (a bound)
 
     def error(self, message, node) -> SpecError:
         return SpecError(message, file=self.file, line=node.line, column=node.column)
@@ -1173,7 +1188,8 @@ class _Lowering:
             ways *= len(self.choices[name].options)
         if ways > MAX_WAYS:
             raise self.error(f"{raw.name}: its choices and absent operands make {ways:,} "
-                             f"equations; the limit is {MAX_WAYS}", raw.rhs)
+                             f"equations; the limit is {MAX_WAYS:,}", raw.rhs)
+        self.expand_by(ways)
         made: dict = {}
 
         def leaf(chosen: dict) -> tuple[list, object]:
