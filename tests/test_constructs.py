@@ -5,6 +5,7 @@ spec written out by hand gives, so the checker, counts, docs and code see ordina
 
 import numpy as np
 import pytest
+from command_line import run
 from refusals import raises
 
 import tspec
@@ -138,6 +139,28 @@ def test_a_choice_takes_one_operand(call):
     with raises(SpecError, "t.tspec:6:13: act(...) applies the op its option names to one "
                 "tensor: give it one argument"):
         parse(HEADER + f'choice act = relu | gelu\ninput X "B T d"\nY "B T d" = {call}\n')
+
+
+def test_every_command_treats_a_flaw_as_a_finding(tmp_path, capsys, monkeypatch):
+    # the choice's option names no op: every command sees the finding, none trips over the
+    # tensor the equation would compute (before: KeyError in the counts, an internal error)
+    (tmp_path / "f.tspec").write_text('spec f "f"\n' + HEADER + 'choice act = relu | swiglu\n'
+                                      'input X "B T d"\nparam W "d d"\n'
+                                      'Y "B T d" = act(X @ W)\nZ "B T d" = Y @ W\noutput Z\n')
+    (tmp_path / "f.toml").write_text('spec = "f.tspec"\n[choices]\nact = "swiglu"\n'
+                                     '[dims]\nB = 1\nT = 2\nd = 3\n')
+    monkeypatch.chdir(tmp_path)
+    refusal = "tspec: error: f: 1 finding(s) under these sizes; run `tspec check{}` first\n"
+    for argv, code, err in (
+            (["shapes", "f.toml"], 1, "tspec: 1 finding(s) in f: run `tspec check`\n"),
+            (["docs", "f.toml", "--out", "out"], 2, refusal.format("")),
+            (["diff", "f.toml", "f.toml"], 2, refusal.format(" f")),
+            (["run", "f.toml"], 1, ("f.tspec:8: not-an-op: act=swiglu names no activation op; "
+             "put this equation under `when act != swiglu`\n    equation: Y = act(X @ W)\n"
+             "    tensor: Y\ntspec: 1 finding(s) in f: nothing to run\n"))):
+        assert run(capsys, *argv)[::2] == (code, err), argv
+    code, out, _ = run(capsys, "shapes", "f.toml")
+    assert "Y       intermediate  float  B T d           1 2 3" in out
 
 
 # ---------------------------------------------------------------------------------------------

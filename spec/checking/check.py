@@ -845,9 +845,13 @@ class _Run:
                          hint=flaw.hint))
         if flaw.output is not None:
             known = declared is not None and declared.shape is not None
-            scope.values[flaw.output] = Value(
-                declared.shape.subs(scope.binding) if known else None,
-                declared.dtype if declared is not None else "float", tensor=flaw.output)
+            shape = declared.shape.subs(scope.binding) if known else None
+            dtype = declared.dtype if declared is not None else "float"
+            scope.values[flaw.output] = Value(shape, dtype, tensor=flaw.output)
+            scope.rows.append(TensorRow(
+                scope.qualified(flaw.output), declared.role if declared else "intermediate",
+                shape, dtype, declared.meaning if declared else "", known,
+                f"{flaw.output} = {flaw.text}", flaw.file, flaw.line))
 
     def follows(self, scope: _Scope, record, declared: TensorDecl | None, suspects: list,
                 start: int) -> None:
