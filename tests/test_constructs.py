@@ -338,6 +338,12 @@ def test_renamed_code_runs_as_the_blocks_it_renames():
      "listed twice")),
     ("rename encoder as relu", ("t.tspec:18: block name 'relu' is reserved by the spec language "
      "and its generated code")),
+    ("rename encoder as E", ("t.tspec:18: rename encoder as E: E is a dim or a tensor of this "
+     "spec; a block takes a name of its own")),
+    ("rename encoder as Z_1", ("t.tspec:18: rename encoder as Z_1: Z_1 is a dim or a tensor of "
+     "this spec; a block takes a name of its own")),
+    ("rename encoder as d", ("t.tspec:18: rename encoder as d: d is a dim or a tensor of this "
+     "spec; a block takes a name of its own")),
 ])
 def test_a_bad_rename_is_a_one_line_error(statement, message):
     with raises(SpecError, message):

@@ -861,6 +861,11 @@ class _Builder:
             if s.new in OPS or s.new in FUNCTIONS or s.new in SCALAR_FUNCTIONS:
                 raise self.error(f"rename {s.block} as {s.new}: {s.new} is the name of an op",
                                  s.line)
+            if s.new in self.r.dims or any(s.new in _block_names(b) for b in blocks.values()) \
+                    or any(isinstance(t, TensorDecl) and t.name == s.new
+                           for t in every_record(records)):
+                raise self.error(f"rename {s.block} as {s.new}: {s.new} is a dim or a tensor of "
+                                 "this spec; a block takes a name of its own", s.line)
             names = _block_names(block)
             taken = names | set(self.r.dims) | set(block.local_dims) | set(blocks)
             olds = [old for old, _ in s.tensors]
