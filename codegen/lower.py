@@ -47,6 +47,7 @@ from tspec.language.model import (
     select,
     step_choices,
     step_function,
+    under,
 )
 from tspec.language.model import lets as derived_dims
 from tspec.language.model import outputs as model_outputs
@@ -95,8 +96,9 @@ def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
     if step is None:
         return module
     # the parser refuses a block named as one of these (spec.language)
+    stepped = under(spec, step)
     renamed = {name: step_function(name) for name in
-               bodies_consulting(spec, step, DECODING) | bodies_deriving(spec, DECODING)}
+               bodies_consulting(stepped, step, DECODING) | bodies_deriving(stepped, DECODING)}
     _require_proved(spec, step)
     stepping = _Lowerer(spec, step, backend, renamed).module()
     if not any(function.cache for function in stepping.functions):
@@ -127,16 +129,15 @@ def _cache_starts(spec: Spec, choices: dict[str, str], full: dict[str, str]) -> 
     instance name; a one-item list for every layer of a stack), a state's name mapping to the
     full model's tensor that prefill keeps for it (its ``from``), which the full model under
     ``full`` must compute at the same place."""
-
-    def statements(block: Block | None, chosen: dict[str, str]) -> list:
-        return select(block.body if block else spec.body, chosen)
+    stepped, whole = under(spec, choices), under(spec, full)     # the blocks as each names them
 
     def body(block: Block | None, twin: Block | None, path: str) -> dict:
-        full_statements = statements(twin, full) if twin or path == "" else []
+        full_statements = select(twin.body if twin else whole.body, full) \
+            if twin or path == "" else []
         computed = {s.output: s for s in full_statements
                     if isinstance(s, (Equation, BlockCall))}
         starts: dict = {}
-        for s in statements(block, choices):
+        for s in select(block.body if block else stepped.body, choices):
             if isinstance(s, TensorDecl) and s.role == "state":
                 # the checker proved the start computed here, of the state's shape
                 if s.start not in computed:
@@ -149,7 +150,7 @@ def _cache_starts(spec: Spec, choices: dict[str, str], full: dict[str, str]) -> 
             elif isinstance(s, BlockCall):
                 call = next((c for c in computed.values() if isinstance(c, BlockCall)
                              and c.instance == s.instance), None)
-                inner = body(spec.blocks[s.block], call and spec.blocks[call.block],
+                inner = body(stepped.blocks[s.block], call and whole.blocks[call.block],
                              f"{path}{s.instance}{'[i]' if s.repeat is not None else ''}.")
                 if inner:
                     starts[s.instance] = [inner] if s.repeat is not None else inner
@@ -246,7 +247,7 @@ def _literal(value: dict | list | str, indent: str, first: str = "") -> list[str
 class _Lowerer:
     def __init__(self, spec: Spec, choices: dict, backend: Backend,
                  rename: dict[str | None, str] | None = None):
-        self.spec = spec
+        self.spec = under(spec, choices)    # the blocks and tensors renamed under the choices
         self.choices = choices
         self.backend = backend
         self.rename = rename or {}          # function names other than the block's (None: the

@@ -206,7 +206,8 @@ def test_the_numpy_and_cupy_trees_differ_only_where_the_backend_table_says(arch,
         assert name in replaced or name in branching or name in strategy or \
             re.search(rf"^(def {name}\(|{name} = |class {name}\b)", templates, re.MULTILINE), name
     same = numpy_defs.keys() & cupy_defs.keys() - differing
-    assert {"embed", "split_heads", "multi_head_attention", "encoder_layer"} <= same
+    layer = "decoder_layer" if arch == "decoder_only" else "encoder_layer"
+    assert {"embed", "split_heads", "multi_head_attention", layer} <= same
 
 
 def test_generate_check_on_a_stale_directory_exits_1_with_a_diff(tmp_path, capsys):

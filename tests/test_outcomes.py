@@ -319,7 +319,7 @@ def test_an_error_raised_by_generated_code_names_its_functions_and_exits_1(capsy
                          "--set", "T_dec=4", "--decode", "2")
     assert (code, out) == (1, "")
     assert err == ("tspec: error: llama3_8b: the generated code raised ValueError in "
-                   "transformer > encoder > encoder_layer > multi_head_attention: positions 3 "
+                   "transformer > decoder > decoder_layer > multi_head_attention: positions 3 "
                    "to 4 need 5 rows\n")
 
 

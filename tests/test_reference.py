@@ -224,7 +224,7 @@ def test_gpt2_matches_hugging_face(arrays, dtype):
     expected = {"Y_0": hidden[0], "Y_dec": hidden[-1], "logits": numpy(output.logits),
                 "untraced": numpy(output.logits),
                 "probs": numpy(torch.softmax(output.logits, dim=-1))}
-    expected |= {f"decoder.layers.{i}.Z_out": hidden[i + 1] for i in range(N - 1)}
+    expected |= {f"decoder.layers.{i}.Y_out": hidden[i + 1] for i in range(N - 1)}
     assert_close({**flat(trace), "logits": logits, "untraced": untraced, "probs": probs},
                  expected, dtype)
 
@@ -374,8 +374,8 @@ def test_llama_matches_hugging_face(H_kv, arrays, dtype):
     names = {}
     for i, layer in enumerate(layers):
         at = f"decoder.layers.{i}"
-        names |= {f"{at}.Z_n": layer.input_layernorm, f"{at}.A": layer.self_attn,
-                  f"{at}.Z_1n": layer.post_attention_layernorm, f"{at}.F": layer.mlp,
+        names |= {f"{at}.Y_n": layer.input_layernorm, f"{at}.A": layer.self_attn,
+                  f"{at}.Y_1n": layer.post_attention_layernorm, f"{at}.F": layer.mlp,
                   f"{at}.self_attention.Q_proj": layer.self_attn.q_proj,
                   f"{at}.self_attention.K_proj": layer.self_attn.k_proj,
                   f"{at}.self_attention.V_proj": layer.self_attn.v_proj}
@@ -395,7 +395,7 @@ def test_llama_matches_hugging_face(H_kv, arrays, dtype):
     expected = {"Y_0": hidden[0], "logits": numpy(output.logits),
                 "untraced": numpy(output.logits),
                 "probs": numpy(torch.softmax(output.logits, dim=-1)), **captured}
-    expected |= {f"decoder.layers.{i}.Z_out": hidden[i + 1] for i in range(N - 1)}
+    expected |= {f"decoder.layers.{i}.Y_out": hidden[i + 1] for i in range(N - 1)}
     ours = {**flat(trace), "logits": logits, "untraced": untraced, "probs": probs}
     rows = assert_close(ours, expected, dtype)
     assert len(rows) == 5 + 8 * N - 1

@@ -12,7 +12,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 KEYWORDS = frozenset({
     "spec", "source", "note", "dim", "let", "require", "choice", "when", "else", "input",
     "param", "tensor", "output", "block", "as", "in", "repeat", "float", "int", "bool", "reused",
-    "state", "update",
+    "state", "update", "rename",
 })
 # The names a generated model module binds beside the spec's own (its imports, constants and
 # functions; in its functions, their arguments and locals), which a spec name must not shadow.
