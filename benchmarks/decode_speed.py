@@ -31,7 +31,7 @@ def main() -> None:
         "norm=pre", "activation=gelu_tanh"]))
     prepared = _prepare(variant, "numpy", 0, "float32", False)   # the variant's own module
     model, params = prepared.module, prepared.params
-    extend = model.extend
+    extend = model.rt.extend
 
     def copying(past, new, axis):
         return np.concatenate([past, new], axis=axis)
@@ -46,7 +46,7 @@ def main() -> None:
             m = np.ones(u.shape, dtype=bool)
             times = {}
             for name, helper in (("copying", copying), ("extend", extend)):
-                model.extend = helper
+                model.rt.extend = helper
                 _, _, cache = model.prefill(u[:, :prompt], m[:, :prompt], params, H=12)
                 model.decode_step(u[:, prompt:prompt + 1], m[:, :prompt + 1], params, cache)
                 steps = []
@@ -55,7 +55,7 @@ def main() -> None:
                     model.decode_step(u[:, t:t + 1], m[:, :t + 1], params, cache)
                     steps.append(time.perf_counter() - start)
                 times[name] = statistics.median(steps)
-            model.extend = extend
+            model.rt.extend = extend
             print(f"{B:>5} {prompt:>6} {times['extend'] * 1e3:7.1f}ms "
                   f"{times['copying'] * 1e3:7.1f}ms {times['extend'] / times['copying']:6.2f}")
     print("\nratio: a step's time with extend / with copying (below 1 is faster)")

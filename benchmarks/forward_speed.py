@@ -1,6 +1,6 @@
 """The generated NumPy forward pass against PyTorch eager on the CPU, side by side.
 
-    python benchmarks/forward_speed.py [--threads N] [--repeat 5]
+    python benchmarks/forward_speed.py [--threads N] [--repeat 5] [--baseline SHA]
 
 Three shapes, float32, the same weights on both sides and the same thread count (OpenBLAS for
 NumPy, torch.set_num_threads for PyTorch): the base encoder layer (B=8, T=128), the base
@@ -15,19 +15,84 @@ in turn, a block of calls each, for three rounds, so that the machine's slow spe
 all alike. Prints the median times, the ratios to PyTorch, the achieved GFLOP/s (matrix
 products only), NumPy's own sgemm rate measured in the same run, and each side's largest
 difference from PyTorch's output.
+
+With --baseline SHA it times the generated code against the code commit SHA generates for the
+same shapes and choices (its generator run on its own tree, in a subprocess), in one process
+with the same weights and threads: --rounds (4) rounds of five calls each, in turn, each block
+after an untimed call. Prints both medians, their ratio, the median of the rounds' ratios and
+the largest difference of the outputs.
 """
 
 import argparse
+import io
+import json
 import os
 import platform
+import shutil
 import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# the generated modules each shape runs: name -> choices
+MODULES = {"encoder_layer": {"arch": "encoder_only", "attention_bias": "all"},
+           "stacks": {"arch": "encoder_decoder", "attention_bias": "all"},
+           "causal": {"arch": "decoder_only", "norm": "pre", "activation": "gelu_tanh",
+                      "attention_bias": "all"}}
+# what the installed tree of another commit runs to write its NumPy modules for MODULES (and
+# its runtime, where it has one) into a folder: argv[1] the folder, argv[2] MODULES as JSON,
+# argv[3] where that tree is installed (its code must be what runs, not this tree's)
+WRITE_MODULES = """
+import json, sys
+from pathlib import Path
+try:
+    from tspec import api
+    from tspec.codegen import generate
+except ImportError:                       # before the package was tspec
+    from codegen import generate
+    from spec import api
+if not generate.__file__.startswith(sys.argv[3]):
+    sys.exit(f"the baseline's generator is not the one installed: {generate.__file__}")
+out, spec = Path(sys.argv[1]), api.read_spec(api.BUILTIN_SPEC)
+for name, choices in json.loads(sys.argv[2]).items():
+    (out / f"{name}.py").write_text(generate.source(spec, choices), encoding="utf-8")
+if hasattr(generate, "runtime_source"):
+    (out / "_runtime.py").write_text(generate.runtime_source("numpy"), encoding="utf-8")
+"""
+
+
+def baseline_modules(sha: str) -> dict[str, Path]:
+    """The NumPy modules commit ``sha`` generates for MODULES, written by its own code (its
+    tree installed into a temporary folder) into a temporary folder: name -> path."""
+    folder = Path(tempfile.mkdtemp(prefix="tspec-baseline-"))
+    tree, site, out = folder / "tree", folder / "site", folder / "numpy"
+    tree.mkdir()
+    out.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha], capture_output=True,
+                             check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(tree, filter="data")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--target", str(site), str(tree)], check=True)
+    subprocess.run([sys.executable, "-c", WRITE_MODULES, str(out), json.dumps(MODULES),
+                    str(site)], cwd=folder, env={**os.environ, "PYTHONPATH": str(site)},
+                   check=True)
+    shutil.rmtree(tree)
+    shutil.rmtree(site)
+    return {name: out / f"{name}.py" for name in MODULES}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--baseline", metavar="SHA",
+                        help="time against the code commit SHA generates, not PyTorch")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds against the baseline")
     args = parser.parse_args()
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[variable] = str(args.threads)
@@ -38,7 +103,7 @@ def main() -> None:
 
     from tspec import api
     from tspec.codegen.execution import checkpoints, weights
-    from tspec.codegen.execution.loading import load_source
+    from tspec.codegen.execution.loading import load_module, load_source
     from tspec.codegen.generate import source
 
     torch.set_num_threads(args.threads)
@@ -81,31 +146,50 @@ def main() -> None:
     def nested(flat):
         return weights.nest({k: v.astype(np.float32) for k, v in flat.items()})
 
-    rows = []
+    rows, compared = [], []
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, threads {args.threads}, "
           f"numpy {np.__version__}, torch {torch.__version__}, CPython "
           f"{platform.python_version()}")
+    baseline = {name: load_module(path) for name, path in baseline_modules(args.baseline).items()
+                } if args.baseline else None
+
+    def against_baseline(name, ours, theirs):
+        """Record ours() against theirs() (the baseline's), in rounds of five calls each, in
+        turn: the medians of all calls, the median of the rounds' ratios (each of two blocks
+        next to each other in time, so the machine's slower spells cancel), and the largest
+        difference of their outputs."""
+        rounds = [times_in_turn([ours, theirs], repeat=5, rounds=1) for _ in range(args.rounds)]
+        ratio = statistics.median(mine / base for mine, base in rounds)
+        difference = float(np.abs(ours() - theirs()).max())
+        compared.append((name, statistics.median(mine for mine, _ in rounds),
+                         statistics.median(base for _, base in rounds), ratio, difference))
 
     # 1. the base encoder layer
     torch.manual_seed(0)
     B, T, d, H, d_ff = 8, 128, 512, 8, 2048
     layer = torch.nn.TransformerEncoderLayer(d, H, d_ff, dropout=0.0, batch_first=True).eval()
-    module = load_source(source(spec, {"arch": "encoder_only", "attention_bias": "all"}))
+    module = load_source(source(spec, MODULES["encoder_layer"]))
     state = {f"encoder.layers.0.{k}": v for k, v in layer.state_dict().items()}
     params = nested(checkpoints.from_torch_transformer(state, norm="post"))
     ours_params = params["encoder"]["layers"][0]
     x = np.random.default_rng(0).standard_normal((B, T, d)).astype(np.float32)
     L = np.zeros((1, B, T, T), dtype=np.float32)
     x_torch = torch.tensor(x)
-    with torch.inference_mode():
-        reference = layer(x_torch).numpy()
-        times = times_in_turn([lambda: module.encoder_layer(x, L, ours_params, H=H),
-                               lambda: layer(x_torch),
-                               lambda: handwritten.encoder_layer(x, L[0], ours_params, H)])
-    differences = (np.abs(reference - module.encoder_layer(x, L, ours_params, H=H)).max(),
-                   np.abs(reference - handwritten.encoder_layer(x, L[0], ours_params, H)).max())
-    rows.append(("base encoder layer (B=8, T=128)", *times,
-                 layer_flops(B, T, T, d, d_ff), sgemm_rate(B * T, d, d_ff), *differences))
+    if baseline:
+        against_baseline("base encoder layer (B=8, T=128)",
+                         lambda: module.encoder_layer(x, L, ours_params, H=H),
+                         lambda: baseline["encoder_layer"].encoder_layer(x, L, ours_params, H=H))
+    else:
+        with torch.inference_mode():
+            reference = layer(x_torch).numpy()
+            times = times_in_turn([lambda: module.encoder_layer(x, L, ours_params, H=H),
+                                   lambda: layer(x_torch),
+                                   lambda: handwritten.encoder_layer(x, L[0], ours_params, H)])
+        differences = (
+            np.abs(reference - module.encoder_layer(x, L, ours_params, H=H)).max(),
+            np.abs(reference - handwritten.encoder_layer(x, L[0], ours_params, H)).max())
+        rows.append(("base encoder layer (B=8, T=128)", *times,
+                     layer_flops(B, T, T, d, d_ff), sgemm_rate(B * T, d, d_ff), *differences))
 
     # 2. the base encoder-decoder stacks, with source padding and without
     torch.manual_seed(1)
@@ -113,11 +197,11 @@ def main() -> None:
     model = torch.nn.Transformer(d, H, N, N, d_ff, dropout=0.0, batch_first=True).eval()
     model.encoder.norm = None
     model.decoder.norm = None
-    module = load_source(source(spec, {"arch": "encoder_decoder", "attention_bias": "all"}))
+    module = load_source(source(spec, MODULES["stacks"]))
     params = nested(checkpoints.from_torch_transformer(model.state_dict(), norm="post"))
     rng = np.random.default_rng(1)
     src, tgt = (rng.standard_normal((B, T, d)).astype(np.float32) for _ in range(2))
-    L_self = module.log_mask(np.tri(T, T, dtype=bool)[None].repeat(B, 0), np.float32)[None]
+    L_self = module.rt.log_mask(np.tri(T, T, dtype=bool)[None].repeat(B, 0), np.float32)[None]
     causal = torch.nn.Transformer.generate_square_subsequent_mask(T)
     src_torch, tgt_torch = torch.tensor(src), torch.tensor(tgt)
     flops = N * layer_flops(B, T, T, d, d_ff) + N * (layer_flops(B, T, T, d, d_ff)
@@ -126,10 +210,10 @@ def main() -> None:
         keep = np.ones((B, T), dtype=bool)
         if padded:  # the last sequence is half padding
             keep[-1, T // 2:] = False
-        L_enc = module.log_mask(module.padding_mask(keep, T), np.float32)[None]
+        L_enc = module.rt.log_mask(module.rt.padding_mask(keep, T), np.float32)[None]
         padding = torch.tensor(~keep) if padded else None
 
-        def ours_stacks(L_enc=L_enc):
+        def ours_stacks(L_enc=L_enc, module=module):
             memory = module.encoder(src, L_enc, params["encoder"], H=H)
             return module.decoder(tgt, L_self, memory, L_enc, params["decoder"], H=H)
 
@@ -140,13 +224,17 @@ def main() -> None:
         def handwritten_stacks(L_enc=L_enc):
             return handwritten.encoder_decoder(src, tgt, L_enc[0], params, H)
 
+        name = f"base encoder-decoder (B=4, T=T_dec=128){', padded' if padded else ''}"
+        if baseline:
+            against_baseline(name, ours_stacks,
+                             lambda L_enc=L_enc: ours_stacks(L_enc, baseline["stacks"]))
+            continue
         with torch.inference_mode():
             reference = theirs_stacks().numpy()
             times = times_in_turn([ours_stacks, theirs_stacks, handwritten_stacks])
         differences = (np.abs(reference - ours_stacks()).max(),
                        np.abs(reference - handwritten_stacks()).max())
-        rows.append((f"base encoder-decoder (B=4, T=T_dec=128){', padded' if padded else ''}",
-                     *times, flops, sgemm_rate(B * T, d, d_ff), *differences))
+        rows.append((name, *times, flops, sgemm_rate(B * T, d, d_ff), *differences))
 
     # 3. a GPT-2-small-shaped causal stack
     torch.manual_seed(2)
@@ -156,16 +244,29 @@ def main() -> None:
         activation=lambda v: torch.nn.functional.gelu(v, approximate="tanh"))
     stack = torch.nn.TransformerEncoder(layer, N, norm=torch.nn.LayerNorm(d),
                                         enable_nested_tensor=False).eval()
-    module = load_source(source(spec, {"arch": "decoder_only", "norm": "pre",
-                                       "activation": "gelu_tanh", "attention_bias": "all"}))
+    module = load_source(source(spec, MODULES["causal"]))
     state = {k.replace("layers.", "encoder.layers.").replace("norm.", "encoder.norm."): v
              for k, v in stack.state_dict().items()}
     flat = checkpoints.from_torch_transformer(state, norm="pre")
     params = nested({k.replace("encoder.", "decoder.", 1): v for k, v in flat.items()})
     y = np.random.default_rng(2).standard_normal((B, T, d)).astype(np.float32)
-    L_causal = module.log_mask(np.tri(T, T, dtype=bool)[None], np.float32)[None]
+    L_causal = module.rt.log_mask(np.tri(T, T, dtype=bool)[None], np.float32)[None]
     causal = torch.nn.Transformer.generate_square_subsequent_mask(T)
     y_torch = torch.tensor(y)
+    if baseline:
+        against_baseline("GPT-2-small causal stack (B=1, T=1024)",
+                         lambda: module.encoder(y, L_causal, params["decoder"], H=H),
+                         lambda: baseline["causal"].encoder(y, L_causal, params["decoder"], H=H))
+        print(f"\nthis tree against {args.baseline}, in one process: {args.rounds} rounds of "
+              "five calls each, in turn\n")
+        print(f"{'shape':<48} {'ours':>9} {'baseline':>9} {'ratio':>6} {'rounds':>6} "
+              f"{'max diff':>9}")
+        for name, ours, theirs, ratio, difference in compared:
+            print(f"{name:<48} {ours * 1000:7.1f}ms {theirs * 1000:7.1f}ms "
+                  f"{ours / theirs:6.3f} {ratio:6.3f} {difference:9.1e}")
+        print("\nours, baseline: median times of a round's block (an untimed call first); ratio: "
+              "of those medians; rounds: the median of each round's ratio")
+        return
     with torch.inference_mode():
         reference = stack(y_torch, mask=causal, is_causal=True).numpy()
         times = times_in_turn([lambda: module.encoder(y, L_causal, params["decoder"], H=H),

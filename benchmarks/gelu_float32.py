@@ -66,7 +66,7 @@ def main() -> None:
     from tspec.codegen.generate import source
 
     module = load_source(source(api.read_spec(api.BUILTIN_SPEC), {"activation": "gelu"}))
-    gelu = module.gelu.__wrapped__                 # one call, no row chunks on threads
+    gelu = module.rt.gelu.__wrapped__                 # one call, no row chunks on threads
 
     def erf_gelu(x):
         return 0.5 * x * (1.0 + scipy.special.erf(x * (1.0 / math.sqrt(2.0))))

@@ -38,7 +38,8 @@ class Backend:
     growing_states: bool
     # the memory a function's tensors may take at most when MEMORY_LIMIT is None, in bytes:
     # the body of memory_total(), lines that return it (the process's for NumPy: the
-    # machine's, or less under an address-space limit; the GPU's for CuPy)
+    # machine's, or less under an address-space limit, None where the system tells neither;
+    # the GPU's for CuPy)
     memory_total: tuple[str, ...]
     memory_owner: str      # whose memory that is, as the error says
     # the helper for a product of two stacks of matrices (None: the @ operator)
@@ -58,9 +59,15 @@ BACKENDS: dict[str, Backend] = {
                      "NumPy on the CPU", attention="query_blocks", thread_pool=True,
                      float32_gelu=True, growing_states=True,
                      memory_total=(
-                         'total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")',
-                         "soft, _ = resource.getrlimit(resource.RLIMIT_AS)  # ulimit -v",
-                         "return total if soft == resource.RLIM_INFINITY else min(total, soft)"),
+                         "sizes = []",
+                         'if hasattr(os, "sysconf"):  # Unix only, as resource is',
+                         '    pages = os.sysconf("SC_PHYS_PAGES")',
+                         '    sizes.append(pages * os.sysconf("SC_PAGE_SIZE"))',
+                         "if resource is not None:",
+                         "    soft, _ = resource.getrlimit(resource.RLIMIT_AS)  # ulimit -v",
+                         "    if soft != resource.RLIM_INFINITY:",
+                         "        sizes.append(soft)",
+                         "return min(sizes) if sizes else None"),
                      memory_owner="the memory this process may use"),
     "cupy": Backend(
         "cupy", "cupy", "cp", "cp.ndarray", "from cupyx.scipy.special import erf",

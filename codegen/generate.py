@@ -4,7 +4,8 @@ encoder-only model and a Llama-style decoder, per backend (generated/numpy/, gen
 Each architecture's file is rendered from the spec under that architecture with the seeds'
 defaults for every other choice; BERT's under the choices of BertModel (the bert_base
 variant's), Llama's under those of the llama3_8b variant. Byte-identical on every run,
-headed by the spec's name and content hash.
+headed by the spec's name and content hash. Beside them, each backend's folder holds its
+runtime, _runtime.py, the helpers every model there calls: each folder is a package of its own.
 """
 
 from pathlib import Path
@@ -13,7 +14,7 @@ from tspec import api
 from tspec.codegen.backends import BACKENDS
 from tspec.codegen.backends import backend as backend_named
 from tspec.codegen.lower import lower
-from tspec.codegen.render import render
+from tspec.codegen.render import render, render_runtime
 from tspec.files import inside, stale_diff, write_files
 from tspec.language.model import Spec
 
@@ -45,7 +46,13 @@ def files(backends: tuple[str, ...] = tuple(BACKENDS)) -> dict[str, str]:
                                          'BERT and Llama."""\n')
         for name, choices in BUILTIN_MODELS.items():
             out[f"{backend}/{name}.py"] = source(spec, choices, backend)
+        out[f"{backend}/_runtime.py"] = runtime_source(backend)
     return out
+
+
+def runtime_source(backend: str = "numpy") -> str:
+    """The text of a backend's runtime module, _runtime.py."""
+    return render_runtime(backend_named(backend))
 
 
 def default_dir() -> Path:

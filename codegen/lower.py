@@ -47,6 +47,7 @@ from tspec.language.model import (
     select,
     step_choices,
     step_function,
+    under,
 )
 from tspec.language.model import lets as derived_dims
 from tspec.language.model import outputs as model_outputs
@@ -95,8 +96,9 @@ def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
     if step is None:
         return module
     # the parser refuses a block named as one of these (spec.language)
+    stepped = under(spec, step)
     renamed = {name: step_function(name) for name in
-               bodies_consulting(spec, step, DECODING) | bodies_deriving(spec, DECODING)}
+               bodies_consulting(stepped, step, DECODING) | bodies_deriving(stepped, DECODING)}
     _require_proved(spec, step)
     stepping = _Lowerer(spec, step, backend, renamed).module()
     if not any(function.cache for function in stepping.functions):
@@ -127,16 +129,15 @@ def _cache_starts(spec: Spec, choices: dict[str, str], full: dict[str, str]) -> 
     instance name; a one-item list for every layer of a stack), a state's name mapping to the
     full model's tensor that prefill keeps for it (its ``from``), which the full model under
     ``full`` must compute at the same place."""
-
-    def statements(block: Block | None, chosen: dict[str, str]) -> list:
-        return select(block.body if block else spec.body, chosen)
+    stepped, whole = under(spec, choices), under(spec, full)     # the blocks as each names them
 
     def body(block: Block | None, twin: Block | None, path: str) -> dict:
-        full_statements = statements(twin, full) if twin or path == "" else []
+        full_statements = select(twin.body if twin else whole.body, full) \
+            if twin or path == "" else []
         computed = {s.output: s for s in full_statements
                     if isinstance(s, (Equation, BlockCall))}
         starts: dict = {}
-        for s in statements(block, choices):
+        for s in select(block.body if block else stepped.body, choices):
             if isinstance(s, TensorDecl) and s.role == "state":
                 # the checker proved the start computed here, of the state's shape
                 if s.start not in computed:
@@ -149,7 +150,7 @@ def _cache_starts(spec: Spec, choices: dict[str, str], full: dict[str, str]) -> 
             elif isinstance(s, BlockCall):
                 call = next((c for c in computed.values() if isinstance(c, BlockCall)
                              and c.instance == s.instance), None)
-                inner = body(spec.blocks[s.block], call and spec.blocks[call.block],
+                inner = body(stepped.blocks[s.block], call and whole.blocks[call.block],
                              f"{path}{s.instance}{'[i]' if s.repeat is not None else ''}.")
                 if inner:
                     starts[s.instance] = [inner] if s.repeat is not None else inner
@@ -178,7 +179,7 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
                            "not: keep it in the cache as a state (`state ... from ...`)")
     call = [a.name for a in entry.arguments] + (["params"] if entry.params_class else []) + \
         [f"{k.name}={k.name}" for k in entry.keywords] + ["trace=recorder"]
-    lines = ("recorder = StateRecorder(CACHE_STATES)  # keeps what the states start as",
+    lines = ("recorder = rt.StateRecorder(CACHE_STATES)  # keeps what the states start as",
              *_call(f"{entry.result} = {entry.name}", call, "the full forward"),
              "cache = recorder.states()")
     returns = entry.returns[:-1] + ", dict]" if entry.returns.startswith("Tuple[") else \
@@ -199,7 +200,7 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
     full_classes = {c.name for c in full.params_classes}
     classes = list(full.params_classes) + [
         c for c in stepping.params_classes if c.name not in full_classes]
-    check = ir.Step(("check_cache(cache, params, CACHE_STATES)  # the cache prefill made",))
+    check = ir.Step(("rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made",))
     step = dataclasses.replace(
         step, summary="One decoding step: T_new positions after the T_past the cache holds.",
         steps=(check, *step.steps))
@@ -210,9 +211,20 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
         spec_hash=full.spec_hash, choices=full.choices, backend=full.backend,
         helpers=[helpers[h] for h in HELPER_ORDER if h in helpers],
         params_classes=classes, functions=functions + [prefill], entry=full.entry,
-        constants=[ir.Constant("CACHE_STATES", "each state of the cache, nested like params (a "
-                               "stack's layers one list item), and the full forward's tensor "
-                               "it starts as", (states[0].lstrip(), *states[1:]))])
+        constants=_memory_limit(full.backend, helpers) + [
+            ir.Constant("CACHE_STATES", "each state of the cache, nested like params (a "
+                        "stack's layers one list item), and the full forward's tensor "
+                        "it starts as", (states[0].lstrip(), *states[1:]))])
+
+
+def _memory_limit(backend: Backend, helpers) -> list[ir.Constant]:
+    """The module's MEMORY_LIMIT, which its functions' memory checks (rt.require_memory) read;
+    none where no function checks."""
+    if "require_memory" not in helpers:
+        return []
+    return [ir.Constant("MEMORY_LIMIT", "the most bytes the tensors of one function's own "
+                        "equations may take: it refuses to start beyond that; None: "
+                        f"{backend.memory_owner}", ("None",))]
 
 
 def _literal(value: dict | list | str, indent: str, first: str = "") -> list[str]:
@@ -235,7 +247,7 @@ def _literal(value: dict | list | str, indent: str, first: str = "") -> list[str
 class _Lowerer:
     def __init__(self, spec: Spec, choices: dict, backend: Backend,
                  rename: dict[str | None, str] | None = None):
-        self.spec = spec
+        self.spec = under(spec, choices)    # the blocks and tensors renamed under the choices
         self.choices = choices
         self.backend = backend
         self.rename = rename or {}          # function names other than the block's (None: the
@@ -258,7 +270,8 @@ class _Lowerer:
             choices=tuple(choices_in_force(self.spec, self.choices).items()),
             backend=self.backend,
             helpers=[ir.Helper(h, self.backend.template(h)) for h in helper_order],
-            params_classes=self.params_classes, functions=functions, entry=entry.name)
+            params_classes=self.params_classes, functions=functions, entry=entry.name,
+            constants=_memory_limit(self.backend, helper_order))
 
     def function(self, block: Block) -> tuple[ir.Function, "_Signature"]:
         name = self.rename.get(block.name, block.name)
@@ -277,13 +290,32 @@ class _Lowerer:
         return function, signature
 
     def use_helper(self, name: str) -> None:
-        needs = self.backend.helper_needs.get(name, HELPER_NEEDS.get(name, ()))
-        if self.backend.thread_pool:
-            needs += THREAD_POOL_NEEDS.get(name, ())
-        for dependency in needs:
-            self.use_helper(dependency)
-        if name not in self.helpers:
-            self.helpers.append(name)
+        _use_helper(name, self.backend, self.helpers)
+
+
+def _use_helper(name: str, backend: Backend, used: list[str]) -> None:
+    """Add a helper to ``used``, after the helpers it needs on ``backend``."""
+    needs = backend.helper_needs.get(name, HELPER_NEEDS.get(name, ()))
+    if backend.thread_pool:
+        needs += THREAD_POOL_NEEDS.get(name, ())
+    for dependency in needs:
+        _use_helper(dependency, backend, used)
+    if name not in used:
+        used.append(name)
+
+
+def runtime_helpers(backend: Backend) -> tuple[str, ...]:
+    """The helpers of ``backend``'s runtime module (generated/<backend>/_runtime.py), in
+    HELPER_ORDER: every one the code of some model may call there, and those they need."""
+    offered = {"query_blocks": backend.attention == "query_blocks",
+               "masked_softmax": backend.attention == "fused",
+               "extend": backend.growing_states,
+               "batched_matmul": backend.batched_matmul == "batched_matmul"}
+    used: list[str] = []
+    for name in HELPER_ORDER:
+        if offered.get(name, name not in NEEDED_ONLY):
+            _use_helper(name, backend, used)
+    return tuple(name for name in HELPER_ORDER if name in used)
 
 
 # helpers in the order the module defines them, and the helpers each one needs (the attention
@@ -305,6 +337,8 @@ HELPER_NEEDS: dict[str, tuple[str, ...]] = {"query_blocks": ("parallel", "softma
 THREAD_POOL_NEEDS: dict[str, tuple[str, ...]] = {
     name: ("parallel",) for name in ("project", "softmax", "layer_norm", "rms_norm")
     + ACTIVATIONS}
+# helpers that only other helpers call: a runtime holds them where one it holds needs them
+NEEDED_ONLY = ("workspace", "parallel", "kernel_support", "checked_axis", "float16")
 
 
 @dataclass
@@ -369,7 +403,7 @@ class _Body:
     # -- the CodeContext protocol of spec.ops
     def helper(self, name: str) -> str:
         self.lowerer.use_helper(name)
-        return name
+        return f"rt.{name}"                 # from . import _runtime as rt
 
     def dim(self, expr) -> str:
         expr = sympy.sympify(expr)
@@ -517,7 +551,7 @@ class _Body:
         inner = [name for name in self.traced if name != output]
         scores_step, weights_step, output_step = self.steps
         values = self.values[output_record.expr.args[1].name].code
-        fused = _call(f"{output} = softmax_matmul", [blocking.scores, values],
+        fused = _call(f"{output} = rt.softmax_matmul", [blocking.scores, values],
                       shape.subs(self.comment_names).text(), LINE_LENGTH - 8)
         traced = weights_step.lines + output_step.lines
         if inner:
@@ -530,12 +564,13 @@ class _Body:
                 "else:  # one block, every row and key, as written",
                 *("    " + line for line in traced))
         header = "def query_block(rows: slice, keys: slice):  # the rows' output, from those keys"
+        blocks = f"rt.query_blocks({blocking.mask}, rt.QUERY_BLOCK if trace is None else None)"
         lines = ["", header, *("    " + line for line in body), f"    return {output}", "",
-                 f"blocks = query_blocks({blocking.mask}, QUERY_BLOCK if trace is None else None)"]
+                 f"blocks = {blocks}"]
         if shape.family is not None and axis == -2:
-            join = "join_query_blocks(in_parallel(query_block, blocks))"
+            join = "rt.join_query_blocks(rt.in_parallel(query_block, blocks))"
         else:
-            join = f"{self.xp}.concatenate(in_parallel(query_block, blocks), axis={axis})"
+            join = f"{self.xp}.concatenate(rt.in_parallel(query_block, blocks), axis={axis})"
         lines += _commented(f"{output} = {join}", shape.text())
         self.steps = [ir.Step(tuple(lines))]
         self.traced = [name for name in self.traced if name not in inner]
@@ -611,8 +646,8 @@ class _Body:
         lines: list[str] = []
 
         def check(what: str, actual: str, name: str, expected: str) -> None:
-            self.helper("require_size")
-            lines.extend(_call("require_size", [f'"{what}"', actual, f'"{name}"', expected],
+            lines.extend(_call(self.helper("require_size"),
+                               [f'"{what}"', actual, f'"{name}"', expected],
                                ""))
 
         for total, (code, name, axis) in self.sums.items():
@@ -643,7 +678,7 @@ class _Body:
         if not counted or not all(
                 self.knows(symbol) for n in counted.values() for symbol in n.free_symbols):
             return []
-        self.helper("require_memory")
+        check = self.helper("require_memory")
         sizes = {"float": itemsize, "int": str(INT_BYTES), "bool": str(BOOL_BYTES)}
         tokens: list[str] = []
         for dtype, n in counted.items():
@@ -660,7 +695,7 @@ class _Body:
                     terms[0], terms[-1] = "(" + terms[0], terms[-1] + ")"
                 terms[-1] += f" * {sizes[dtype]}"
             tokens += ["+ " + terms[0] if tokens else terms[0], *terms[1:]]
-        line = f'require_memory("{self.name}", {" ".join(tokens)})'
+        line = f'{check}("{self.name}", MEMORY_LIMIT, {" ".join(tokens)})'
         if len(line) <= LINE_LENGTH - 4:
             return [line]
         lines, current = [], ""
@@ -671,7 +706,8 @@ class _Body:
             else:
                 current = f"{current} {token}" if current else token
         lines.append(current + ",")
-        return ["require_memory(", f'    "{self.name}",', *("    " + t for t in lines), ")"]
+        return [f"{check}(", f'    "{self.name}",', "    MEMORY_LIMIT,",
+                *("    " + t for t in lines), ")"]
 
     def knows(self, symbol, seen: frozenset = frozenset()) -> bool:
         """Whether a dim's value is at hand in the function without a keyword argument."""
@@ -735,8 +771,8 @@ class _Body:
         if in_place:
             comment = shape.subs(self.comment_names).text()
             lines = _commented(f"{record.output} = {result.code}", comment, self.width) + \
-                _call(f"{record.output} = add_into", [record.output, in_place[1].code], comment,
-                      self.width)
+                _call(f"{record.output} = rt.add_into", [record.output, in_place[1].code],
+                      comment, self.width)
         self.assign(record.output, result.code, shape, dtype, lines)
         if scores:
             self.keep_masked(self.core)
@@ -800,10 +836,10 @@ class _Body:
         instance = record.instance
         has_params = signature.params_class is not None
         self.cache |= signature.cache
-        self.helper("subtrace")
+        subtrace = self.helper("subtrace")
         if family is not None:
             params = [f'params["{instance}"]'] if has_params else []
-            parts = args + params + keywords + [f'trace=subtrace(trace, "{instance}", member)']
+            parts = args + params + keywords + [f'trace={subtrace}(trace, "{instance}", member)']
             lines = (f"{record.output} = {self.xp}.stack([  # {shape.text()}: each member",
                      *("    " + line for line in _call(function.name, parts, "",
                                                        LINE_LENGTH - 4)),
@@ -813,13 +849,13 @@ class _Body:
         elif record.repeat is None:
             params = [f'params["{instance}"]'] if has_params else []
             params += [f'cache["{instance}"]'] if signature.cache else []
-            trace = f'trace=subtrace(trace, "{instance}")'
+            trace = f'trace={subtrace}(trace, "{instance}")'
             parts = args + params + keywords + [trace]
             self.assign(record.output, "", shape, dtype,
                         _call(f"{record.output} = {function.name}", parts, shape.text()))
         else:
             first, rest = args[0], args[1:]
-            trace = f'trace=subtrace(trace, "{instance}", i)'
+            trace = f'trace={subtrace}(trace, "{instance}", i)'
             parts = [record.output] + rest + (["layer"] if has_params else []) + \
                 ([f'cache["{instance}"][i]'] if signature.cache else []) + keywords + [trace]
             comment = shape.text()

@@ -3,21 +3,31 @@
 The Environment is built once (StrictUndefined, trim_blocks, lstrip_blocks,
 keep_trailing_newline). Everything a template places is prepared here as strings and lists of
 lines; the templates only loop and place them. The same templates serve every backend: the
-array module's name comes from the backend table.
+array module's name comes from the backend table. A model module calls its helpers in the
+runtime module of its backend (``render_runtime``), which it imports as ``rt``.
 """
 
 import ast
 import functools
+import hashlib
 import re
 import textwrap
 
 import jinja2
 
 from tspec.codegen import ir
+from tspec.codegen.backends import BACKENDS, Backend
+from tspec.codegen.lower import runtime_helpers
 from tspec.errors import CodegenError, hidden
 
 LINE_LENGTH = 100
+TRACE_KEYWORDS = 256     # names a trace.update call records at most
 TEMPLATES = "tspec.codegen"
+VERSION_LINE = 'VERSION = "{}"  # of this runtime: the sha256 of its text without this line'
+# every runtime rendered in this process: its text by repr(backend); its backend's name and
+# text by VERSION
+_RUNTIMES: dict[str, str] = {}
+_BY_VERSION: dict[str, tuple[str, str]] = {}
 
 
 @functools.cache
@@ -46,19 +56,64 @@ def render(module: ir.Module) -> str:
         "choice_lines": _wrap(", ".join(f"{k}={v}" for k, v in module.choices), 96),
         "functions": [_function_view(f) for f in module.functions],
         "params_classes": [_params_view(p) for p in module.params_classes],
-        "helpers": module.helpers,
+        "runtime_version": runtime_version(render_runtime(module.backend)),
         "constants": [{"name": c.name, "comment": _wrap(c.comment, LINE_LENGTH, "# ", "# "),
                        "first": c.lines[0], "rest": c.lines[1:]} for c in module.constants],
     }
     template = environment().get_template("module.py.j2")
     draft = template.render(**context, imports=[])
-    text = template.render(**context, imports=_imports(draft, module))
+    text = template.render(**context, imports=_imports(draft, module.backend))
+    _require_parsing(text, f"the code generated for {module.spec_name}")
+    return text
+
+
+def render_runtime(backend: Backend) -> str:
+    """The runtime module of ``backend`` (generated/<backend>/_runtime.py): every helper its
+    models may call, rendered once; a function of the backend alone. Its VERSION is the start
+    of the sha256 of its text without that line (``runtime_version``)."""
+    key = repr(backend)
+    if key not in _RUNTIMES:
+        context = {"backend": backend, "xp": backend.alias, "array": backend.array_type,
+                   "helpers": [ir.Helper(name, backend.template(name))
+                               for name in runtime_helpers(backend)],
+                   "version_line": VERSION_LINE.format("")}
+        template = environment().get_template("runtime.py.j2")
+        draft = template.render(**context, imports=[])
+        text = stamped(template.render(**context, imports=_imports(draft, backend)))
+        _require_parsing(text, f"the {backend.name} runtime")
+        _RUNTIMES[key] = text
+        _BY_VERSION[runtime_version(text)] = (backend.name, text)
+    return _RUNTIMES[key]
+
+
+def stamped(text: str) -> str:
+    """A runtime's text with its VERSION line stating its version (``runtime_version``)."""
+    return re.sub(r'^VERSION = "\w*"', f'VERSION = "{runtime_version(text)}"', text, count=1,
+                  flags=re.MULTILINE)
+
+
+def runtime_version(text: str) -> str:
+    """A runtime's VERSION: the first 16 hex digits of the sha256 of its text without the line
+    that states it."""
+    kept = [line for line in text.splitlines(keepends=True) if not line.startswith("VERSION = ")]
+    return hashlib.sha256("".join(kept).encode()).hexdigest()[:16]
+
+
+def runtime_named(version: str) -> tuple[str, str] | None:
+    """The backend's name and the text of the runtime whose VERSION is ``version``: one this
+    process rendered, or a backend's as the templates render it now; None when neither is."""
+    if version not in _BY_VERSION:
+        for backend in BACKENDS.values():
+            render_runtime(backend)
+    return _BY_VERSION.get(version)
+
+
+def _require_parsing(text: str, what: str) -> None:
     try:
         ast.parse(text)
     except SyntaxError as error:    # a defect of tspec's, never of the spec: say so plainly
-        raise CodegenError(f"internal error: the code generated for {module.spec_name} does "
-                           f"not parse ({error.msg}, line {error.lineno}); please report it")
-    return text
+        raise CodegenError(f"internal error: {what} does not parse ({error.msg}, line "
+                           f"{error.lineno}); please report it") from None
 
 
 def _docstring_text(text: str, what: str) -> str:
@@ -80,21 +135,11 @@ def _docstring_open(lines: list[str]) -> str:
     return 'r"""' if any("\\" in line for line in lines) else '"""'
 
 
-def _imports(text: str, module: ir.Module) -> list[str]:
-    backend = module.backend
+def _imports(text: str, backend: Backend) -> list[str]:
+    """The imports of a module's text: the modules it uses, found in its code."""
     # the code alone: docstrings (a parameter's description may say "math.") left out
     body = re.sub(r'r?"""[\s\S]*?"""', "", text)
-    standard = ["import ctypes"] if "ctypes." in body else []
-    standard += ["import functools"] if "functools." in body else []
-    standard += ["import inspect"] if "inspect." in body else []
-    standard += ["import itertools"] if "itertools." in body else []
-    standard += ["import math"] if "math." in body else []
-    standard += ["import os"]
-    standard += ["import resource"] if "resource." in body else []
-    standard += ["import sys"] if "sys." in body else []
-    standard += ["import threading"] if "threading." in body else []
-    standard += ["import warnings"] if "warnings." in body else []
-    standard += ["import weakref"] if "weakref." in body else []
+    standard = [f"import {name}" for name in STANDARD_MODULES if re.search(rf"\b{name}\.", body)]
     if "ThreadPoolExecutor(" in body:
         standard.append("from concurrent.futures import ThreadPoolExecutor")
     typing_names = [name for name, used in (("Optional", "Optional[" in body),
@@ -104,13 +149,20 @@ def _imports(text: str, module: ir.Module) -> list[str]:
         note = "  # noqa: UP035" if "Tuple" in typing_names else ""
         standard.append(f"from typing import {', '.join(typing_names)}{note}")
     kinds = [k for k in ("Bool", "Float", "Int") if re.search(rf"\b{k}\[", body)]
-    third = [f"import {backend.module} as {backend.alias}",
-             f"from jaxtyping import {', '.join(kinds + ['jaxtyped'])}"]
+    kinds += ["jaxtyped"] if "jaxtyped(" in body else []
+    third = [f"import {backend.module} as {backend.alias}"]
+    third += [f"from jaxtyping import {', '.join(kinds)}"] if kinds else []
     if re.search(r"\berf\(", body):
         third.append(backend.erf_import)
-    if "ThreadpoolController(" in body:
-        third.append("from threadpoolctl import ThreadpoolController")
+    if re.search(r"\bresource\.", body):  # Unix only: memory_total() does without it
+        third += ["", "try:", "    import resource  # Unix only: memory_total() does without it",
+                  "except ImportError:", "    resource = None"]
     return standard + [""] + third
+
+
+# the standard library's modules generated code may use (imported where it does)
+STANDARD_MODULES = ("ctypes", "functools", "inspect", "itertools", "math", "os", "sys",
+                    "threading", "warnings", "weakref")
 
 
 def _params_view(params: ir.ParamsClass) -> dict:
@@ -167,8 +219,12 @@ def _function_view(function: ir.Function) -> dict:
         body += list(step.lines)
     if function.traced:
         body.append("if trace is not None:")
-        items = ", ".join(f"{name}={name}" for name in function.traced)
-        body += _wrap(f"trace.update({items})", LINE_LENGTH - 8, "    ", "        ")
+        # calls of at most TRACE_KEYWORDS keywords: CPython's compiler checks a call's
+        # keywords for repeats pairwise, 5 s for one call of 25,000
+        for start in range(0, len(function.traced), TRACE_KEYWORDS):
+            names = function.traced[start:start + TRACE_KEYWORDS]
+            items = ", ".join(f"{name}={name}" for name in names)
+            body += _wrap(f"trace.update({items})", LINE_LENGTH - 8, "    ", "        ")
     body.append(f"return {function.result}")
     returns = function.returns
     if returns.startswith("Tuple["):

@@ -145,6 +145,13 @@ FRAGMENTS = [
      'require m >= n\n'),
     HEADER + 'input X "B T d"\ninput P ? implied "T d" "positions"\nparam W ? implied "d d"\n'
     'Y "B T d" = X @ W + P\nreused Y as Y, X, transpose "the output and the input"\n',
+    HEADER + 'choice act = relu | gelu | swiglu\nchoice bias = all | none\n'
+    'block attend(X_q "B T_q d", X_kv "B T_kv d") -> O:\n    dim T_q "q"\n    dim T_kv "k"\n'
+    '    param W "d d"\n    param b "d" if bias == all\n    Q "B T_q d" = act(X_q @ W + b)\n'
+    '    O "B T_q d" = Q @ X_kv.T @ X_kv\nblock g(X "B T d") -> O:\n'
+    '    from attend with X_q = X, X_kv = X, T_q = T, T_kv = T\n    Q "B T d" = silu(X)\n'
+    'input X "B T d"\nwhen act == gelu:\n    rename g as h (Q as R)\n'
+    'Y "B T d" = g(X) as g1\noutput Y\n',
 ]
 
 NAMES = ["X", "Y", "Z", "W", "b", "B", "T", "d", "H", "N", "V", "t", "m", "M", "E", "P", "g",
@@ -152,7 +159,8 @@ NAMES = ["X", "Y", "Z", "W", "b", "B", "T", "d", "H", "N", "V", "t", "m", "M", "
          "softmax", "spec", "dim", "_x", "x1", "É", "ℌ", "a" * 300]
 KEYWORDS = ["spec", "source", "note", "dim", "let", "require", "choice", "when", "else", "in",
             "and", "or", "not", "input", "param", "state", "update", "tensor", "output", "block",
-            "repeat", "as", "from", "int", "bool", "float", "?", "reused", "implied"]
+            "repeat", "as", "from", "int", "bool", "float", "?", "reused", "implied", "if",
+            "with", "rename"]
 FUNCTIONS = ["relu", "gelu", "gelu_tanh", "silu", "tanh", "exp", "log", "sqrt", "softmax",
              "layer_norm", "rms_norm", "concat", "concat_heads", "split_heads", "repeat_heads",
              "einsum", "first", "max", "transpose", "padding_mask", "causal_mask", "rotary",

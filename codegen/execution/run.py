@@ -305,12 +305,14 @@ def _generated(prepared: _Prepared, name: str):
     except MemoryError as error:
         raise UsageError(f"{name}: {_one_line(error) or 'out of memory'}") from None
     except Exception as error:  # noqa: BLE001 (whatever the generated code raised)
-        generated = prepared.module.__file__
+        # the model's functions by name, its runtime's as the model calls them (rt.check_cache)
+        prefixes = {prepared.module.__file__: "", prepared.module.rt.__file__: "rt."}
         functions = []
         for frame in traceback.extract_tb(error.__traceback__):
-            if frame.filename == generated and not frame.name.startswith("<") and \
-                    frame.name not in functions[-1:]:
-                functions.append(frame.name)
+            named = f"{prefixes.get(frame.filename)}{frame.name}"
+            if frame.filename in prefixes and not frame.name.startswith("<") and \
+                    named not in functions[-1:]:
+                functions.append(named)
         where = " > ".join(functions) or "its module"
         raise RunError(f"{name}: the generated code raised {type(error).__name__} in {where}: "
                        f"{_one_line(error)}") from None

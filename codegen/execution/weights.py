@@ -24,7 +24,7 @@ import sympy
 from tspec.checking.prove import evaluate
 from tspec.errors import UsageError, VariantError
 from tspec.files import open_regular, write_atomic
-from tspec.language.model import BlockCall, Spec, TensorDecl, concrete_values, select
+from tspec.language.model import BlockCall, Spec, TensorDecl, concrete_values, select, under
 
 # the dtypes generated code computes in (no erf, BLAS or CUDA kernel takes float128)
 FLOAT_DTYPES = tuple(np.dtype(name) for name in ("float16", "float32", "float64"))
@@ -37,6 +37,7 @@ class WeightsError(VariantError):
 def expected_shapes(spec: Spec, choices: dict[str, str], dims: dict[str, int]) -> dict:
     """Every parameter's flat name and concrete shape (family axis first), in spec order."""
     chosen = spec.choice_values(choices)
+    spec = under(spec, chosen)          # the blocks as the model under these choices names them
     values = concrete_values(spec, chosen, dims)
     out: dict[str, tuple[int, ...]] = {}
 

@@ -26,6 +26,7 @@ from tspec.language.model import (
     Block,
     BlockCall,
     Equation,
+    Flaw,
     Let,
     OpNode,
     ScalarExpr,
@@ -36,6 +37,7 @@ from tspec.language.model import (
     declarations,
     local_binding,
     select,
+    under,
 )
 from tspec.language.shape import Shape
 from tspec.numbers import integer_text
@@ -149,7 +151,7 @@ def costs(spec: Spec, choices: dict[str, str]) -> dict[str, BodyCost]:
 
 class _Costing:
     def __init__(self, spec: Spec, choices: dict[str, str]):
-        self.spec = spec
+        self.spec = under(spec, choices)     # the blocks and tensors renamed under the choices
         self.choices = choices
         self.done: dict[str, BodyCost] = {}
 
@@ -167,12 +169,15 @@ class _Costing:
         values = {d.name: Value(d.shape, d.dtype, tensor=d.name) for d in decls.values()
                   if d.role in ("input", "param", "state")}
         params = {d.name for d in decls.values() if d.role == "param"}
-        producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
+        producers = {s.output: s for s in statements
+                     if isinstance(s, (Equation, BlockCall)) or isinstance(s, Flaw) and s.output}
         core = attention_core(block, producers, decls)
         steps = []
         for record in topological(producers, name):
             if isinstance(record, Equation):
                 step = self.equation(name, record, decls, values, params, core is not None)
+            elif isinstance(record, Flaw):
+                step = _flawed(record, decls)
             else:
                 step = self.call(record, decls, values)
             values[step.output] = Value(step.shape, step.dtype, tensor=step.output)
@@ -235,6 +240,17 @@ class _Costing:
             sympy.sympify(callee.parameters).xreplace(binding) * factor,
             callee.flops.subs(binding).times(factor),
             callee.activations.subs(binding).times(factor), block.name, binding)
+
+
+def _flawed(record: Flaw, decls: dict) -> Step:
+    """A statement that cannot stand under these choices (the checker's finding): its tensor at
+    its declared shape, costing nothing, so that what follows can still be counted."""
+    declared = decls.get(record.output)
+    shape = declared.shape if declared is not None and declared.shape is not None \
+        else Shape(())
+    dtype = declared.dtype if declared is not None else "float"
+    return Step(record, record.output, shape, dtype, (), (), ZERO, Flops(),
+                _activations(shape, dtype))
 
 
 def _activations(shape: Shape, dtype: str) -> Activations:

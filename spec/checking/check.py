@@ -33,6 +33,7 @@ from tspec.language.model import (
     BlockCall,
     Constraint,
     Equation,
+    Flaw,
     Let,
     Note,
     OpNode,
@@ -51,6 +52,7 @@ from tspec.language.model import (
     select,
     selections,
     tensor_names,
+    under,
 )
 from tspec.language.shape import Shape, format_expr
 from tspec.ops.catalogue import OPS, Value, join_family
@@ -371,6 +373,7 @@ class _Run:
 
     def __init__(self, spec: Spec, choices: dict, values: dict[str, int], provers: dict,
                  block_cache: dict, rows: bool = True, record_cache: dict | None = None):
+        spec = under(spec, choices)      # the blocks and tensors renamed under these choices
         self.spec = spec
         self.choices = choices
         self.values = values
@@ -440,6 +443,7 @@ class _Run:
         """A use of a declared tensor by a record (an operand of its ops, a block input bound
         at a call, a state updated) that fits its declared shape (``failed`` None) or does not
         (the key of its finding). A record fits when none of its claims fails."""
+        decl = decl.written or decl          # a renamed block's, as the spec writes it
         entry = self.uses.setdefault(id(decl), [decl, {}, {}])
         if failed is None:
             entry[1][id(record)] = record.line
@@ -746,7 +750,7 @@ class _Run:
                     if s.shape is None:
                         continue
                 decls[s.name] = s
-            elif isinstance(s, (Equation, BlockCall)):
+            elif isinstance(s, (Equation, BlockCall)) or isinstance(s, Flaw) and s.output:
                 if s.output in producers:
                     raise SpecError(f"tensor {s.output} is defined twice in {where} (first at "
                                     f"line {producers[s.output].line})", file=s.file, line=s.line)
@@ -799,6 +803,8 @@ class _Run:
                 statements, inputs, outputs, where)
         decls, order = structure
         scope.decls = decls
+        for flaw in (s for s in statements if isinstance(s, Flaw) and s.output is None):
+            self.check_flaw(scope, flaw, None)
         for decl in decls.values():
             if decl.role in DECLARED:
                 limits.reached(decl)
@@ -885,8 +891,27 @@ class _Run:
     def check_record(self, scope: _Scope, record, declared: TensorDecl | None) -> None:
         if isinstance(record, Equation):
             self.check_equation(scope, record, declared)
+        elif isinstance(record, Flaw):
+            self.check_flaw(scope, record, declared)
         else:
             self.check_call(scope, record, declared)
+
+    def check_flaw(self, scope: _Scope, flaw: Flaw, declared: TensorDecl | None) -> None:
+        """A statement that cannot stand under these choices: its finding. The tensor it would
+        compute keeps its declared shape, which later equations go on from."""
+        self.add(Finding(kind=flaw.kind, message=flaw.message, file=flaw.file, line=flaw.line,
+                         equation=f"{flaw.output} = {flaw.text}" if flaw.output else flaw.text,
+                         tensor=scope.qualified(flaw.output) if flaw.output else "",
+                         hint=flaw.hint))
+        if flaw.output is not None:
+            known = declared is not None and declared.shape is not None
+            shape = declared.shape.subs(scope.binding) if known else None
+            dtype = declared.dtype if declared is not None else "float"
+            scope.values[flaw.output] = Value(shape, dtype, tensor=flaw.output)
+            scope.rows.append(TensorRow(
+                scope.qualified(flaw.output), declared.role if declared else "intermediate",
+                shape, dtype, declared.meaning if declared else "", known,
+                f"{flaw.output} = {flaw.text}", flaw.file, flaw.line))
 
     def follows(self, scope: _Scope, record, declared: TensorDecl | None, suspects: list,
                 start: int, states_start: int, starts_start: int) -> None:
@@ -1357,7 +1382,8 @@ class _Run:
                             "fixed by its inputs' shapes", file=block.file, line=block.line)
         path = f"{scope.prefix}{call.instance}{'[i]' if call.repeat is not None else ''}."
         relevant = _choices_used(self.spec, block.name)
-        ways_key = ("selections", block.name, tuple((c, self.choices.get(c)) for c in relevant))
+        ways_key = ("selections", block.name, id(block),
+                    tuple((c, self.choices.get(c)) for c in relevant))
         ways = self.record_cache.get(ways_key)
         if ways is None:
             ways = self.record_cache[ways_key] = selections(self.spec, block.name, self.choices)
@@ -1513,13 +1539,13 @@ class _Run:
                 else:
                     # neither argument is known to be the one not meant: both are named,
                     # and neither shape is "expected"
-                    local, earlier, given = conflict
+                    local, earlier, later = conflict
                     other, other_input, other_shape = bound_by[local]
                     message = (f"{block.name}'s inputs {other_input} and {decl.name} disagree "
                                f"on {local}: {other} ({other_shape.text()}), passed as "
                                f"{other_input}, gives {local} = {format_expr(earlier)}, but "
                                f"{arg} ({actual.text()}), passed as {decl.name}, gives "
-                               f"{local} = {format_expr(given)}")
+                               f"{local} = {format_expr(later)}")
                     hint = (f"{block.name}'s inputs {other_input} and {decl.name} share "
                             f"{local}: pass {other} and {arg} with one {local}, or check "
                             "which of them is not the tensor meant")
@@ -1530,7 +1556,7 @@ class _Run:
                 if conflict is not None:
                     conflicts.append((conflict[0], conflict[2], self.findings[-1].key()))
                     self.record_cache.setdefault(("conflicts",), {})[
-                        self.findings[-1].key()] = (bound_by[local][0], arg, local, given)
+                        self.findings[-1].key()] = (bound_by[local][0], arg, local, later)
                 used(self.findings[-1].key())
                 # in the body, the input is doubtful: what trips over it there but not over
                 # the argument passed follows from this finding
@@ -1555,7 +1581,7 @@ class _Run:
     def check_block(self, block: Block, binding: dict, path: str,
                     doubts: dict) -> tuple[Value, list, tuple]:
         relevant = _choices_used(self.spec, block.name)
-        key = (block.name, tuple(sorted(((k.name, v) for k, v in binding.items()),
+        key = (block.name, id(block), tuple(sorted(((k.name, v) for k, v in binding.items()),
                                         key=lambda kv: kv[0])),
                self.prover_key, tuple((c, self.choices.get(c)) for c in relevant),
                tuple(sorted(doubts.items())))
@@ -1629,7 +1655,7 @@ def _choices_used(spec: Spec, block_name: str) -> tuple[str, ...]:
                 found.add(s.choice)
                 walk(s.body)
                 walk(s.otherwise)
-            elif isinstance(s, BlockCall):
+            elif isinstance(s, BlockCall) and s.block in spec.blocks:
                 found.update(_choices_used(spec, s.block))
     walk(spec.blocks[block_name].body)
     memo[block_name] = tuple(sorted(found))
@@ -1822,7 +1848,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
             runs.append((way, run))
             if first:
                 rows = top_rows
-                notes = run.notes + _block_notes(spec, combos[0])
+                notes = run.notes + _block_notes(under(spec, combos[0]), combos[0])
                 lets = run.let_map
             for finding in run.findings if not (quiet and base is not fixed) else ():
                 key = finding.key()

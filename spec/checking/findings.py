@@ -34,6 +34,14 @@ KINDS = {
     "decoding-mismatch": "a decoding step does not fit the full model that starts it: a state "
                          "kept outside the step or started from a tensor the full model lacks, "
                          "or a step input the full model does not take",
+    "absent-operand": "a tensor absent under some options (declared with `if`) is read where "
+                      "only a term of + or - may be absent",
+    "not-an-op": "a choice called as a function (`activation(X)`) has an option that names "
+                 "no activation op",
+    "unknown-override": "an equation of a block built `from` another replaces nothing: the "
+                        "other computes that tensor only under other choices",
+    "unknown-binding": "`from BLOCK with NAME = ...` binds a name that is neither an input nor "
+                       "a local dim of BLOCK",
 }
 
 

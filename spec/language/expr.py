@@ -7,7 +7,7 @@ sympy by ``to_sympy``, which walks that tree and accepts only integers, known di
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 from sympy.printing.precedence import precedence
@@ -360,6 +360,32 @@ def _text(node: Node, outer: int) -> str:
             text = _text(index, 0)
         return f"{_text(node.value, _POSTFIX_POWER)}[{text}]"
     raise TypeError(f"not an expression node: {node!r}")
+
+
+def renamed(node: Node, names: dict) -> Node:
+    """The expression with names replaced: ``names`` maps a name to a new name (a plain name,
+    or the function a call names) or to an expression that takes its place."""
+    if isinstance(node, Name):
+        new = names.get(node.id)
+        if new is None:
+            return node
+        return replace(node, id=new) if isinstance(new, str) else new
+    if isinstance(node, Call):
+        func = names.get(node.func)
+        return replace(node, func=func if isinstance(func, str) else node.func,
+                       args=tuple(renamed(a, names) for a in node.args),
+                       kwargs=tuple((k, renamed(v, names)) for k, v in node.kwargs))
+    if isinstance(node, (Unary, Attribute)):
+        field_name = "operand" if isinstance(node, Unary) else "value"
+        return replace(node, **{field_name: renamed(getattr(node, field_name), names)})
+    if isinstance(node, (Binary, Compare)):
+        return replace(node, left=renamed(node.left, names), right=renamed(node.right, names))
+    if isinstance(node, Subscript):
+        return replace(node, value=renamed(node.value, names), index=renamed(node.index, names))
+    if isinstance(node, Slice):
+        return replace(node, stop=renamed(node.stop, names),
+                       start=None if node.start is None else renamed(node.start, names))
+    return node
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,11 +5,12 @@ these records from text; the checker, the code generator and the docs read them.
 """
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sympy
 
 from tspec.errors import SpecError
+from tspec.language import expr as ex
 from tspec.language.shape import Dim, Shape
 
 ROLES = ("input", "param", "state", "intermediate", "output")
@@ -163,6 +164,8 @@ class TensorDecl:
     implied: Shape | None = None     # an unstated shape that the source's text implies
     start: str | None = None         # a state's first value: the full model's tensor of this
     #                                  name at the same place (what prefill keeps)
+    # a renamed copy's declaration as the spec writes it (see ``under``): one declaration
+    written: "TensorDecl | None" = field(default=None, repr=False, compare=False)
 
     @property
     def family(self) -> sympy.Basic | None:
@@ -248,8 +251,38 @@ class When:
     chain: list = field(default_factory=list, repr=False, compare=False)
 
 
+@dataclass
+class Flaw:
+    """A statement that cannot stand under the choices that select it (an absent operand that
+    is not a term of + or -, a choice's option that names no op, an override that replaces
+    nothing, a binding of a name the parent lacks). The checker reports it as a finding of its
+    ``kind``; the tensor it would compute, if any, keeps its declared shape."""
+    kind: str
+    message: str
+    output: str | None = None
+    text: str = ""
+    hint: str = ""
+    file: str | None = None
+    line: int | None = None
+
+    @property
+    def inputs(self) -> list[str]:
+        return []
+
+
+@dataclass
+class Rename:
+    """``rename BLOCK as NEW (TENSOR as NEW, ...)``: under the choices it sits in, the block is
+    named NEW, every call of it too, and the listed tensors in it (see ``under``)."""
+    block: str
+    new: str
+    tensors: tuple[tuple[str, str], ...]
+    file: str | None = None
+    line: int | None = None
+
+
 Statement = Constraint | Let | Note | Reused | Output | TensorDecl | Equation | BlockCall | \
-    Update | When
+    Update | When | Flaw | Rename
 
 
 @dataclass
@@ -601,3 +634,196 @@ def concrete_values(spec: Spec, choices: dict[str, str], dims: dict[str, int]) -
                     {symbols[n]: v for n, v in given.items()})
     return {symbol: evaluate(expr, {}) for symbol, expr in prover.substitution.items()
             if not expr.free_symbols}
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec under choices: renamed blocks
+
+def under(spec: Spec, choices: dict[str, str]) -> Spec:
+    """The spec as the model under these choices sees it: each `rename` in force applied (the
+    block named anew, every call of it, and the tensors it lists); a block the model does not
+    call there gives way to a new name. Without a rename in force, the spec itself. ``choices`` sets every choice the
+    `when`s around the renames consult; a choice left unset inside a block counts both ways.
+    Memoised on the spec: the same choices give the same records."""
+    if spec.__dict__.get("_renamed"):
+        return spec
+    has = spec.__dict__.get("_has_renames")
+    if has is None:
+        has = spec.__dict__["_has_renames"] = _has_renames(spec.body)
+    if not has:
+        return spec
+    renames = [s for s in select(spec.body, choices) if isinstance(s, Rename)]
+    if not renames:
+        return spec
+    called = _called_blocks(spec, choices)
+    key = (tuple(map(id, renames)), called)
+    memo = spec.__dict__.setdefault("_under", {})
+    if key not in memo:
+        memo[key] = _renamed(spec, choices, renames, called)
+    return memo[key]
+
+
+def every_record(statements: list):
+    """The records of a body in every branch of its `when`s (the `when`s themselves not)."""
+    for s in statements:
+        if isinstance(s, When):
+            yield from every_record(s.body)
+            yield from every_record(s.otherwise)
+        else:
+            yield s
+
+
+def _has_renames(statements: list) -> bool:
+    return any(isinstance(s, Rename) for s in every_record(statements))
+
+
+def _called_blocks(spec: Spec, choices: dict[str, str]) -> frozenset[str]:
+    """The blocks the model calls under these choices, through the blocks it calls; a `when`
+    on a choice they leave unset counts both ways."""
+    found: set[str] = set()
+
+    def walk(statements):
+        for s in statements:
+            if isinstance(s, When):
+                if s.choice not in choices:
+                    walk(s.body)
+                    walk(s.otherwise)
+                else:
+                    walk(s.body if choices[s.choice] in s.options else s.otherwise)
+            elif isinstance(s, BlockCall) and s.block in spec.blocks and s.block not in found:
+                found.add(s.block)
+                walk(spec.blocks[s.block].body)
+    walk(spec.body)
+    return frozenset(found)
+
+
+def _described(choices: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in choices.items()) or "any choices"
+
+
+def _renamed(spec: Spec, choices: dict[str, str], renames: list[Rename],
+             called: frozenset[str]) -> Spec:
+    where = _described(choices)
+    by_block: dict[str, Rename] = {}
+    for rename in renames:
+        first = by_block.get(rename.block) or next(
+            (r for r in by_block.values() if r.new == rename.new), None)
+        if first is not None:
+            what = f"block {rename.block} is renamed twice" if first.block == rename.block \
+                else f"blocks {first.block} and {rename.block} are both renamed {rename.new}"
+            raise SpecError(f"{what} under {where} (lines {first.line} and {rename.line})",
+                            file=rename.file, line=rename.line)
+        by_block[rename.block] = rename
+    blocks_map = {r.block: r.new for r in renames if r.block in called}
+    for rename in renames:
+        if rename.new in called and rename.new not in blocks_map:
+            raise SpecError(f"rename {rename.block} as {rename.new}: the model calls block "
+                            f"{rename.new} under {where}; a block's new name must be one it "
+                            "does not call there", file=rename.file, line=rename.line)
+    # a block the model does not call here keeps its name, unless a renamed block takes it,
+    # or the name of a renamed block's decoding step (code generation's NEW_step)
+    taken = set(blocks_map.values()) | {step_function(new) for new in blocks_map.values()}
+    blocks: dict[str, Block] = {}
+    for name, block in spec.blocks.items():
+        if name not in called and name in taken:
+            continue
+        rename = by_block.get(name) if name in called else None
+        tensors = dict(rename.tensors) if rename is not None else {}
+        names = {**tensors, **blocks_map}
+        memo: dict = {}
+        inputs, body = _renamed_body(block.inputs, names, memo), \
+            _renamed_body(block.body, names, memo)
+        new = blocks_map.get(name, name)
+        unchanged = new == name and inputs is block.inputs and body is block.body
+        blocks[new] = block if unchanged else Block(
+            new, block.local_dims, inputs, tensors.get(block.output, block.output), body,
+            block.file, block.line)
+    renamed = replace(spec, blocks=blocks, body=_renamed_body(spec.body, blocks_map, {}))
+    renamed.__dict__["_renamed"] = True
+    require_function_names(renamed)
+    return renamed
+
+
+def _renamed_body(statements: list, names: dict[str, str], memo: dict) -> list:
+    """Records with tensors and blocks renamed (``names``: old name -> new): the same list,
+    and the same records, where nothing in them changes; a list shared by `when`s (an `else:`
+    after `and`) stays shared."""
+    if id(statements) in memo:
+        return memo[id(statements)][1]
+    out = [_renamed_record(s, names, memo) for s in statements]
+    if all(a is b for a, b in zip(out, statements)):
+        out = statements
+    memo[id(statements)] = (statements, out)
+    return out
+
+
+def _renamed_record(s, names: dict[str, str], memo: dict):
+    if isinstance(s, When):
+        body, otherwise = _renamed_body(s.body, names, memo), \
+            _renamed_body(s.otherwise, names, memo)
+        if body is s.body and otherwise is s.otherwise:
+            return s
+        return When(s.choice, s.options, body, otherwise, s.file, s.line)
+    if isinstance(s, TensorDecl):
+        if s.name not in names and s.start not in names:
+            return s
+        return replace(s, name=names.get(s.name, s.name), start=names.get(s.start, s.start),
+                       written=s.written or s)
+    if isinstance(s, Equation):
+        if s.output not in names and not any(n in names for n in s.inputs):
+            return s
+        return Equation(names.get(s.output, s.output), _renamed_term(s.expr, names),
+                        _renamed_text(s.text, names, s.inputs), s.source, s.file, s.line)
+    if isinstance(s, BlockCall):
+        if not any(n in names for n in (s.output, s.block, *s.args)):
+            return s
+        return replace(s, output=names.get(s.output, s.output), block=names.get(s.block, s.block),
+                       args=tuple(names.get(a, a) for a in s.args),
+                       text=_renamed_text(s.text, names, [s.block, *s.args]))
+    if isinstance(s, Update) and (s.state in names or s.value in names):
+        return Update(names.get(s.state, s.state), names.get(s.value, s.value), s.file, s.line)
+    if isinstance(s, Flaw) and s.output in names:
+        return replace(s, output=names[s.output])
+    return s
+
+
+def _renamed_term(term: Term, names: dict[str, str]) -> Term:
+    if isinstance(term, TensorRef):
+        return replace(term, name=names.get(term.name, term.name))
+    if isinstance(term, OpNode):
+        return replace(term, args=tuple(_renamed_term(a, names) for a in term.args),
+                       text=_renamed_text(term.text, names, tensor_names(term)))
+    return term
+
+
+def _renamed_text(text: str, names: dict[str, str], used: list[str]) -> str:
+    """An expression's text (the language's normal form) with names replaced: parsed again,
+    renamed, and printed as the parser prints it."""
+    if not text or not any(name in names for name in used):
+        return text
+    return ex.to_text(ex.renamed(ex.parse_expression(text), names))
+
+
+def require_function_names(spec: Spec) -> None:
+    """Generated code makes a function of each block, of the model (the spec's name), and
+    under ``decoding = full | step`` of the decoding step of each body that consults
+    ``decoding`` (NAME_step): a block may take none of the others' names."""
+    if spec.name in spec.blocks:
+        block = spec.blocks[spec.name]
+        raise SpecError(f"block {spec.name} has the spec's name, which the model's own "
+                        "function takes in generated code; rename one", file=block.file,
+                        line=block.line)
+    if not decodes(spec):
+        return
+    for body in sorted(bodies_consulting(spec, None, DECODING) |
+                       bodies_deriving(spec, DECODING), key=str):
+        clash = spec.blocks.get(step_function(body))
+        if clash is not None:
+            raise SpecError(f"block {clash.name} has the name code generation gives the "
+                            f"decoding step's function of {body}; rename it", file=clash.file,
+                            line=clash.line)
+        if step_function(body) == spec.name:
+            block = spec.blocks[body]
+            raise SpecError(f"the spec's name {spec.name} is the name code generation gives "
+                            f"the decoding step's function of {body}; rename one",
+                            file=block.file, line=block.line)

@@ -8,34 +8,21 @@ from tspec.errors import SpecError
 
 MAX_NAME_LENGTH = 64
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
-# Words the spec language reserves, and the module-level names generated code uses (its
-# imports and helpers), which a tensor, dim or block named the same would shadow.
-RESERVED = frozenset({
+# The spec language's own words, which no name may be.
+KEYWORDS = frozenset({
     "spec", "source", "note", "dim", "let", "require", "choice", "when", "else", "input",
     "param", "tensor", "output", "block", "as", "in", "repeat", "float", "int", "bool", "reused",
-    "state", "update", "cache", "prefill", "decode_step", "StateRecorder", "recorder",
-    "require_size", "check_cache", "CACHE_STATES", "require_memory", "MEMORY_LIMIT", "memory_total",
-    "params", "np", "xp", "cp", "numpy", "cupy", "scipy", "special", "math", "os", "sys",
-    "torch", "typing", "jaxtyping", "jaxtyped", "typechecker", "beartype", "Float", "Int",
-    "Bool", "Shaped", "Array", "Params", "dataclass", "dataclasses", "annotations", "self",
-    "cls", "erf", "trace", "layer", "i", "typechecked", "subtrace", "project", "embed",
-    "positional_encoding", "log_mask", "causal_mask", "padding_mask", "relative_position_bias",
-    "split_heads", "concat_heads", "softmax", "layer_norm", "gelu", "gelu_tanh",
-    "query_blocks", "QUERY_BLOCK", "rows", "keys", "blocks", "query_block",
-    "join_query_blocks", "relu", "in_parallel", "row_chunks", "in_row_chunks", "BLAS",
-    "WORKERS", "POOL", "SHARING", "PARALLEL_MIN_WORK", "PIECE_SIZE", "GELU_FLOAT32_CLIP",
-    "GELU_FLOAT32_P", "functools", "itertools", "threading", "concurrent",
-    "ThreadPoolExecutor", "threadpoolctl", "ThreadpoolController", "BlasOnOneThread",
-    "BLAS_ON_ONE_THREAD", "workspace", "WORKSPACE", "WORKSPACE_LIMIT", "WORKSPACE_MIN",
-    "WORKSPACE_LOCK", "table_rows", "softmax_parts", "softmax_matmul", "add_into",
-    "LONG_QUERY_AXIS", "extend", "read_only", "GROWING", "GROWING_LOCK", "rms_norm", "silu",
-    "rotary", "repeat_heads", "masked_softmax", "batched_matmul", "rows_kernel", "rows_of",
-    "launch_rows", "stacked", "ACCUMULATE", "STORAGE",
-    "ROWS_PER_BLOCK", "ROWS_PRELUDE", "SOFTMAX_SOURCE", "LAYER_NORM_SOURCE", "GELU_KERNEL",
-    "GELU_TANH_KERNEL", "GEMM_SCALARS", "GEMM_TYPES", "ctypes", "resource", "warnings",
-    "weakref", "Optional", "Tuple", "TypedDict", "rounded_to_float16", "inspect",
-    "in_place_or_apart", "checked_axis", "result_into", "widened", "dtype", "member",
+    "state", "update", "rename",
 })
+# The names a generated model module binds beside the spec's own (its imports, constants and
+# functions; in its functions, their arguments and locals), which a spec name must not shadow.
+# The helpers sit behind `rt.` (its runtime module), so their names are free.
+CODE_NAMES = frozenset({
+    "rt", "np", "cp", "math", "Bool", "Float", "Int", "Tuple", "TypedDict", "MEMORY_LIMIT",
+    "CACHE_STATES", "prefill", "decode_step", "params", "cache", "trace", "dtype", "layer", "i",
+    "member", "recorder", "query_block", "rows", "keys", "blocks",
+})
+RESERVED = KEYWORDS | CODE_NAMES
 
 
 def check_name(name: str, what: str, *, file: str | None = None, line: int | None = None,

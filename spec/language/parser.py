@@ -30,6 +30,16 @@ A spec is a sequence of lines; a line ending in ':' opens an indented body (``bl
     NAME "shape" = BLOCK(ARGS) [as NAME]    a call of a block
     NAME "shape" = repeat(N, BLOCK, ARGS)   a stack of N calls, each feeding the next
     block NAME(ARG "shape", ...) -> OUT:    a reusable block with its own dims and params
+    param NAME "shape" "meaning" if CHOICE == a
+                                            a parameter (or input) absent under the other
+                                            options: a term of + or - that reads it drops
+    NAME "shape" = CHOICE(X)                the op the choice's option names (an activation)
+    from BLOCK with NAME = VALUE, ...       first in a block: BLOCK's declarations and
+                                            equations, its inputs and local dims bound; an
+                                            equation of the same output replaces BLOCK's
+    rename BLOCK as NEW (TENSOR as NEW, ...)
+                                            at the top level: under the choices it sits in,
+                                            the block, its calls and these tensors renamed
 
 Nothing here evaluates text: expressions go through ``spec.expr``'s parser and whitelist.
 """
@@ -43,22 +53,21 @@ from pathlib import Path
 
 import sympy
 
-from tspec.errors import SpecError, SpecSyntaxError, hidden, hidden_kind
+from tspec.errors import LimitError, SpecError, SpecSyntaxError, TspecError, hidden, hidden_kind
 from tspec.files import read_limited
 from tspec.language import expr as ex
 from tspec.language.model import (
-    DECODING,
-    FULL,
-    STEP,
     Block,
     BlockCall,
     Choice,
     Constraint,
     Equation,
+    Flaw,
     Let,
     Note,
     OpNode,
     Output,
+    Rename,
     Reused,
     ScalarExpr,
     Spec,
@@ -66,16 +75,17 @@ from tspec.language.model import (
     TensorRef,
     Update,
     When,
-    bodies_consulting,
-    bodies_deriving,
-    step_function,
+    every_record,
+    require_function_names,
 )
 from tspec.language.names import check_name
 from tspec.language.shape import DTYPES, Dim, dim_symbol, parse_shape
-from tspec.ops.catalogue import FUNCTIONS, OPERATORS, OPS, SCALAR_FUNCTIONS
+from tspec.ops.catalogue import ACTIVATIONS, FUNCTIONS, OPERATORS, OPS, SCALAR_FUNCTIONS
 
 MAX_SPEC_BYTES = 1_000_000
 MAX_NESTING = 32          # levels of block / when bodies
+MAX_WAYS = 4096           # bodies one equation or one `from` expands to, over the choices
+MAX_EXPANDED = 1_000_000  # statements all of them expand to together
 
 
 @dataclass
@@ -150,7 +160,36 @@ class _RawEquation:
 
 
 _KEYWORDS = ("spec", "source", "note", "reused", "dim", "let", "require", "choice", "when",
-             "input", "param", "state", "update", "tensor", "output", "block")
+             "input", "param", "state", "update", "tensor", "output", "block", "from",
+             "rename")
+
+
+@dataclass
+class _RawOptional:
+    """A declaration ending in ``if CONDITION``: present only where the condition holds."""
+    decl: tuple
+    conditions: list            # (choice, options, negated), as `when` reads them
+    line: int
+
+
+@dataclass
+class _RawFrom:
+    """``from BLOCK with NAME = VALUE, ...``, first in a block body."""
+    parent: str
+    bindings: list              # (name, value node, line, column)
+    line: int
+    column: int
+
+
+@dataclass
+class _RawFlaw:
+    """A statement that cannot stand where selection puts it (see ``model.Flaw``): with the
+    equation it stands for, whose declared shape the tensor keeps, or none."""
+    kind: str
+    message: str
+    equation: "_RawEquation | None"
+    line: int
+    hint: str = ""
 
 
 class _Reader:
@@ -232,6 +271,9 @@ class _Reader:
                 continue
             previous_when = None
             record = self.statement(line, keyword, scope, local_dims)
+            if isinstance(record, _RawFrom) and out:
+                raise self.error("'from' comes first in a block body, after its dims",
+                                 first.line, first.column)
             if record is not None:
                 out.append(record)
                 if isinstance(record, When):
@@ -401,6 +443,44 @@ class _Reader:
     def stmt_tensor(self, parser, token, line, scope, local_dims):
         return self.declaration(parser, token, "intermediate", scope)
 
+    def stmt_from(self, parser, token, line, scope, local_dims):
+        if scope != "block":
+            raise self.error("'from' belongs first in a block body, not inside 'when' or at "
+                             "the top level", token.line, token.column)
+        parent = parser.expect_name("the name of the block to start from")
+        bindings: list = []
+        if parser.accept("with"):
+            while True:
+                name = parser.expect_name("an input or local dim of the block to bind")
+                parser.expect("=", "'=' and what it is bound to")
+                bindings.append((name.text, parser.expression(), name.line, name.column))
+                if not parser.accept(","):
+                    break
+        self.end(parser, "'from' statement")
+        return _RawFrom(parent.text, bindings, token.line, token.column)
+
+    def stmt_rename(self, parser, token, line, scope, local_dims):
+        if scope not in ("top", "when"):
+            raise self.error("'rename' belongs at the top level, or under a top-level 'when'",
+                             token.line, token.column)
+        block = parser.expect_name("the name of the block to rename").text
+        parser.expect("as", "'as' and the block's new name")
+        new = check_name(parser.expect_name("the block's new name").text, "block",
+                         file=self.file, line=token.line)
+        tensors: list[tuple[str, str]] = []
+        if parser.accept("("):
+            while True:
+                old = parser.expect_name("a tensor name of the block").text
+                parser.expect("as", "'as' and the tensor's new name")
+                tensors.append((old, check_name(parser.expect_name("the tensor's new name")
+                                                .text, "tensor", file=self.file,
+                                                line=token.line)))
+                if not parser.accept(","):
+                    break
+            parser.expect(")", "')' or ','")
+        self.end(parser, "'rename' statement")
+        return Rename(block, new, tuple(tensors), self.file, token.line)
+
     def stmt_output(self, parser, token, line, scope, local_dims):
         if scope not in ("top", "when"):
             raise self.error("'output' belongs at the top level, or under a top-level 'when' "
@@ -472,6 +552,15 @@ class _Reader:
 
     def declaration(self, parser, token, role, scope):
         parts = self.decl_parts(parser, parser.peek)
+        conditions = []
+        if parser.at("if"):
+            if role not in ("param", "input"):
+                raise parser.error(f"{parts[0]}: only a param or an input may be absent under "
+                                   "a choice ('if ...')")
+            parser.next()
+            conditions.append(self.condition(parser))
+            while parser.accept("and"):
+                conditions.append(self.condition(parser))
         self.end(parser)
         name, _family, shape, unstated, _dtype, _meaning, line, _implied = parts
         if shape is None and not unstated and role != "param":
@@ -480,6 +569,8 @@ class _Reader:
         if unstated and role not in ("param", "input"):
             raise self.error(f"only parameters and inputs may leave their shape unstated "
                              f"('?'); {name} is an {role}", line)
+        if conditions:
+            return _RawOptional(("decl", role, parts), conditions, line)
         return ("decl", role, parts)
 
     def equation(self, parser: ex.Parser, token: ex.Token):
@@ -505,6 +596,16 @@ class _Builder:
     def __init__(self, reader: _Reader):
         self.r = reader
         self.file = reader.file
+        self.expanded = 0        # statements the choices' expansions have made so far
+
+    def expand_by(self, count: int) -> None:
+        """Count statements an expansion makes (an equation per way of setting the choices it
+        varies by, a `from` block's body per way): past MAX_EXPANDED, a LimitError."""
+        self.expanded += count
+        if self.expanded > MAX_EXPANDED:
+            raise LimitError(f"the spec's optional operands, choice calls and `from` blocks "
+                             f"expand to more than {MAX_EXPANDED:,} statements over its "
+                             "choices: vary fewer equations by more choices", file=self.file)
 
     def error(self, message, line, column=None) -> SpecError:
         return SpecError(message, file=self.file, line=line, column=column)
@@ -514,7 +615,11 @@ class _Builder:
         symbols = {name: dim.symbol for name, dim in r.dims.items()}
         blocks: dict[str, Block] = {}
         block_names = set(r.blocks)
-        for name, (line, inputs, output, local, raw_body) in r.blocks.items():
+        expanded: dict[str, tuple[list, dict]] = {}
+        for name in r.blocks:
+            self.expand(name, expanded, ())
+        for name, (line, inputs, output, _, _) in r.blocks.items():
+            raw_body, local = expanded[name]
             block_symbols = {**symbols, **{n: d.symbol for n, d in local.items()}}
             input_decls = []
             for parts in inputs:
@@ -528,34 +633,253 @@ class _Builder:
                                  line.number)
         records = self.scope(body, symbols, block_names, [], "the model", outputs=r.outputs)
         self.check_reused(records, blocks)
+        self.check_renames(records, blocks)
         name = r.name or (Path(self.file).stem if self.file else "spec")
         digest = hashlib.sha256(r.text.encode()).hexdigest()[:16]
         built = Spec(name, r.title, self.file, dict(r.dims), dict(r.choices), blocks, records,
                      list(r.outputs), digest)
-        self.check_function_names(built)
+        require_function_names(built)
         return built
 
-    def check_function_names(self, spec: Spec) -> None:
-        """Generated code makes a function of each block, of the model (the spec's name), and
-        under ``decoding = full | step`` of the decoding step of each body that consults
-        ``decoding`` (NAME_step): a block may take none of the others' names."""
-        if spec.name in spec.blocks:
-            raise self.error(f"block {spec.name} has the spec's name, which the model's own "
-                             "function takes in generated code; rename one",
-                             spec.blocks[spec.name].line)
-        choice = spec.choices.get(DECODING)
-        if choice is None or not {FULL, STEP} <= set(choice.options):
-            return
-        for body in sorted(bodies_consulting(spec, None, DECODING) |
-                           bodies_deriving(spec, DECODING), key=str):
-            clash = spec.blocks.get(step_function(body))
-            if clash is not None:
-                raise self.error(f"block {clash.name} has the name code generation gives the "
-                                 f"decoding step's function of {body}; rename it", clash.line)
-            if step_function(body) == spec.name:
-                raise self.error(f"the spec's name {spec.name} is the name code generation "
-                                 f"gives the decoding step's function of {body}; rename one",
-                                 spec.blocks[body].line)
+    # -- `from BLOCK with ...`
+    def expand(self, name: str, expanded: dict, active: tuple) -> tuple[list, dict]:
+        """A block's raw body and local dims, with a `from` statement at its start expanded
+        (see ``inherit``); memoised in ``expanded``."""
+        if name in expanded:
+            return expanded[name]
+        _, _, _, local, body = self.r.blocks[name]
+        if not body or not isinstance(body[0], _RawFrom):
+            expanded[name] = (body, local)
+            return expanded[name]
+        start = body[0]
+        if start.parent not in self.r.blocks:
+            raise self.error(f"from: unknown block {start.parent!r}"
+                             f"{_suggest(start.parent, self.r.blocks)}", start.line,
+                             start.column)
+        if start.parent == name or start.parent in active:
+            cycle = active[active.index(start.parent):] if start.parent in active else ()
+            raise self.error(f"block {name} starts from itself: "
+                             f"{' -> '.join(cycle + (name, start.parent))}", start.line,
+                             start.column)
+        parent_body, parent_local = self.expand(start.parent, expanded, active + (name,))
+        expanded[name] = self.inherit(name, start, body[1:], parent_body, parent_local)
+        return expanded[name]
+
+    def inherit(self, name: str, start: _RawFrom, own: list, parent_body: list,
+                parent_local: dict) -> tuple[list, dict]:
+        """A block that starts ``from PARENT with ...``: the parent's declarations and
+        equations, its inputs and local dims bound as the bindings say (an input the block
+        takes itself stays), with the block's own statements. Per selection of the choices:
+        an own equation of an output the parent computes takes that equation's place, the
+        own statements before it just ahead of it, the rest after the parent's. Built as
+        `when`s over the choices the two consult, so each selection is an ordinary body."""
+        r, parent = self.r, start.parent
+        _, inputs, _, local, _ = r.blocks[name]
+        parent_inputs = [parts[0] for parts in r.blocks[parent][1]]
+        own_inputs = {parts[0] for parts in inputs}
+        own_tensors = own_inputs | set(_raw_names(own))
+        symbols = {n: d.symbol for n, d in {**r.dims, **parent_local, **local}.items()}
+        bound: dict[str, ex.Node] = {}
+        flaws: list = []
+        for key, node, line, column in start.bindings:
+            if key in bound:
+                raise self.error(f"from {parent}: {key} is bound twice", line, column)
+            if key in parent_inputs:
+                if not isinstance(node, ex.Name) or node.id not in own_tensors:
+                    raise self.error(f"from {parent}: {key} = {ex.to_text(node)}: an input is "
+                                     f"bound to a tensor of block {name}", node.line,
+                                     node.column)
+            elif key in parent_local:
+                ex.to_sympy(node, symbols, file=self.file, what=f"from {parent}: {key}")
+            else:
+                known = parent_inputs + list(parent_local)
+                flaws.append(_RawFlaw("unknown-binding", f"{parent} has no input or local dim "
+                                      f"{key} to bind; it has {', '.join(known)}", None, line,
+                                      f"bind one of those{_suggest(key, known)}"))
+                continue
+            bound[key] = node
+        for key in parent_inputs:
+            if key not in bound and key not in own_inputs:
+                raise self.error(f"from {parent}: its input {key} is neither bound (with {key} "
+                                 f"= ...) nor an input of block {name}", start.line,
+                                 start.column)
+        local = dict(local)
+        for key, dim in parent_local.items():
+            if key not in bound and key not in r.dims:
+                local.setdefault(key, dim)
+        computed = set(_raw_names(parent_body, equations_only=True))
+        copies: dict[int, object] = {}
+        flawed: dict[int, _RawFlaw] = {}
+
+        def inherited(s):
+            if id(s) not in copies:
+                copies[id(s)] = self.bound(s, bound)
+            return copies[id(s)]
+
+        def overrides_nothing(s: _RawEquation) -> _RawFlaw:
+            if id(s) not in flawed:
+                where = " or ".join(" and ".join(f"{c}={'|'.join(o)}" for c, o in path)
+                                    for path in self.paths(parent_body, s.name))
+                flawed[id(s)] = _RawFlaw(
+                    "unknown-override", f"{s.name} overrides nothing here: {parent} computes "
+                    f"{s.name} only under {where}", s, s.line,
+                    f"put this equation under the choices {parent} computes {s.name} under, or "
+                    "give it a name of its own")
+            return flawed[id(s)]
+
+        def merged(theirs: list, mine: list) -> list:
+            here = {s.name for s in theirs if isinstance(s, _RawEquation)}
+            ahead: dict[str, tuple[list, _RawEquation]] = {}
+            pending: list = []
+            for s in mine:
+                if isinstance(s, _RawEquation) and s.name in here and s.name not in ahead:
+                    ahead[s.name] = (pending, s)
+                    pending = []
+                elif isinstance(s, _RawEquation) and s.name in computed - here:
+                    pending.append(overrides_nothing(s))
+                else:
+                    pending.append(s)
+            out: list = []
+            for s in theirs:
+                if isinstance(s, _RawEquation) and s.name in ahead:
+                    out += ahead[s.name][0] + [ahead[s.name][1]]
+                else:
+                    out.append(inherited(s))
+            return out + pending
+
+        ways = [0]
+
+        def tree(chosen: dict) -> tuple[list, object]:
+            theirs, mine = [], []
+            open_ = self.selected(parent_body, chosen, theirs) or \
+                self.selected(own, chosen, mine)
+            if open_ is None:
+                ways[0] += 1
+                if ways[0] > MAX_WAYS:
+                    raise self.error(f"block {name}: {parent} and its own statements differ "
+                                     f"in more than {MAX_WAYS:,} ways of setting the choices",
+                                     start.line, start.column)
+                body = merged(theirs, mine)
+                self.expand_by(len(body))
+                return body, tuple(map(id, body))
+            return _chain(open_, [(o, tree(chosen | {open_: o}))
+                                  for o in r.choices[open_].options], self.file, start.line)
+
+        body, _ = tree({})
+        return flaws + body, local
+
+    def selected(self, statements: list, chosen: dict, out: list) -> str | None:
+        """The raw statements that apply under ``chosen`` into ``out``, or the first choice a
+        `when` consults that ``chosen`` leaves unset."""
+        for s in statements:
+            if isinstance(s, When):
+                self.check_when(s)
+                if s.choice not in chosen:
+                    return s.choice
+                hit = (chosen[s.choice] in s.options) != s.negate
+                open_ = self.selected(s.body if hit else s.otherwise, chosen, out)
+                if open_ is not None:
+                    return open_
+            else:
+                out.append(s)
+        return None
+
+    def paths(self, statements: list, name: str) -> list[list[tuple[str, list[str]]]]:
+        """The conditions under which raw statements compute ``name``: each a list of
+        (choice, its options there), one list per equation of it."""
+        found = []
+        for s in statements:
+            if isinstance(s, When):
+                options = self.r.choices[s.choice].options
+                hit = [o for o in options if (o in s.options) != s.negate]
+                for branch, chosen in ((s.body, hit), (s.otherwise,
+                                                       [o for o in options if o not in hit])):
+                    found += [[(s.choice, chosen)] + path for path in self.paths(branch, name)]
+            elif isinstance(s, _RawEquation) and s.name == name:
+                found.append([])
+        return found
+
+    def bound(self, s, names: dict):
+        """A raw statement of a parent block with its inputs and local dims bound."""
+        if not names:
+            return s
+        if isinstance(s, tuple) and s[0] == "decl":
+            return ("decl", s[1], self.bound_parts(s[2], names), *s[3:])
+        if isinstance(s, _RawOptional):
+            return replace(s, decl=self.bound(s.decl, names))
+        if isinstance(s, _RawEquation):
+            return replace(s, family=None if s.family is None else ex.renamed(s.family, names),
+                           shape=self.bound_shape(s.shape, names),
+                           rhs=ex.renamed(s.rhs, names))
+        if isinstance(s, Update):
+            return Update(*(_bound_name(n, names) for n in (s.state, s.value)), s.file, s.line)
+        if isinstance(s, _RawFlaw) and s.equation is not None:
+            return replace(s, equation=self.bound(s.equation, names))
+        return s
+
+    def bound_parts(self, parts: tuple, names: dict) -> tuple:
+        name, family, shape, unstated, dtype, meaning, line, implied = parts
+        return (_bound_name(name, names), None if family is None else ex.renamed(family, names),
+                self.bound_shape(shape, names), unstated, dtype, meaning, line,
+                self.bound_shape(implied, names))
+
+    def bound_shape(self, text: str | None, names: dict) -> str | None:
+        """A shape string with bound dims put in, token by token (a token that does not parse
+        stays, for the parent's own error)."""
+        if text is None:
+            return None
+        tokens = []
+        for token in text.split():
+            try:
+                node = ex.parse_expression(token, self.file)
+            except TspecError:
+                tokens.append(token)
+                continue
+            new = ex.renamed(node, names)
+            tokens.append(token if new == node else ex.to_text(new).replace(" ", ""))
+        return " ".join(tokens)
+
+    def condition_options(self, condition: tuple, line: int) -> tuple[str, frozenset]:
+        """An `if` condition's choice and the options it holds under."""
+        name, options, negate = condition
+        self.check_when(When(name, frozenset(options), file=self.file, line=line), "if")
+        chosen = frozenset(options)
+        if negate:
+            chosen = frozenset(self.r.choices[name].options) - chosen
+        return name, chosen
+
+    def check_renames(self, records: list, blocks: dict[str, Block]) -> None:
+        """Each `rename` names a block of the spec, a new name no op has, and tensors of the
+        block, each given a name it does not use."""
+        for s in every_record(records):
+            if not isinstance(s, Rename):
+                continue
+            block = blocks.get(s.block)
+            if block is None:
+                raise self.error(f"rename: unknown block {s.block!r}{_suggest(s.block, blocks)}",
+                                 s.line)
+            if s.new in OPS or s.new in FUNCTIONS or s.new in SCALAR_FUNCTIONS:
+                raise self.error(f"rename {s.block} as {s.new}: {s.new} is the name of an op",
+                                 s.line)
+            if s.new in self.r.dims or any(s.new in _block_names(b) for b in blocks.values()) \
+                    or any(isinstance(t, TensorDecl) and t.name == s.new
+                           for t in every_record(records)):
+                raise self.error(f"rename {s.block} as {s.new}: {s.new} is a dim or a tensor of "
+                                 "this spec; a block takes a name of its own", s.line)
+            names = _block_names(block)
+            taken = names | set(self.r.dims) | set(block.local_dims) | set(blocks)
+            olds = [old for old, _ in s.tensors]
+            news = [new for _, new in s.tensors]
+            for old, new in s.tensors:
+                if old not in names:
+                    raise self.error(f"rename {s.block}: {old!r} is not a tensor of block "
+                                     f"{s.block}{_suggest(old, sorted(names))}", s.line)
+                if olds.count(old) > 1 or news.count(new) > 1:
+                    twice = old if olds.count(old) > 1 else new
+                    raise self.error(f"rename {s.block}: {twice} is listed twice", s.line)
+                if new in taken and new not in olds:
+                    raise self.error(f"rename {s.block}: {new} is already a name in block "
+                                     f"{s.block} or the spec", s.line)
 
     def check_reused(self, records: list, blocks: dict[str, Block]) -> None:
         """Each name a `reused` statement lists is a dim, a tensor (of the model or of any
@@ -581,10 +905,10 @@ class _Builder:
                         raise self.error(f"reused {s.name}: {name!r} is not a dim, tensor or "
                                          f"op of this spec{_suggest(name, known)}", s.line)
 
-    def check_when(self, when: When) -> None:
+    def check_when(self, when: When, word: str = "when") -> None:
         choice = self.r.choices.get(when.choice)
         if choice is None:
-            raise self.error(f"'when' names unknown choice {when.choice!r}"
+            raise self.error(f"'{word}' names unknown choice {when.choice!r}"
                              f"{_suggest(when.choice, self.r.choices)}", when.line)
         for option in sorted(when.options):
             if option not in choice.options:
@@ -610,13 +934,26 @@ class _Builder:
               outputs: list[str]) -> list:
         """Lower one scope (the model or a block): its tensor names are known up front."""
         tensors: dict[str, int] = {d.name: d.line for d in inputs}
+        optional: dict[str, tuple] = {}      # name -> (its condition, the line declaring it)
+        plain: dict[str, int] = {}           # declared without `if`: name -> line
 
         def collect(statements):
             for s in statements:
-                if isinstance(s, tuple) and s[0] == "decl":
+                if isinstance(s, _RawOptional):
+                    name = s.decl[2][0]
+                    tensors.setdefault(name, s.line)
+                    condition = tuple(self.condition_options(c, s.line) for c in s.conditions)
+                    first = optional.setdefault(name, (condition, s.line))
+                    if first[0] != condition:
+                        raise self.error(f"{name} is absent under another condition at line "
+                                         f"{first[1]}; declare it under one", s.line)
+                elif isinstance(s, tuple) and s[0] == "decl":
                     tensors.setdefault(s[2][0], s[2][6])
+                    plain.setdefault(s[2][0], s[2][6])
                 elif isinstance(s, _RawEquation):
                     tensors.setdefault(s.name, s.line)
+                elif isinstance(s, _RawFlaw) and s.equation is not None:
+                    tensors.setdefault(s.equation.name, s.equation.line)
                 elif isinstance(s, When):
                     collect(s.body)
                     collect(s.otherwise)
@@ -626,10 +963,17 @@ class _Builder:
                 raise self.error(f"{name} is both a dim and a tensor in {where}", line)
             if name in blocks:
                 raise self.error(f"{name} is both a block and a tensor in {where}", line)
-        lowering = _Lowering(self.file, symbols, set(tensors), blocks)
+            if name in optional and name in plain:
+                raise self.error(f"{name} is declared with 'if' at line {optional[name][1]} "
+                                 f"and without at line {plain[name]}: give every declaration "
+                                 "of it the same condition", max(optional[name][1], plain[name]))
+        lowering = _Lowering(self.file, symbols, set(tensors), blocks, self.r.choices,
+                             {name: condition for name, (condition, _) in optional.items()},
+                             self.expand_by)
         output_set = set(outputs)
 
         converted: dict[int, tuple[list, list]] = {}   # a shared `else:` list, once
+        records_of: dict[int, tuple[object, list]] = {}  # a statement in several lists, once
 
         def convert(statements):
             if id(statements) in converted:
@@ -637,9 +981,7 @@ class _Builder:
             out = []
             converted[id(statements)] = (statements, out)
             for s in statements:
-                if isinstance(s, (Note, Reused, Output)):
-                    out.append(s)
-                elif isinstance(s, When):
+                if isinstance(s, When):
                     self.check_when(s)
                     if s.negate:
                         options = self.r.choices[s.choice].options
@@ -647,49 +989,69 @@ class _Builder:
                     s.body = convert(s.body)
                     s.otherwise = convert(s.otherwise)
                     out.append(s)
-                elif isinstance(s, tuple) and s[0] == "decl":
-                    decl = self.tensor_decl(s[1], s[2], symbols)
-                    if s[1] == "state":
-                        decl.start = s[3]
-                    out.append(decl)
-                elif isinstance(s, Update):
-                    for name in (s.state, s.value):
-                        if name not in tensors:
-                            raise self.error(f"update: {name!r} is not a tensor of {where}"
-                                             f"{_suggest(name, tensors)}", s.line)
-                    out.append(s)
-                elif isinstance(s, tuple) and s[0] == "let":
-                    _, name, node, line = s
-                    if name not in symbols:
-                        raise self.error(f"let: unknown dim {name!r}{_suggest(name, symbols)}",
-                                         line)
-                    value = ex.to_sympy(node, symbols, file=self.file, what=f"let {name}")
-                    if symbols[name] in value.free_symbols:
-                        raise self.error(f"let {name} refers to itself", line)
-                    out.append(Let(name, value, ex.to_text(node), self.file, line))
-                elif isinstance(s, tuple) and s[0] == "require":
-                    _, node, line = s
-                    relation = ex.to_sympy(node, symbols, file=self.file, what="constraint",
-                                           relational=True)
-                    out.append(Constraint(relation, ex.to_text(node), self.file, line))
-                elif isinstance(s, _RawEquation):
-                    role = "output" if s.name in output_set else "intermediate"
-                    decl = self.tensor_decl(role, (s.name, s.family, s.shape, False, s.dtype,
-                                                   s.meaning, s.line, None), symbols) \
-                        if (s.shape is not None or s.family is not None) else \
-                        TensorDecl(s.name, role, None, s.dtype or "float", s.meaning,
-                                   self.file, s.line)
-                    out.append(decl)
-                    out.append(lowering.equation(s))
-                else:
-                    raise AssertionError(s)
+                    continue
+                if id(s) not in records_of:
+                    records_of[id(s)] = (s, records(s))
+                out.extend(records_of[id(s)][1])
             return out
-        records = convert(raw)
+
+        def declared(s: _RawEquation) -> TensorDecl:
+            role = "output" if s.name in output_set else "intermediate"
+            if s.shape is not None or s.family is not None:
+                return self.tensor_decl(role, (s.name, s.family, s.shape, False, s.dtype,
+                                               s.meaning, s.line, None), symbols)
+            return TensorDecl(s.name, role, None, s.dtype or "float", s.meaning, self.file,
+                              s.line)
+
+        def records(s) -> list:
+            if isinstance(s, (Note, Reused, Output, Rename)):
+                return [s]
+            if isinstance(s, tuple) and s[0] == "decl":
+                decl = self.tensor_decl(s[1], s[2], symbols)
+                if s[1] == "state":
+                    decl.start = s[3]
+                return [decl]
+            if isinstance(s, _RawOptional):
+                nested = records(s.decl)
+                for choice, options in reversed(optional[s.decl[2][0]][0]):
+                    nested = [When(choice, options, nested, [], self.file, s.line)]
+                return nested
+            if isinstance(s, Update):
+                for name in (s.state, s.value):
+                    if name not in tensors:
+                        raise self.error(f"update: {name!r} is not a tensor of {where}"
+                                         f"{_suggest(name, tensors)}", s.line)
+                return [s]
+            if isinstance(s, tuple) and s[0] == "let":
+                _, name, node, line = s
+                if name not in symbols:
+                    raise self.error(f"let: unknown dim {name!r}{_suggest(name, symbols)}",
+                                     line)
+                value = ex.to_sympy(node, symbols, file=self.file, what=f"let {name}")
+                if symbols[name] in value.free_symbols:
+                    raise self.error(f"let {name} refers to itself", line)
+                return [Let(name, value, ex.to_text(node), self.file, line)]
+            if isinstance(s, tuple) and s[0] == "require":
+                _, node, line = s
+                relation = ex.to_sympy(node, symbols, file=self.file, what="constraint",
+                                       relational=True)
+                return [Constraint(relation, ex.to_text(node), self.file, line)]
+            if isinstance(s, _RawEquation):
+                return [declared(s), *lowering.variants(s)]
+            if isinstance(s, _RawFlaw):
+                equation = s.equation
+                flaw = Flaw(s.kind, s.message, None if equation is None else equation.name,
+                            "" if equation is None else ex.to_text(equation.rhs), s.hint,
+                            self.file, s.line)
+                return [flaw] if equation is None else [declared(equation), flaw]
+            raise AssertionError(s)
+
+        records_ = convert(raw)
         for name in outputs:
             if name not in tensors:
                 raise self.error(f"output {name!r} of {where} is never defined"
                                  f"{_suggest(name, tensors)}", None)
-        return records
+        return records_
 
 
 def _suggest(name: str, known) -> str:
@@ -697,17 +1059,233 @@ def _suggest(name: str, known) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def _chain(choice: str, subtrees: list, file: str | None, line: int) -> tuple[list, object]:
+    """Bodies that differ by one choice's option as one body: ``subtrees`` holds (option,
+    (statements, signature)); options whose statements are the same (by signature) share a
+    `when`, the last group is the `else:` of the one before. Returns the statements and their
+    signature."""
+    groups: dict = {}
+    for option, (statements, signature) in subtrees:
+        groups.setdefault(signature, (statements, []))[1].append(option)
+    items = list(groups.items())
+    if len(items) == 1:
+        return items[0][1][0], items[0][0]
+    statements = items[-1][1][0]
+    for _, (body, options) in reversed(items[:-1]):
+        statements = [When(choice, frozenset(options), body, statements, file, line)]
+    return statements, (choice, tuple((frozenset(options), signature)
+                                      for signature, (_, options) in items))
+
+
+def _raw_names(statements: list, equations_only: bool = False) -> list[str]:
+    """The tensors raw statements declare or compute, in every branch."""
+    found = []
+    for s in statements:
+        if isinstance(s, When):
+            found += _raw_names(s.body, equations_only) + _raw_names(s.otherwise, equations_only)
+        elif isinstance(s, _RawEquation):
+            found.append(s.name)
+        elif equations_only:
+            continue
+        elif isinstance(s, tuple) and s[0] == "decl":
+            found.append(s[2][0])
+        elif isinstance(s, _RawOptional):
+            found.append(s.decl[2][0])
+    return found
+
+
+def _bound_name(name: str, names: dict) -> str:
+    """A tensor's name where a binding names another tensor for it."""
+    node = names.get(name)
+    return node.id if isinstance(node, ex.Name) else name
+
+
+def _block_names(block: Block) -> set[str]:
+    """Every tensor name of a block: its inputs, and what its body declares or computes."""
+    found = {d.name for d in block.inputs}
+    for s in every_record(block.body):
+        if isinstance(s, TensorDecl):
+            found.add(s.name)
+        elif isinstance(s, (Equation, BlockCall)) or isinstance(s, Flaw) and s.output:
+            found.add(s.output)
+    return found
+
+
+def _children(node: ex.Node) -> list[tuple[str, object]]:
+    """The fields of an expression node that hold expressions (a call's arguments as a tuple,
+    its keyword arguments as a tuple of pairs)."""
+    if isinstance(node, ex.Unary):
+        return [("operand", node.operand)]
+    if isinstance(node, (ex.Binary, ex.Compare)):
+        return [("left", node.left), ("right", node.right)]
+    if isinstance(node, ex.Call):
+        return [("args", node.args), ("kwargs", node.kwargs)]
+    if isinstance(node, ex.Attribute):
+        return [("value", node.value)]
+    if isinstance(node, ex.Subscript):
+        return [("value", node.value), ("index", node.index)]
+    if isinstance(node, ex.Slice):
+        return [("stop", node.stop), ("start", node.start)]
+    return []
+
+
+def _nodes(node: ex.Node | None):
+    """Every node of an expression, the node first."""
+    if node is None:
+        return
+    yield node
+    for _, value in _children(node):
+        for item in value if isinstance(value, tuple) else (value,):
+            yield from _nodes(item[1] if isinstance(item, tuple) else item)
+
+
+class _Flawed(Exception):
+    """An equation that cannot stand under some options (see ``model.Flaw``)."""
+
+    def __init__(self, kind: str, message: str, hint: str = ""):
+        super().__init__(message)
+        self.kind, self.message, self.hint = kind, message, hint
+
+
+@dataclass(frozen=True)
+class _Absent:
+    """What an expression is when every term of it is absent: the absent names."""
+    names: tuple[str, ...]
+
+
 class _Lowering:
     """Expression trees to op trees, in one scope: names are tensors, dims, or errors."""
 
-    def __init__(self, file, symbols: dict, tensors: set, blocks: set):
+    def __init__(self, file, symbols: dict, tensors: set, blocks: set,
+                 choices: dict | None = None, optional: dict | None = None,
+                 expand_by=lambda count: None):
         self.file = file
         self.symbols = symbols
         self.tensors = tensors
         self.blocks = blocks
+        self.choices = choices or {}
+        self.optional = optional or {}     # tensor -> ((choice, options it is present under), ...)
+        self.expand_by = expand_by         # counts the equations variants make (a bound)
 
     def error(self, message, node) -> SpecError:
         return SpecError(message, file=self.file, line=node.line, column=node.column)
+
+    def variants(self, raw: _RawEquation) -> list:
+        """An equation's records: the equation, or where it calls a choice (``activation(X)``)
+        or reads a tensor absent under some options (``if ...``), the equation each way of
+        setting those choices gives, as `when`s (ways that give the same equation share one;
+        a way that gives none is a Flaw)."""
+        called, read = set(), set()
+        for node in _nodes(raw.rhs):
+            if isinstance(node, ex.Call) and self.chooses(node):
+                if len(node.args) != 1 or node.kwargs:
+                    raise self.error(f"{node.func}(...) applies the op its option names to one "
+                                     "tensor: give it one argument", node)
+                called.add(node.func)
+            elif isinstance(node, ex.Name) and node.id in self.optional:
+                read.add(node.id)
+        if not called and not read:
+            return [self.equation(raw)]
+        involved = called | {choice for name in read for choice, _ in self.optional[name]}
+        order = [name for name in self.choices if name in involved]
+        ways = 1
+        for name in order:
+            ways *= len(self.choices[name].options)
+        if ways > MAX_WAYS:
+            raise self.error(f"{raw.name}: its choices and absent operands make {ways:,} "
+                             f"equations; the limit is {MAX_WAYS:,}", raw.rhs)
+        self.expand_by(ways)
+        made: dict = {}
+
+        def leaf(chosen: dict) -> tuple[list, object]:
+            try:
+                rhs = self.varied(raw, chosen, called)
+                key = ex.to_text(rhs)
+                if key not in made:
+                    made[key] = self.equation(replace(raw, rhs=rhs))
+            except _Flawed as flaw:
+                key = (flaw.kind, flaw.message)
+                if key not in made:
+                    made[key] = Flaw(flaw.kind, flaw.message, raw.name, ex.to_text(raw.rhs),
+                                     flaw.hint, self.file, raw.line)
+            return [made[key]], key
+
+        def tree(chosen: dict, rest: list) -> tuple[list, object]:
+            if not rest:
+                return leaf(chosen)
+            return _chain(rest[0], [(o, tree(chosen | {rest[0]: o}, rest[1:]))
+                                    for o in self.choices[rest[0]].options], self.file, raw.line)
+
+        return tree({}, order)[0]
+
+    def chooses(self, node: ex.Call) -> bool:
+        """Whether a call names a choice (the op its option names), not an op or a block."""
+        return node.func in self.choices and node.func not in FUNCTIONS and \
+            node.func not in SCALAR_FUNCTIONS and node.func not in self.blocks
+
+    def varied(self, raw: _RawEquation, chosen: dict, called: set) -> ex.Node:
+        """The right-hand side under these options: each choice called as the op its option
+        names, each absent tensor dropped as a term of + or - (raises _Flawed where it is
+        something else, or where no term is left)."""
+        absent = {name for name, condition in self.optional.items()
+                  if any(chosen.get(choice, next(iter(options))) not in options
+                         for choice, options in condition)}
+
+        def under(name: str) -> str:
+            return ", ".join(f"{choice}={chosen[choice]}" for choice, _ in self.optional[name])
+
+        def vary(node: ex.Node):
+            if isinstance(node, ex.Name):
+                return _Absent((node.id,)) if node.id in absent else node
+            if isinstance(node, ex.Binary) and node.op in ("+", "-"):
+                left, right = vary(node.left), vary(node.right)
+                if isinstance(left, _Absent) and isinstance(right, _Absent):
+                    return _Absent(left.names + right.names)
+                if isinstance(right, _Absent):
+                    return left
+                if isinstance(left, _Absent):
+                    return right if node.op == "+" else ex.Unary(node.line, node.column, "-",
+                                                                  right)
+                return replace(node, left=left, right=right)
+            if isinstance(node, ex.Unary) and node.op == "-":
+                operand = vary(node.operand)
+                return operand if isinstance(operand, _Absent) else \
+                    replace(node, operand=operand)
+            if isinstance(node, ex.Call) and node.func in called:
+                option = chosen[node.func]
+                if FUNCTIONS.get(option) not in ACTIVATIONS:
+                    raise _Flawed("not-an-op", f"{node.func}={option} names no activation op; "
+                                  f"put this equation under `when {node.func} != {option}`")
+                node = replace(node, func=option)
+            parts = {}
+            for key, value in _children(node):
+                if isinstance(value, tuple):      # a call's arguments or keyword arguments
+                    parts[key] = tuple((v[0], term(v[1])) if isinstance(v, tuple) else term(v)
+                                       for v in value)
+                else:
+                    parts[key] = term(value)
+            return replace(node, **parts) if parts else node
+
+        def term(node: ex.Node | None):
+            """An operand that is not a term of + or -: an absent one is a flaw."""
+            if node is None:
+                return None
+            varied = vary(node)
+            if isinstance(varied, _Absent):
+                name = varied.names[0]
+                raise _Flawed("absent-operand", f"{name} is absent under {under(name)}; only a "
+                              "term of + or - may be absent",
+                              f"declare {name} without 'if', or add it as a term")
+            return varied
+
+        result = vary(raw.rhs)
+        if isinstance(result, _Absent):
+            names = " and ".join(dict.fromkeys(result.names))
+            raise _Flawed("absent-operand", f"{raw.name} has no term left under "
+                          f"{under(result.names[0])}: {names} "
+                          f"{'is' if len(set(result.names)) == 1 else 'are'} absent",
+                          "keep a term that is always present")
+        return result
 
     def equation(self, raw: _RawEquation):
         rhs = raw.rhs

@@ -81,7 +81,8 @@ class CodeContext(Protocol):
     batched_matmul: str | None                # the helper for products of two stacks, if any
 
     def helper(self, name: str) -> str:
-        """Use a helper function of the generated module (rendered from its template)."""
+        """Use a helper function of the generated runtime (rendered from its template): the
+        name code calls it by (``rt.softmax``)."""
 
     def dim(self, expr: sympy.Basic) -> str:
         """Code for an integer dim expression (``T_dec``, ``d_model // H``)."""
@@ -351,10 +352,10 @@ class Elementwise(Op):
             # log of a 0/1 mask: 0 where kept, -inf where masked, in the float dtype
             return f"{ctx.helper('log_mask')}({x.code}, {ctx.dtype()})", ATOM
         activation = self.name in ACTIVATIONS
-        if activation and x.call is not None and x.call[0] == "project" and \
+        if activation and x.call is not None and x.call[0] == ctx.helper("project") and \
                 not any(a.startswith("activation=") for a in x.call[1]):
             # f(X @ W + b): applied in place to the product's fresh result, chunk by chunk
-            return call("project", *x.call[1], f"activation={ctx.helper(self.name)}")
+            return call(x.call[0], *x.call[1], f"activation={ctx.helper(self.name)}")
         if self.name == "relu":
             return f"{ctx.xp}.maximum({x.code}, 0)", ATOM
         if self.name in ACTIVATIONS:
@@ -396,11 +397,11 @@ class Binary(Op):
 
     def code(self, ctx, args, attrs):
         a, b = align(*args)
-        if self.name == "add" and a.call is not None and a.call[0] == "project" and \
+        if self.name == "add" and a.call is not None and a.call[0] == ctx.helper("project") and \
                 len(a.call[1]) == 2 and not b.value.is_scalar and b.value.shape.rank == 1 \
                 and b.value.shape.family is None:
             # X @ W + b: the bias added in place to the product's fresh result
-            return call("project", *a.call[1], b.code)
+            return call(a.call[0], *a.call[1], b.code)
         precedence = SUM if self.name in ("add", "sub") else PRODUCT
         left = scalar_operand(ctx, a.value.scalar) if a.value.is_scalar else wrap(a, precedence)
         right = scalar_operand(ctx, b.value.scalar) if b.value.is_scalar else \

@@ -553,6 +553,73 @@ def test_a_declaration_that_some_use_fits_is_not_blamed():
     assert found[0].message == "Z is declared B T T, which none of its uses fits (lines 8, 9)"
 
 
+def test_absent_operand():
+    # b is absent under bias=none: as a term of + it drops (Y), read by relu it cannot (U)
+    found = findings_of(HEADER + 'choice bias = all | none\ninput X "B T d"\n'
+                        'param b "d" "bias" if bias == all\nY "B T d" = X + b\n'
+                        'U "B T d" = relu(b) + Y\n', all_choices=True)
+    assert len(found) == 1, [f.text() for f in found]
+    expect(found[0], kind="absent-operand",
+           message="b is absent under bias=none; only a term of + or - may be absent", line=8,
+           equation="U = relu(b) + Y", tensor="U",
+           hint="declare b without 'if', or add it as a term")
+    assert found[0].choices == "bias=none"
+
+
+def test_absent_operand_leaving_no_term():
+    finding = only(HEADER + 'choice bias = all | none\nparam b "d" if bias == all\n'
+                   'param c "d" if bias == all\nY "d" = b + c\n', all_choices=True)
+    expect(finding, kind="absent-operand",
+           message="Y has no term left under bias=none: b and c are absent", line=7,
+           equation="Y = b + c", tensor="Y", hint="keep a term that is always present")
+
+
+def test_not_an_op():
+    # the choice's option swiglu names no activation op: the equation cannot stand under it
+    finding = only(HEADER + 'choice act = relu | gelu | swiglu\ninput X "B T d"\n'
+                   'Y "B T d" = act(X)\n', all_choices=True)
+    expect(finding, kind="not-an-op",
+           message="act=swiglu names no activation op; put this equation under "
+                   "`when act != swiglu`", line=6, equation="Y = act(X)", tensor="Y")
+    assert finding.choices == "act=swiglu"
+    # an op that is not an activation is no more one
+    finding = only(HEADER + 'choice act = relu | softmax\ninput X "B T d"\n'
+                   'Y "B T d" = act(X)\n', all_choices=True)
+    assert finding.message == "act=softmax names no activation op; put this equation under " \
+        "`when act != softmax`"
+
+
+ATTEND = ('block f(X_q "B T_q d", X_kv "B T_kv d") -> O:\n    dim T_q "q"\n    dim T_kv "k"\n'
+          '    param W "d d" "w"\n    when c == x:\n        K "B T_kv d" = X_kv @ W\n'
+          '        O "B T_q d" = X_q @ K.T @ K\n    else:\n        O "B T_q d" = X_q @ W\n')
+
+
+def test_unknown_override():
+    # g's K would replace f's, but f computes K only under c=x
+    found = findings_of(HEADER + 'choice c = x | y\n' + ATTEND +
+                        'block g(X "B T_x d") -> O:\n    dim T_x "x"\n'
+                        '    from f with X_q = X, X_kv = X, T_q = T_x, T_kv = T_x\n'
+                        '    K "B T_x d" = relu(X)\n'
+                        'input X "B T d"\nY "B T d" = g(X) as g1\n', all_choices=True)
+    assert len(found) == 1, [f.text() for f in found]
+    expect(found[0], kind="unknown-override",
+           message="K overrides nothing here: f computes K only under c=x", line=17,
+           equation="K = relu(X)", tensor="g1.K",
+           hint="put this equation under the choices f computes K under, or give it a name of "
+                "its own")
+    assert found[0].choices == "c=y"
+
+
+def test_unknown_binding():
+    finding = only(HEADER + 'choice c = x | y\n' + ATTEND +
+                   'block g(X "B T d") -> O:\n'
+                   '    from f with X_q = X, X_kv = X, T_q = T, T_kv = T, Y_q = X\n'
+                   'input X "B T d"\nY "B T d" = g(X) as g1\n', all_choices=True)
+    expect(finding, kind="unknown-binding",
+           message="f has no input or local dim Y_q to bind; it has X_q, X_kv, T_q, T_kv",
+           line=15, hint="bind one of those; did you mean 'X_q'?")
+
+
 def test_every_kind_has_a_test():
     # one test per kind, named after it: test_shape_mismatch, test_not_integral, ...
     missing = [kind for kind in KINDS if f"test_{kind.replace('-', '_')}" not in globals()]
@@ -659,7 +726,7 @@ def test_findings_one_suggested_constraint_fixes_follow_the_first():
     weak = text.replace(old, "        require d_model % H == 0\n")
     found = check(tspec.parse(weak, "t.tspec"), all_choices=True).findings
     (cause, rest), = grouped(found)
-    assert (cause.line, cause.kind, len(rest)) == (114, "not-divisible", 6)
+    assert (cause.line, cause.kind, len(rest)) == (105, "not-divisible", 6)
     assert {f.hint for f in found} == {cause.hint}
     pasted = weak + cause.hint.split("`")[1] + "\n"
     assert check(tspec.parse(pasted, "t.tspec"), all_choices=True).findings == []
@@ -667,20 +734,20 @@ def test_findings_one_suggested_constraint_fixes_follow_the_first():
 
 def test_a_state_hint_offers_a_redeclaration_only_where_it_fixes():
     # the cross-attention cache started from the queries: declared as the queries are, it no
-    # longer fits its use at line 243 (was offered: 'or declare it "B T_past d_k"')
+    # longer fits its use at line 185 (was offered: 'or declare it "B T_past d_k"')
     text = api.BUILTIN_SPEC.read_text()
     old = "        state K_src[H] \"B T_x d_k\" \"the source's keys, per head\" from K_h\n"
     assert text.count(old) == 1
     choices = {"arch": "encoder_decoder", "decoding": "step"}
     finding = only(text.replace(old, old.replace("from K_h", "from Q_h")), choices=choices)
-    assert (finding.line, finding.hint) == (241, ('start K_src from a tensor of its shape '
+    assert (finding.line, finding.hint) == (183, ('start K_src from a tensor of its shape '
                                                  '(declared "B T_past d_k", it would move the '
-                                                 'mismatch to line 243)'))
+                                                 'mismatch to line 185)'))
     # declared wrong, where its start is right: the redeclaration fixes it, and is offered;
     # its use that does not fit follows from it
     found = findings_of(text.replace(old, old.replace('"B T_x d_k"', '"T T_x d_k"')),
                         choices=choices)
-    assert [(f.line, f.caused_by is found[0]) for f in found] == [(241, False), (243, True)]
+    assert [(f.line, f.caused_by is found[0]) for f in found] == [(183, False), (185, True)]
     assert found[0].hint == 'start K_src from a tensor of its shape, or declare it "B T d_k"'
 
 

@@ -122,14 +122,14 @@ STEP_INPUT = '        input u "B T_new" int "ids of the positions this step adds
 
 @pytest.mark.parametrize("edit, where, message", [
     # a cache updated with the new keys alone
-    ((("        update K_past = K_h\n", "        update K_past = K_n\n"),), 208,
+    ((("        update K_past = K_h\n", "        update K_past = K_n\n"),), 159,
      ("update K_past = K_n: K_n has T_new positions where K_past has T_past; a cache keeps its "
      "positions and adds the new ones")),
     # the step's ids renamed: an input the full model does not take
     (((STEP_INPUT, STEP_INPUT.replace("input u", "input w")),
       ('            X_dec "B T_new d_model" "the new positions\' token embeddings" = E[u]\n',
        '            X_dec "B T_new d_model" "the new positions\' token embeddings" = E[w]\n')),
-     490, ("the decoding step takes w, which the full model does not: keep it in the cache as a "
+     411, ("the decoding step takes w, which the full model does not: keep it in the cache as a "
           "state (`state ... from ...`)")),
 ])
 def test_a_variant_is_checked_with_the_decoding_step_generate_emits_beside_it(
@@ -164,18 +164,18 @@ def test_a_decoding_step_is_checked_with_the_full_model_that_starts_it():
     found = check(tspec.parse(text, "t.tspec"), {"arch": "encoder_decoder", "decoding": "step"},
                   all_choices=True).findings
     assert [(f.line, f.kind, f.choices, f.caused_by is found[0]) for f in found] == [
-        (345, "argument-mismatch", "norm=post, decoding=full", False),
-        (235, "shape-mismatch", "norm=post, key_value_heads=grouped, decoding=step", True),
-        (236, "shape-mismatch", "norm=post, key_value_heads=grouped, decoding=step", True),
-        (241, "shape-mismatch", "norm=post, key_value_heads=all, decoding=step", True),
-        (242, "shape-mismatch", "norm=post, key_value_heads=all, decoding=step", True)]
+        (266, "argument-mismatch", "norm=post, decoding=full", False),
+        (177, "shape-mismatch", "norm=post, key_value_heads=grouped, decoding=step", True),
+        (178, "shape-mismatch", "norm=post, key_value_heads=grouped, decoding=step", True),
+        (183, "shape-mismatch", "norm=post, key_value_heads=all, decoding=step", True),
+        (184, "shape-mismatch", "norm=post, key_value_heads=all, decoding=step", True)]
     # neither argument is "expected" (the mask was); the states say which is likelier wrong
     assert found[0].message == (
         "multi_head_attention's inputs X_kv and L_h disagree on T_kv: Y_1 (B T_dec d_model), "
         "passed as X_kv, gives T_kv = T_dec, but L_cross_h ([H] B T_dec T), passed as L_h, "
         "gives T_kv = T")
     assert found[0].hint.endswith(
-        "; with L_cross_h's T_kv (T), the states at lines 235, 236, 241, 242 fit their starts: "
+        "; with L_cross_h's T_kv (T), the states at lines 177, 178, 183, 184 fit their starts: "
         "Y_1 is the likelier one not meant")
 
 

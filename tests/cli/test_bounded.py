@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import sympy
 
+import tspec
 from tspec import cli
 from tspec.analysis.evaluate import Evaluator
 from tspec.checking import limits
@@ -222,3 +223,26 @@ def test_a_command_runs_with_the_collectors_thresholds_and_restores_them(monkeyp
     before = gc.get_threshold()
     assert cli.main(["list"]) == 0
     assert seen == [cli.COLLECTOR_THRESHOLDS] and gc.get_threshold() == before
+
+
+def test_a_trace_of_many_names_is_recorded_in_calls_of_at_most_256_keywords():
+    # one trace.update of 25,000 keywords took CPython's compiler 5 s (it compares a call's
+    # keywords pairwise): `tspec run` of a 25,000-equation chain grew as n^1.3, not linearly
+    import numpy as np
+
+    from tspec.codegen.execution.loading import load_source
+    from tspec.codegen.render import TRACE_KEYWORDS
+    n = 600
+    text = ('dim B "batch"\ndim d "width"\ninput X0 "B d" "x"\n'
+            + "".join(f'X{i + 1} "B d" "x{i + 1}" = X{i} + X{i}\n' for i in range(n))
+            + f"output X{n}\n")
+    code = tspec.source(tspec.parse(text, "chain.tspec"))
+    calls = [line for line in code.splitlines() if "trace.update(" in line]
+    assert TRACE_KEYWORDS == 256 and len(calls) == 3     # 256 + 256 + 88 names
+    module = load_source(code)
+    x = np.full((2, 3), 1.0)
+    trace: dict = {}
+    out = module.chain(x, trace=trace)
+    assert sorted(trace, key=lambda name: int(name[1:])) == [f"X{i}" for i in range(1, n + 1)]
+    assert all(np.array_equal(trace[f"X{i}"], x * 2.0 ** i) for i in (1, 256, 257, 600))
+    assert np.array_equal(out, x * 2.0 ** n)

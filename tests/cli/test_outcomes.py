@@ -315,13 +315,14 @@ def test_an_error_raised_by_generated_code_names_its_functions_and_exits_1(capsy
     # before: a traceback through the generated module (a ValueError from decode_step)
     def rotary(X, *args, **kwargs):
         raise ValueError("positions 3 to 4 need\n5 rows")
-    changing_generated_code(monkeypatch, lambda module: setattr(module, "rotary", rotary))
+    changing_generated_code(monkeypatch,
+                            lambda module: monkeypatch.setattr(module.rt, "rotary", rotary))
     code, out, err = run(capsys, "run", "llama3_8b", "--set", "N=1", "--set", "d_model=16",
                          "--set", "H=2", "--set", "H_kv=1", "--set", "d_ff=8", "--set", "V=50",
                          "--set", "T_dec=4", "--decode", "2")
     assert (code, out) == (1, "")
     assert err == ("tspec: error: llama3_8b: the generated code raised ValueError in "
-                   "transformer > encoder > encoder_layer > multi_head_attention: positions 3 "
+                   "transformer > decoder > decoder_layer > multi_head_attention: positions 3 "
                    "to 4 need 5 rows\n")
 
 
@@ -335,15 +336,15 @@ def test_an_error_raised_by_a_decoding_step_names_it(capsys, monkeypatch):
                          "T_dec=4", "--decode", "2")
     assert (code, out) == (1, "")
     assert err == ("tspec: error: gpt2_small: the generated code raised ValueError in "
-                   "decode_step > check_cache: cache['decoder'] is missing: pass the cache "
+                   "decode_step > rt.check_cache: cache['decoder'] is missing: pass the cache "
                    "prefill returned\n")
 
 
 def test_a_memory_error_in_generated_code_is_a_refusal(capsys, monkeypatch):
     def layer_norm(*args, **kwargs):
         raise MemoryError("layer_norm needs about 3.0 GiB, more than the limit")
-    changing_generated_code(monkeypatch, lambda module: setattr(module, "layer_norm",
-                                                                layer_norm))
+    changing_generated_code(monkeypatch, lambda module: monkeypatch.setattr(
+        module.rt, "layer_norm", layer_norm))
     code, _, err = run(capsys, "run", "base", *TINY)
     assert (code, err) == (2, ("tspec: error: base: layer_norm needs about 3.0 GiB, more "
                                "than the limit\n"))

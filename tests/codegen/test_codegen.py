@@ -1,11 +1,13 @@
 """Code generation: determinism, the generated text's contract, numerics and bad input."""
 
 import ast
+import builtins
 import functools
 import inspect
 import math
 import re
 import subprocess
+import symtable
 import sys
 from pathlib import Path
 
@@ -27,9 +29,10 @@ from tspec.codegen.execution.loading import load_module, load_source
 from tspec.codegen.generate import source
 from tspec.codegen.lower import lower
 from tspec.errors import CodegenError, SpecError, UsageError
-from tspec.language.model import outputs
-from tspec.language.names import RESERVED
+from tspec.language.model import BlockCall, Equation, TensorDecl, When, outputs, step_function
+from tspec.language.names import CODE_NAMES
 from tspec.language.parser import parse
+from tspec.ops.catalogue import SETTINGS
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 GENERATED = api.checkout() / "generated"
@@ -63,8 +66,8 @@ def test_regeneration_is_byte_identical_and_names_the_spec_and_its_hash():
     first, second = generate.files(), generate.files()
     assert first == second
     assert sorted(first) == [f"{backend}/{name}.py" for backend in ("cupy", "numpy")
-                             for name in ("__init__", "bert", "decoder_only", "encoder_decoder",
-                                          "encoder_only", "llama")]
+                             for name in ("__init__", "_runtime", "bert", "decoder_only",
+                                          "encoder_decoder", "encoder_only", "llama")]
     text = first["numpy/encoder_decoder.py"]
     assert f"spec/transformer.tspec (sha256 {SPEC.text_hash[:16]})" in text
     assert "2026" not in text and "0.1.0" not in text        # no dates, no versions
@@ -72,36 +75,39 @@ def test_regeneration_is_byte_identical_and_names_the_spec_and_its_hash():
 
 def test_the_generated_module_reads_like_the_spec():
     text = (GENERATED / "numpy" / "encoder_decoder.py").read_text(encoding="utf-8")
-    for name in ("embed", "positional_encoding", "split_heads", "scaled_dot_product_attention",
-                 "multi_head_attention", "add_and_layer_norm", "feed_forward", "encoder_layer",
-                 "decoder_layer", "encoder", "decoder", "transformer"):
+    runtime = (GENERATED / "numpy" / "_runtime.py").read_text(encoding="utf-8")
+    for name in ("scaled_dot_product_attention", "multi_head_attention", "add_and_layer_norm",
+                 "feed_forward", "encoder_layer", "decoder_layer", "encoder", "decoder",
+                 "transformer"):
         assert f"\ndef {name}(" in text, name
+    for name in ("embed", "positional_encoding", "split_heads"):        # ops: the runtime's
+        assert f"\ndef {name}(" in runtime and f" = rt.{name}(" in text, name
     assert (
         "    d_k = Q_h.shape[-1]\n"
         "\n"
         "    def query_block(rows: slice, keys: slice):  # the rows' output, from those keys\n"
         "        # [H] B rows keys\n"
         "        S_h = Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)\n"
-        "        S_h = add_into(S_h, L_h[..., rows, keys])  # [H] B rows keys\n"
+        "        S_h = rt.add_into(S_h, L_h[..., rows, keys])  # [H] B rows keys\n"
         "        if S_h.dtype == np.float16:  # a score past float16's range is +inf:\n"
         "            np.copyto(S_h, -np.inf, where=L_h[..., rows, keys] == -np.inf)  # masked, not "
         "NaN\n"
         "        if trace is None:  # A_h is never stored: divided out of the product\n"
-        "            O_h = softmax_matmul(S_h, V_h[..., keys, :])  # [H] B rows d_v\n"
+        "            O_h = rt.softmax_matmul(S_h, V_h[..., keys, :])  # [H] B rows d_v\n"
         "        else:  # one block, every row and key, as written\n"
-        "            A_h = softmax(S_h)  # [H] B rows keys\n"
+        "            A_h = rt.softmax(S_h)  # [H] B rows keys\n"
         "            O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v\n"
         "            trace.update(S_h=S_h, A_h=A_h)\n"
         "        return O_h\n"
         "\n"
-        "    blocks = query_blocks(L_h, QUERY_BLOCK if trace is None else None)\n"
-        "    O_h = join_query_blocks(in_parallel(query_block, blocks))  # [H] B T_q d_v\n"
+        "    blocks = rt.query_blocks(L_h, rt.QUERY_BLOCK if trace is None else None)\n"
+        "    O_h = rt.join_query_blocks(rt.in_parallel(query_block, blocks))  # [H] B T_q d_v\n"
         "    if trace is not None:\n"
         "        trace.update(O_h=O_h)\n"
     ) in text
     assert "        S_h = Q_h @ K_h.T / sqrt(d_k) + L_h\n" in text          # plain equation
     assert "            S_{h} = \\frac{Q_{h} K_{h}^\\top}{\\sqrt{d_{k}}} + L_{h}\n" in text
-    assert '    Q_proj = project(X_q, params["W_Q"])  # B T_q H*d_k\n' in text
+    assert '    Q_proj = rt.project(X_q, params["W_Q"])  # B T_q H*d_k\n' in text
     assert 'W_Q: Float[np.ndarray, "d_model H*d_k"]' in text
     assert "scipy" not in text               # exact GELU is not used by these choices
 
@@ -124,18 +130,19 @@ def test_the_cupy_backend_renders_from_the_same_templates():
         "    if trace is None:\n"
         "        # S_h and A_h in one kernel: S_h is never stored\n"
         "        # [H] B T_q T_kv\n"
-        "        A_h = masked_softmax(batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)), "
-        "L_h)\n"
+        "        A_h = rt.masked_softmax(rt.batched_matmul(Q_h / math.sqrt(d_k), "
+        "K_h.swapaxes(-1, -2)), L_h)\n"
         "    else:\n"
-        "        S_h = batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h"
+        "        S_h = rt.batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h"
         "  # [H] B T_q T_kv\n"
         "        if S_h.dtype == cp.float16:  # a score past float16's range is +inf:\n"
         "            cp.copyto(S_h, -cp.inf, where=L_h == -cp.inf)  # masked, not NaN\n"
-        "        A_h = softmax(S_h)  # [H] B T_q T_kv\n"
-        "    O_h = batched_matmul(A_h, V_h)  # [H] B T_q d_v\n"
+        "        A_h = rt.softmax(S_h)  # [H] B T_q T_kv\n"
+        "    O_h = rt.batched_matmul(A_h, V_h)  # [H] B T_q d_v\n"
     ) in text
-    assert "GELU_KERNEL = cp.ElementwiseKernel(" in text and "erf(" in text
-    assert "cupyx" not in text               # the exact GELU is a kernel of its own
+    runtime = generate.runtime_source("cupy")
+    assert "GELU_KERNEL = cp.ElementwiseKernel(" in runtime and "erf(" in runtime
+    assert "cupyx" not in runtime            # the exact GELU is a kernel of its own
 
 
 def _definitions(text: str) -> dict[str, str]:
@@ -154,22 +161,24 @@ def _definitions(text: str) -> dict[str, str]:
 @pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
 def test_the_numpy_and_cupy_trees_differ_only_where_the_backend_table_says(arch, activation):
     """With the table's strings swapped (module, alias, array type, description, memory), a
-    definition differs between the two backends only if it is a helper one backend replaces
-    (or a name its replacement template defines), the attention strategy's (query_blocks for
-    NumPy), or the function holding the attention core."""
+    definition of a model or its runtime differs between the two backends only if it is a
+    helper one backend replaces (or a name its replacement template defines), the attention
+    strategy's (query_blocks for NumPy), or the function holding the attention core."""
     numpy_backend, cupy_backend = backend("numpy"), backend("cupy")
     choices = {"arch": arch, "activation": activation}
     definitions = {}
     for row in (numpy_backend, cupy_backend):
         definitions[row.name] = {}
-        for name, text in _definitions(source(SPEC, choices, row.name)).items():
+        texts = source(SPEC, choices, row.name), generate.runtime_source(row.name)
+        for name, text in _definitions(texts[0]).items() | _definitions(texts[1]).items():
             for field in ("description", "array_type", "module", "memory_owner"):
                 text = text.replace(getattr(row, field), f"<{field}>")
             text = text.replace("\n    ".join(row.memory_total), "<memory_total>")
             text = re.sub(rf"\b{row.alias}\.", "<alias>.", text)
+            text = re.sub(r'^VERSION = "\w+"', 'VERSION = "<its hash>"', text)
             # a state a decoding step extends: appended to in place (growing_states) or copied;
             # the buffer's room for half as many again counted in the memory estimate
-            text = re.sub(r"\bextend\((.+?), (.+?), axis=(-?\d+)\)",
+            text = re.sub(r"\brt\.extend\((.+?), (.+?), axis=(-?\d+)\)",
                           r"<alias>.concatenate([\1, \2], axis=\3)", text)
             definitions[row.name][name] = re.sub(
                 r"require_memory\(\n.*?\n    \)\n|require_memory\([^\n]*\)\n",
@@ -198,7 +207,8 @@ def test_the_numpy_and_cupy_trees_differ_only_where_the_backend_table_says(arch,
         assert name in replaced or name in branching or name in strategy or \
             re.search(rf"^(def {name}\(|{name} = |class {name}\b)", templates, re.MULTILINE), name
     same = numpy_defs.keys() & cupy_defs.keys() - differing
-    assert {"embed", "split_heads", "multi_head_attention", "encoder_layer"} <= same
+    layer = "decoder_layer" if arch == "decoder_only" else "encoder_layer"
+    assert {"embed", "split_heads", "multi_head_attention", layer} <= same
 
 
 def test_generate_check_on_a_stale_directory_exits_1_with_a_diff(tmp_path, capsys):
@@ -326,7 +336,7 @@ def sinusoidal_loop(T, d, offset=0):
 @pytest.mark.parametrize("T, d, offset", [(7, 6, 0), (7, 7, 0), (4, 1, 0), (3, 2, 0),
                                           (5, 9, 4), (2, 8, 11), (1, 3, 30)])
 def test_positional_encoding_is_the_seeds_formula_for_odd_and_even_widths(T, d, offset):
-    table = generated().positional_encoding
+    table = generated().rt.positional_encoding
     np.testing.assert_allclose(table(T, d, np.float64, offset=offset),
                                sinusoidal_loop(T, d, offset), rtol=0, atol=1e-15)
     P32 = table(T, d, np.float32, offset=offset)
@@ -334,8 +344,8 @@ def test_positional_encoding_is_the_seeds_formula_for_odd_and_even_widths(T, d, 
 
 
 def test_exact_and_tanh_gelu_against_the_normal_cdf():
-    exact = generated(activation="gelu").gelu
-    approximate = generated(activation="gelu_tanh").gelu_tanh
+    exact = generated(activation="gelu").rt.gelu
+    approximate = generated(activation="gelu_tanh").rt.gelu_tanh
     x = np.linspace(-6, 6, 101)
     cdf = np.array([0.5 * (1 + math.erf(v / math.sqrt(2))) for v in x])
     np.testing.assert_allclose(exact(x), x * cdf, atol=1e-15)
@@ -347,10 +357,10 @@ def test_exact_and_tanh_gelu_against_the_normal_cdf():
 def test_relative_position_bias_indexes_the_centred_table():
     module = generated(positional="relative")
     R = np.arange(2 * 4 - 1, dtype=np.float64)[None]          # offsets -3..3 at 0..6
-    assert module.relative_position_bias(R, 4, 4).tolist() == [
+    assert module.rt.relative_position_bias(R, 4, 4).tolist() == [
         [[3, 4, 5, 6], [2, 3, 4, 5], [1, 2, 3, 4], [0, 1, 2, 3]]]
     # bottom-right aligned: the 3 queries are positions 1..3 of the 4 keys
-    assert module.relative_position_bias(R, 3, 4).tolist() == [
+    assert module.rt.relative_position_bias(R, 3, 4).tolist() == [
         [[2, 3, 4, 5], [1, 2, 3, 4], [0, 1, 2, 3]]]
 
 
@@ -378,7 +388,7 @@ def rotary_formula(X, offset, theta=10000.0):
 
 @pytest.mark.parametrize("T_past, T_new", STEPS)
 def test_rotary_with_an_offset_is_the_last_rows_of_the_whole_sequence(T_past, T_new):
-    rotary = generated(positional="rotary").rotary
+    rotary = generated(positional="rotary").rt.rotary
     X_full = np.random.default_rng(T_past).standard_normal((2, 3, T_past + T_new, 6))
     X_new = X_full[..., T_past:, :]
     turned = rotary(X_new, 10000.0, offset=T_past)
@@ -390,7 +400,7 @@ def test_rotary_with_an_offset_is_the_last_rows_of_the_whole_sequence(T_past, T_
 
 @pytest.mark.parametrize("T_past, T_new", STEPS)
 def test_sinusoidal_encoding_with_an_offset_is_the_last_rows_of_the_longer_table(T_past, T_new):
-    table = generated().positional_encoding
+    table = generated().rt.positional_encoding
     P = table(T_new, 6, np.float64, offset=T_past)
     expected = np.array([[math.sin(pos / 10000 ** (2 * (k // 2) / 6)) if k % 2 == 0 else
                           math.cos(pos / 10000 ** (2 * (k // 2) / 6)) for k in range(6)]
@@ -401,7 +411,7 @@ def test_sinusoidal_encoding_with_an_offset_is_the_last_rows_of_the_longer_table
 
 @pytest.mark.parametrize("T_past, T_new", STEPS)
 def test_causal_mask_is_the_last_rows_of_the_square_mask(T_past, T_new):
-    causal_mask = generated().causal_mask
+    causal_mask = generated().rt.causal_mask
     T_kv = T_past + T_new
     M = causal_mask(T_new, T_kv)
     expected = np.array([[j <= i + (T_kv - T_new) for j in range(T_kv)] for i in range(T_new)])
@@ -412,7 +422,7 @@ def test_causal_mask_is_the_last_rows_of_the_square_mask(T_past, T_new):
 
 @pytest.mark.parametrize("T_past, T_new", STEPS)
 def test_relative_position_bias_is_the_last_rows_of_the_square_bias(T_past, T_new):
-    bias = generated(positional="relative").relative_position_bias
+    bias = generated(positional="relative").rt.relative_position_bias
     T_kv = T_past + T_new
     R = np.random.default_rng(T_kv).standard_normal((2, 2 * T_kv + 1))    # longer than needed
     centre = (R.shape[-1] - 1) // 2
@@ -435,12 +445,12 @@ def test_a_decoding_step_spec_generates_offsets_and_row_ranges():
             'M "T T_past+T" bool = causal_mask(T, T_past + T)\n'
             'output Q, S, M, P_new_h\n')
     code = source(parse(text, file="step.tspec"), {})
-    for line in ('    P = table_rows(params["P_table"], "P_table", T_past, T + T_past)  # T d\n',
-                 ('    P_new_h = table_rows(params["P_h"], "P_h", T_past, T + T_past, axis=1)'
+    for line in ('    P = rt.table_rows(params["P_table"], "P_table", T_past, T + T_past)  # T d\n',
+                 ('    P_new_h = rt.table_rows(params["P_h"], "P_h", T_past, T + T_past, axis=1)'
                   '  # [H] T d\n'),
-                 '    Q = rotary(X + P, theta, offset=T_past)  # B T d\n',
-                 '    S = positional_encoding(T, d, X.dtype, offset=T_past)  # T d\n',
-                 '    M = causal_mask(T, T + T_past)  # T T+T_past\n'):
+                 '    Q = rt.rotary(X + P, theta, offset=T_past)  # B T d\n',
+                 '    S = rt.positional_encoding(T, d, X.dtype, offset=T_past)  # T d\n',
+                 '    M = rt.causal_mask(T, T + T_past)  # T T+T_past\n'):
         assert line in code, line
     module = load_source(code)
     rng = np.random.default_rng(0)
@@ -454,7 +464,8 @@ def test_a_decoding_step_spec_generates_offsets_and_row_ranges():
     np.testing.assert_array_equal(P_new, tables[:, T_past:T_past + T])
     np.testing.assert_allclose(Q, rotary_formula(X + table[T_past:T_past + T], T_past),
                                rtol=0, atol=1e-14)
-    np.testing.assert_array_equal(S, module.positional_encoding(T_past + T, d, X.dtype)[T_past:])
+    np.testing.assert_array_equal(S, module.rt.positional_encoding(T_past + T, d,
+                                                                   X.dtype)[T_past:])
     np.testing.assert_array_equal(M, np.tri(T_past + T, dtype=bool)[T_past:])
 
 
@@ -741,14 +752,15 @@ ATTENTION = ('dim B "b"\ndim T_q "q"\ndim T_kv "k"\ndim d "d"\n'
     ("L + Q @ K.T", -1, False),                # the mask not the last term: not recognised
     ("Q @ K.T * L", -1, False),                # no additive mask
 ])
-def test_attention_blocks_only_where_blocks_give_the_same_numbers(scores, axis, blocked):
+def test_attention_blocks_only_where_blocks_give_the_same_numbers(scores, axis, blocked,
+                                                                  monkeypatch):
     spec = parse(ATTENTION.replace("{scores}", scores).replace("{axis}", str(axis)),
                  file="a.tspec")
     text = source(spec, {})
-    assert ("query_blocks(L, QUERY_BLOCK if trace is None else None)" in text) is blocked
+    assert ("rt.query_blocks(L, rt.QUERY_BLOCK if trace is None else None)" in text) is blocked
     module = load_source(text)
     if blocked:
-        module.QUERY_BLOCK = 2
+        monkeypatch.setattr(module.rt, "QUERY_BLOCK", 2)
     rng = np.random.default_rng(0)
     Q, K, V = rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 6, 3)), \
         rng.standard_normal((2, 6, 3))
@@ -775,14 +787,15 @@ MASKED = ('dim B "b"\ndim T_q "q"\ndim T_kv "k"\ndim d "d"\n'
     ("T_q T_kv", "X * 2 + L", False),       # a new array, but smaller than the scores
 ])
 def test_the_mask_is_added_in_place_only_to_a_new_array_of_the_scores_shape(x, scores,
-                                                                            in_place):
+                                                                            in_place,
+                                                                            monkeypatch):
     """S = X + L as S = X; S += L (one array of scores instead of two) only where X's code
     makes a new array as large as S: never into the caller's array or a view of it."""
     spec = parse(MASKED.replace("{x}", x).replace("{scores}", scores), file="m.tspec")
     text = source(spec, {})
-    assert ("        S = add_into(S, L[..., rows, keys])  # B rows keys\n" in text) is in_place
+    assert ("        S = rt.add_into(S, L[..., rows, keys])  # B rows keys\n" in text) is in_place
     module = load_source(text)
-    module.QUERY_BLOCK = 2
+    monkeypatch.setattr(module.rt, "QUERY_BLOCK", 2)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((2, 5, 6) if x.startswith("B") else (5, 6))
     V = rng.standard_normal((2, 6, 3))
@@ -814,21 +827,113 @@ def test_scores_broadcast_over_heads_and_dtypes_as_x_plus_l_does():
     np.testing.assert_allclose(O, expected, rtol=0, atol=1e-2)
 
 
-def test_every_module_level_name_of_generated_code_is_reserved():
-    """A spec name equal to a helper, constant or import of generated code would shadow it
-    there: each name the templates define at module level, and each name a generated module
-    imports, is one the spec language refuses (spec.names.RESERVED)."""
-    folder = Path(codegen.__file__).parent / "templates"
-    defined = set()
-    for template in folder.rglob("*.j2"):
-        text = template.read_text(encoding="utf-8")
-        defined |= set(re.findall(r"^(?:def|class) (\w+)", text, re.MULTILINE))
-        defined |= set(re.findall(r"^(\w+)(?: *:[^=\n]*)? *=", text, re.MULTILINE))
-    for module in GENERATED.rglob("*.py"):
-        for node in ast.parse(module.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.Import):
-                defined |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom):
-                defined |= {alias.asname or alias.name for alias in node.names}
-    assert {"extend", "softmax_parts", "workspace", "np", "Float"} <= defined
-    assert sorted(defined - RESERVED) == []
+# specs whose models bind the code names the built-in spec's do not: a block applied to each
+# member of a family (member), a function with no float array to take its dtype from (dtype)
+NAMING = {
+    "members": ('dim B "b"\ndim H "h"\ndim d "d"\nblock double(X "B d") -> Y:\n'
+                '    Y "B d" = X * 2\ninput X_h[H] "B d"\nY_h[H] "B d" = double(X_h)\n'
+                'output Y_h\n'),
+    "table": 'dim T "t"\ndim d "d"\nP "T d" = sinusoidal_encoding(T, d)\noutput P\n',
+}
+
+
+def spec_names(spec) -> set[str]:
+    """Every name a spec gives, as its generated model may bind it: dims, the op catalogue's
+    settings, blocks (a decoding step's ..._step too), their parameter classes, tensors and
+    block instances (fields of the parameter classes)."""
+    names = set(spec.dims) | set(SETTINGS)
+
+    def walk(statements):
+        for statement in statements:
+            if isinstance(statement, When):
+                walk(statement.body)
+                walk(statement.otherwise)
+            elif isinstance(statement, TensorDecl):
+                names.add(statement.name)
+            elif isinstance(statement, Equation):
+                names.add(statement.output)
+            elif isinstance(statement, BlockCall):
+                names.update((statement.output, statement.instance))
+
+    walk(spec.body)
+    functions = {spec.name} | set(spec.blocks)
+    for block in spec.blocks.values():
+        names |= set(block.local_dims) | {decl.name for decl in block.inputs}
+        walk(block.body)
+    functions |= {step_function(name) for name in spec.blocks} | {step_function(None)}
+    classes = {"".join(part.capitalize() for part in name.split("_")) + "Params"
+               for name in functions}
+    return names | functions | classes
+
+
+def generated_models() -> list[tuple[str, str, set[str]]]:
+    """Every committed model module, and the models of NAMING: name, text, the spec's names."""
+    models = [(f"{path.parent.name}/{path.name}", path.read_text(encoding="utf-8"),
+               spec_names(SPEC))
+              for path in sorted(GENERATED.glob("*/*.py")) if not path.name.startswith("_")]
+    for name, text in NAMING.items():
+        spec = parse(text, file=f"{name}.tspec")
+        models.append((name, source(spec, {}), spec_names(spec)))
+    return models
+
+
+def _tables(table: symtable.SymbolTable):
+    yield table
+    for child in table.get_children():
+        yield from _tables(child)
+
+
+def unbound_names(text: str) -> set[tuple[str, str]]:
+    """The names a module's functions or its top level read that nothing binds (an argument
+    or local, a module-level definition or import, a builtin): (scope, name)."""
+    top = symtable.symtable(text, "generated", "exec")
+    defined = {s.get_name() for s in top.get_symbols()
+               if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    known = defined | set(dir(builtins)) | {"__name__"}
+    return {(table.get_name(), s.get_name()) for table in _tables(top)
+            for s in table.get_symbols()
+            if s.is_referenced() and s.is_global() and s.get_name() not in known}
+
+
+def test_every_name_generated_code_reads_is_bound():
+    """In every model and runtime module, each name read is bound there. A helper called
+    without its `rt.` prefix would be a name nothing binds, as the last case shows."""
+    texts = [(name, text) for name, text, _ in generated_models()] + [
+        (f"{backend_name}/_runtime.py", generate.runtime_source(backend_name))
+        for backend_name in ("numpy", "cupy")]
+    for name, text in texts:
+        assert unbound_names(text) == set(), name
+    text = source(SPEC, {}).replace("rt.softmax(logits)", "softmax(logits)", 1)
+    assert unbound_names(text) == {("transformer", "softmax")}
+
+
+def test_a_model_binds_only_its_spec_names_and_the_code_names():
+    """Every name a model module binds (at module level, and in its functions: arguments and
+    locals) is one of its spec's or one of CODE_NAMES (tspec.language.names), which the language
+    reserves; and every code name is bound by some model, so that the list holds no more."""
+    used = set()
+    for name, text, names in generated_models():
+        bound = {s.get_name() for table in _tables(symtable.symtable(text, name, "exec"))
+                 for s in table.get_symbols()
+                 if (s.is_assigned() or s.is_imported() or s.is_parameter() or s.is_namespace())
+                 and not s.get_name().startswith(".")}       # a comprehension's own argument
+        assert sorted(bound - names - CODE_NAMES) == [], name
+        used |= bound & CODE_NAMES
+    assert sorted(CODE_NAMES - used) == []
+
+
+def test_spec_names_may_be_the_runtime_helpers_names():
+    """A block, dim or tensor named as a helper, or as a module the runtime imports, is the
+    spec's own name: the helpers sit behind `rt.`."""
+    text = ('spec helpers "named as the runtime\'s helpers"\ndim B "b"\ndim T "t"\n'
+            'dim os "width"\nblock project(X "B T os") -> extend:\n'
+            '    param workspace "os os"\n    extend "B T os" = relu(X @ workspace)\n'
+            'input subtrace "B T os"\nin_parallel "B T os" = project(subtrace)\n'
+            'output in_parallel\n')
+    module = load_source(source(parse(text, file="h.tspec"), {}))
+    rng = np.random.default_rng(0)
+    X, W = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 4))
+    trace = {}
+    result = module.helpers(X, {"project": {"workspace": W}}, trace=trace)
+    np.testing.assert_allclose(result, np.maximum(X @ W, 0), rtol=1e-13, atol=1e-13)
+    np.testing.assert_array_equal(trace["project"]["extend"], result)

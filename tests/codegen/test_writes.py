@@ -353,7 +353,8 @@ def test_regeneration_keeps_each_files_mode(tmp_path, umask_022):
     (out / "numpy" / "llama.py").chmod(0o700)
     assert main(["generate", "--backend", "numpy", "--out", str(out)]) == 0
     modes = {path.name: path.stat().st_mode & 0o777 for path in (out / "numpy").iterdir()}
-    assert modes == {"__init__.py": 0o644, "bert.py": 0o444, "decoder_only.py": 0o644,
+    assert modes == {"__init__.py": 0o644, "_runtime.py": 0o644, "bert.py": 0o444,
+                     "decoder_only.py": 0o644,
                      "encoder_decoder.py": 0o644, "encoder_only.py": 0o644,
                      "llama.py": 0o700}
 

@@ -48,7 +48,7 @@ def test_softmax_kernel_matches_numpy_on_rows_of_any_length(device, dtype, toler
 
 def test_softmax_kernel_on_another_axis(device):
     x = np.random.default_rng(0).standard_normal((4, 6, 5))
-    y = generated(device).softmax(device.xp.asarray(x), axis=1)
+    y = generated(device).rt.softmax(device.xp.asarray(x), axis=1)
     np.testing.assert_allclose(to_numpy(y), softmax_reference(x, axis=1), atol=1e-15)
 
 
@@ -58,7 +58,7 @@ def test_softmax_kernel_edge_cases(device, dtype):
 
 
 def test_softmax_kernel_on_an_empty_batch(device):
-    y = generated(device).softmax(device.xp.zeros((0, 4, 3), dtype=device.xp.float32))
+    y = generated(device).rt.softmax(device.xp.zeros((0, 4, 3), dtype=device.xp.float32))
     assert y.shape == (0, 4, 3)
 
 
@@ -74,9 +74,9 @@ def test_masked_softmax_reads_a_broadcast_view_of_the_mask(device):
     strides instead of copying it."""
     module = generated(device)
     keep = np.array([[1, 1, 0, 0, 0], [1, 1, 1, 1, 0]], dtype=bool)
-    L = module.log_mask(module.padding_mask(device.xp.asarray(keep), 3), np.float64)[None]
+    L = module.rt.log_mask(module.rt.padding_mask(device.xp.asarray(keep), 3), np.float64)[None]
     X = np.random.default_rng(1).standard_normal((2, 2, 3, 5))
-    y = module.masked_softmax(device.xp.asarray(X), L)
+    y = module.rt.masked_softmax(device.xp.asarray(X), L)
     np.testing.assert_allclose(to_numpy(y), softmax_reference(X + to_numpy(L)), atol=1e-15)
     assert (to_numpy(y)[:, 0, :, 2:] == 0).all()
 
@@ -101,7 +101,7 @@ def test_gelu_kernels_against_the_normal_cdf(device, dtype, tolerance):
 def test_kernels_refuse_integer_arrays(device):
     with pytest.raises(TypeError, match=r"^softmax_rows runs on float16, float32 or float64 "
                                         r"arrays, got int32$"):
-        generated(device).softmax(device.xp.zeros((2, 3), dtype=device.xp.int32))
+        generated(device).rt.softmax(device.xp.zeros((2, 3), dtype=device.xp.int32))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,7 +182,7 @@ def test_masked_softmax_on_drawn_scores_and_masks(device, drawn):
         L_device = xp.asarray(np.ascontiguousarray(L[..., ::-1]))[..., ::-1]
     else:
         L_device = xp.asarray(L)
-    y = generated(device).masked_softmax(xp.asarray(X), L_device)
+    y = generated(device).rt.masked_softmax(xp.asarray(X), L_device)
     assert_masked_softmax(y, X, L)
 
 
@@ -213,7 +213,7 @@ def test_masked_softmax_over_six_axes_is_as_over_five(device, dtype):
     L[..., 0, 1] = -np.inf
     L[..., 1, :] = -np.inf                                          # fully masked rows
     xp = device.xp
-    y = generated(device).masked_softmax(xp.asarray(X), xp.asarray(L))
+    y = generated(device).rt.masked_softmax(xp.asarray(X), xp.asarray(L))
     assert y.shape == (2, 2, 3, 2, 4, 5)
     assert not np.isnan(to_numpy(y)).any()
     assert_masked_softmax(y, X, L)
@@ -265,7 +265,7 @@ def test_layer_norm_on_drawn_rows(device, drawn):
     float16 rows (their squares summed in float32), gamma and beta broadcast from width 1."""
     x, gamma, beta, eps = drawn
     xp = device.xp
-    y = generated(device).layer_norm(xp.asarray(x), xp.asarray(gamma), xp.asarray(beta), eps)
+    y = generated(device).rt.layer_norm(xp.asarray(x), xp.asarray(gamma), xp.asarray(beta), eps)
     expected = layer_norm_reference(x, gamma, beta, eps)
     assert y.dtype == x.dtype and y.shape == x.shape
     ours = to_numpy(y).astype(np.float64)
@@ -296,7 +296,7 @@ def test_gelu_kernels_at_the_ends_and_into_out(device, name, dtype):
     float32 for float16), zeros keep their sign; an empty array, and a strided view into a
     strided out."""
     xp = device.xp
-    function = getattr(generated(device, activation=name), name)
+    function = getattr(generated(device, activation=name).rt, name)
     big = float(np.finfo(dtype).max)
     x = np.array([np.nan, np.inf, big, -big, 0.0, -0.0], dtype=dtype)
     y = to_numpy(function(xp.asarray(x))).astype(np.float64)
@@ -358,7 +358,7 @@ def test_inputs_past_the_gpus_memory_are_refused_before_they_are_materialised(de
     u = xp.broadcast_to(xp.zeros((1, 1), dtype=xp.int64), (10**6, 10**6))
     m = xp.broadcast_to(xp.ones((1, 1), dtype=bool), (10**6, 10**6))
     total = xp.cuda.Device().mem_info[1]
-    assert module.memory_total() == total
+    assert module.rt.memory_total() == total
     with pytest.raises(MemoryError, match=r"^transformer would allocate about [0-9,.]+ GiB "
                                           r"for its tensors, more than the GPU's memory "
                                           rf"\({total / 2**30:,.1f} GiB\): "):
@@ -437,7 +437,7 @@ def test_batched_matmul_reads_every_layout(device, dtype, tolerance):
         if name == "split heads":
             right_gpu, right = device.xp.moveaxis(right_gpu, 0, 1), b     # batch axes out of order
         expected = left.astype(dtype).astype(np.float64) @ right.astype(dtype).astype(np.float64)
-        result = module.batched_matmul(left_gpu, right_gpu)
+        result = module.rt.batched_matmul(left_gpu, right_gpu)
         assert result.dtype == np.dtype(dtype), name
         np.testing.assert_allclose(to_numpy(result), expected,
                                    atol=tolerance * np.abs(expected).max(), err_msg=name)

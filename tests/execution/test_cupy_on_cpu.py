@@ -27,7 +27,8 @@ from support.arrays import CUPY_ON_CPU, DEVICES, Arrays, needs_compiler, to_nump
 from support.cupy_on_cpu import CompileError, KernelError, kernels, standin
 
 from tspec import api
-from tspec.codegen.generate import source
+from tspec.codegen.generate import runtime_source, source
+from tspec.codegen.render import runtime_version, stamped
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 cp = cupy_on_cpu.cupy
@@ -54,9 +55,6 @@ KERNEL_CHECKS = {
     "gelu_tanh": [(kernel_checks.gelu_kernels_against_the_normal_cdf,
                    {"dtype": "float64", "tolerance": 1e-15})],
 }
-# the choices under which the generated code has each helper with a kernel
-HELPER_CHOICES = [{}, {"activation": "gelu"}, {"activation": "gelu_tanh"},
-                  {"arch": "decoder_only", "normalization": "rms_norm", "activation": "swiglu"}]
 
 
 def kernel_names(text: str) -> set[str]:
@@ -67,28 +65,33 @@ def kernel_names(text: str) -> set[str]:
 
 
 def test_every_kernel_the_generator_emits_has_checks():
-    """The kernels of every committed CuPy module and of the helpers any choice brings in are
-    exactly those KERNEL_CHECKS (support/kernel_checks.py) checks: a new kernel fails here
-    until it has checks of its own."""
+    """The kernels of the CuPy runtime (which holds every helper) and of every committed CuPy
+    module are exactly those KERNEL_CHECKS (support/kernel_checks.py) checks: a new kernel
+    fails here until it has checks of its own."""
     texts = [path.read_text() for path in (api.checkout() / "generated" / "cupy").glob("*.py")]
-    texts += [source(SPEC, choices, "cupy") for choices in HELPER_CHOICES]
+    texts.append(runtime_source("cupy"))
     found = set().union(*(kernel_names(text) for text in texts))
     assert found == set(KERNEL_CHECKS)
 
 
 class Mutant(Arrays):
-    """The stand-in's backend with one change made in the generated source's kernel text."""
+    """The stand-in's backend with one change made in the kernel text of the generated runtime
+    (its VERSION, and the model's, made to match)."""
 
     def __init__(self, old: str, new: str):
         super().__init__("cupy-on-cpu")
         self.old, self.new = old, new
         self.applied = 0          # modules loaded with the change made
 
-    def load(self, text, *, typecheck=False):
-        if self.old in text:      # a check may load modules of other kernels too
-            self.applied += 1
-            text = text.replace(self.old, self.new, 1)
-        return super().load(text, typecheck=typecheck)
+    def load(self, text, *, typecheck=False, private=False):
+        runtime = runtime_source("cupy")
+        if self.old not in runtime:
+            return super().load(text, typecheck=typecheck, private=private)
+        self.applied += 1
+        changed = stamped(runtime.replace(self.old, self.new, 1))
+        text = text.replace(runtime_version(runtime), runtime_version(changed), 1)
+        return cupy_on_cpu.load_source(text, typecheck=typecheck, private=private,
+                                       runtime_text=changed)
 
 
 MUTANTS = {
@@ -160,7 +163,7 @@ def test_an_off_by_one_in_a_rows_stride_reads_past_the_argument():
     x = np.random.default_rng(0).standard_normal((9, 33)).astype(np.float32)
     with pytest.raises(KernelError, match=r"^softmax_rows<float> read byte (\d+) of argument "
                                           r"x, outside the 1188 bytes it was given$") as raised:
-        kernel_checks.generated(device).softmax(cp.asarray(x))
+        kernel_checks.generated(device).rt.softmax(cp.asarray(x))
     assert 1188 <= int(re.search(r"byte (\d+)", str(raised.value)).group(1)) < 1188 + 9 * 4
 
 
@@ -491,7 +494,7 @@ def test_the_stand_in_gives_device_arrays_as_cupy_does():
 def test_loading_a_module_on_the_stand_in_leaves_import_cupy_alone():
     before = sys.modules.get("cupy")
     module = cupy_on_cpu.load_source(source(SPEC, {}, "cupy"))
-    assert module.cp is cp and sys.modules.get("cupy") is before
+    assert module.cp is module.rt.cp is cp and sys.modules.get("cupy") is before
 
 
 def gemm(a, b, transposed_a=False, transposed_b=False, dtype="float32", **change):

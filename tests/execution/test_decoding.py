@@ -706,7 +706,7 @@ def test_extend_appends_in_place_and_never_writes_over_a_state_still_held():
     half as many again, later calls write only the new entries after the last ones (a longer
     view of the same buffer); a state an earlier branch left behind is copied, so a view
     someone still holds never changes."""
-    extend = module(**DECODERS["seeds"]).extend
+    extend = module(**DECODERS["seeds"]).rt.extend
     rng = np.random.default_rng(0)
     past = rng.standard_normal((2, 3, 4, 5))                       # H B T d, T = 4
 
@@ -788,9 +788,9 @@ def test_two_continuations_of_one_cache_decode_as_each_alone(arrays):
 
 
 def test_the_buffers_extend_keeps_are_forgotten_with_their_arrays():
-    model = module(**DECODERS["seeds"])
-    before = len(model.GROWING)
-    grown = model.extend(np.zeros((2, 3, 4)), np.ones((2, 1, 4)), axis=-2)
-    assert len(model.GROWING) == before + 1
+    runtime = module(**DECODERS["seeds"]).rt
+    before = len(runtime.GROWING)
+    grown = runtime.extend(np.zeros((2, 3, 4)), np.ones((2, 1, 4)), axis=-2)
+    assert len(runtime.GROWING) == before + 1
     del grown
-    assert len(model.GROWING) == before
+    assert len(runtime.GROWING) == before

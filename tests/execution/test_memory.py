@@ -173,7 +173,7 @@ def test_a_generated_function_refuses_inputs_past_its_memory_limit(monkeypatch):
         model.transformer(u, m, prepared.params, H=4)
     assert str(caught.value) == (
         "transformer would allocate about 0.0 GiB for its tensors, more than MEMORY_LIMIT "
-        "(0.0 GiB): give it smaller inputs, or set MEMORY_LIMIT in this module")
+        "(0.0 GiB): give it smaller inputs, or set its module's MEMORY_LIMIT")
     monkeypatch.setattr(model, "MEMORY_LIMIT", None)
     logits, _ = model.transformer(u, m, prepared.params, H=4)
     assert logits.shape == (2, 32, 1000)
@@ -198,15 +198,15 @@ def test_the_default_limit_is_the_memory_this_process_may_use():
     """memory_total() is tspec run's default limit too (weights.memory_bytes): the machine's
     memory, or the address-space limit (ulimit -v) where that is lower."""
     model = load_module(GENERATED / "decoder_only.py")
-    assert model.memory_total() == weights.memory_bytes()
+    assert model.rt.memory_total() == weights.memory_bytes()
     _, hard = resource.getrlimit(resource.RLIMIT_AS)      # a process may lower its own only
     limit = 6 * 2**30 if hard == resource.RLIM_INFINITY else min(6 * 2**30, hard)
     script = ("import resource, sys; from tspec.codegen.execution.loading import load_module; "
               f"resource.setrlimit(resource.RLIMIT_AS, ({limit}, {hard})); "
-              f"print(load_module({str(GENERATED / 'decoder_only.py')!r}).memory_total())")
+              f"print(load_module({str(GENERATED / 'decoder_only.py')!r}).rt.memory_total())")
     shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                            check=True, cwd=Path(__file__).parents[2])
-    assert int(shown.stdout) == min(limit, model.memory_total())
+    assert int(shown.stdout) == min(limit, model.rt.memory_total())
 
 
 def test_each_function_checks_its_own_tensors():
@@ -215,7 +215,7 @@ def test_each_function_checks_its_own_tensors():
                         '    param W_1 "d f"\n    param W_2 "f d"\n'
                         '    U "B f" = relu(X @ W_1)\n    Y "B d" = U @ W_2\n'
                         'input X "B d"\nY "B d" = ff(X) as layer_1\noutput Y\n', "t.tspec"), {})
-    assert '    require_memory("ff", (B*d + B*f) * X.dtype.itemsize)\n' in text
+    assert '    rt.require_memory("ff", MEMORY_LIMIT, (B*d + B*f) * X.dtype.itemsize)\n' in text
     model = load_source(text)
     X = np.ones((4, 3))
     params = {"layer_1": {"W_1": np.ones((3, 5)), "W_2": np.ones((5, 3))}}

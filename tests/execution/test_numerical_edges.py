@@ -184,7 +184,7 @@ def test_softmax_of_huge_and_tiny_logits_matches_float64(arrays, dtype):
                   [big, big / 2, 0.0, -big],
                   [-big, -big, -big, -big],
                   [-big, -np.inf, -np.inf, -np.inf]]).astype(dtype)
-    y = to_numpy(no_warnings(model(arrays, "encoder_only").softmax, arrays.put(x)))
+    y = to_numpy(no_warnings(model(arrays, "encoder_only").rt.softmax, arrays.put(x)))
     assert y.dtype == np.dtype(dtype)
     tolerance = {"float64": 1e-15, "float32": 2.0 ** -23, "float16": 2.0 ** -10}[dtype]
     np.testing.assert_allclose(y.astype(np.float64), softmax_reference(x), rtol=0,
@@ -203,7 +203,7 @@ def test_softmax_of_a_row_holding_inf_is_its_limit(arrays, dtype):
                   [inf, -inf, 5.0, -3.0],
                   [np.nan, 0.0, 1.0, inf],
                   [1.0, 2.0, 3.0, -inf]]).astype(dtype)
-    y = to_numpy(no_warnings(model(arrays, "encoder_only").softmax, arrays.put(x)))
+    y = to_numpy(no_warnings(model(arrays, "encoder_only").rt.softmax, arrays.put(x)))
     assert y.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(y[0], [0.5, 0, 0, 0.5])
     np.testing.assert_array_equal(y[1], [1, 0, 0, 0])
@@ -228,9 +228,9 @@ def test_softmax_matmul_is_softmax_then_matmul_on_every_kind_of_row(dtype):
     V = np.random.default_rng(0).standard_normal((1, 4, 3)).astype(dtype)   # 1 4 3
     module = model(NUMPY, "encoder_only")
     # softmax in float64, its limit on the +inf rows (pinned against float64 above)
-    expected = module.softmax(S.astype(np.float64)) @ V.astype(np.float64)
+    expected = module.rt.softmax(S.astype(np.float64)) @ V.astype(np.float64)
     given = S.copy()
-    O = no_warnings(module.softmax_matmul, given, V)
+    O = no_warnings(module.rt.softmax_matmul, given, V)
     assert O.dtype == np.dtype(dtype) and O.shape == (1, 7, 3)
     tolerance = {"float64": 1e-15, "float32": 2.0 ** -21, "float16": 2.0 ** -8}[dtype]
     np.testing.assert_allclose(O.astype(np.float64), expected, rtol=0, atol=tolerance)
@@ -240,7 +240,7 @@ def test_softmax_matmul_is_softmax_then_matmul_on_every_kind_of_row(dtype):
     if dtype == "float16":
         S = np.zeros((1, 1, 128), dtype=np.float16)
         V = np.full((1, 128, 1), 1000.0, dtype=np.float16)
-        np.testing.assert_array_equal(module.softmax_matmul(S, V), [[[1000.0]]])
+        np.testing.assert_array_equal(module.rt.softmax_matmul(S, V), [[[1000.0]]])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,7 +253,7 @@ def test_float16_softmax_sums_in_float32(arrays):
     rounded to float16: within 2^-10 relative, or 2^-24 absolute below float16's smallest
     normal (6.1e-5, where the weights near 1/128256 lie)."""
     x = (np.random.default_rng(0).standard_normal((2, 128256)) * 0.1).astype(np.float16)
-    y = to_numpy(no_warnings(model(arrays, "llama").softmax, arrays.put(x)))
+    y = to_numpy(no_warnings(model(arrays, "llama").rt.softmax, arrays.put(x)))
     assert y.dtype == np.float16
     expected = softmax_reference(x)
     np.testing.assert_allclose(y.astype(np.float64), expected, rtol=2.0 ** -10, atol=2.0 ** -24)
@@ -283,7 +283,7 @@ def test_float16_layer_norm_of_large_activations(arrays):
     gamma = (1.0 + 0.1 * rng.standard_normal(64)).astype(np.float16)
     beta = (0.1 * rng.standard_normal(64)).astype(np.float16)
     module = model(arrays, "encoder_only")
-    y = to_numpy(no_warnings(module.layer_norm, *arrays.put([x, gamma, beta]), 1e-5))
+    y = to_numpy(no_warnings(module.rt.layer_norm, *arrays.put([x, gamma, beta]), 1e-5))
     assert y.dtype == np.float16
     x64 = x.astype(np.float64)
     centred = x64 - x64.mean(-1, keepdims=True)
@@ -299,7 +299,7 @@ def test_float16_rms_norm_of_large_activations(arrays):
     rows 0."""
     x = large_activations()
     gamma = (1.0 + 0.1 * np.random.default_rng(1).standard_normal(64)).astype(np.float16)
-    y = to_numpy(no_warnings(model(arrays, "llama").rms_norm,
+    y = to_numpy(no_warnings(model(arrays, "llama").rt.rms_norm,
                              *arrays.put([x, gamma]), 1e-5))
     assert y.dtype == np.float16
     x64 = x.astype(np.float64)
@@ -317,8 +317,8 @@ def test_float16_gelu_stays_float16(arrays):
     xs = x.astype(np.float64)
     exact = 0.5 * xs * (1 + erf(xs / np.sqrt(2)))
     tanh_form = 0.5 * xs * (1 + np.tanh(np.sqrt(2 / np.pi) * (xs + 0.044715 * xs ** 3)))
-    gelu = model(arrays, "bert").gelu
-    gelu_tanh = generated(arrays, arch="decoder_only", activation="gelu_tanh").gelu_tanh
+    gelu = model(arrays, "bert").rt.gelu
+    gelu_tanh = generated(arrays, arch="decoder_only", activation="gelu_tanh").rt.gelu_tanh
     for function, expected in ((gelu, exact), (gelu_tanh, tanh_form)):
         y = to_numpy(no_warnings(function, arrays.put(x)))
         assert y.dtype == np.float16, function.__name__
@@ -363,7 +363,7 @@ def test_layer_norm_of_a_constant_row_is_beta_exactly(arrays, dtype, eps):
         rng = np.random.default_rng(width)
         gamma = rng.standard_normal(width).astype(dtype)
         beta = rng.standard_normal(width).astype(dtype)
-        y = to_numpy(no_warnings(module.layer_norm, *arrays.put([x, gamma, beta]), eps))
+        y = to_numpy(no_warnings(module.rt.layer_norm, *arrays.put([x, gamma, beta]), eps))
         assert y.dtype == np.dtype(dtype)
         np.testing.assert_array_equal(y, np.broadcast_to(beta, x.shape), err_msg=str(width))
 
@@ -375,7 +375,7 @@ def test_rms_norm_of_a_row_of_zeros_is_zeros(arrays, dtype, eps):
     which is 0 in float16)."""
     x = np.zeros((3, 16), dtype=dtype)
     gamma = np.random.default_rng(0).standard_normal(16).astype(dtype)
-    y = to_numpy(no_warnings(model(arrays, "llama").rms_norm, *arrays.put([x, gamma]), eps))
+    y = to_numpy(no_warnings(model(arrays, "llama").rt.rms_norm, *arrays.put([x, gamma]), eps))
     assert y.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(y, 0)
 

@@ -16,20 +16,23 @@ import scipy.special
 from support.pools import on_a_pool
 
 from tspec import api
+from tspec.codegen import generate
 from tspec.codegen.backends import backend
 from tspec.codegen.execution import weights
 from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import source
 from tspec.codegen.lower import lower
-from tspec.codegen.render import render
+from tspec.codegen.render import render, render_runtime
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 
 
 def module(threads: int, typecheck: bool = False, **choices):
-    """A fresh generated module whose pool has ``threads`` workers (1: no pool), with pieces
-    and blocks so small that every shared-out path runs on small inputs."""
-    return on_a_pool(load_source(source(SPEC, choices), typecheck=typecheck), threads)
+    """A fresh generated module with a runtime of its own, whose pool has ``threads`` workers
+    (1: no pool), with pieces and blocks so small that every shared-out path runs on small
+    inputs."""
+    return on_a_pool(load_source(source(SPEC, choices), typecheck=typecheck, private=True),
+                     threads)
 
 
 def params(choices, dtype, **dims):
@@ -82,26 +85,27 @@ def test_in_parallel_keeps_the_order_and_runs_nested_work_in_place():
     def outer(i):
         # work shared out from inside shared-out work runs on the thread that asked for it
         name = threading.current_thread().name
-        nested = loaded.in_parallel(lambda j: (j, threading.current_thread().name),
+        nested = loaded.rt.in_parallel(lambda j: (j, threading.current_thread().name),
                                     [(j,) for j in range(4)])
         assert [j for j, _ in nested] == [0, 1, 2, 3] and {n for _, n in nested} == {name}
         return inner(i)
 
-    assert loaded.in_parallel(outer, [(i,) for i in range(20)]) == [i * i for i in range(20)]
-    assert loaded.in_parallel(outer, []) == []
+    assert loaded.rt.in_parallel(outer, [(i,) for i in range(20)]) == [i * i for i in range(20)]
+    assert loaded.rt.in_parallel(outer, []) == []
     with pytest.raises(ZeroDivisionError):
-        loaded.in_parallel(lambda i: 1 / i, [(i,) for i in range(-3, 4)])
+        loaded.rt.in_parallel(lambda i: 1 / i, [(i,) for i in range(-3, 4)])
 
 
 def test_calls_from_several_threads_at_once_give_blas_its_thread_count_back():
     loaded = module(3, attention_bias="all")
-    before = [library["num_threads"] for library in loaded.BLAS.info()]
+    loaded.rt.start_threads()                # BLAS's control, which starts on first use
+    before = [library["num_threads"] for library in loaded.rt.BLAS.info()]
     barrier = threading.Barrier(4)
 
     def caller():
         barrier.wait()
         for _ in range(50):
-            loaded.in_parallel(lambda i: np.ones((8, 8)) @ np.ones((8, 8)),
+            loaded.rt.in_parallel(lambda i: np.ones((8, 8)) @ np.ones((8, 8)),
                                [(i,) for i in range(5)])
 
     callers = [threading.Thread(target=caller) for _ in range(4)]
@@ -109,8 +113,8 @@ def test_calls_from_several_threads_at_once_give_blas_its_thread_count_back():
         thread.start()
     for thread in callers:
         thread.join()
-    assert [library["num_threads"] for library in loaded.BLAS.info()] == before
-    assert loaded.BLAS_ON_ONE_THREAD.holders == 0
+    assert [library["num_threads"] for library in loaded.rt.BLAS.info()] == before
+    assert loaded.rt.BLAS_ON_ONE_THREAD.holders == 0
 
 
 def test_row_wise_helpers_in_pieces_and_in_place_match_one_call():
@@ -120,21 +124,21 @@ def test_row_wise_helpers_in_pieces_and_in_place_match_one_call():
     gamma, beta = rng.standard_normal(9), rng.standard_normal(9)
     for name, args in (("layer_norm", (gamma, beta, 1e-5)), ("softmax", ()),
                        ("gelu_tanh", ())):
-        function = getattr(loaded, name)
+        function = getattr(loaded.rt, name)
         whole = function.__wrapped__(x.copy(), *args)              # one call, no pieces
         np.testing.assert_allclose(function(x, *args), whole, rtol=1e-15, atol=1e-15)
         in_place = x.copy()
         assert function(in_place, *args, out=in_place) is not None
         np.testing.assert_allclose(in_place, whole, rtol=1e-15, atol=1e-15)
-    np.testing.assert_allclose(loaded.softmax(x, axis=1),
+    np.testing.assert_allclose(loaded.rt.softmax(x, axis=1),
                                np.exp(x) / np.exp(x).sum(axis=1, keepdims=True), rtol=1e-14)
 
 
 def test_the_numpy_backend_alone_has_the_pool_and_the_float32_gelu():
-    text = source(SPEC, {"activation": "gelu"})
-    assert "from threadpoolctl import ThreadpoolController\n" in text
+    text = generate.runtime_source("numpy")
+    assert "        from threadpoolctl import ThreadpoolController\n" in text   # on first use
     assert "@in_row_chunks\n" in text and "GELU_FLOAT32_P = (" in text
-    cupy = source(SPEC, {"activation": "gelu"}, "cupy")
+    cupy = generate.runtime_source("cupy")
     for name in ("ThreadPoolExecutor", "threadpoolctl", "in_row_chunks", "GELU_FLOAT32",
                  "BLAS_ON_ONE_THREAD"):
         assert name not in cupy, name
@@ -156,7 +160,7 @@ def test_float32_exact_gelu_is_as_exact_as_float32_erf():
     and magnitudes from 1e-30 to 1e30 of both signs (the tails, where Phi is 0 or 1 to float32
     precision). Computing x / 2 (1 + erf(x / sqrt 2)) in float32 with scipy's erf does no
     better than 2 x 2^-24."""
-    gelu = module(1, activation="gelu").gelu
+    gelu = module(1, activation="gelu").rt.gelu
     grid = np.concatenate([np.linspace(-40, 40, 800_001), -np.logspace(-30, 30, 6001),
                            np.logspace(-30, 30, 6001), [0.0, -0.0]]).astype(np.float32)
     with np.errstate(over="raise", invalid="raise", divide="raise"):   # no warnings
@@ -171,7 +175,7 @@ def test_float32_exact_gelu_is_as_exact_as_float32_erf():
 
 
 def test_float64_exact_gelu_is_erf():
-    gelu = module(1, activation="gelu").gelu
+    gelu = module(1, activation="gelu").rt.gelu
     x = np.concatenate([np.linspace(-12, 12, 2001), [-40.0, 40.0]])
     erf = scipy.special.erf(x * (1.0 / math.sqrt(2.0)))
     np.testing.assert_array_equal(gelu(x), 0.5 * x * (1.0 + erf))    # as before the fast path
@@ -188,9 +192,13 @@ def test_the_templates_without_the_pool_give_the_same_numbers(choices):
     CuPy's row has), rendered for NumPy so that they run here: the same numbers."""
     plain = dataclasses.replace(backend("numpy"), thread_pool=False, float32_gelu=False)
     text = render(lower(SPEC, choices, plain))
-    assert "ThreadPoolExecutor" not in text and "GELU_FLOAT32" not in text
-    stand_in, numpy_module = load_source(text, typecheck=True), module(3, **choices)
-    stand_in.QUERY_BLOCK = 2
+    runtime = render_runtime(plain)
+    assert "ThreadPoolExecutor" not in runtime and "GELU_FLOAT32" not in runtime
+    stand_in = load_source(text, typecheck=True, private=True)
+    numpy_module = module(3, **choices)
+    assert stand_in.rt.__file__.endswith("_runtime.py") and stand_in.rt.VERSION != \
+        numpy_module.rt.VERSION
+    stand_in.rt.QUERY_BLOCK = 2
     rng = np.random.default_rng(6)
     for dtype in (np.float64, np.float32):
         weights_ = params(choices, dtype)

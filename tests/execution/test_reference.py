@@ -85,10 +85,10 @@ def test_multi_head_attention_matches_torch(causal, arrays, dtype):
     X_q, X_kv = rng.standard_normal((B, T_q, d_model)), rng.standard_normal((B, T_kv, d_model))
     keep, padding, causal_mask = masks(B, T_q, T_kv, causal, rng)
     module = generated(arrays, attention_bias="all")
-    keep_q = module.padding_mask(arrays.put(keep), T_q) & (
+    keep_q = module.rt.padding_mask(arrays.put(keep), T_q) & (
         arrays.put(np.tri(T_q, T_kv, dtype=bool)) if causal else True)
     inputs = (arrays.put(X_q.astype(dtype)), arrays.put(X_kv.astype(dtype)),
-              module.log_mask(keep_q, np.dtype(dtype))[None], arrays.put(cast(params, dtype)))
+              module.rt.log_mask(keep_q, np.dtype(dtype))[None], arrays.put(cast(params, dtype)))
     trace = {}
     ours = module.multi_head_attention(*inputs, H=H, trace=trace)
     untraced = module.multi_head_attention(*inputs, H=H)
@@ -193,7 +193,8 @@ def test_sinusoidal_table_matches_hugging_face_at_odd_and_even_widths(T, width, 
     odd, at any width; an odd one ends with a sin column. Rows offset .. offset + T - 1."""
     from transformers.models.distilbert.modeling_distilbert import create_sinusoidal_embeddings
     reference = create_sinusoidal_embeddings(offset + T, width, torch.empty(offset + T, width))
-    table = generated(arrays).positional_encoding(T, width, arrays.xp.float64, offset=offset)
+    table = generated(arrays).rt.positional_encoding(T, width, arrays.xp.float64,
+                                                     offset=offset)
     # Hugging Face computes in float64 and stores float32: within half a float32 ulp of 1
     np.testing.assert_allclose(to_numpy(table), numpy(reference)[offset:], rtol=0, atol=6e-8)
 
@@ -224,7 +225,7 @@ def test_gpt2_matches_hugging_face(arrays, dtype):
     expected = {"Y_0": hidden[0], "Y_dec": hidden[-1], "logits": numpy(output.logits),
                 "untraced": numpy(output.logits),
                 "probs": numpy(torch.softmax(output.logits, dim=-1))}
-    expected |= {f"decoder.layers.{i}.Z_out": hidden[i + 1] for i in range(N - 1)}
+    expected |= {f"decoder.layers.{i}.Y_out": hidden[i + 1] for i in range(N - 1)}
     assert_close({**flat(trace), "logits": logits, "untraced": untraced, "probs": probs},
                  expected, dtype)
 
@@ -249,7 +250,9 @@ def test_bert_encoder_matches_hugging_face(arrays, dtype):
                        attention_mask=torch.tensor(keep.astype(np.int64), device=arrays.device),
                        output_hidden_states=True)
     hidden = [numpy(h) for h in output.hidden_states]
-    L = module.log_mask(module.padding_mask(arrays.put(keep), ids.shape[1]), np.dtype(dtype))[None]
+    runtime = module.rt
+    L = runtime.log_mask(runtime.padding_mask(arrays.put(keep), ids.shape[1]),
+                         np.dtype(dtype))[None]
     inputs = arrays.put((hidden[0].astype(dtype), L, cast(params, dtype)))
     trace = {}
     Z_enc = module.encoder(*inputs, H=H, eps=1e-12, trace=trace)
@@ -372,8 +375,8 @@ def test_llama_matches_hugging_face(H_kv, arrays, dtype):
     names = {}
     for i, layer in enumerate(layers):
         at = f"decoder.layers.{i}"
-        names |= {f"{at}.Z_n": layer.input_layernorm, f"{at}.A": layer.self_attn,
-                  f"{at}.Z_1n": layer.post_attention_layernorm, f"{at}.F": layer.mlp,
+        names |= {f"{at}.Y_n": layer.input_layernorm, f"{at}.A": layer.self_attn,
+                  f"{at}.Y_1n": layer.post_attention_layernorm, f"{at}.F": layer.mlp,
                   f"{at}.self_attention.Q_proj": layer.self_attn.q_proj,
                   f"{at}.self_attention.K_proj": layer.self_attn.k_proj,
                   f"{at}.self_attention.V_proj": layer.self_attn.v_proj}
@@ -393,7 +396,7 @@ def test_llama_matches_hugging_face(H_kv, arrays, dtype):
     expected = {"Y_0": hidden[0], "logits": numpy(output.logits),
                 "untraced": numpy(output.logits),
                 "probs": numpy(torch.softmax(output.logits, dim=-1)), **captured}
-    expected |= {f"decoder.layers.{i}.Z_out": hidden[i + 1] for i in range(N - 1)}
+    expected |= {f"decoder.layers.{i}.Y_out": hidden[i + 1] for i in range(N - 1)}
     ours = {**flat(trace), "logits": logits, "untraced": untraced, "probs": probs}
     rows = assert_close(ours, expected, dtype)
     assert len(rows) == 5 + 8 * N - 1
@@ -442,7 +445,7 @@ def test_untraced_attention_matches_torch_with_every_kind_of_mask(monkeypatch, a
         reference.state_dict(), norm="post", embedding=E, output=W_out))
     module = generated(arrays, attention_bias="all")
     if arrays is NUMPY:
-        monkeypatch.setattr(module, "QUERY_BLOCK", 2)
+        monkeypatch.setattr(module.rt, "QUERY_BLOCK", 2)
     t, u = rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T_dec))
     keep_src = np.ones((B, T), dtype=bool)
     keep_src[1, 4:] = False                    # a padded source: later key blocks dropped
@@ -470,18 +473,18 @@ def test_untraced_attention_matches_torch_with_every_kind_of_mask(monkeypatch, a
 
 
 def test_query_blocks_keep_the_keys_a_mask_leaves_visible():
-    module = generated(attention_bias="all")
-    causal = module.log_mask(np.tri(5, 5, dtype=bool), np.float64)[None, None]
-    assert module.query_blocks(causal, 2) == [(slice(0, 2), slice(0, 2)),
-                                             (slice(2, 4), slice(0, 4)),
-                                             (slice(4, 5), slice(0, 5))]
-    padded = module.log_mask(module.padding_mask(np.array([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0]],
-                                                          dtype=bool), 3), np.float64)[None]
-    assert module.query_blocks(padded, 2) == [(slice(0, 2), slice(0, 3)),
-                                             (slice(2, 3), slice(0, 3))]
+    runtime = generated(attention_bias="all").rt
+    causal = runtime.log_mask(np.tri(5, 5, dtype=bool), np.float64)[None, None]
+    assert runtime.query_blocks(causal, 2) == [(slice(0, 2), slice(0, 2)),
+                                              (slice(2, 4), slice(0, 4)),
+                                              (slice(4, 5), slice(0, 5))]
+    padded = runtime.log_mask(runtime.padding_mask(np.array([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0]],
+                                                            dtype=bool), 3), np.float64)[None]
+    assert runtime.query_blocks(padded, 2) == [(slice(0, 2), slice(0, 3)),
+                                              (slice(2, 3), slice(0, 3))]
     hidden = np.full((1, 1, 3, 4), -np.inf)
-    assert module.query_blocks(hidden, 8) == [(slice(0, 3), slice(0, 1))]
-    assert module.query_blocks(causal, None) == [(slice(0, 5), slice(0, 5))]
+    assert runtime.query_blocks(hidden, 8) == [(slice(0, 3), slice(0, 1))]
+    assert runtime.query_blocks(causal, None) == [(slice(0, 5), slice(0, 5))]
 
 
 def test_a_long_query_axis_goes_in_blocks_of_twice_the_size(monkeypatch):
@@ -491,9 +494,9 @@ def test_a_long_query_axis_goes_in_blocks_of_twice_the_size(monkeypatch):
     module = generated(attention_bias="all")
 
     def sizes(T, workers):
-        monkeypatch.setattr(module, "WORKERS", workers)
-        causal = module.log_mask(np.tri(T, T, dtype=bool), np.float64)[None, None]
-        blocks = module.query_blocks(causal, 2)
+        monkeypatch.setattr(module.rt, "WORKERS", workers)
+        causal = module.rt.log_mask(np.tri(T, T, dtype=bool), np.float64)[None, None]
+        blocks = module.rt.query_blocks(causal, 2)
         assert blocks[-1][1] == slice(0, T)                      # the last block: every key
         return {rows.stop - rows.start for rows, _ in blocks}
 

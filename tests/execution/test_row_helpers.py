@@ -33,7 +33,7 @@ from support.refusals import raises
 from tspec import api
 from tspec.codegen.backends import backend as backend_named
 from tspec.codegen.execution.loading import load_source
-from tspec.codegen.generate import source
+from tspec.codegen.generate import runtime_source, source
 from tspec.codegen.lower import lower
 from tspec.codegen.render import render
 from tspec.language.parser import parse
@@ -75,8 +75,9 @@ def generated(backend: str, helper: str, pieces: bool):
     if backend in ("cupy", "cupy-on-cpu"):
         arrays = CUPY if backend == "cupy" else CUPY_ON_CPU
         return arrays.load(source(SPEC, CHOICES[helper], "cupy"))
-    loaded = load_source(source(SPEC, CHOICES[helper], backend))
-    return on_a_pool(loaded, 3) if pieces else loaded
+    if pieces:
+        return on_a_pool(load_source(source(SPEC, CHOICES[helper], backend), private=True), 3)
+    return load_source(source(SPEC, CHOICES[helper], backend))
 
 
 class Implementation:
@@ -93,7 +94,7 @@ class Implementation:
         return generated(self.backend, helper, self.pieces)
 
     def helper(self, name: str):
-        function = getattr(self.module(name), name)
+        function = getattr(self.module(name).rt, name)
         if self.backend == "numpy" and not self.pieces:
             return function.__wrapped__              # the helper itself: one call, no pieces
         return function
@@ -211,21 +212,21 @@ def test_only_the_last_axis_goes_in_pieces(monkeypatch):
     call (pieces of rows would cut across what it sums)."""
     module = Implementation("numpy-pieces", NUMPY, True).module("softmax")
     pieces = []
-    real = module.in_parallel
-    monkeypatch.setattr(module, "in_parallel", lambda f, items: pieces.append(len(items)) or
+    real = module.rt.in_parallel
+    monkeypatch.setattr(module.rt, "in_parallel", lambda f, items: pieces.append(len(items)) or
                         real(f, items))
     x = np.random.default_rng(0).standard_normal((3, 4, 5))
     for arguments, kwargs in [((x,), {}), ((x, 2), {}), ((x, -1), {}), ((x,), {"axis": 2}),
                               ((), {"x": x, "axis": np.int64(-1)}),
                               ((x, 2, np.empty_like(x)), {})]:
         pieces.clear()
-        module.softmax(*arguments, **kwargs)
+        module.rt.softmax(*arguments, **kwargs)
         assert pieces == [4], (arguments, kwargs)               # 12 rows of 5, 3 to a piece
     for arguments, kwargs in [((x, 0), {}), ((x, 1), {}), ((x,), {"axis": -2}),
                               ((x, -1, np.empty((4, 3, 5)).transpose(1, 0, 2)), {}),
                               ((x[0, 0],), {})]:
         pieces.clear()
-        module.softmax(*arguments, **kwargs)
+        module.rt.softmax(*arguments, **kwargs)
         assert pieces == [], (arguments, kwargs)
 
 
@@ -294,10 +295,11 @@ def test_an_integer_argument_goes_in_one_call(helper):
 
 
 def signatures(backend: str) -> dict[str, list]:
-    """Each row-wise helper's parameters, with their defaults, as the backend renders it."""
+    """Each row-wise helper's parameters, with their defaults, as the backend's runtime has
+    it."""
     found = {}
-    for helper, choices in CHOICES.items():
-        tree = ast.parse(source(SPEC, choices, backend))
+    tree = ast.parse(runtime_source(backend))
+    for helper in CHOICES:
         function = next(node for node in tree.body
                         if isinstance(node, ast.FunctionDef) and node.name == helper)
         defaults = [None] * (len(function.args.args) - len(function.args.defaults)) + [
@@ -342,8 +344,8 @@ def test_a_spec_softmax_over_any_axis_gives_the_float64_numbers(arrays, dtype):
     forward gives float64's softmax along that axis (axis=2, the last written as positive,
     raised AxisError in pieces; 0, 1 and -2 gave wrong numbers)."""
     text = source(parse(AXES, file="axes.tspec"), {}, arrays.backend)
-    assert "A_2 = softmax(X, axis=2)" in text and "F_0 = softmax(S_h, axis=1)" in text
-    module = arrays.load(text)
+    assert "A_2 = rt.softmax(X, axis=2)" in text and "F_0 = rt.softmax(S_h, axis=1)" in text
+    module = arrays.load(text, private=True)
     if arrays is NUMPY:
         on_a_pool(module, 3)
     rng = np.random.default_rng(11)

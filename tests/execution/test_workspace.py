@@ -14,8 +14,9 @@ GENERATED = api.SPEC_DIR.parent / "generated" / "numpy"
 
 
 @pytest.fixture
-def module():
-    return load_module(GENERATED / "encoder_only.py")     # its own module: nothing kept yet
+def runtime():
+    """A runtime of its own: nothing kept yet."""
+    return load_module(GENERATED / "encoder_only.py", private=True).rt
 
 
 SHAPE = (512, 256)                         # 512 KiB of float32: kept
@@ -25,62 +26,62 @@ def address(array) -> int:
     return array.__array_interface__["data"][0]
 
 
-def test_a_buffer_no_array_refers_to_is_handed_out_again(module):
-    first = module.workspace(SHAPE, np.float32)
+def test_a_buffer_no_array_refers_to_is_handed_out_again(runtime):
+    first = runtime.workspace(SHAPE, np.float32)
     where = address(first)
     del first
-    again = module.workspace(SHAPE, np.float32)
+    again = runtime.workspace(SHAPE, np.float32)
     assert address(again) == where
     assert again.shape == SHAPE and again.dtype == np.float32 and again.flags.writeable
 
 
-def test_a_buffer_an_array_or_a_view_still_uses_is_not(module):
-    first = module.workspace(SHAPE, np.float32)
-    second = module.workspace(SHAPE, np.float32)
+def test_a_buffer_an_array_or_a_view_still_uses_is_not(runtime):
+    first = runtime.workspace(SHAPE, np.float32)
+    second = runtime.workspace(SHAPE, np.float32)
     assert not np.shares_memory(first, second)
     rows = first[3:7].reshape(-1)          # a view of a view: it keeps the buffer too
     del first
-    third = module.workspace(SHAPE, np.float32)
+    third = runtime.workspace(SHAPE, np.float32)
     assert not np.shares_memory(rows, third) and not np.shares_memory(second, third)
     del rows
-    fourth = module.workspace(SHAPE, np.float32)
+    fourth = runtime.workspace(SHAPE, np.float32)
     del third
-    assert len(module.WORKSPACE[SHAPE[0] * SHAPE[1] * 4]) == 3
+    assert len(runtime.WORKSPACE[SHAPE[0] * SHAPE[1] * 4]) == 3
     assert not np.shares_memory(second, fourth)
 
 
-def test_one_buffer_serves_any_dtype_and_shape_of_its_size(module):
-    first = module.workspace((256, 512), np.float32)
+def test_one_buffer_serves_any_dtype_and_shape_of_its_size(runtime):
+    first = runtime.workspace((256, 512), np.float32)
     where = address(first)
     del first
-    again = module.workspace((1024, 64), np.float64)
+    again = runtime.workspace((1024, 64), np.float64)
     assert address(again) == where and again.dtype == np.float64
 
 
-def test_small_huge_and_unkept_arrays_are_plain(module):
-    small = module.workspace((16, 16), np.float32)
-    assert small.flags.owndata and module.WORKSPACE == {}
-    module.WORKSPACE_LIMIT = 0
-    big = module.workspace(SHAPE, np.float32)
-    assert big.flags.owndata and module.WORKSPACE == {}
+def test_small_huge_and_unkept_arrays_are_plain(runtime):
+    small = runtime.workspace((16, 16), np.float32)
+    assert small.flags.owndata and runtime.WORKSPACE == {}
+    runtime.WORKSPACE_LIMIT = 0
+    big = runtime.workspace(SHAPE, np.float32)
+    assert big.flags.owndata and runtime.WORKSPACE == {}
 
 
-def test_the_kept_total_stays_within_the_limit(module):
-    module.WORKSPACE_LIMIT = 3 * SHAPE[0] * SHAPE[1] * 4
-    arrays = [module.workspace(SHAPE, np.float32) for _ in range(5)]
+def test_the_kept_total_stays_within_the_limit(runtime):
+    runtime.WORKSPACE_LIMIT = 3 * SHAPE[0] * SHAPE[1] * 4
+    arrays = [runtime.workspace(SHAPE, np.float32) for _ in range(5)]
     kept = [a for a in arrays if not a.flags.owndata]
-    assert len(kept) == 3 and sum(map(len, module.WORKSPACE.values())) == 3
+    assert len(kept) == 3 and sum(map(len, runtime.WORKSPACE.values())) == 3
     assert all(not np.shares_memory(a, b) for i, a in enumerate(arrays)
                for b in arrays[i + 1:])
 
 
-def test_threads_never_get_the_same_buffer_at_once(module):
+def test_threads_never_get_the_same_buffer_at_once(runtime):
     held, errors = [], []
 
     def take(mark: int):
         try:
             for step in range(50):
-                array = module.workspace(SHAPE, np.float32)
+                array = runtime.workspace(SHAPE, np.float32)
                 array.fill(mark * 1000 + step)
                 held.append((array, mark * 1000 + step))
                 if len(held) > 8:
@@ -119,6 +120,6 @@ def test_outputs_kept_from_one_call_are_untouched_by_the_next():
     for _ in range(3):
         entry(*other, prepared.params, **keywords)
     now = list(first) + [a for a in trace.values() if isinstance(a, np.ndarray)]
-    assert prepared.module.WORKSPACE, "nothing was kept: the test shows nothing"
+    assert prepared.module.rt.WORKSPACE, "nothing was kept: the test shows nothing"
     for before, after in zip(copies, now, strict=True):
         np.testing.assert_array_equal(after, before)

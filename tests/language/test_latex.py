@@ -4,7 +4,7 @@ import pytest
 
 import tspec
 from tspec.language.latex import name_latex
-from tspec.language.model import Equation, When
+from tspec.language.model import Equation, When, select
 
 
 def equations(parsed):
@@ -35,7 +35,8 @@ def test_names(name, latex):
     ("S_h", "S_{h} = \\frac{Q_{h} K_{h}^\\top}{\\sqrt{d_{k}}} + L_{h}"),
     ("A_h", "A_{h} = \\mathrm{softmax}\\left(S_{h}\\right)"),
     ("Z", "Z = \\mathrm{LayerNorm}\\left(X + Y;\\, \\gamma, \\beta\\right)"),
-    ("U", "U = \\mathrm{ReLU}\\left(X W_{1} + b_{1}\\right)"),
+    ("U", ("U = \\mathrm{SiLU}\\left(X W_{1} + b_{1}\\right) \\odot "
+           "\\left(X W_{3} + b_{3}\\right)")),
     ("P", "P = \\mathrm{PE}_{T \\times d_{\\mathrm{model}}}"),
     ("M_self", ("M_{\\mathrm{self}} = M^{\\mathrm{pad}}\\left(m_{\\mathrm{tgt}}\\right) \\odot "
                "M^{\\mathrm{causal}}_{T_{\\mathrm{dec}} \\times T_{\\mathrm{dec}}}")),
@@ -43,6 +44,17 @@ def test_names(name, latex):
 ])
 def test_builtin_equations(output, latex):
     assert equations(tspec.load("transformer").spec)[output].latex == latex
+
+
+def test_a_choice_called_as_an_op_prints_as_the_op_its_option_names():
+    # feed_forward's U = activation(X @ W_1 + b_1), under each activation
+    spec = tspec.load("transformer").spec
+    for activation, name in (("relu", "\\mathrm{ReLU}"), ("gelu", "\\mathrm{GELU}"),
+                             ("gelu_tanh", "\\mathrm{GELU}_{\\tanh}")):
+        chosen = spec.choice_values({"activation": activation})
+        (found,) = [s for s in select(spec.blocks["feed_forward"].body, chosen)
+                    if isinstance(s, Equation) and s.output == "U"]
+        assert found.latex == f"U = {name}\\left(X W_{{1}} + b_{{1}}\\right)"
 
 
 def test_parentheses_only_where_needed():

@@ -64,11 +64,12 @@ class Arrays:
             return self.xp.asarray(value)
         return value
 
-    def load(self, text: str, *, typecheck: bool = False):
-        """A generated module of this backend, from its source text."""
+    def load(self, text: str, *, typecheck: bool = False, private: bool = False):
+        """A generated module of this backend, from its source text; ``private``: with a
+        runtime of its own, for a test that changes the runtime's state."""
         if self.name == "cupy-on-cpu":
-            return cupy_on_cpu.load_source(text, typecheck=typecheck)
-        return load_source(text, typecheck=typecheck)
+            return cupy_on_cpu.load_source(text, typecheck=typecheck, private=private)
+        return load_source(text, typecheck=typecheck, private=private)
 
     def committed(self, name: str):
         """The committed generated module generated/<backend>/<name>.py (imported only when

@@ -18,6 +18,7 @@ from .kernels import CompileError, KernelError
 cupy = standin.module
 ndarray = standin.ndarray
 MISSING = "" if kernels.compiler() else "no C++ compiler (g++, or $CXX) to build kernels with"
+TAG = "cupy-on-cpu"        # the loads whose runtime imports the stand-in as CuPy
 
 __all__ = ["MISSING", "CompileError", "KernelError", "cupy", "load_module", "load_source",
            "ndarray"]
@@ -38,13 +39,18 @@ def _as_cupy():
                 sys.modules[name] = module
 
 
-def load_source(text: str, *, typecheck: bool = False):
-    """A generated CuPy module (its source text) imported with the stand-in as CuPy."""
+def load_source(text: str, *, typecheck: bool = False, private: bool = False,
+                runtime_text: str | None = None):
+    """A generated CuPy module (its source text) imported with the stand-in as CuPy, and its
+    runtime too (``runtime_text`` where given): one of their own, apart from the runtime real
+    CuPy's modules share."""
     with _as_cupy():
-        return runtime.load_source(text, typecheck=typecheck)
+        return runtime.load_source(text, typecheck=typecheck, private=private, tag=TAG,
+                                   runtime=runtime_text)
 
 
 def load_module(path, *, typecheck: bool = False):
-    """A generated CuPy module (a file) imported with the stand-in as CuPy."""
+    """A generated CuPy module (a file) imported with the stand-in as CuPy, and its runtime
+    too (one of their own)."""
     with _as_cupy():
-        return runtime.load_module(path, typecheck=typecheck)
+        return runtime.load_module(path, typecheck=typecheck, tag=TAG)
