@@ -52,18 +52,8 @@ from tspec.language.model import lets as derived_dims
 from tspec.language.model import outputs as model_outputs
 from tspec.language.names import check_name
 from tspec.language.shape import Shape, format_expr
-from tspec.ops.catalogue import (
-    ACTIVATIONS,
-    ATOM,
-    OPS,
-    SETTINGS,
-    Operand,
-    Unchecked,
-    Value,
-    align,
-    numel,
-    wrap,
-)
+from tspec.ops.base import ATOM, Operand, Unchecked, Value, align, numel, wrap
+from tspec.ops.catalogue import ACTIVATIONS, OPS, SETTINGS
 
 LINE_LENGTH = 96        # 100 less the function body's indent
 LONG_SUM = 200          # terms a sum in generated code may chain with +; past it, sum((...))
