@@ -17,6 +17,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
+import numpy
 import sympy
 from sympy.printing.pycode import PythonCodePrinter
 
@@ -24,7 +25,7 @@ from tspec.analysis.attention import AttentionCore, attention_core
 from tspec.analysis.counts import BOOL_BYTES, INT_BYTES
 from tspec.checking.check import check, topological
 from tspec.codegen import ir
-from tspec.codegen.backends import Backend
+from tspec.codegen.backends import Backend, runtime_order
 from tspec.errors import CodegenError, SpecError
 from tspec.files import shown, where
 from tspec.language.latex import name_latex
@@ -52,8 +53,8 @@ from tspec.language.model import lets as derived_dims
 from tspec.language.model import outputs as model_outputs
 from tspec.language.names import check_name
 from tspec.language.shape import Shape, format_expr
-from tspec.ops.base import ATOM, Operand, Unchecked, Value, align, numel, wrap
-from tspec.ops.catalogue import ACTIVATIONS, OPS, SETTINGS
+from tspec.ops.base import ATOM, CATALOGUE, Operand, Unchecked, Value, align, numel, wrap
+from tspec.ops.catalogue import OPS, SETTINGS
 
 LINE_LENGTH = 96        # 100 less the function body's indent
 LONG_SUM = 200          # terms a sum in generated code may chain with +; past it, sum((...))
@@ -198,7 +199,7 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
     return ir.Module(
         spec_name=full.spec_name, title=full.title, spec_file=full.spec_file,
         spec_hash=full.spec_hash, choices=full.choices, backend=full.backend,
-        helpers=[helpers[h] for h in HELPER_ORDER if h in helpers],
+        helpers=[helpers[h.name] for h in runtime_order(full.backend) if h.name in helpers],
         params_classes=classes, functions=functions + [prefill], entry=full.entry,
         constants=_memory_limit(full.backend, helpers) + [
             ir.Constant("CACHE_STATES", "each state of the cache, nested like params (a "
@@ -244,13 +245,15 @@ class _Lowerer:
         symbols = spec.symbols()
         self.lets = {symbols[let.dim]: let.expr for let in derived_dims(spec, choices)}
         self.functions: dict[str, tuple[ir.Function, _Signature]] = {}
+        self.runtime = runtime_order(backend)       # the helpers of the backend's runtime
+        self.needs = {helper.name: helper.needs for helper in self.runtime}
         self.helpers: list[str] = []
         self.params_classes: list[ir.ParamsClass] = []
         self.active: list[str] = []
 
     def module(self) -> ir.Module:
         entry, _ = self.lower_body(self.rename.get(None, self.spec.name), None)
-        helper_order = [h for h in HELPER_ORDER if h in self.helpers]
+        helper_order = [h.name for h in self.runtime if h.name in self.helpers]
         functions = [f for f, _ in self.functions.values()]
         return ir.Module(
             spec_name=self.spec.name, title=self.spec.title,
@@ -279,55 +282,19 @@ class _Lowerer:
         return function, signature
 
     def use_helper(self, name: str) -> None:
-        _use_helper(name, self.backend, self.helpers)
+        if name not in self.needs:
+            raise CodegenError(f"code calls rt.{name}, which the {self.backend.name} runtime "
+                               f"does not have: name it as an op's helper= in {CATALOGUE} "
+                               "and write its template")
+        _use_helper(name, self.needs, self.helpers)
 
 
-def _use_helper(name: str, backend: Backend, used: list[str]) -> None:
-    """Add a helper to ``used``, after the helpers it needs on ``backend``."""
-    needs = backend.helper_needs.get(name, HELPER_NEEDS.get(name, ()))
-    if backend.thread_pool:
-        needs += THREAD_POOL_NEEDS.get(name, ())
-    for dependency in needs:
-        _use_helper(dependency, backend, used)
+def _use_helper(name: str, needs: dict[str, tuple[str, ...]], used: list[str]) -> None:
+    """Add a helper to ``used``, after the helpers it needs."""
+    for dependency in needs[name]:
+        _use_helper(dependency, needs, used)
     if name not in used:
         used.append(name)
-
-
-def runtime_helpers(backend: Backend) -> tuple[str, ...]:
-    """The helpers of ``backend``'s runtime module (generated/<backend>/_runtime.py), in
-    HELPER_ORDER: every one the code of some model may call there, and those they need."""
-    offered = {"query_blocks": backend.attention == "query_blocks",
-               "masked_softmax": backend.attention == "fused",
-               "extend": backend.growing_states,
-               "batched_matmul": backend.batched_matmul == "batched_matmul"}
-    used: list[str] = []
-    for name in HELPER_ORDER:
-        if offered.get(name, name not in NEEDED_ONLY):
-            _use_helper(name, backend, used)
-    return tuple(name for name in HELPER_ORDER if name in used)
-
-
-# helpers in the order the module defines them, and the helpers each one needs (the attention
-# code that calls query_blocks also calls in_parallel, and softmax_matmul, which it defines,
-# softmax_parts)
-HELPER_ORDER = ("subtrace", "decoding", "extend", "require_size", "require_memory", "workspace",
-                "parallel", "project", "embed", "table_rows", "positional_encoding", "log_mask",
-                "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
-                "rotary", "repeat_heads", "concat_heads", "kernel_support", "batched_matmul",
-                "checked_axis", "float16", "softmax", "masked_softmax", "query_blocks",
-                "layer_norm", "rms_norm", "relu", "gelu", "gelu_tanh", "silu")
-HELPER_NEEDS: dict[str, tuple[str, ...]] = {"query_blocks": ("parallel", "softmax"),
-                                            "parallel": ("workspace",),
-                                            "softmax": ("checked_axis", "float16"),
-                                            "layer_norm": ("float16",),
-                                            "rms_norm": ("float16",), "gelu": ("float16",),
-                                            "gelu_tanh": ("float16",), "silu": ("float16",)}
-# with a thread pool (Backend.thread_pool), these helpers run in chunks of rows on it
-THREAD_POOL_NEEDS: dict[str, tuple[str, ...]] = {
-    name: ("parallel",) for name in ("project", "softmax", "layer_norm", "rms_norm")
-    + ACTIVATIONS}
-# helpers that only other helpers call: a runtime holds them where one it holds needs them
-NEEDED_ONLY = ("workspace", "parallel", "kernel_support", "checked_axis", "float16")
 
 
 @dataclass
@@ -393,6 +360,12 @@ class _Body:
     def helper(self, name: str) -> str:
         self.lowerer.use_helper(name)
         return f"rt.{name}"                 # from . import _runtime as rt
+
+    def array_function(self, name: str, op: str) -> str:
+        if not callable(getattr(numpy, name, None)):    # CuPy's functions are NumPy's
+            raise CodegenError(f"op {op} calls {self.xp}.{name}, which NumPy (and so CuPy) "
+                               f"does not have: fix its array_function= in {CATALOGUE}")
+        return f"{self.xp}.{name}"
 
     def dim(self, expr) -> str:
         expr = sympy.sympify(expr)

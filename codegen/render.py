@@ -12,28 +12,32 @@ import functools
 import hashlib
 import re
 import textwrap
+from pathlib import Path
 
 import jinja2
 
 from tspec.codegen import ir
-from tspec.codegen.backends import BACKENDS, Backend
-from tspec.codegen.lower import runtime_helpers
+from tspec.codegen.backends import BACKENDS, IMPORTS, Backend, Helper, runtime_order
 from tspec.errors import CodegenError, hidden
 
 LINE_LENGTH = 100
 TRACE_KEYWORDS = 256     # names a trace.update call records at most
-TEMPLATES = "tspec.codegen"
+# the folders templates are looked up in, in this order (environment() reads it once)
+TEMPLATE_DIRS: list[Path] = [Path(__file__).resolve().parent / "templates"]
+# what the runtime's own code (runtime.py.j2, before its helpers) imports, beside its array
+# module and jaxtyping
+RUNTIME_IMPORTS = ("os", "warnings")
 VERSION_LINE = 'VERSION = "{}"  # of this runtime: the sha256 of its text without this line'
-# every runtime rendered in this process: its text by repr(backend); its backend's name and
-# text by VERSION
-_RUNTIMES: dict[str, str] = {}
+# every runtime rendered in this process: its text by its backend, helpers and templates; its
+# backend's name and text by VERSION
+_RUNTIMES: dict[tuple, str] = {}
 _BY_VERSION: dict[str, tuple[str, str]] = {}
 
 
 @functools.cache
 def environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader(TEMPLATES, "templates"),
+        loader=jinja2.FileSystemLoader(TEMPLATE_DIRS),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True,
         # HTML pages escape what they place; Python and Markdown take text as it is
@@ -71,15 +75,18 @@ def render_runtime(backend: Backend) -> str:
     """The runtime module of ``backend`` (generated/<backend>/_runtime.py): every helper its
     models may call, rendered once; a function of the backend alone. Its VERSION is the start
     of the sha256 of its text without that line (``runtime_version``)."""
-    key = repr(backend)
+    helpers = runtime_order(backend)
+    key = (repr(backend), helpers, tuple(TEMPLATE_DIRS))
     if key not in _RUNTIMES:
+        for helper in helpers:
+            _require_template(helper, backend)
         context = {"backend": backend, "xp": backend.alias, "array": backend.array_type,
-                   "helpers": [ir.Helper(name, backend.template(name))
-                               for name in runtime_helpers(backend)],
+                   "helpers": [ir.Helper(h.name, backend.template(h.name)) for h in helpers],
                    "version_line": VERSION_LINE.format("")}
-        template = environment().get_template("runtime.py.j2")
-        draft = template.render(**context, imports=[])
-        text = stamped(template.render(**context, imports=_imports(draft, backend)))
+        imports = _declared_imports(backend, [*RUNTIME_IMPORTS,
+                                              *(name for h in helpers for name in h.imports)])
+        text = stamped(environment().get_template("runtime.py.j2").render(**context,
+                                                                          imports=imports))
         _require_parsing(text, f"the {backend.name} runtime")
         _RUNTIMES[key] = text
         _BY_VERSION[runtime_version(text)] = (backend.name, text)
@@ -106,6 +113,45 @@ def runtime_named(version: str) -> tuple[str, str] | None:
         for backend in BACKENDS.values():
             render_runtime(backend)
     return _BY_VERSION.get(version)
+
+
+def helper_source(backend: Backend, name: str) -> str:
+    """One helper's code as the runtime of ``backend`` holds it."""
+    return environment().get_template(backend.template(name)).render(
+        backend=backend, xp=backend.alias, array=backend.array_type)
+
+
+def _require_template(helper: Helper, backend: Backend) -> None:
+    """A helper's template, or an error saying where to write it."""
+    template = backend.template(helper.name)
+    try:
+        environment().get_template(template)
+    except jinja2.TemplateNotFound:
+        owner = f" (op {helper.op}'s)" if helper.op else ""
+        raise CodegenError(f"helper {helper.name}{owner} has no template for {backend.name}: "
+                           f"write codegen/templates/{template}") from None
+
+
+def _declared_imports(backend: Backend, names: list[str]) -> list[str]:
+    """The runtime's import lines, from what its code and its helpers declare they import
+    (``Helper.imports``): the standard library's, then the array module's, jaxtyping and
+    erf, then resource, which only Unix has."""
+    unknown = sorted(set(names) - set(IMPORTS))
+    if unknown:
+        raise CodegenError(f"a helper declares the import {unknown[0]}, which is none of "
+                           f"codegen.backends.IMPORTS ({', '.join(IMPORTS)})")
+    wanted = set(names)
+    # isort's order: each `import x` before every `from x import y`, each group by module
+    standard = sorted((IMPORTS[name] for name in wanted - {"erf", "resource"}),
+                      key=lambda line: (line.startswith("from "), line))
+    third = [f"import {backend.module} as {backend.alias}",
+             "from jaxtyping import Bool, Float, Int, jaxtyped"]
+    if "erf" in wanted:
+        third.append(backend.erf_import)
+    if "resource" in wanted:
+        third += ["", "try:", "    import resource  # Unix only: memory_total() does without it",
+                  "except ImportError:", "    resource = None"]
+    return standard + [""] + third
 
 
 def _require_parsing(text: str, what: str) -> None:

@@ -32,7 +32,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("802c8e2d8bb9fce4", __name__)  # the runtime this was generated with
+rt.require_version("b1a7660fbfd0fc67", __name__)  # the runtime this was generated with
 
 
 # the most bytes the tensors of one function's own equations may take: it refuses to start beyond

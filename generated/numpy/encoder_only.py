@@ -32,7 +32,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("b30b77be6dc6b292", __name__)  # the runtime this was generated with
+rt.require_version("11e67ccc3fadea47", __name__)  # the runtime this was generated with
 
 
 # the most bytes the tensors of one function's own equations may take: it refuses to start beyond

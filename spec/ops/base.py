@@ -13,7 +13,7 @@ from typing import Protocol
 
 import sympy
 
-from tspec.errors import SpecError
+from tspec.errors import CodegenError, SpecError
 from tspec.language.shape import Shape
 
 
@@ -82,6 +82,10 @@ class CodeContext(Protocol):
         """Use a helper function of the generated runtime (rendered from its template): the
         name code calls it by (``rt.softmax``)."""
 
+    def array_function(self, name: str, op: str) -> str:
+        """Use a function of the array module for op ``op``: the name code calls it by
+        (``np.exp``); a CodegenError where the module has none of that name."""
+
     def dim(self, expr: sympy.Basic) -> str:
         """Code for an integer dim expression (``T_dec``, ``d_model // H``)."""
 
@@ -111,6 +115,8 @@ class Setting:
     meaning: str
 
 
+# where the ops are defined, the file to edit to add or change one
+CATALOGUE = "spec/ops/catalogue.py"
 # Python operator precedences, for parentheses in generated code
 ATOM, POWER, UNARY, PRODUCT, SUM = 100, 90, 80, 70, 60
 
@@ -279,6 +285,15 @@ class Op:
     precedence: int = 100      # for LaTeX parentheses: 100 atoms/functions, 50 products, 40 sums
     group_right: bool = False  # a right operand of equal precedence is bracketed: a - (b - c)
     per_element: int = 0       # FLOPs per output element (0: data movement, no arithmetic)
+    # what code generation needs to know of it (``called``): how a spec writes it, a function
+    # name or an operator symbol (None where only syntax reaches it: E[t], P[:n], X / c)
+    spelling: str | None = None
+    helper: str | None = None  # its runtime function, rt.<helper>, from helpers/<helper>.py.j2
+    array_function: str | None = None     # or the array module's function, np.<array_function>
+    imports: tuple[str, ...] = ()  # what its helper's code imports (codegen.backends.IMPORTS)
+    needs: tuple[str, ...] = ()    # the runtime's helpers its helper calls
+    row_wise: bool = False     # its helper works row by row: on a thread pool, in chunks of rows
+    activation: bool = False   # may be applied in place to a product's fresh result
 
     def arity(self) -> str:
         """How many positional arguments the op takes, in words ("1 or 2 arguments")."""
@@ -299,8 +314,20 @@ class Op:
         raise NotImplementedError
 
     def code(self, ctx: CodeContext, args: list[Operand], attrs: dict) -> tuple[str, int]:
-        """Python code for the op applied to its operands, and that code's precedence."""
-        raise NotImplementedError
+        """Python code for the op applied to its operands, and that code's precedence: by
+        default, its function (``called``) applied to them."""
+        return f"{self.called(ctx)}({', '.join(a.code for a in args)})", ATOM
+
+    def called(self, ctx: CodeContext) -> str:
+        """The function the op's code calls: its runtime helper, or the array module's
+        function; an op with neither (and no ``code`` of its own) is an error of the catalogue's,
+        found when code for it is first generated."""
+        if self.helper is not None:
+            return ctx.helper(self.helper)
+        if self.array_function is not None:
+            return ctx.array_function(self.array_function, self.name)
+        raise CodegenError(f"op {self.name} has no code: give it helper= or array_function= "
+                           f"in {CATALOGUE}")
 
     def flops(self, args: list[Value], out: Value, attrs: dict) -> sympy.Basic:
         """Floating-point operations of one application, in the dims: ``per_element`` for

@@ -6,6 +6,7 @@ parameter counts) add their rule to the same entry, never a second table elsewhe
 entries are built from (values, contexts, the ``Op`` base) is in ``base.py``.
 """
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import sympy
@@ -43,11 +44,6 @@ SETTINGS: dict[str, Setting] = {
                               "pair i by p * theta^(-2i/d_k)"),
 }
 
-# the element-wise functions generated code applies in place to a product's fresh result
-# (``project(X, W, b, activation=gelu)``), each a helper of the generated module
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-
-
 def _shift(offset: str) -> str:
     """An offset's LaTeX as a shift: ``+T_{\\mathrm{past}}``, ``-1``."""
     return offset if offset.startswith("-") else f"+{offset}"
@@ -72,16 +68,11 @@ class Elementwise(Op):
         if self.name == "log" and x.value.dtype == "bool":
             # log of a 0/1 mask: 0 where kept, -inf where masked, in the float dtype
             return f"{ctx.helper('log_mask')}({x.code}, {ctx.dtype()})", ATOM
-        activation = self.name in ACTIVATIONS
-        if activation and x.call is not None and x.call[0] == ctx.helper("project") and \
+        if self.activation and x.call is not None and x.call[0] == ctx.helper("project") and \
                 not any(a.startswith("activation=") for a in x.call[1]):
             # f(X @ W + b): applied in place to the product's fresh result, chunk by chunk
-            return call(x.call[0], *x.call[1], f"activation={ctx.helper(self.name)}")
-        if self.name == "relu":
-            return f"{ctx.xp}.maximum({x.code}, 0)", ATOM
-        if self.name in ACTIVATIONS:
-            return f"{ctx.helper(self.name)}({x.code})", ATOM
-        return f"{ctx.xp}.{self.name}({x.code})", ATOM
+            return call(x.call[0], *x.call[1], f"activation={self.called(ctx)}")
+        return f"{self.called(ctx)}({x.code})", ATOM
 
 
 @dataclass(frozen=True)
@@ -152,7 +143,7 @@ class Maximum(Op):
         if a.value.is_scalar:          # max(0, x) reads best as maximum(x, 0)
             a, b = b, a
         second = ctx.scalar(b.value.scalar) if b.value.is_scalar else b.code
-        return f"{ctx.xp}.maximum({a.code}, {second})", ATOM
+        return f"{self.called(ctx)}({a.code}, {second})", ATOM
 
 
 @dataclass(frozen=True)
@@ -294,7 +285,7 @@ class Softmax(Op):
         if axis >= 0 and args[0].value.shape.family is not None:
             axis += 1           # past the family axis
         axis_code = "" if axis == -1 else f", axis={axis}"
-        return f"{ctx.helper('softmax')}({args[0].code}{axis_code})", ATOM
+        return f"{self.called(ctx)}({args[0].code}{axis_code})", ATOM
 
 
 @dataclass(frozen=True)
@@ -316,7 +307,7 @@ class LayerNorm(Op):
 
     def code(self, ctx, args, attrs):
         x, gamma, beta = args
-        return (f"{ctx.helper('layer_norm')}({x.code}, {gamma.code}, {beta.code}, "
+        return (f"{self.called(ctx)}({x.code}, {gamma.code}, {beta.code}, "
                 f"{ctx.runtime('eps')})"), ATOM
 
 
@@ -340,7 +331,7 @@ class RMSNorm(Op):
 
     def code(self, ctx, args, attrs):
         x, gamma = args
-        return f"{ctx.helper('rms_norm')}({x.code}, {gamma.code}, {ctx.runtime('eps')})", ATOM
+        return f"{self.called(ctx)}({x.code}, {gamma.code}, {ctx.runtime('eps')})", ATOM
 
 
 @dataclass(frozen=True)
@@ -373,7 +364,7 @@ class Rotary(Op):
 
     def code(self, ctx, args, attrs):
         offset = f", offset={ctx.dim(args[1].value.scalar)}" if len(args) > 1 else ""
-        return f"{ctx.helper('rotary')}({args[0].code}, {ctx.runtime('theta')}{offset})", ATOM
+        return f"{self.called(ctx)}({args[0].code}, {ctx.runtime('theta')}{offset})", ATOM
 
 
 @dataclass(frozen=True)
@@ -396,7 +387,7 @@ class RepeatHeads(Op):
 
     def code(self, ctx, args, attrs):
         x, heads = args
-        return f"{ctx.helper('repeat_heads')}({x.code}, {ctx.dim(heads.value.scalar)})", ATOM
+        return f"{self.called(ctx)}({x.code}, {ctx.dim(heads.value.scalar)})", ATOM
 
 
 @dataclass(frozen=True)
@@ -426,7 +417,7 @@ class Gather(Op):
             named += f', table="{table.value.tensor}"'
         if ids.value.tensor not in (None, "t"):
             named += f', ids="{ids.value.tensor}"'
-        return f"{ctx.helper('embed')}({table.code}, {ids.code}{named})", ATOM
+        return f"{self.called(ctx)}({table.code}, {ids.code}{named})", ATOM
 
 
 @dataclass(frozen=True)
@@ -464,7 +455,7 @@ class SliceRows(Op):
         first = ctx.dim(start[0].value.scalar) if start else "0"
         name = table.value.tensor or "the table"
         axis = ", axis=1" if table.value.shape.family is not None else ""
-        return (f'{ctx.helper("table_rows")}({table.code}, "{name}", {first}, '
+        return (f'{self.called(ctx)}({table.code}, "{name}", {first}, '
                 f"{ctx.dim(stop.value.scalar)}{axis})"), ATOM
 
 
@@ -505,7 +496,7 @@ class SplitHeads(Op):
 
     def code(self, ctx, args, attrs):
         x, heads = args
-        return f"{ctx.helper('split_heads')}({x.code}, {ctx.dim(heads.value.scalar)})", ATOM
+        return f"{self.called(ctx)}({x.code}, {ctx.dim(heads.value.scalar)})", ATOM
 
 
 @dataclass(frozen=True)
@@ -523,9 +514,6 @@ class ConcatHeads(Op):
 
     def latex(self, args, attrs):
         return f"\\mathrm{{Concat}}\\left({args[0]}\\right)"
-
-    def code(self, ctx, args, attrs):
-        return f"{ctx.helper('concat_heads')}({args[0].code})", ATOM
 
 
 @dataclass(frozen=True)
@@ -558,7 +546,7 @@ class Concat(Op):
             axis += 1           # past the family axis
         if ctx.grows(a):        # a decoding step's state: appended to, not copied
             return call(ctx.helper("extend"), a.code, b.code, f"axis={axis}")
-        return f"{ctx.xp}.concatenate([{a.code}, {b.code}], axis={axis})", ATOM
+        return f"{self.called(ctx)}([{a.code}, {b.code}], axis={axis})", ATOM
 
 
 @dataclass(frozen=True)
@@ -582,7 +570,7 @@ class CausalMask(Op):
 
     def code(self, ctx, args, attrs):
         t_q, t_kv = (ctx.dim(a.value.scalar) for a in args)
-        return f"{ctx.helper('causal_mask')}({t_q}, {t_kv})", ATOM
+        return f"{self.called(ctx)}({t_q}, {t_kv})", ATOM
 
 
 @dataclass(frozen=True)
@@ -602,7 +590,7 @@ class PaddingMask(Op):
 
     def code(self, ctx, args, attrs):
         keep, t_q = args
-        return f"{ctx.helper('padding_mask')}({keep.code}, {ctx.dim(t_q.value.scalar)})", ATOM
+        return f"{self.called(ctx)}({keep.code}, {ctx.dim(t_q.value.scalar)})", ATOM
 
 
 @dataclass(frozen=True)
@@ -626,8 +614,7 @@ class Sinusoidal(Op):
     def code(self, ctx, args, attrs):
         length, width, *offset = (ctx.dim(a.value.scalar) for a in args)
         shift = f", offset={offset[0]}" if offset else ""
-        return (f"{ctx.helper('positional_encoding')}({length}, {width}, {ctx.dtype()}{shift})",
-                ATOM)
+        return f"{self.called(ctx)}({length}, {width}, {ctx.dtype()}{shift})", ATOM
 
 
 @dataclass(frozen=True)
@@ -662,7 +649,7 @@ class RelativeBias(Op):
 
     def code(self, ctx, args, attrs):
         table, t_q, t_kv = args
-        return (f"{ctx.helper('relative_position_bias')}({table.code}, "
+        return (f"{self.called(ctx)}({table.code}, "
                 f"{ctx.dim(t_q.value.scalar)}, {ctx.dim(t_kv.value.scalar)})"), ATOM
 
 
@@ -709,7 +696,7 @@ class Einsum(Op):
 
     def code(self, ctx, args, attrs):
         operands = ", ".join(a.code for a in args)
-        return f"{ctx.xp}.einsum({attrs['spec']!r}, {operands})", ATOM
+        return f"{self.called(ctx)}({attrs['spec']!r}, {operands})", ATOM
 
 
 def _parse_einsum(ctx: Context, spec: str, count: int) -> tuple[list[str], str]:
@@ -732,87 +719,138 @@ def _ops(*ops: Op) -> dict[str, Op]:
     return {op.name: op for op in ops}
 
 
+# Every op: how a spec writes it, its shape rule, LaTeX and FLOPs (its class), and the function
+# its code calls (a runtime helper, with the helpers and modules that helper's template uses,
+# or an array-module function). Adding an op is adding an entry here, with its template in
+# codegen/templates/helpers/ if it has a helper: nothing else names it.
 OPS: dict[str, Op] = _ops(
     MatMul("matmul", "matrix product with broadcast batch axes", ("tensor", "tensor"),
-           precedence=50, group_right=True),
-    Einsum("einsum", "tensor contraction by an index pattern", precedence=100),
-    Transpose("transpose", "swap the last two axes", ("tensor",), precedence=90),
+           precedence=50, group_right=True, spelling="@"),
+    Einsum("einsum", "tensor contraction by an index pattern", precedence=100,
+           spelling="einsum", array_function="einsum"),
+    Transpose("transpose", "swap the last two axes", ("tensor",), precedence=90,
+              spelling="transpose"),
     Binary("add", "element-wise sum, broadcasting", symbol="+", latex_symbol="+",
-           precedence=40, per_element=1),
+           precedence=40, per_element=1, spelling="+"),
     Binary("sub", "element-wise difference, broadcasting", symbol="-", latex_symbol="-",
-           precedence=40, group_right=True, per_element=1),
+           precedence=40, group_right=True, per_element=1, spelling="-"),
     Binary("mul", "element-wise product, broadcasting", symbol="*", latex_symbol="\\odot",
-           precedence=50, group_right=True, per_element=1),
+           precedence=50, group_right=True, per_element=1, spelling="*"),
     Binary("div", "element-wise quotient, broadcasting", symbol="/", latex_symbol="/",
-           precedence=100, per_element=1),
+           precedence=100, per_element=1, spelling="/"),
     Scale("scale", "multiply or divide by a scalar expression over dims", precedence=50,
           per_element=1),
     Negate("neg", "element-wise negation", ("tensor",), precedence=45, per_element=1),
     Power("pow", "element-wise power by a scalar", ("tensor", "value"), precedence=70,
-          per_element=1),
+          per_element=1, spelling="**"),
     Maximum("maximum", "element-wise maximum, broadcasting", ("value", "value"),
-            per_element=1),
-    Elementwise("log", "element-wise natural logarithm", latex_name="\\log", per_element=1),
-    Elementwise("exp", "element-wise exponential", latex_name="\\exp", per_element=1),
-    Elementwise("relu", "max(0, x)", latex_name="\\mathrm{ReLU}", per_element=1),
-    Elementwise("tanh", "hyperbolic tangent", latex_name="\\tanh", per_element=1),
+            per_element=1, spelling="max", array_function="maximum"),
+    Elementwise("log", "element-wise natural logarithm", latex_name="\\log", per_element=1,
+                spelling="log", array_function="log"),
+    Elementwise("exp", "element-wise exponential", latex_name="\\exp", per_element=1,
+                spelling="exp", array_function="exp"),
+    Elementwise("relu", "max(0, x)", latex_name="\\mathrm{ReLU}", per_element=1,
+                spelling="relu", helper="relu", imports=("Optional",), row_wise=True,
+                activation=True),
+    Elementwise("tanh", "hyperbolic tangent", latex_name="\\tanh", per_element=1,
+                spelling="tanh", array_function="tanh"),
     # x / (1 + exp(-x)): the negation, exp, the add and the division
     Elementwise("silu", "x * sigmoid(x), the SwiGLU gate's function", latex_name="\\mathrm{SiLU}",
-                per_element=4),
+                per_element=4, spelling="silu", helper="silu", imports=("Optional",),
+                needs=("float16",), row_wise=True, activation=True),
     # x / 2 * (1 + erf(x / sqrt 2)): a scale, erf, an add and two products
     Elementwise("gelu", "x * Phi(x), Phi the standard normal CDF", latex_name="\\mathrm{GELU}",
-                per_element=5),
+                per_element=5, spelling="gelu", helper="gelu", imports=("Optional", "erf", "math"),
+                needs=("float16",), row_wise=True, activation=True),
     # x / 2 * (1 + tanh(c (x + 0.044715 x^3))): the cube (2), two scales, two adds, tanh and
     # two products
     Elementwise("gelu_tanh", "GELU by its tanh approximation (GPT-2)",
-                latex_name="\\mathrm{GELU}_{\\tanh}", per_element=9),
+                latex_name="\\mathrm{GELU}_{\\tanh}", per_element=9, spelling="gelu_tanh",
+                helper="gelu_tanh", imports=("Optional", "math"), needs=("float16",),
+                row_wise=True, activation=True),
     # the row maximum, the subtraction, exp, the sum and the division
     Softmax("softmax", "exp(x) / sum(exp(x)) along an axis", ("tensor",), {"axis": -1},
-            per_element=5),
+            per_element=5, spelling="softmax", helper="softmax", imports=("Optional",),
+            needs=("checked_axis", "float16"), row_wise=True),
     LayerNorm("layer_norm", "normalise the last axis, then scale and shift",
-              ("tensor", "tensor", "tensor")),
+              ("tensor", "tensor", "tensor"), spelling="layer_norm", helper="layer_norm",
+              imports=("Optional",), needs=("float16",), row_wise=True),
     RMSNorm("rms_norm", "divide the last axis by its root mean square, then scale",
-            ("tensor", "tensor")),
+            ("tensor", "tensor"), spelling="rms_norm", helper="rms_norm", imports=("Optional",),
+            needs=("float16",), row_wise=True),
     Rotary("rotary", "turn each position's feature pairs by angles proportional to the "
            "position (RoPE), positions counted from an optional offset", ("tensor", "dim"),
-           optional=1),
+           optional=1, spelling="rotary", helper="rotary"),
     RepeatHeads("repeat_heads", "share each of G key-value heads among H / G query heads",
-                ("tensor", "dim")),
+                ("tensor", "dim"), spelling="repeat_heads", helper="repeat_heads"),
     Gather("gather", "embedding lookup: rows of a table by integer ids", ("tensor", "tensor"),
-           precedence=90),
+           precedence=90, helper="embed"),
     SliceRows("slice_rows", "rows of a table: the first n (P[:n]), or a to b - 1 (P[a:b])",
-              ("tensor", "dim", "dim"), optional=1, precedence=90),
+              ("tensor", "dim", "dim"), optional=1, precedence=90, helper="table_rows"),
     FirstPosition("first_position", "the first position of each sequence: (..., T, d) -> "
-                  "(..., d)", ("tensor",), precedence=90),
+                  "(..., d)", ("tensor",), precedence=90, spelling="first"),
     SplitHeads("split_heads", "reshape the last axis into H heads (reshape + transpose)",
-               ("tensor", "dim")),
+               ("tensor", "dim"), spelling="split_heads", helper="split_heads"),
     ConcatHeads("concat_heads", "concatenate a family's members along the last axis",
-                ("tensor",)),
-    Concat("concat", "join two tensors along an axis", ("tensor", "tensor"), {"axis": -1}),
+                ("tensor",), spelling="concat_heads", helper="concat_heads"),
+    Concat("concat", "join two tensors along an axis", ("tensor", "tensor"), {"axis": -1},
+           spelling="concat", array_function="concatenate"),
     CausalMask("causal_mask", "0/1 mask, no attending to later keys: the queries are the "
-               "last positions of the keys (bottom-right aligned)", ("dim", "dim")),
-    PaddingMask("padding_mask", "0/1 key mask broadcast over queries", ("tensor", "dim")),
+               "last positions of the keys (bottom-right aligned)", ("dim", "dim"),
+               spelling="causal_mask", helper="causal_mask"),
+    PaddingMask("padding_mask", "0/1 key mask broadcast over queries", ("tensor", "dim"),
+                spelling="padding_mask", helper="padding_mask"),
     # the angle (a division) and its sine or cosine
     Sinusoidal("sinusoidal_encoding", "the fixed sine/cosine position table, positions "
                "counted from an optional offset", ("dim", "dim", "dim"), optional=1,
-               per_element=2),
+               per_element=2, spelling="sinusoidal_encoding", helper="positional_encoding"),
     RelativeBias("relative_position_bias", "a learned bias per relative offset of key and "
                  "query positions, queries the last of the keys (bottom-right aligned)",
-                 ("tensor", "dim", "dim")),
+                 ("tensor", "dim", "dim"), spelling="relative_position_bias",
+                 helper="relative_position_bias"),
 )
 
-# How each op is written in a spec: function names, operators, and the op they mean.
-FUNCTIONS: dict[str, str] = {
-    "einsum": "einsum", "log": "log", "exp": "exp", "relu": "relu", "gelu": "gelu",
-    "gelu_tanh": "gelu_tanh", "tanh": "tanh", "first": "first_position",
-    "softmax": "softmax", "layer_norm": "layer_norm", "max": "maximum",
-    "rms_norm": "rms_norm", "silu": "silu", "rotary": "rotary", "repeat_heads": "repeat_heads",
-    "split_heads": "split_heads", "concat_heads": "concat_heads", "concat": "concat",
-    "causal_mask": "causal_mask", "padding_mask": "padding_mask",
-    "sinusoidal_encoding": "sinusoidal_encoding",
-    "relative_position_bias": "relative_position_bias", "transpose": "transpose",
-}
-OPERATORS: dict[str, str] = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul",
-                             "**": "pow"}
+
+class Spelled(Mapping):
+    """A table read off OPS whenever it is consulted, so that an op added to OPS (a scratch
+    catalogue entry) is in it at once: ``key(op)``, for each op where it is not None, maps to
+    the op's name."""
+
+    def __init__(self, key: Callable[[Op], str | None]):
+        self.key = key
+        self.ops: tuple[Op, ...] = ()
+        self.table: dict[str, str] = {}
+
+    def current(self) -> dict[str, str]:
+        ops = tuple(OPS.values())
+        if ops != self.ops:        # the same ops compare by identity first: cheap
+            self.table = {key: op.name for op in ops if (key := self.key(op)) is not None}
+            self.ops = ops
+        return self.table
+
+    def __getitem__(self, key: str) -> str:
+        return self.current()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.current())
+
+    def __len__(self) -> int:
+        return len(self.current())
+
+
+def _function_name(op: Op) -> str | None:
+    return op.spelling if op.spelling is not None and op.spelling.isidentifier() else None
+
+
+def _operator(op: Op) -> str | None:
+    return op.spelling if op.spelling is not None and not op.spelling.isidentifier() else None
+
+
+# How each op is written in a spec: function names and operators, each to the op it means.
+FUNCTIONS = Spelled(_function_name)
+OPERATORS = Spelled(_operator)
+# the element-wise functions generated code applies in place to a product's fresh result
+# (``project(X, W, b, activation=rt.gelu)``): name -> name
+ACTIVATIONS = Spelled(lambda op: op.name if op.activation else None)
 # Scalar functions of dims, usable wherever a scalar may stand (x / sqrt(d_k)).
 SCALAR_FUNCTIONS = {"sqrt": sympy.sqrt}
