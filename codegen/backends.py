@@ -25,11 +25,13 @@ class Backend:
     array_type: str        # the array class, for jaxtyping annotations
     erf_import: str        # the import that provides erf (exact GELU)
     description: str
-    # how a block that is exactly softmax(X + L) @ V is computed (spec.attention):
-    # "query_blocks": a block of query rows at a time, each over the keys its mask leaves
-    # visible; "fused": X + L and the softmax in one kernel (masked_softmax), the scores
-    # never stored; either way the equations as written when a trace is asked for
+    # how a block that is exactly softmax(q @ k.T + L) @ V is computed (spec.attention)
+    # without a trace: the runtime helper the model calls, and what the model says of it
+    # ("attend_in_blocks": a block of query rows at a time, each over the keys its mask
+    # leaves visible; "attend_fused": q @ k.T + L and the softmax in one kernel, the scores
+    # never stored); with a trace, the equations as written
     attention: str
+    attention_note: str
     # attention's query blocks and long row-wise passes (GELU, LayerNorm, softmax) on a pool
     # of threads, BLAS on one thread each: for NumPy, which runs every ufunc on one core but
     # releases the GIL in ufuncs and matrix products; off where the library runs them in
@@ -65,18 +67,15 @@ class Backend:
     def chosen(self) -> tuple[str, ...]:
         """The helpers this backend's choices call: its attention strategy's, its product of
         two stacks' (if any), and extend where states grow."""
-        return (ATTENTION_HELPERS[self.attention],
-                *((self.batched_matmul,) if self.batched_matmul else ()),
+        return (self.attention, *((self.batched_matmul,) if self.batched_matmul else ()),
                 *(("extend",) if self.growing_states else ()))
-
-
-# the helper of each way of computing attention (Backend.attention)
-ATTENTION_HELPERS = {"query_blocks": "query_blocks", "fused": "masked_softmax"}
 
 
 BACKENDS: dict[str, Backend] = {
     "numpy": Backend("numpy", "numpy", "np", "np.ndarray", "from scipy.special import erf",
-                     "NumPy on the CPU", attention="query_blocks", thread_pool=True,
+                     "NumPy on the CPU", attention="attend_in_blocks",
+                     attention_note="the equations below, a block of query rows at a time",
+                     thread_pool=True,
                      float32_gelu=True, growing_states=True,
                      memory_total=(
                          "sizes = []",
@@ -91,13 +90,15 @@ BACKENDS: dict[str, Backend] = {
                      memory_owner="the memory this process may use"),
     "cupy": Backend(
         "cupy", "cupy", "cp", "cp.ndarray", "from cupyx.scipy.special import erf",
-        "CuPy on an NVIDIA GPU", attention="fused", thread_pool=False, float32_gelu=False,
+        "CuPy on an NVIDIA GPU", attention="attend_fused",
+        attention_note="the equations below, the scores and weights in one kernel",
+        thread_pool=False, float32_gelu=False,
         growing_states=False,
         memory_total=("return cp.cuda.Device().mem_info[1]",), memory_owner="the GPU's memory",
         batched_matmul="batched_matmul",
         helpers={name: f"helpers/cupy/{name}.py.j2"
-                 for name in ("kernel_support", "softmax", "masked_softmax", "layer_norm",
-                              "gelu", "gelu_tanh", "batched_matmul")},
+                 for name in ("kernel_support", "softmax", "masked_softmax", "attend_fused",
+                              "layer_norm", "gelu", "gelu_tanh", "batched_matmul")},
         helper_needs={"softmax": ("kernel_support", "checked_axis"),
                       "layer_norm": ("kernel_support",), "gelu": ("kernel_support",),
                       "gelu_tanh": ("kernel_support",)},
@@ -147,12 +148,15 @@ RUNTIME_HELPERS = (
     Helper("checked_axis", shared=True),
     Helper("log_mask"),
     Helper("project", imports=("Optional",), pool_needs=("parallel",)),
-    # the model's attention code calls in_parallel beside query_blocks
-    Helper("query_blocks", needs=("parallel", "softmax", "workspace"), chosen=True),
+    Helper("keep_masked"),
+    # the attention strategies (Backend.attention) and what they are made of
+    Helper("query_blocks", needs=("softmax", "workspace"), shared=True),
+    Helper("attend_in_blocks", needs=("keep_masked", "parallel", "query_blocks"), chosen=True),
     Helper("kernel_support", imports=("functools",), shared=True),
     Helper("batched_matmul", imports=("ctypes",), chosen=True),
     Helper("masked_softmax", needs=("kernel_support", "softmax"), imports=("math",),
-           chosen=True),
+           shared=True),
+    Helper("attend_fused", needs=("batched_matmul", "masked_softmax"), chosen=True),
 )
 
 # What helpers may import, by the name their code uses: its import line (the standard

@@ -22,7 +22,7 @@ from typing import Optional
 import cupy as cp
 from jaxtyping import Bool, Float, Int, jaxtyped
 
-VERSION = "b1a7660fbfd0fc67"  # of this runtime: the sha256 of its text without this line
+VERSION = "0df58ac6655ae657"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -170,6 +170,14 @@ def project(
     if activation is not None:
         activation(product, out=product)
     return product.reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
+
+
+def keep_masked(S: cp.ndarray, L: cp.ndarray) -> None:
+    """After attention's scores S = X + L: in float16 a score past its range is +inf, and
+    +inf + (-inf) at a key L masks NaN, which would make the row NaN; such scores are set back
+    to -inf, in place (other dtypes are left as they are)."""
+    if S.dtype == cp.float16:
+        cp.copyto(S, -cp.inf, where=L == -cp.inf)
 
 
 # cuBLAS's codes (library_types.h, cublas_api.h) for each float dtype: its data type, and the
@@ -431,6 +439,25 @@ def masked_softmax(
     launch_rows(kernel, count, X, L, y, count, n, 1, *lead[1:], *strides,
                 L.strides[-1] // X.itemsize)
     return y.reshape(shape)
+
+
+@typechecked
+def attend_fused(
+    q: Float[cp.ndarray, "*#batch T_q d_k"],
+    k: Float[cp.ndarray, "*#batch T_kv d_k"],
+    v: Float[cp.ndarray, "*#batch T_kv d_v"],
+    L: Float[cp.ndarray, "*#batch T_q T_kv"],
+) -> Float[cp.ndarray, "*#batch T_q d_v"]:
+    """Attention, softmax(q @ k.T + L) @ v, the scores q @ k.T + L and the weights in one
+    kernel (masked_softmax): the scores with L are never stored. Products of two stacks of
+    matrices are batched_matmul's, as the equations' code computes them."""
+    A = masked_softmax(_product(q, k.swapaxes(-1, -2)), L)  # *batch T_q T_kv
+    return _product(A, v)  # *batch T_q d_v
+
+
+def _product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """a @ b as generated code writes it: batched_matmul for two stacks of matrices."""
+    return batched_matmul(a, b) if min(a.ndim, b.ndim) > 2 else a @ b
 
 
 @typechecked

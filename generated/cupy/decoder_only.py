@@ -32,7 +32,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("b1a7660fbfd0fc67", __name__)  # the runtime this was generated with
+rt.require_version("0df58ac6655ae657", __name__)  # the runtime this was generated with
 
 
 # the most bytes the tensors of one function's own equations may take: it refuses to start beyond
@@ -161,15 +161,11 @@ def scaled_dot_product_attention(
         trace: a dict that receives every named intermediate of this call
     """
     d_k = Q_h.shape[-1]
-    if trace is None:
-        # S_h and A_h in one kernel: S_h is never stored
-        # [H] B T_q T_kv
-        A_h = rt.masked_softmax(rt.batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)), L_h)
-    else:
-        S_h = rt.batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h  # [H] B T_q T_kv
-        if S_h.dtype == cp.float16:  # a score past float16's range is +inf:
-            cp.copyto(S_h, -cp.inf, where=L_h == -cp.inf)  # masked, not NaN
-        A_h = rt.softmax(S_h)  # [H] B T_q T_kv
+    if trace is None:  # the equations below, the scores and weights in one kernel
+        return rt.attend_fused(Q_h / math.sqrt(d_k), K_h, V_h, L_h)  # [H] B T_q d_v
+    S_h = rt.batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h  # [H] B T_q T_kv
+    rt.keep_masked(S_h, L_h)  # float16: a score past its range is +inf; masked keys stay -inf
+    A_h = rt.softmax(S_h)  # [H] B T_q T_kv
     O_h = rt.batched_matmul(A_h, V_h)  # [H] B T_q d_v
     if trace is not None:
         trace.update(S_h=S_h, A_h=A_h, O_h=O_h)

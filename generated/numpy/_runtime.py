@@ -33,7 +33,7 @@ try:
 except ImportError:
     resource = None
 
-VERSION = "11e67ccc3fadea47"  # of this runtime: the sha256 of its text without this line
+VERSION = "0d6cceb4c7453fe3"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -444,6 +444,14 @@ def project(
     return product.reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
 
 
+def keep_masked(S: np.ndarray, L: np.ndarray) -> None:
+    """After attention's scores S = X + L: in float16 a score past its range is +inf, and
+    +inf + (-inf) at a key L masks NaN, which would make the row NaN; such scores are set back
+    to -inf, in place (other dtypes are left as they are)."""
+    if S.dtype == np.float16:
+        np.copyto(S, -np.inf, where=L == -np.inf)
+
+
 def checked_axis(x: np.ndarray, axis, helper: str) -> int:
     """``axis`` as an index of x's axes counted from 0, or an error naming the helper: one
     integer from -x.ndim to x.ndim - 1 (not None or a tuple, which would reduce along every
@@ -607,6 +615,33 @@ def softmax_matmul(
     product = e @ V  # *batch rows d
     product /= total
     return product.astype(dtype, copy=False)  # *batch rows d
+
+
+@typechecked
+def attend_in_blocks(
+    q: Float[np.ndarray, "*#batch T_q d_k"],
+    k: Float[np.ndarray, "*#batch T_kv d_k"],
+    v: Float[np.ndarray, "*#batch T_kv d_v"],
+    L: Float[np.ndarray, "*#batch T_q T_kv"],
+    side_by_side: bool = True,
+) -> Float[np.ndarray, "*#batch T_q d_v"]:
+    """Attention, softmax(q @ k.T + L) @ v, a block of query rows at a time: the blocks of
+    query_blocks(L, QUERY_BLOCK), each over the keys L leaves visible to its rows, shared out
+    among the workers. A block's scores are one array, L added into it (add_into) and kept -inf
+    where L masks in float16 (keep_masked); its weights are never stored (softmax_matmul).
+    ``side_by_side``: the first axis is a family of heads, stored side by side for
+    concat_heads (join_query_blocks); else the blocks are joined as they are."""
+
+    def block(rows: slice, keys: slice) -> np.ndarray:
+        S = q[..., rows, :] @ k[..., keys, :].swapaxes(-1, -2)  # *batch rows keys
+        S = add_into(S, L[..., rows, keys])  # *batch rows keys
+        keep_masked(S, L[..., rows, keys])
+        return softmax_matmul(S, v[..., keys, :])  # *batch rows d_v
+
+    blocks = in_parallel(block, query_blocks(L, QUERY_BLOCK))
+    if side_by_side:
+        return join_query_blocks(blocks)  # H *batch T_q d_v
+    return np.concatenate(blocks, axis=-2)  # *batch T_q d_v
 
 
 @in_row_chunks

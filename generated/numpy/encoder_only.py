@@ -32,7 +32,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("11e67ccc3fadea47", __name__)  # the runtime this was generated with
+rt.require_version("0d6cceb4c7453fe3", __name__)  # the runtime this was generated with
 
 
 # the most bytes the tensors of one function's own equations may take: it refuses to start beyond
@@ -114,25 +114,14 @@ def scaled_dot_product_attention(
         trace: a dict that receives every named intermediate of this call
     """
     d_k = Q_h.shape[-1]
-
-    def query_block(rows: slice, keys: slice):  # the rows' output, from those keys
-        # [H] B rows keys
-        S_h = Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)
-        S_h = rt.add_into(S_h, L_h[..., rows, keys])  # [H] B rows keys
-        if S_h.dtype == np.float16:  # a score past float16's range is +inf:
-            np.copyto(S_h, -np.inf, where=L_h[..., rows, keys] == -np.inf)  # masked, not NaN
-        if trace is None:  # A_h is never stored: divided out of the product
-            O_h = rt.softmax_matmul(S_h, V_h[..., keys, :])  # [H] B rows d_v
-        else:  # one block, every row and key, as written
-            A_h = rt.softmax(S_h)  # [H] B rows keys
-            O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v
-            trace.update(S_h=S_h, A_h=A_h)
-        return O_h
-
-    blocks = rt.query_blocks(L_h, rt.QUERY_BLOCK if trace is None else None)
-    O_h = rt.join_query_blocks(rt.in_parallel(query_block, blocks))  # [H] B T_q d_v
+    if trace is None:  # the equations below, a block of query rows at a time
+        return rt.attend_in_blocks(Q_h / math.sqrt(d_k), K_h, V_h, L_h)  # [H] B T_q d_v
+    S_h = Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2) + L_h  # [H] B T_q T_kv
+    rt.keep_masked(S_h, L_h)  # float16: a score past its range is +inf; masked keys stay -inf
+    A_h = rt.softmax(S_h)  # [H] B T_q T_kv
+    O_h = A_h @ V_h  # [H] B T_q d_v
     if trace is not None:
-        trace.update(O_h=O_h)
+        trace.update(S_h=S_h, A_h=A_h, O_h=O_h)
     return O_h
 
 
