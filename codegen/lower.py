@@ -760,8 +760,9 @@ class _Body:
                 else ""
             self.fields.append(ir.Field(instance, kind, f"{count}{function.name}"))
         renamed = f"  (calls {function.name})" if function.name != block.name else ""
-        self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}{renamed}",
-                                             record.latex, where(record)))
+        # no LaTeX: a call's would say nothing its plain line does not
+        self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}{renamed}", "",
+                                             where(record)))
 
     def finish(self, arguments, outputs) -> tuple[ir.Function, _Signature]:
         # dims the body uses: from array shapes, from derived dims, else keyword arguments
