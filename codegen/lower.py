@@ -17,6 +17,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
+import numpy
 import sympy
 from sympy.printing.pycode import PythonCodePrinter
 
@@ -24,7 +25,7 @@ from tspec.analysis.attention import AttentionCore, attention_core
 from tspec.analysis.counts import BOOL_BYTES, INT_BYTES
 from tspec.checking.check import check, topological
 from tspec.codegen import ir
-from tspec.codegen.backends import Backend
+from tspec.codegen.backends import Backend, runtime_order
 from tspec.errors import CodegenError, SpecError
 from tspec.files import shown, where
 from tspec.language.latex import name_latex
@@ -53,24 +54,12 @@ from tspec.language.model import lets as derived_dims
 from tspec.language.model import outputs as model_outputs
 from tspec.language.names import check_name
 from tspec.language.shape import Shape, format_expr
-from tspec.ops.catalogue import (
-    ACTIVATIONS,
-    ATOM,
-    OPS,
-    SETTINGS,
-    Operand,
-    Unchecked,
-    Value,
-    align,
-    numel,
-    wrap,
-)
+from tspec.ops.base import ATOM, CATALOGUE, Operand, Unchecked, Value, numel, wrap
+from tspec.ops.catalogue import OPS, SETTINGS
 
 LINE_LENGTH = 96        # 100 less the function body's indent
 LONG_SUM = 200          # terms a sum in generated code may chain with +; past it, sum((...))
 SORTED_DIMS = 64        # a sum over more dims than this is written in sympy's order
-# ops whose code always makes a new array (never a view of an operand), on every backend
-FRESH_RESULT_OPS = frozenset({"matmul", "scale", "add", "sub", "mul", "div", "neg"})
 DTYPE_CLASS = {"float": "Float", "int": "Int", "bool": "Bool"}
 
 
@@ -209,7 +198,7 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
     return ir.Module(
         spec_name=full.spec_name, title=full.title, spec_file=full.spec_file,
         spec_hash=full.spec_hash, choices=full.choices, backend=full.backend,
-        helpers=[helpers[h] for h in HELPER_ORDER if h in helpers],
+        helpers=[helpers[h.name] for h in runtime_order(full.backend) if h.name in helpers],
         params_classes=classes, functions=functions + [prefill], entry=full.entry,
         constants=_memory_limit(full.backend, helpers) + [
             ir.Constant("CACHE_STATES", "each state of the cache, nested like params (a "
@@ -255,13 +244,15 @@ class _Lowerer:
         symbols = spec.symbols()
         self.lets = {symbols[let.dim]: let.expr for let in derived_dims(spec, choices)}
         self.functions: dict[str, tuple[ir.Function, _Signature]] = {}
+        self.runtime = runtime_order(backend)       # the helpers of the backend's runtime
+        self.needs = {helper.name: helper.needs for helper in self.runtime}
         self.helpers: list[str] = []
         self.params_classes: list[ir.ParamsClass] = []
         self.active: list[str] = []
 
     def module(self) -> ir.Module:
         entry, _ = self.lower_body(self.rename.get(None, self.spec.name), None)
-        helper_order = [h for h in HELPER_ORDER if h in self.helpers]
+        helper_order = [h.name for h in self.runtime if h.name in self.helpers]
         functions = [f for f, _ in self.functions.values()]
         return ir.Module(
             spec_name=self.spec.name, title=self.spec.title,
@@ -290,55 +281,19 @@ class _Lowerer:
         return function, signature
 
     def use_helper(self, name: str) -> None:
-        _use_helper(name, self.backend, self.helpers)
+        if name not in self.needs:
+            raise CodegenError(f"code calls rt.{name}, which the {self.backend.name} runtime "
+                               f"does not have: name it as an op's helper= in {CATALOGUE} "
+                               "and write its template")
+        _use_helper(name, self.needs, self.helpers)
 
 
-def _use_helper(name: str, backend: Backend, used: list[str]) -> None:
-    """Add a helper to ``used``, after the helpers it needs on ``backend``."""
-    needs = backend.helper_needs.get(name, HELPER_NEEDS.get(name, ()))
-    if backend.thread_pool:
-        needs += THREAD_POOL_NEEDS.get(name, ())
-    for dependency in needs:
-        _use_helper(dependency, backend, used)
+def _use_helper(name: str, needs: dict[str, tuple[str, ...]], used: list[str]) -> None:
+    """Add a helper to ``used``, after the helpers it needs."""
+    for dependency in needs[name]:
+        _use_helper(dependency, needs, used)
     if name not in used:
         used.append(name)
-
-
-def runtime_helpers(backend: Backend) -> tuple[str, ...]:
-    """The helpers of ``backend``'s runtime module (generated/<backend>/_runtime.py), in
-    HELPER_ORDER: every one the code of some model may call there, and those they need."""
-    offered = {"query_blocks": backend.attention == "query_blocks",
-               "masked_softmax": backend.attention == "fused",
-               "extend": backend.growing_states,
-               "batched_matmul": backend.batched_matmul == "batched_matmul"}
-    used: list[str] = []
-    for name in HELPER_ORDER:
-        if offered.get(name, name not in NEEDED_ONLY):
-            _use_helper(name, backend, used)
-    return tuple(name for name in HELPER_ORDER if name in used)
-
-
-# helpers in the order the module defines them, and the helpers each one needs (the attention
-# code that calls query_blocks also calls in_parallel, and softmax_matmul, which it defines,
-# softmax_parts)
-HELPER_ORDER = ("subtrace", "decoding", "extend", "require_size", "require_memory", "workspace",
-                "parallel", "project", "embed", "table_rows", "positional_encoding", "log_mask",
-                "causal_mask", "padding_mask", "relative_position_bias", "split_heads",
-                "rotary", "repeat_heads", "concat_heads", "kernel_support", "batched_matmul",
-                "checked_axis", "float16", "softmax", "masked_softmax", "query_blocks",
-                "layer_norm", "rms_norm", "relu", "gelu", "gelu_tanh", "silu")
-HELPER_NEEDS: dict[str, tuple[str, ...]] = {"query_blocks": ("parallel", "softmax"),
-                                            "parallel": ("workspace",),
-                                            "softmax": ("checked_axis", "float16"),
-                                            "layer_norm": ("float16",),
-                                            "rms_norm": ("float16",), "gelu": ("float16",),
-                                            "gelu_tanh": ("float16",), "silu": ("float16",)}
-# with a thread pool (Backend.thread_pool), these helpers run in chunks of rows on it
-THREAD_POOL_NEEDS: dict[str, tuple[str, ...]] = {
-    name: ("parallel",) for name in ("project", "softmax", "layer_norm", "rms_norm")
-    + ACTIVATIONS}
-# helpers that only other helpers call: a runtime holds them where one it holds needs them
-NEEDED_ONLY = ("workspace", "parallel", "kernel_support", "checked_axis", "float16")
 
 
 @dataclass
@@ -391,9 +346,7 @@ class _Body:
         self.sources_text: list[str] = []
         self.record = None                  # the equation being lowered, for errors
         self.cache = False                  # whether the function takes a cache
-        self.comment_names: dict = {}       # dims the shape comments show by another name
         self.core: AttentionCore | None = None  # the body's attention core, if it is one
-        self.width = LINE_LENGTH            # of a step's lines (less inside query_block)
         self.updates: dict[str, str] = {}   # a value the next call's state takes -> the state
         # elements of the tensors the body's own equations compute, by dtype class: the
         # spec's activation count (spec.counts) for this function, checked before it runs
@@ -404,6 +357,12 @@ class _Body:
     def helper(self, name: str) -> str:
         self.lowerer.use_helper(name)
         return f"rt.{name}"                 # from . import _runtime as rt
+
+    def array_function(self, name: str, op: str) -> str:
+        if not callable(getattr(numpy, name, None)):    # CuPy's functions are NumPy's
+            raise CodegenError(f"op {op} calls {self.xp}.{name}, which NumPy (and so CuPy) "
+                               f"does not have: fix its array_function= in {CATALOGUE}")
+        return f"{self.xp}.{name}"
 
     def dim(self, expr) -> str:
         expr = sympy.sympify(expr)
@@ -494,9 +453,6 @@ class _Body:
         producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
         self.updates = {s.value: s.state for s in statements if isinstance(s, Update)}
         core = self.core = attention_core(block, producers, self.decls)
-        blocking = core if self.lowerer.backend.attention == "query_blocks" else None
-        if blocking is not None:
-            self.slice_inputs(blocking)
         for record in topological(producers, self.name):
             if record.source and record.source not in self.sources_text:
                 self.sources_text.append(record.source)
@@ -505,10 +461,8 @@ class _Body:
                 self.equation(record)
             else:
                 self.call(record)
-        if blocking is not None:
-            self.loop_over_query_blocks(blocking, producers[block.output])
-        elif core is not None:
-            self.fuse_softmax(core, producers[core.scores])
+        if core is not None:
+            self.attention_strategy(core, producers[core.scores], producers[block.output])
         for update in (s for s in statements if isinstance(s, Update)):
             shape = self.values[update.value].value.shape
             self.steps.append(ir.Step(_commented(f'cache["{update.state}"] = {update.value}',
@@ -520,88 +474,45 @@ class _Body:
         outputs = [block.output] if block else model_outputs(spec, self.lowerer.choices)
         return self.finish(arguments, outputs)
 
-    def slice_inputs(self, blocking: AttentionCore) -> None:
-        """Inputs as one query block sees them: query rows ``rows``, keys ``keys``; the shape
-        comments name the block's extents."""
-        slices = {blocking.rows: "rows", blocking.keys: "keys"}
-        for decl in self.block.inputs:
-            shape = self.values[decl.name].value.shape
-            index = [slices.get(dim, ":") for dim in shape.dims]
-            while index and index[0] == ":":         # after "...": only the trailing axes
-                index.pop(0)
-            if index:
-                self.values[decl.name] = Operand(f"{decl.name}[..., {', '.join(index)}]",
-                                                 self.values[decl.name].value)
-        self.comment_names = {dim: sympy.Symbol(name) for dim, name in slices.items()}
-        self.width = LINE_LENGTH - 8        # the steps go inside def query_block (and if)
-
-    def loop_over_query_blocks(self, blocking: AttentionCore, output_record: Equation) -> None:
-        """The body's steps as a function of one query block, run for every block (at once
-        on a thread pool, where the backend has one), the blocks' outputs joined.
-
-        Without a trace, ``A = softmax(S)`` and ``O = A @ V`` are one ``softmax_matmul(S, V)``
-        call: O = (e @ V) / total with e = exp(S - max), the division made on the block's
-        output rather than on its weights, which are never stored. With a trace there is one
-        block, of every row and key, computed as written: it records its intermediates. The
-        body's steps are S, A, O in this order (the three equations of an attention core)."""
-        self.helper("query_blocks")
-        output = self.block.output
-        shape = self.values[output].value.shape
-        axis = shape.dims.index(blocking.rows) - shape.rank
-        inner = [name for name in self.traced if name != output]
-        scores_step, weights_step, output_step = self.steps
-        values = self.values[output_record.expr.args[1].name].code
-        fused = _call(f"{output} = rt.softmax_matmul", [blocking.scores, values],
-                      shape.subs(self.comment_names).text(), LINE_LENGTH - 8)
-        traced = weights_step.lines + output_step.lines
-        if inner:
-            traced += (f"trace.update({', '.join(f'{n}={n}' for n in inner)})",)
-        never = f"# {blocking.weights} is never stored: divided out of the product"
-        condition = f"if trace is None:  {never}"
-        split = len(condition) > LINE_LENGTH - 4
-        body = (*scores_step.lines, *((never, "if trace is None:") if split else (condition,)),
-                *("    " + line for line in fused),
-                "else:  # one block, every row and key, as written",
-                *("    " + line for line in traced))
-        header = "def query_block(rows: slice, keys: slice):  # the rows' output, from those keys"
-        blocks = f"rt.query_blocks({blocking.mask}, rt.QUERY_BLOCK if trace is None else None)"
-        lines = ["", header, *("    " + line for line in body), f"    return {output}", "",
-                 f"blocks = {blocks}"]
-        if shape.family is not None and axis == -2:
-            join = "rt.join_query_blocks(rt.in_parallel(query_block, blocks))"
-        else:
-            join = f"{self.xp}.concatenate(rt.in_parallel(query_block, blocks), axis={axis})"
-        lines += _commented(f"{output} = {join}", shape.text())
-        self.steps = [ir.Step(tuple(lines))]
-        self.traced = [name for name in self.traced if name not in inner]
-        self.comment_names = {}
+    def attention_strategy(self, core: AttentionCore, scores: Equation,
+                           output: Equation) -> None:
+        """Without a trace, an attention core's three equations as one call of the backend's
+        strategy (``Backend.attention``): rt.attend_in_blocks(q, k, V, L) computes them a
+        block of query rows at a time over the keys each block sees, rt.attend_fused(q, k,
+        V, L) the scores and weights in one kernel; with a trace, the equations as written.
+        Where the scores are q @ k.T + L, q over the query rows and k over the keys; any
+        other scores are computed as written (the same numbers, slower)."""
+        self.record = scores
+        product = scores.expr.args[0]
+        if isinstance(product, OpNode):
+            product = _scale_the_left_factor(product)
+        if not (isinstance(product, OpNode) and product.op == "matmul" and
+                isinstance(product.args[1], OpNode) and product.args[1].op == "transpose"):
+            return
+        q, k = self.operand(product.args[0]), self.operand(product.args[1].args[0])
+        values = self.values[output.expr.args[1].name]
+        mask = self.values[core.mask]
+        called = self.operand(product).call
+        if called is not None and called[0] != f"rt.{self.batched_matmul}" or not all(
+                _along(operand.value.shape, axis, {core.rows, core.keys})
+                for operand, axis in ((q, core.rows), (k, core.keys), (values, core.keys))):
+            return
+        arguments = [q.code, k.code, values.code, mask.code]
+        out = self.values[output.output].value.shape
+        if out.family is None:           # no heads to store side by side
+            arguments.append("side_by_side=False")
+        backend = self.lowerer.backend
+        strategy = _call(f"return {self.helper(backend.attention)}", arguments, out.text(),
+                         LINE_LENGTH - 4)
+        self.steps.insert(0, ir.Step((f"if trace is None:  # {backend.attention_note}",
+                                      *("    " + line for line in strategy))))
 
     def keep_masked(self, core: AttentionCore) -> None:
         """After S = X + L: in float16 a score past its range is +inf, and +inf + (-inf) at a
         masked key NaN, which would make the row NaN; such entries are set back to -inf."""
-        mask, xp = self.values[core.mask].code, self.xp
-        test = f"if {core.scores}.dtype == {xp}.float16:"
-        reset = f"    {xp}.copyto({core.scores}, -{xp}.inf, where={mask} == -{xp}.inf)"
-        guard = (f"{test}  # a score past float16's range is +inf:", f"{reset}  # masked, not NaN")
-        self.steps[-1] = ir.Step(self.steps[-1].lines + guard)
-
-    def fuse_softmax(self, core: AttentionCore, scores: Equation) -> None:
-        """Without a trace, ``S = X + L`` and ``A = softmax(S)`` as one ``masked_softmax(X, L)``
-        call, which adds the mask as it reads each row: the scores are never stored. With a
-        trace, the two equations as written. The body's steps are S, A, O in this order (the
-        three equations of an attention core)."""
-        self.record = scores
-        scores_step, weights_step, output_step = self.steps
-        left = self.operand(scores.expr.args[0])
-        fused = _commented(f"{core.weights} = {self.helper('masked_softmax')}({left.code}, "
-                           f"{self.values[core.mask].code})",
-                           self.values[core.weights].value.shape.text(), LINE_LENGTH - 4)
-        note = f"    # {core.scores} and {core.weights} in one kernel: {core.scores} is never stored"
-        lines = ("if trace is None:", note,
-                 *("    " + line for line in fused),
-                 "else:",
-                 *("    " + line for line in scores_step.lines + weights_step.lines))
-        self.steps = [ir.Step(lines), output_step]
+        call = f"{self.helper('keep_masked')}({core.scores}, {self.values[core.mask].code})"
+        self.steps.append(ir.Step(_commented(call, "float16: a score past its range is +inf; "
+                                             "masked keys stay -inf")))
 
     def require_shape(self, decl: TensorDecl) -> Shape:
         if decl.shape is None:
@@ -757,9 +668,7 @@ class _Body:
 
     def equation(self, record: Equation) -> None:
         scores = self.core is not None and record.output == self.core.scores
-        blocking = self.lowerer.backend.attention == "query_blocks"
-        in_place = self.masked_in_place(record) if scores and blocking else None
-        result = in_place[0] if in_place else self.operand(record.expr)
+        result = self.operand(record.expr)
         declared = self.decls.get(record.output)
         shape = declared.shape if declared is not None and declared.shape is not None \
             else result.value.shape
@@ -767,40 +676,17 @@ class _Body:
         # extend's new buffer holds half as many entries again (templates/helpers/extend.py.j2)
         self.allocated[dtype].append(numel(Value(shape)) * (
             sympy.Rational(3, 2) if self.extends(record) else 1))
-        lines = None
-        if in_place:
-            comment = shape.subs(self.comment_names).text()
-            lines = _commented(f"{record.output} = {result.code}", comment, self.width) + \
-                _call(f"{record.output} = rt.add_into", [record.output, in_place[1].code],
-                      comment, self.width)
-        self.assign(record.output, result.code, shape, dtype, lines)
+        self.assign(record.output, result.code, shape, dtype)
         if scores:
             self.keep_masked(self.core)
         self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}", record.latex,
                                              where(record)))
 
-    def masked_in_place(self, record: Equation) -> tuple[Operand, Operand] | None:
-        """The scores ``S = X + L`` of an attention core (in query blocks) as ``S = X`` then
-        ``S = add_into(S, L)``, which adds L into S where the sum has S's shape and dtype at
-        run time (an argument annotated #H may hold one head for all), where X's code makes a
-        new array of S's stated shape (an arithmetic op's result, never an input or a view of
-        one): one array of scores instead of two. X's and L's operands, or None."""
-        left_term, mask_term = record.expr.args
-        declared = self.decls.get(record.output)
-        if not (isinstance(left_term, OpNode) and left_term.op in FRESH_RESULT_OPS and
-                isinstance(mask_term, TensorRef) and declared is not None and
-                declared.shape is not None):
-            return None
-        left, mask = align(self.operand(left_term), self.operand(mask_term))
-        if left.value.shape != declared.shape or left.value.dtype != "float":
-            return None
-        return left, mask
-
     def assign(self, name: str, code: str, shape: Shape, dtype: str,
                lines: tuple[str, ...] | None = None) -> None:
         self.values[name] = Operand(name, Value(shape, dtype, tensor=name))
-        comment = shape.subs(self.comment_names).text()
-        self.steps.append(ir.Step(lines or _commented(f"{name} = {code}", comment, self.width)))
+        comment = shape.text()
+        self.steps.append(ir.Step(lines or _commented(f"{name} = {code}", comment)))
         self.traced.append(name)
         if dtype == "float" and self.float_source is None:
             self.float_source = name
@@ -875,8 +761,9 @@ class _Body:
                 else ""
             self.fields.append(ir.Field(instance, kind, f"{count}{function.name}"))
         renamed = f"  (calls {function.name})" if function.name != block.name else ""
-        self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}{renamed}",
-                                             record.latex, where(record)))
+        # no LaTeX: a call's would say nothing its plain line does not
+        self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}{renamed}", "",
+                                             where(record)))
 
     def finish(self, arguments, outputs) -> tuple[ir.Function, _Signature]:
         # dims the body uses: from array shapes, from derived dims, else keyword arguments
@@ -979,6 +866,13 @@ def _scale_the_left_factor(term: OpNode) -> OpNode:
         return OpNode("matmul", (left, product.args[1]), product.attrs, product.line,
                       product.column)
     return term
+
+
+def _along(shape: Shape, axis: sympy.Symbol, axes: set) -> bool:
+    """Whether ``axis`` is the shape's second-to-last axis and no other axis is among ``axes``:
+    a block of its rows is ``x[..., rows, :]``."""
+    return shape.rank >= 2 and shape.dims[-2] == axis and \
+        not axes & set(shape.dims[:-2] + shape.dims[-1:])
 
 
 def _summary(block: Block) -> str:

@@ -12,28 +12,43 @@ import functools
 import hashlib
 import re
 import textwrap
+from pathlib import Path
 
 import jinja2
 
 from tspec.codegen import ir
-from tspec.codegen.backends import BACKENDS, Backend
-from tspec.codegen.lower import runtime_helpers
+from tspec.codegen.backends import BACKENDS, IMPORTS, Backend, Helper, runtime_order
 from tspec.errors import CodegenError, hidden
 
 LINE_LENGTH = 100
 TRACE_KEYWORDS = 256     # names a trace.update call records at most
-TEMPLATES = "tspec.codegen"
+# the folders templates are looked up in, in this order (environment() reads it once)
+TEMPLATE_DIRS: list[Path] = [Path(__file__).resolve().parent / "templates"]
+# what the runtime's own code (runtime.py.j2, before its helpers) imports, beside its array
+# module and jaxtyping
+RUNTIME_IMPORTS = ("os", "warnings")
+# what the module's docstring says of every model module, and of one that decodes
+ABOUT = ("Each function computes one block of the spec: its docstring gives the block's "
+         "equations (plain, then LaTeX), one per line of code, and each line ends in the shape "
+         "it makes. A family of H tensors ([H] B T d_k) is one array, (H, B, T, d_k). "
+         "Parameters come in nested dictionaries keyed by the spec's names (the *Params "
+         "classes){cache}. The helpers, rt.<name>, are in _runtime.py beside this module. Pass "
+         "trace={{}} to receive every named intermediate; set TSPEC_TYPECHECK=1 before import to "
+         "check every array's shape and dtype at run time. Parameters are checked when loaded "
+         "(tspec.load_weights), not per call.")
+CACHE = ("; a decoding step's cache is nested alike, each state read, then replaced in place by "
+         "its value for the next step")
 VERSION_LINE = 'VERSION = "{}"  # of this runtime: the sha256 of its text without this line'
-# every runtime rendered in this process: its text by repr(backend); its backend's name and
-# text by VERSION
-_RUNTIMES: dict[str, str] = {}
+# every runtime rendered in this process: its text by its backend, helpers and templates; its
+# backend's name and text by VERSION
+_RUNTIMES: dict[tuple, str] = {}
 _BY_VERSION: dict[str, tuple[str, str]] = {}
 
 
 @functools.cache
 def environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader(TEMPLATES, "templates"),
+        loader=jinja2.FileSystemLoader(TEMPLATE_DIRS),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True,
         # HTML pages escape what they place; Python and Markdown take text as it is
@@ -54,6 +69,9 @@ def render(module: ir.Module) -> str:
         "backend": module.backend, "xp": module.backend.alias,
         "array": module.backend.array_type,
         "choice_lines": _wrap(", ".join(f"{k}={v}" for k, v in module.choices), 96),
+        "about_lines": _wrap(ABOUT.format(cache=CACHE if any(
+            function.cache for function in module.functions) else ""), 96),
+        "keyword_lines": _keyword_lines(module.functions),
         "functions": [_function_view(f) for f in module.functions],
         "params_classes": [_params_view(p) for p in module.params_classes],
         "runtime_version": runtime_version(render_runtime(module.backend)),
@@ -71,15 +89,18 @@ def render_runtime(backend: Backend) -> str:
     """The runtime module of ``backend`` (generated/<backend>/_runtime.py): every helper its
     models may call, rendered once; a function of the backend alone. Its VERSION is the start
     of the sha256 of its text without that line (``runtime_version``)."""
-    key = repr(backend)
+    helpers = runtime_order(backend)
+    key = (repr(backend), helpers, tuple(TEMPLATE_DIRS))
     if key not in _RUNTIMES:
+        for helper in helpers:
+            _require_template(helper, backend)
         context = {"backend": backend, "xp": backend.alias, "array": backend.array_type,
-                   "helpers": [ir.Helper(name, backend.template(name))
-                               for name in runtime_helpers(backend)],
+                   "helpers": [ir.Helper(h.name, backend.template(h.name)) for h in helpers],
                    "version_line": VERSION_LINE.format("")}
-        template = environment().get_template("runtime.py.j2")
-        draft = template.render(**context, imports=[])
-        text = stamped(template.render(**context, imports=_imports(draft, backend)))
+        imports = _declared_imports(backend, [*RUNTIME_IMPORTS,
+                                              *(name for h in helpers for name in h.imports)])
+        text = stamped(environment().get_template("runtime.py.j2").render(**context,
+                                                                          imports=imports))
         _require_parsing(text, f"the {backend.name} runtime")
         _RUNTIMES[key] = text
         _BY_VERSION[runtime_version(text)] = (backend.name, text)
@@ -106,6 +127,45 @@ def runtime_named(version: str) -> tuple[str, str] | None:
         for backend in BACKENDS.values():
             render_runtime(backend)
     return _BY_VERSION.get(version)
+
+
+def helper_source(backend: Backend, name: str) -> str:
+    """One helper's code as the runtime of ``backend`` holds it."""
+    return environment().get_template(backend.template(name)).render(
+        backend=backend, xp=backend.alias, array=backend.array_type)
+
+
+def _require_template(helper: Helper, backend: Backend) -> None:
+    """A helper's template, or an error saying where to write it."""
+    template = backend.template(helper.name)
+    try:
+        environment().get_template(template)
+    except jinja2.TemplateNotFound:
+        owner = f" (op {helper.op}'s)" if helper.op else ""
+        raise CodegenError(f"helper {helper.name}{owner} has no template for {backend.name}: "
+                           f"write codegen/templates/{template}") from None
+
+
+def _declared_imports(backend: Backend, names: list[str]) -> list[str]:
+    """The runtime's import lines, from what its code and its helpers declare they import
+    (``Helper.imports``): the standard library's, then the array module's, jaxtyping and
+    erf, then resource, which only Unix has."""
+    unknown = sorted(set(names) - set(IMPORTS))
+    if unknown:
+        raise CodegenError(f"a helper declares the import {unknown[0]}, which is none of "
+                           f"codegen.backends.IMPORTS ({', '.join(IMPORTS)})")
+    wanted = set(names)
+    # isort's order: each `import x` before every `from x import y`, each group by module
+    standard = sorted((IMPORTS[name] for name in wanted - {"erf", "resource"}),
+                      key=lambda line: (line.startswith("from "), line))
+    third = [f"import {backend.module} as {backend.alias}",
+             "from jaxtyping import Bool, Float, Int, jaxtyped"]
+    if "erf" in wanted:
+        third.append(backend.erf_import)
+    if "resource" in wanted:
+        third += ["", "try:", "    import resource  # Unix only: memory_total() does without it",
+                  "except ImportError:", "    resource = None"]
+    return standard + [""] + third
 
 
 def _require_parsing(text: str, what: str) -> None:
@@ -178,6 +238,15 @@ def _params_view(params: ir.ParamsClass) -> dict:
     return {"name": params.name, "doc": params.doc, "lines": lines}
 
 
+def _keyword_lines(functions: list[ir.Function]) -> list[str]:
+    """What each keyword argument of the module's functions means, each named once."""
+    meanings = {keyword.name: keyword.meaning for function in functions
+                for keyword in function.keywords}
+    return [line for name, meaning in meanings.items()
+            for line in _wrap(_docstring_text(f"{name}: {meaning}", f"the meaning of {name}"),
+                              96, "    ", "        ")]
+
+
 def _function_view(function: ir.Function) -> dict:
     signature = [f"{a.name}: {a.annotation}," for a in function.arguments]
     if function.params_class:
@@ -188,43 +257,33 @@ def _function_view(function: ir.Function) -> dict:
                 for k in function.keywords]
     if function.traces:
         keywords.append("trace: dict | None = None,")
-    if keywords:
-        signature += ["*,", *keywords]
+    if keywords:                         # the keyword-only arguments on as few lines as fit
+        signature += _packed(["*,", *keywords], LINE_LENGTH - 4)
 
-    doc = []
-    if function.source:
-        doc += _wrap(f"From {function.source} ({function.where}).", 96)
-    else:
-        doc += [f"From {function.where}."]
+    summary = _docstring_text(function.summary, f"the summary of {function.name}")
+    source = f"From {function.source} ({function.where})." if function.source else \
+        f"From {function.where}."
+    lead = _wrap(f"{summary.rstrip('.')}. {source}", LINE_LENGTH - 4, "    ")
+    doc = [line.removeprefix("    ") for line in lead[1:]]
     if function.equations:
-        doc += ["", "Equations (plain, then LaTeX), one per line of code:"]
+        doc.append("")
         for equation in function.equations:
-            doc += ["    " + equation.plain, "        " + equation.latex]
+            doc.append("    " + equation.plain)
+            if equation.latex:           # a block call's LaTeX would say nothing more
+                doc.append("        " + equation.latex)
     for note in function.notes:
         doc += [""] + _wrap(note, 96)
-    if function.cache:
-        doc += ["", "cache: this call's key-value cache, nested like params: each state is read,",
-                "then replaced by its value for the next decoding step (in place)."]
-    if keywords:
-        doc += ["", "Keyword arguments:"]
-    for keyword in function.keywords:
-        doc += _wrap(f"{keyword.name}: {keyword.meaning}", 92, "    ", "        ")
-    if function.traces:
-        doc += ["    trace: a dict that receives every named intermediate of this call"]
-    summary = _docstring_text(function.summary, f"the summary of {function.name}")
     doc = [_docstring_text(line, f"the docstring of {function.name}") for line in doc]
 
     body = list(function.prologue)
     for step in function.steps:
         body += list(step.lines)
-    if function.traced:
-        body.append("if trace is not None:")
-        # calls of at most TRACE_KEYWORDS keywords: CPython's compiler checks a call's
-        # keywords for repeats pairwise, 5 s for one call of 25,000
-        for start in range(0, len(function.traced), TRACE_KEYWORDS):
-            names = function.traced[start:start + TRACE_KEYWORDS]
-            items = ", ".join(f"{name}={name}" for name in names)
-            body += _wrap(f"trace.update({items})", LINE_LENGTH - 8, "    ", "        ")
+    # calls of at most TRACE_KEYWORDS keywords: CPython's compiler checks a call's keywords
+    # for repeats pairwise, 5 s for one call of 25,000
+    for start in range(0, len(function.traced), TRACE_KEYWORDS):
+        names = function.traced[start:start + TRACE_KEYWORDS]
+        items = ", ".join(f"{name}={name}" for name in names)
+        body += _wrap(f"rt.record(trace, {items})", LINE_LENGTH - 4, "", "    ")
     body.append(f"return {function.result}")
     returns = function.returns
     if returns.startswith("Tuple["):
@@ -232,8 +291,19 @@ def _function_view(function: ir.Function) -> dict:
     else:
         returns += ":"
     return {"name": function.name, "signature": signature, "returns": returns,
-            "docstring_open": _docstring_open([summary, *doc]), "summary": summary,
-            "doc_lines": doc, "body": body}
+            "docstring_open": _docstring_open([lead[0], *doc]),
+            "summary": lead[0].removeprefix("    "), "doc_lines": doc, "body": body}
+
+
+def _packed(items: list[str], width: int) -> list[str]:
+    """Items joined by spaces into lines of at most ``width`` (an item longer has its own)."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + 1 + len(item) <= width:
+            lines[-1] += " " + item
+        else:
+            lines.append(item)
+    return lines
 
 
 def _wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:

@@ -22,7 +22,7 @@ from typing import Optional
 import cupy as cp
 from jaxtyping import Bool, Float, Int, jaxtyped
 
-VERSION = "802c8e2d8bb9fce4"  # of this runtime: the sha256 of its text without this line
+VERSION = "ed1312a952081034"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -43,6 +43,12 @@ def require_version(version: str, model: str) -> None:
         name = model.rpartition(".")[2]
         raise ImportError(f"{name} was generated with runtime {version}, but its _runtime.py "
                           f"is {VERSION}: regenerate both with tspec generate")
+
+
+def record(trace: dict | None, **tensors) -> None:
+    """Record a call's named tensors in its trace (nothing where it has none)."""
+    if trace is not None:
+        trace.update(**tensors)
 
 
 def subtrace(trace: dict | None, *path: str | int) -> dict | None:
@@ -140,6 +146,16 @@ def require_memory(function: str, limit: int | None, needed: int) -> None:
 
 
 @typechecked
+def log_mask(M: Bool[cp.ndarray, " *shape"], dtype) -> Float[cp.ndarray, " *shape"]:
+    """log M for a 0/1 mask: 0 where M keeps a key, -inf where it masks one (no log(0) warning)."""
+    if M.dtype != bool:
+        raise TypeError(f"a mask must be boolean (True keeps a key), got dtype {M.dtype}")
+    L = cp.zeros(M.shape, dtype=dtype)  # *shape
+    cp.copyto(L, -cp.inf, where=~M)
+    return L
+
+
+@typechecked
 def project(
     X: Float[cp.ndarray, "*batch k"],
     W: Float[cp.ndarray, "k n"],
@@ -162,154 +178,70 @@ def project(
     return product.reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
 
 
-@typechecked
-def embed(
-    E: Float[cp.ndarray, "V d_model"],
-    t: Int[cp.ndarray, " *batch"],
-    table: str = "E",
-    ids: str = "t",
-) -> Float[cp.ndarray, "*batch d_model"]:
-    """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` and
-    ``ids`` name E and t in errors (E_type: token types; u: a decoder's ids).
+def keep_masked(S: cp.ndarray, L: cp.ndarray) -> None:
+    """After attention's scores S = X + L: in float16 a score past its range is +inf, and
+    +inf + (-inf) at a key L masks NaN, which would make the row NaN; such scores are set back
+    to -inf, in place (other dtypes are left as they are)."""
+    if S.dtype == cp.float16:
+        cp.copyto(S, -cp.inf, where=L == -cp.inf)
 
-    Every id must lie in 0 .. V - 1: the first that does not (V, -1) is refused with a
-    ValueError naming it, its index, the table and the range, before the lookup, which would
-    take -1 as the last row silently (CuPy any id out of range).
+
+# cuBLAS's codes (library_types.h, cublas_api.h) for each float dtype: its data type, and the
+# type the products are summed in (float32 for float16 and float32, float64 for float64)
+GEMM_TYPES = {"float16": (2, 68), "float32": (0, 68), "float64": (1, 70)}
+# alpha = 1 and beta = 0 in the type the products are summed in, for cuBLAS to read from here
+GEMM_SCALARS = {68: (ctypes.c_float(1), ctypes.c_float(0)),
+                70: (ctypes.c_double(1), ctypes.c_double(0))}
+
+
+def stacked(x: cp.ndarray) -> tuple[cp.ndarray, bool]:
+    """x (*batch, rows, cols) as one stack of equally spaced matrices, and whether they are
+    stored column by column; a contiguous copy when x's strides allow neither."""
+    rows, cols = x.shape[-2:]
+    step = x.itemsize
+    spacing = rows * cols * step  # each batch axis's stride, the innermost first
+    for size, stride in reversed(list(zip(x.shape[:-2], x.strides[:-2]))):
+        if size > 1 and stride != spacing:
+            return cp.ascontiguousarray(x), False
+        spacing *= size
+    if x.strides[-1] == step and (rows == 1 or x.strides[-2] == cols * step):
+        return x, False
+    if x.strides[-2] == step and (cols == 1 or x.strides[-1] == rows * step):
+        return x, True
+    return cp.ascontiguousarray(x), False
+
+
+@typechecked
+def batched_matmul(
+    a: Float[cp.ndarray, "*batch m k"], b: Float[cp.ndarray, "*batch k n"]
+) -> Float[cp.ndarray, "*batch m n"]:
+    """a @ b for two stacks of matrices as one cuBLAS strided-batched product, reading either
+    operand transposed in place; float16 on the tensor cores with float32 sums.
+
+    The same numbers as a @ b, which CuPy computes for float16 stacks through float32 copies.
+    Stacks that broadcast against each other or mix dtypes go to a @ b.
     """
-    if t.dtype.kind not in "iu":
-        raise TypeError(f"{ids}: ids into {table} must be integers, got dtype {t.dtype}")
-    V = E.shape[0]
-    outside = (t < 0) | (t >= V)  # *batch
-    if outside.any():
-        first = tuple(int(i) for i in cp.argwhere(outside)[0])
-        raise ValueError(f"{ids}: id {int(t[first])} at index {first} is out of range: "
-                         f"ids index the {V} rows of {table} (0..{V - 1})")
-    return E[t]  # *batch d_model
-
-
-def table_rows(table: cp.ndarray, name: str, start: int, stop: int, axis: int = 0) -> cp.ndarray:
-    """Rows start .. stop - 1 of a table along ``axis`` (a learned position table: one row a
-    position), after checking that it has them: a slice past its end would be shorter, and
-    then broadcast or fail far from here."""
-    length = table.shape[axis]
-    if stop > length:
-        raise ValueError(f"{name} has {length} rows, but positions {start} to {stop - 1} need "
-                         f"{stop}: a sequence, with any positions decoded before it, may be at "
-                         f"most {length} long")
-    return table[(slice(None),) * axis + (slice(start, stop),)]
-
-
-@typechecked
-def positional_encoding(
-    T: int, d_model: int, dtype, offset: int = 0
-) -> Float[cp.ndarray, "T d_model"]:
-    """The sinusoidal table's rows pos = offset .. offset + T - 1:
-    P[pos, 2i] = sin(pos / 10000^(2i/d_model)), P[pos, 2i+1] = cos(...).
-
-    Any width: an odd d_model ends with a sin column, 2i = d_model - 1, with no cos beside it.
-    Computed in float64, then stored in the model's dtype.
-    """
-    position = cp.arange(offset, offset + T, dtype=cp.float64)[:, None]  # T 1
-    two_i = cp.arange(0, d_model, 2, dtype=cp.float64)  # ceil(d_model/2)
-    angle = position / 10000.0 ** (two_i / d_model)  # T ceil(d_model/2)
-    P = cp.empty((T, d_model), dtype=dtype)  # T d_model
-    P[:, 0::2] = cp.sin(angle)  # T ceil(d_model/2)
-    P[:, 1::2] = cp.cos(angle[:, : d_model // 2])  # T floor(d_model/2)
-    return P
-
-
-@typechecked
-def log_mask(M: Bool[cp.ndarray, " *shape"], dtype) -> Float[cp.ndarray, " *shape"]:
-    """log M for a 0/1 mask: 0 where M keeps a key, -inf where it masks one (no log(0) warning)."""
-    if M.dtype != bool:
-        raise TypeError(f"a mask must be boolean (True keeps a key), got dtype {M.dtype}")
-    L = cp.zeros(M.shape, dtype=dtype)  # *shape
-    cp.copyto(L, -cp.inf, where=~M)
-    return L
-
-
-@typechecked
-def causal_mask(T_q: int, T_kv: int) -> Bool[cp.ndarray, "T_q T_kv"]:
-    """M[i, j] = True where key j is not after query i: no attending to later positions.
-
-    Bottom-right aligned: the T_q queries are the last T_q of the T_kv positions, query i at
-    position i + (T_kv - T_q), so M[i, j] = True iff j <= i + (T_kv - T_q) (T_q <= T_kv).
-    """
-    return cp.tri(T_q, T_kv, k=T_kv - T_q, dtype=bool)  # T_q T_kv
-
-
-@typechecked
-def padding_mask(m: Bool[cp.ndarray, "B T_kv"], T_q: int) -> Bool[cp.ndarray, "B T_q T_kv"]:
-    """Key mask m (True = token, False = padding) for every one of T_q queries (a view)."""
-    if m.dtype != bool:
-        raise TypeError(f"a key mask must be boolean (True = token), got dtype {m.dtype}")
-    if m.ndim != 2:
-        raise ValueError(f"a key mask is (batch, length), got shape {m.shape}")
-    B, T_kv = m.shape
-    return cp.broadcast_to(m[:, None, :], (B, T_q, T_kv))  # B T_q T_kv
-
-
-@typechecked
-def relative_position_bias(
-    R: Float[cp.ndarray, "*heads offsets"],
-    T_q: int,
-    T_kv: int,
-) -> Float[cp.ndarray, "*heads T_q T_kv"]:
-    """P[i, j] = R[(j - i - (T_kv - T_q)) + c]: a learned value per relative offset,
-    c = (offsets - 1) / 2. Bottom-right aligned: the T_q queries are the last T_q of the T_kv
-    positions, query i at position i + (T_kv - T_q) (T_q <= T_kv)."""
-    centre = (R.shape[-1] - 1) // 2
-    query = cp.arange(T_kv - T_q, T_kv)  # T_q: the queries' positions
-    offset = cp.arange(T_kv)[None, :] - query[:, None]  # T_q T_kv
-    return R[..., offset + centre]  # *heads T_q T_kv
-
-
-@typechecked
-def split_heads(X: Float[cp.ndarray, "*batch width"], H: int) -> Float[cp.ndarray, "H *batch _"]:
-    """(..., H*d) -> (H, ..., d): head h takes columns h*d to (h+1)*d - 1 (a view)."""
-    split = X.reshape(X.shape[:-1] + (H, X.shape[-1] // H))  # *batch H d
-    return cp.moveaxis(split, -2, 0)  # H *batch d
-
-
-@typechecked
-def rotary(
-    x: Float[cp.ndarray, "*batch T d"],
-    theta: float,
-    offset: int = 0,
-) -> Float[cp.ndarray, "*batch T d"]:
-    """RoPE: position p turns the feature pair (x_i, x_{i + d/2}) by the angle
-    p * theta^(-2i/d), for i < d/2. Positions count from ``offset`` along the second-to-last
-    axis: p = offset .. offset + T - 1 (a decoding step's rows after ``offset`` cached ones).
-
-    The angles, their cosines and sines are computed in float64, then stored in x's dtype.
-    """
-    T, d = x.shape[-2:]
-    position = cp.arange(offset, offset + T, dtype=cp.float64)[:, None]  # T 1
-    frequency = theta ** -(cp.arange(0, d, 2, dtype=cp.float64) / d)  # d/2
-    angle = position * frequency  # T d/2
-    cos, sin = cp.cos(angle).astype(x.dtype), cp.sin(angle).astype(x.dtype)  # T d/2
-    first, second = x[..., : d // 2], x[..., d // 2 :]  # *batch T d/2
-    turned = cp.empty_like(x)  # *batch T d
-    cp.multiply(first, cos, out=turned[..., : d // 2])
-    turned[..., : d // 2] -= second * sin  # x_i cos - x_{i + d/2} sin
-    cp.multiply(second, cos, out=turned[..., d // 2 :])
-    turned[..., d // 2 :] += first * sin  # x_{i + d/2} cos + x_i sin
-    return turned
-
-
-@typechecked
-def repeat_heads(x: Float[cp.ndarray, "G *batch T d"], H: int) -> Float[cp.ndarray, "H *batch T d"]:
-    """A family of G key-value heads as H heads: head h is x[h // (H / G)], so each group of
-    H / G consecutive query heads shares one (grouped-query attention)."""
-    return cp.repeat(x, H // x.shape[0], axis=0)  # H *batch T d
-
-
-@typechecked
-def concat_heads(O_h: Float[cp.ndarray, "H *batch d"]) -> Float[cp.ndarray, "*batch H*d"]:
-    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1
-    (the width named, not -1: an empty batch has no size to infer it from)."""
-    side_by_side = cp.moveaxis(O_h, 0, -2)  # *batch H d
-    return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
+    if a.shape[:-2] != b.shape[:-2] or a.dtype != b.dtype or a.dtype.name not in GEMM_TYPES:
+        return a @ b
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    c = cp.empty(a.shape[:-1] + (n,), dtype=a.dtype)  # *batch m n
+    count = c.size // (m * n) if c.size else 0
+    if count == 0 or k == 0:
+        c[...] = 0
+        return c
+    a, a_by_columns = stacked(a)
+    b, b_by_columns = stacked(b)
+    data_type, compute_type = GEMM_TYPES[c.dtype.name]
+    one, zero = GEMM_SCALARS[compute_type]
+    # cuBLAS reads matrices column by column: C^T = B^T A^T is the row-by-row C = A B
+    cp.cuda.cublas.gemmStridedBatchedEx(
+        cp.cuda.device.get_cublas_handle(), int(b_by_columns), int(a_by_columns), n, m, k,
+        ctypes.addressof(one),
+        b.data.ptr, data_type, k if b_by_columns else n, k * n,
+        a.data.ptr, data_type, m if a_by_columns else k, m * k,
+        ctypes.addressof(zero), c.data.ptr, data_type, n, m * n, count, compute_type, -1)
+    return c
 
 
 # What the kernels share. Arithmetic in float32 for float16 and float32 arrays, in float64 for
@@ -384,64 +316,6 @@ def result_into(out: cp.ndarray | None, y: cp.ndarray) -> cp.ndarray:
     return out
 
 
-# cuBLAS's codes (library_types.h, cublas_api.h) for each float dtype: its data type, and the
-# type the products are summed in (float32 for float16 and float32, float64 for float64)
-GEMM_TYPES = {"float16": (2, 68), "float32": (0, 68), "float64": (1, 70)}
-# alpha = 1 and beta = 0 in the type the products are summed in, for cuBLAS to read from here
-GEMM_SCALARS = {68: (ctypes.c_float(1), ctypes.c_float(0)),
-                70: (ctypes.c_double(1), ctypes.c_double(0))}
-
-
-def stacked(x: cp.ndarray) -> tuple[cp.ndarray, bool]:
-    """x (*batch, rows, cols) as one stack of equally spaced matrices, and whether they are
-    stored column by column; a contiguous copy when x's strides allow neither."""
-    rows, cols = x.shape[-2:]
-    step = x.itemsize
-    spacing = rows * cols * step  # each batch axis's stride, the innermost first
-    for size, stride in reversed(list(zip(x.shape[:-2], x.strides[:-2]))):
-        if size > 1 and stride != spacing:
-            return cp.ascontiguousarray(x), False
-        spacing *= size
-    if x.strides[-1] == step and (rows == 1 or x.strides[-2] == cols * step):
-        return x, False
-    if x.strides[-2] == step and (cols == 1 or x.strides[-1] == rows * step):
-        return x, True
-    return cp.ascontiguousarray(x), False
-
-
-@typechecked
-def batched_matmul(
-    a: Float[cp.ndarray, "*batch m k"], b: Float[cp.ndarray, "*batch k n"]
-) -> Float[cp.ndarray, "*batch m n"]:
-    """a @ b for two stacks of matrices as one cuBLAS strided-batched product, reading either
-    operand transposed in place; float16 on the tensor cores with float32 sums.
-
-    The same numbers as a @ b, which CuPy computes for float16 stacks through float32 copies.
-    Stacks that broadcast against each other or mix dtypes go to a @ b.
-    """
-    if a.shape[:-2] != b.shape[:-2] or a.dtype != b.dtype or a.dtype.name not in GEMM_TYPES:
-        return a @ b
-    m, k = a.shape[-2:]
-    n = b.shape[-1]
-    c = cp.empty(a.shape[:-1] + (n,), dtype=a.dtype)  # *batch m n
-    count = c.size // (m * n) if c.size else 0
-    if count == 0 or k == 0:
-        c[...] = 0
-        return c
-    a, a_by_columns = stacked(a)
-    b, b_by_columns = stacked(b)
-    data_type, compute_type = GEMM_TYPES[c.dtype.name]
-    one, zero = GEMM_SCALARS[compute_type]
-    # cuBLAS reads matrices column by column: C^T = B^T A^T is the row-by-row C = A B
-    cp.cuda.cublas.gemmStridedBatchedEx(
-        cp.cuda.device.get_cublas_handle(), int(b_by_columns), int(a_by_columns), n, m, k,
-        ctypes.addressof(one),
-        b.data.ptr, data_type, k if b_by_columns else n, k * n,
-        a.data.ptr, data_type, m if a_by_columns else k, m * k,
-        ctypes.addressof(zero), c.data.ptr, data_type, n, m * n, count, compute_type, -1)
-    return c
-
-
 def checked_axis(x: cp.ndarray, axis, helper: str) -> int:
     """``axis`` as an index of x's axes counted from 0, or an error naming the helper: one
     integer from -x.ndim to x.ndim - 1 (not None or a tuple, which would reduce along every
@@ -452,24 +326,6 @@ def checked_axis(x: cp.ndarray, axis, helper: str) -> int:
         raise ValueError(f"{helper}: axis {axis} does not exist in an array of shape "
                          f"{tuple(x.shape)}")
     return int(axis) % x.ndim
-
-
-def widened(x: cp.ndarray, out: cp.ndarray | None) -> tuple[cp.ndarray, cp.ndarray | None]:
-    """An element-wise helper's argument as it computes it, and where its result goes: a
-    float16 x in float32, the result rounded into ``out`` or a new float16 array (float16 in,
-    float16 out); any other as it is."""
-    if x.dtype != cp.float16:
-        return x, out
-    return x.astype(cp.float32), cp.empty_like(x) if out is None else out
-
-
-def rounded_to_float16(work: cp.ndarray, out: cp.ndarray | None) -> cp.ndarray:
-    """A float16 argument's result, computed in float32 (``work``), rounded to float16 once:
-    into ``out`` when given."""
-    if out is None:
-        return work.astype(cp.float16)  # *shape
-    out[...] = work
-    return out
 
 
 SOFTMAX_SOURCE = r"""
@@ -591,6 +447,114 @@ def masked_softmax(
     return y.reshape(shape)
 
 
+@typechecked
+def attend_fused(
+    q: Float[cp.ndarray, "*#batch T_q d_k"],
+    k: Float[cp.ndarray, "*#batch T_kv d_k"],
+    v: Float[cp.ndarray, "*#batch T_kv d_v"],
+    L: Float[cp.ndarray, "*#batch T_q T_kv"],
+) -> Float[cp.ndarray, "*#batch T_q d_v"]:
+    """Attention, softmax(q @ k.T + L) @ v, the scores q @ k.T + L and the weights in one
+    kernel (masked_softmax): the scores with L are never stored. Products of two stacks of
+    matrices are batched_matmul's, as the equations' code computes them."""
+    A = masked_softmax(_product(q, k.swapaxes(-1, -2)), L)  # *batch T_q T_kv
+    return _product(A, v)  # *batch T_q d_v
+
+
+def _product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """a @ b as generated code writes it: batched_matmul for two stacks of matrices."""
+    return batched_matmul(a, b) if min(a.ndim, b.ndim) > 2 else a @ b
+
+
+@typechecked
+def relu(
+    x: Float[cp.ndarray, "*shape"],
+    out: Optional[Float[cp.ndarray, "*shape"]] = None,  # noqa: UP045
+) -> Float[cp.ndarray, "*shape"]:
+    """ReLU(x) = max(x, 0), into ``out`` when given (which may be x itself)."""
+    return cp.maximum(x, 0, out=out)  # *shape
+
+
+def widened(x: cp.ndarray, out: cp.ndarray | None) -> tuple[cp.ndarray, cp.ndarray | None]:
+    """An element-wise helper's argument as it computes it, and where its result goes: a
+    float16 x in float32, the result rounded into ``out`` or a new float16 array (float16 in,
+    float16 out); any other as it is."""
+    if x.dtype != cp.float16:
+        return x, out
+    return x.astype(cp.float32), cp.empty_like(x) if out is None else out
+
+
+def rounded_to_float16(work: cp.ndarray, out: cp.ndarray | None) -> cp.ndarray:
+    """A float16 argument's result, computed in float32 (``work``), rounded to float16 once:
+    into ``out`` when given."""
+    if out is None:
+        return work.astype(cp.float16)  # *shape
+    out[...] = work
+    return out
+
+
+@typechecked
+def silu(
+    x: Float[cp.ndarray, "*shape"],
+    out: Optional[Float[cp.ndarray, "*shape"]] = None,  # noqa: UP045
+) -> Float[cp.ndarray, "*shape"]:
+    """SiLU(x) = x * sigmoid(x), into ``out`` when given (which may be x itself).
+
+    sigmoid(x) is e / (1 + e) below 0 and 1 / (1 + e) from 0 up, with e = exp(-|x|), which
+    never overflows (exp(-x) would, for x below about -88 in float32): within a few roundings
+    of x * sigmoid(x) relative to itself, in the negative tail too, where 1 + tanh(x / 2) is 0.
+    float16 is computed in float32 and rounded to float16 once: float16 in, float16 out."""
+    x, out = widened(x, out)
+    e = abs(x)  # *shape
+    cp.negative(e, out=e)
+    cp.exp(e, out=e)  # exp(-|x|), in [0, 1]
+    gate = e + 1.0  # *shape
+    cp.maximum(e, x >= 0, out=e)  # e below 0, 1 from 0 up (NaN stays NaN)
+    cp.divide(e, gate, out=gate)  # sigmoid(x)
+    return cp.multiply(x, gate, out=gate if out is None else out)  # *shape
+
+
+GELU_KERNEL = cp.ElementwiseKernel(
+    "T x", "T y",
+    """
+    typedef typename Accumulate<T>::type A;
+    const A v = x;
+    y = T(A(0.5) * v * (A(1) + erf(v * A(0.7071067811865475))));
+    """,
+    "gelu", preamble=ACCUMULATE)
+
+
+@typechecked
+def gelu(
+    x: Float[cp.ndarray, " *shape"],
+    out: Optional[Float[cp.ndarray, " *shape"]] = None,  # noqa: UP045
+) -> Float[cp.ndarray, " *shape"]:
+    """GELU(x) = x * Phi(x) = x / 2 * (1 + erf(x / sqrt(2))), exact: one kernel, in float32
+    for float16; into ``out`` when given (which may be x itself)."""
+    return GELU_KERNEL(x) if out is None else GELU_KERNEL(x, out)  # *shape
+
+
+GELU_TANH_KERNEL = cp.ElementwiseKernel(
+    "T x", "T y",
+    """
+    typedef typename Accumulate<T>::type A;
+    const A v = x;
+    const A inner = v * (A(0.7978845608028654) + A(0.035677408136300125) * v * v);
+    y = T(A(0.5) * v * (A(1) + tanh(inner)));
+    """,
+    "gelu_tanh", preamble=ACCUMULATE)
+
+
+@typechecked
+def gelu_tanh(
+    x: Float[cp.ndarray, "*shape"],
+    out: Optional[Float[cp.ndarray, "*shape"]] = None,  # noqa: UP045
+) -> Float[cp.ndarray, "*shape"]:
+    """GELU by its tanh approximation: x / 2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), in
+    one kernel, in float32 for float16; into ``out`` when given (which may be x itself)."""
+    return GELU_TANH_KERNEL(x) if out is None else GELU_TANH_KERNEL(x, out)  # *shape
+
+
 LAYER_NORM_SOURCE = r"""
 // y = (x - mean) / sqrt(variance + eps) * gamma + beta over each row of n entries (biased
 // variance), a warp per row: a pass for the mean, one for the variance about it, one to write.
@@ -681,71 +645,140 @@ def rms_norm(
 
 
 @typechecked
-def relu(
-    x: Float[cp.ndarray, "*shape"],
-    out: Optional[Float[cp.ndarray, "*shape"]] = None,  # noqa: UP045
-) -> Float[cp.ndarray, "*shape"]:
-    """ReLU(x) = max(x, 0), into ``out`` when given (which may be x itself)."""
-    return cp.maximum(x, 0, out=out)  # *shape
+def rotary(
+    x: Float[cp.ndarray, "*batch T d"],
+    theta: float,
+    offset: int = 0,
+) -> Float[cp.ndarray, "*batch T d"]:
+    """RoPE: position p turns the feature pair (x_i, x_{i + d/2}) by the angle
+    p * theta^(-2i/d), for i < d/2. Positions count from ``offset`` along the second-to-last
+    axis: p = offset .. offset + T - 1 (a decoding step's rows after ``offset`` cached ones).
 
-
-GELU_KERNEL = cp.ElementwiseKernel(
-    "T x", "T y",
+    The angles, their cosines and sines are computed in float64, then stored in x's dtype.
     """
-    typedef typename Accumulate<T>::type A;
-    const A v = x;
-    y = T(A(0.5) * v * (A(1) + erf(v * A(0.7071067811865475))));
-    """,
-    "gelu", preamble=ACCUMULATE)
+    T, d = x.shape[-2:]
+    position = cp.arange(offset, offset + T, dtype=cp.float64)[:, None]  # T 1
+    frequency = theta ** -(cp.arange(0, d, 2, dtype=cp.float64) / d)  # d/2
+    angle = position * frequency  # T d/2
+    cos, sin = cp.cos(angle).astype(x.dtype), cp.sin(angle).astype(x.dtype)  # T d/2
+    first, second = x[..., : d // 2], x[..., d // 2 :]  # *batch T d/2
+    turned = cp.empty_like(x)  # *batch T d
+    cp.multiply(first, cos, out=turned[..., : d // 2])
+    turned[..., : d // 2] -= second * sin  # x_i cos - x_{i + d/2} sin
+    cp.multiply(second, cos, out=turned[..., d // 2 :])
+    turned[..., d // 2 :] += first * sin  # x_{i + d/2} cos + x_i sin
+    return turned
 
 
 @typechecked
-def gelu(
-    x: Float[cp.ndarray, " *shape"],
-    out: Optional[Float[cp.ndarray, " *shape"]] = None,  # noqa: UP045
-) -> Float[cp.ndarray, " *shape"]:
-    """GELU(x) = x * Phi(x) = x / 2 * (1 + erf(x / sqrt(2))), exact: one kernel, in float32
-    for float16; into ``out`` when given (which may be x itself)."""
-    return GELU_KERNEL(x) if out is None else GELU_KERNEL(x, out)  # *shape
+def repeat_heads(x: Float[cp.ndarray, "G *batch T d"], H: int) -> Float[cp.ndarray, "H *batch T d"]:
+    """A family of G key-value heads as H heads: head h is x[h // (H / G)], so each group of
+    H / G consecutive query heads shares one (grouped-query attention)."""
+    return cp.repeat(x, H // x.shape[0], axis=0)  # H *batch T d
 
 
-GELU_TANH_KERNEL = cp.ElementwiseKernel(
-    "T x", "T y",
+@typechecked
+def embed(
+    E: Float[cp.ndarray, "V d_model"],
+    t: Int[cp.ndarray, " *batch"],
+    table: str = "E",
+    ids: str = "t",
+) -> Float[cp.ndarray, "*batch d_model"]:
+    """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` and
+    ``ids`` name E and t in errors (E_type: token types; u: a decoder's ids).
+
+    Every id must lie in 0 .. V - 1: the first that does not (V, -1) is refused with a
+    ValueError naming it, its index, the table and the range, before the lookup, which would
+    take -1 as the last row silently (CuPy any id out of range).
     """
-    typedef typename Accumulate<T>::type A;
-    const A v = x;
-    const A inner = v * (A(0.7978845608028654) + A(0.035677408136300125) * v * v);
-    y = T(A(0.5) * v * (A(1) + tanh(inner)));
-    """,
-    "gelu_tanh", preamble=ACCUMULATE)
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"{ids}: ids into {table} must be integers, got dtype {t.dtype}")
+    V = E.shape[0]
+    outside = (t < 0) | (t >= V)  # *batch
+    if outside.any():
+        first = tuple(int(i) for i in cp.argwhere(outside)[0])
+        raise ValueError(f"{ids}: id {int(t[first])} at index {first} is out of range: "
+                         f"ids index the {V} rows of {table} (0..{V - 1})")
+    return E[t]  # *batch d_model
+
+
+def table_rows(table: cp.ndarray, name: str, start: int, stop: int, axis: int = 0) -> cp.ndarray:
+    """Rows start .. stop - 1 of a table along ``axis`` (a learned position table: one row a
+    position), after checking that it has them: a slice past its end would be shorter, and
+    then broadcast or fail far from here."""
+    length = table.shape[axis]
+    if stop > length:
+        raise ValueError(f"{name} has {length} rows, but positions {start} to {stop - 1} need "
+                         f"{stop}: a sequence, with any positions decoded before it, may be at "
+                         f"most {length} long")
+    return table[(slice(None),) * axis + (slice(start, stop),)]
 
 
 @typechecked
-def gelu_tanh(
-    x: Float[cp.ndarray, "*shape"],
-    out: Optional[Float[cp.ndarray, "*shape"]] = None,  # noqa: UP045
-) -> Float[cp.ndarray, "*shape"]:
-    """GELU by its tanh approximation: x / 2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), in
-    one kernel, in float32 for float16; into ``out`` when given (which may be x itself)."""
-    return GELU_TANH_KERNEL(x) if out is None else GELU_TANH_KERNEL(x, out)  # *shape
+def split_heads(X: Float[cp.ndarray, "*batch width"], H: int) -> Float[cp.ndarray, "H *batch _"]:
+    """(..., H*d) -> (H, ..., d): head h takes columns h*d to (h+1)*d - 1 (a view)."""
+    split = X.reshape(X.shape[:-1] + (H, X.shape[-1] // H))  # *batch H d
+    return cp.moveaxis(split, -2, 0)  # H *batch d
 
 
 @typechecked
-def silu(
-    x: Float[cp.ndarray, "*shape"],
-    out: Optional[Float[cp.ndarray, "*shape"]] = None,  # noqa: UP045
-) -> Float[cp.ndarray, "*shape"]:
-    """SiLU(x) = x * sigmoid(x), into ``out`` when given (which may be x itself).
+def concat_heads(O_h: Float[cp.ndarray, "H *batch d"]) -> Float[cp.ndarray, "*batch H*d"]:
+    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1
+    (the width named, not -1: an empty batch has no size to infer it from)."""
+    side_by_side = cp.moveaxis(O_h, 0, -2)  # *batch H d
+    return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
 
-    sigmoid(x) is e / (1 + e) below 0 and 1 / (1 + e) from 0 up, with e = exp(-|x|), which
-    never overflows (exp(-x) would, for x below about -88 in float32): within a few roundings
-    of x * sigmoid(x) relative to itself, in the negative tail too, where 1 + tanh(x / 2) is 0.
-    float16 is computed in float32 and rounded to float16 once: float16 in, float16 out."""
-    x, out = widened(x, out)
-    e = abs(x)  # *shape
-    cp.negative(e, out=e)
-    cp.exp(e, out=e)  # exp(-|x|), in [0, 1]
-    gate = e + 1.0  # *shape
-    cp.maximum(e, x >= 0, out=e)  # e below 0, 1 from 0 up (NaN stays NaN)
-    cp.divide(e, gate, out=gate)  # sigmoid(x)
-    return cp.multiply(x, gate, out=gate if out is None else out)  # *shape
+
+@typechecked
+def causal_mask(T_q: int, T_kv: int) -> Bool[cp.ndarray, "T_q T_kv"]:
+    """M[i, j] = True where key j is not after query i: no attending to later positions.
+
+    Bottom-right aligned: the T_q queries are the last T_q of the T_kv positions, query i at
+    position i + (T_kv - T_q), so M[i, j] = True iff j <= i + (T_kv - T_q) (T_q <= T_kv).
+    """
+    return cp.tri(T_q, T_kv, k=T_kv - T_q, dtype=bool)  # T_q T_kv
+
+
+@typechecked
+def padding_mask(m: Bool[cp.ndarray, "B T_kv"], T_q: int) -> Bool[cp.ndarray, "B T_q T_kv"]:
+    """Key mask m (True = token, False = padding) for every one of T_q queries (a view)."""
+    if m.dtype != bool:
+        raise TypeError(f"a key mask must be boolean (True = token), got dtype {m.dtype}")
+    if m.ndim != 2:
+        raise ValueError(f"a key mask is (batch, length), got shape {m.shape}")
+    B, T_kv = m.shape
+    return cp.broadcast_to(m[:, None, :], (B, T_q, T_kv))  # B T_q T_kv
+
+
+@typechecked
+def positional_encoding(
+    T: int, d_model: int, dtype, offset: int = 0
+) -> Float[cp.ndarray, "T d_model"]:
+    """The sinusoidal table's rows pos = offset .. offset + T - 1:
+    P[pos, 2i] = sin(pos / 10000^(2i/d_model)), P[pos, 2i+1] = cos(...).
+
+    Any width: an odd d_model ends with a sin column, 2i = d_model - 1, with no cos beside it.
+    Computed in float64, then stored in the model's dtype.
+    """
+    position = cp.arange(offset, offset + T, dtype=cp.float64)[:, None]  # T 1
+    two_i = cp.arange(0, d_model, 2, dtype=cp.float64)  # ceil(d_model/2)
+    angle = position / 10000.0 ** (two_i / d_model)  # T ceil(d_model/2)
+    P = cp.empty((T, d_model), dtype=dtype)  # T d_model
+    P[:, 0::2] = cp.sin(angle)  # T ceil(d_model/2)
+    P[:, 1::2] = cp.cos(angle[:, : d_model // 2])  # T floor(d_model/2)
+    return P
+
+
+@typechecked
+def relative_position_bias(
+    R: Float[cp.ndarray, "*heads offsets"],
+    T_q: int,
+    T_kv: int,
+) -> Float[cp.ndarray, "*heads T_q T_kv"]:
+    """P[i, j] = R[(j - i - (T_kv - T_q)) + c]: a learned value per relative offset,
+    c = (offsets - 1) / 2. Bottom-right aligned: the T_q queries are the last T_q of the T_kv
+    positions, query i at position i + (T_kv - T_q) (T_q <= T_kv)."""
+    centre = (R.shape[-1] - 1) // 2
+    query = cp.arange(T_kv - T_q, T_kv)  # T_q: the queries' positions
+    offset = cp.arange(T_kv)[None, :] - query[:, None]  # T_q T_kv
+    return R[..., offset + centre]  # *heads T_q T_kv

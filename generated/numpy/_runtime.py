@@ -33,7 +33,7 @@ try:
 except ImportError:
     resource = None
 
-VERSION = "b30b77be6dc6b292"  # of this runtime: the sha256 of its text without this line
+VERSION = "eb27be27994def90"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -54,6 +54,12 @@ def require_version(version: str, model: str) -> None:
         name = model.rpartition(".")[2]
         raise ImportError(f"{name} was generated with runtime {version}, but its _runtime.py "
                           f"is {VERSION}: regenerate both with tspec generate")
+
+
+def record(trace: dict | None, **tensors) -> None:
+    """Record a call's named tensors in its trace (nothing where it has none)."""
+    if trace is not None:
+        trace.update(**tensors)
 
 
 def subtrace(trace: dict | None, *path: str | int) -> dict | None:
@@ -211,6 +217,16 @@ def require_memory(function: str, limit: int | None, needed: int) -> None:
         raise MemoryError(f"{function} would allocate about {needed / 2**30:,.1f} GiB for its "
                           f"tensors, more than {owner} ({limit / 2**30:,.1f} GiB): give it "
                           "smaller inputs, or set its module's MEMORY_LIMIT")
+
+
+@typechecked
+def log_mask(M: Bool[np.ndarray, " *shape"], dtype) -> Float[np.ndarray, " *shape"]:
+    """log M for a 0/1 mask: 0 where M keeps a key, -inf where it masks one (no log(0) warning)."""
+    if M.dtype != bool:
+        raise TypeError(f"a mask must be boolean (True keeps a key), got dtype {M.dtype}")
+    L = np.zeros(M.shape, dtype=dtype)  # *shape
+    np.copyto(L, -np.inf, where=~M)
+    return L
 
 
 # Large temporaries are carved from buffers kept between calls: a fresh multi-MB array is
@@ -434,154 +450,12 @@ def project(
     return product.reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
 
 
-@typechecked
-def embed(
-    E: Float[np.ndarray, "V d_model"],
-    t: Int[np.ndarray, " *batch"],
-    table: str = "E",
-    ids: str = "t",
-) -> Float[np.ndarray, "*batch d_model"]:
-    """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` and
-    ``ids`` name E and t in errors (E_type: token types; u: a decoder's ids).
-
-    Every id must lie in 0 .. V - 1: the first that does not (V, -1) is refused with a
-    ValueError naming it, its index, the table and the range, before the lookup, which would
-    take -1 as the last row silently (CuPy any id out of range).
-    """
-    if t.dtype.kind not in "iu":
-        raise TypeError(f"{ids}: ids into {table} must be integers, got dtype {t.dtype}")
-    V = E.shape[0]
-    outside = (t < 0) | (t >= V)  # *batch
-    if outside.any():
-        first = tuple(int(i) for i in np.argwhere(outside)[0])
-        raise ValueError(f"{ids}: id {int(t[first])} at index {first} is out of range: "
-                         f"ids index the {V} rows of {table} (0..{V - 1})")
-    return E[t]  # *batch d_model
-
-
-def table_rows(table: np.ndarray, name: str, start: int, stop: int, axis: int = 0) -> np.ndarray:
-    """Rows start .. stop - 1 of a table along ``axis`` (a learned position table: one row a
-    position), after checking that it has them: a slice past its end would be shorter, and
-    then broadcast or fail far from here."""
-    length = table.shape[axis]
-    if stop > length:
-        raise ValueError(f"{name} has {length} rows, but positions {start} to {stop - 1} need "
-                         f"{stop}: a sequence, with any positions decoded before it, may be at "
-                         f"most {length} long")
-    return table[(slice(None),) * axis + (slice(start, stop),)]
-
-
-@typechecked
-def positional_encoding(
-    T: int, d_model: int, dtype, offset: int = 0
-) -> Float[np.ndarray, "T d_model"]:
-    """The sinusoidal table's rows pos = offset .. offset + T - 1:
-    P[pos, 2i] = sin(pos / 10000^(2i/d_model)), P[pos, 2i+1] = cos(...).
-
-    Any width: an odd d_model ends with a sin column, 2i = d_model - 1, with no cos beside it.
-    Computed in float64, then stored in the model's dtype.
-    """
-    position = np.arange(offset, offset + T, dtype=np.float64)[:, None]  # T 1
-    two_i = np.arange(0, d_model, 2, dtype=np.float64)  # ceil(d_model/2)
-    angle = position / 10000.0 ** (two_i / d_model)  # T ceil(d_model/2)
-    P = np.empty((T, d_model), dtype=dtype)  # T d_model
-    P[:, 0::2] = np.sin(angle)  # T ceil(d_model/2)
-    P[:, 1::2] = np.cos(angle[:, : d_model // 2])  # T floor(d_model/2)
-    return P
-
-
-@typechecked
-def log_mask(M: Bool[np.ndarray, " *shape"], dtype) -> Float[np.ndarray, " *shape"]:
-    """log M for a 0/1 mask: 0 where M keeps a key, -inf where it masks one (no log(0) warning)."""
-    if M.dtype != bool:
-        raise TypeError(f"a mask must be boolean (True keeps a key), got dtype {M.dtype}")
-    L = np.zeros(M.shape, dtype=dtype)  # *shape
-    np.copyto(L, -np.inf, where=~M)
-    return L
-
-
-@typechecked
-def causal_mask(T_q: int, T_kv: int) -> Bool[np.ndarray, "T_q T_kv"]:
-    """M[i, j] = True where key j is not after query i: no attending to later positions.
-
-    Bottom-right aligned: the T_q queries are the last T_q of the T_kv positions, query i at
-    position i + (T_kv - T_q), so M[i, j] = True iff j <= i + (T_kv - T_q) (T_q <= T_kv).
-    """
-    return np.tri(T_q, T_kv, k=T_kv - T_q, dtype=bool)  # T_q T_kv
-
-
-@typechecked
-def padding_mask(m: Bool[np.ndarray, "B T_kv"], T_q: int) -> Bool[np.ndarray, "B T_q T_kv"]:
-    """Key mask m (True = token, False = padding) for every one of T_q queries (a view)."""
-    if m.dtype != bool:
-        raise TypeError(f"a key mask must be boolean (True = token), got dtype {m.dtype}")
-    if m.ndim != 2:
-        raise ValueError(f"a key mask is (batch, length), got shape {m.shape}")
-    B, T_kv = m.shape
-    return np.broadcast_to(m[:, None, :], (B, T_q, T_kv))  # B T_q T_kv
-
-
-@typechecked
-def relative_position_bias(
-    R: Float[np.ndarray, "*heads offsets"],
-    T_q: int,
-    T_kv: int,
-) -> Float[np.ndarray, "*heads T_q T_kv"]:
-    """P[i, j] = R[(j - i - (T_kv - T_q)) + c]: a learned value per relative offset,
-    c = (offsets - 1) / 2. Bottom-right aligned: the T_q queries are the last T_q of the T_kv
-    positions, query i at position i + (T_kv - T_q) (T_q <= T_kv)."""
-    centre = (R.shape[-1] - 1) // 2
-    query = np.arange(T_kv - T_q, T_kv)  # T_q: the queries' positions
-    offset = np.arange(T_kv)[None, :] - query[:, None]  # T_q T_kv
-    return R[..., offset + centre]  # *heads T_q T_kv
-
-
-@typechecked
-def split_heads(X: Float[np.ndarray, "*batch width"], H: int) -> Float[np.ndarray, "H *batch _"]:
-    """(..., H*d) -> (H, ..., d): head h takes columns h*d to (h+1)*d - 1 (a view)."""
-    split = X.reshape(X.shape[:-1] + (H, X.shape[-1] // H))  # *batch H d
-    return np.moveaxis(split, -2, 0)  # H *batch d
-
-
-@typechecked
-def rotary(
-    x: Float[np.ndarray, "*batch T d"],
-    theta: float,
-    offset: int = 0,
-) -> Float[np.ndarray, "*batch T d"]:
-    """RoPE: position p turns the feature pair (x_i, x_{i + d/2}) by the angle
-    p * theta^(-2i/d), for i < d/2. Positions count from ``offset`` along the second-to-last
-    axis: p = offset .. offset + T - 1 (a decoding step's rows after ``offset`` cached ones).
-
-    The angles, their cosines and sines are computed in float64, then stored in x's dtype.
-    """
-    T, d = x.shape[-2:]
-    position = np.arange(offset, offset + T, dtype=np.float64)[:, None]  # T 1
-    frequency = theta ** -(np.arange(0, d, 2, dtype=np.float64) / d)  # d/2
-    angle = position * frequency  # T d/2
-    cos, sin = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)  # T d/2
-    first, second = x[..., : d // 2], x[..., d // 2 :]  # *batch T d/2
-    turned = np.empty_like(x)  # *batch T d
-    np.multiply(first, cos, out=turned[..., : d // 2])
-    turned[..., : d // 2] -= second * sin  # x_i cos - x_{i + d/2} sin
-    np.multiply(second, cos, out=turned[..., d // 2 :])
-    turned[..., d // 2 :] += first * sin  # x_{i + d/2} cos + x_i sin
-    return turned
-
-
-@typechecked
-def repeat_heads(x: Float[np.ndarray, "G *batch T d"], H: int) -> Float[np.ndarray, "H *batch T d"]:
-    """A family of G key-value heads as H heads: head h is x[h // (H / G)], so each group of
-    H / G consecutive query heads shares one (grouped-query attention)."""
-    return np.repeat(x, H // x.shape[0], axis=0)  # H *batch T d
-
-
-@typechecked
-def concat_heads(O_h: Float[np.ndarray, "H *batch d"]) -> Float[np.ndarray, "*batch H*d"]:
-    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1
-    (the width named, not -1: an empty batch has no size to infer it from)."""
-    side_by_side = np.moveaxis(O_h, 0, -2)  # *batch H d
-    return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
+def keep_masked(S: np.ndarray, L: np.ndarray) -> None:
+    """After attention's scores S = X + L: in float16 a score past its range is +inf, and
+    +inf + (-inf) at a key L masks NaN, which would make the row NaN; such scores are set back
+    to -inf, in place (other dtypes are left as they are)."""
+    if S.dtype == np.float16:
+        np.copyto(S, -np.inf, where=L == -np.inf)
 
 
 def checked_axis(x: np.ndarray, axis, helper: str) -> int:
@@ -749,65 +623,31 @@ def softmax_matmul(
     return product.astype(dtype, copy=False)  # *batch rows d
 
 
-@in_row_chunks
 @typechecked
-def layer_norm(
-    x: Float[np.ndarray, "*batch d"],
-    gamma: Float[np.ndarray, " d"],
-    beta: Float[np.ndarray, " d"],
-    eps: float,
-    out: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
-) -> Float[np.ndarray, "*batch d"]:
-    """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance),
-    into ``out`` when given (which may be x itself).
+def attend_in_blocks(
+    q: Float[np.ndarray, "*#batch T_q d_k"],
+    k: Float[np.ndarray, "*#batch T_kv d_k"],
+    v: Float[np.ndarray, "*#batch T_kv d_v"],
+    L: Float[np.ndarray, "*#batch T_q T_kv"],
+    side_by_side: bool = True,
+) -> Float[np.ndarray, "*#batch T_q d_v"]:
+    """Attention, softmax(q @ k.T + L) @ v, a block of query rows at a time: the blocks of
+    query_blocks(L, QUERY_BLOCK), each over the keys L leaves visible to its rows, shared out
+    among the workers. A block's scores are one array, L added into it (add_into) and kept -inf
+    where L masks in float16 (keep_masked); its weights are never stored (softmax_matmul).
+    ``side_by_side``: the first axis is a family of heads, stored side by side for
+    concat_heads (join_query_blocks); else the blocks are joined as they are."""
 
-    A constant row (zero variance) gives beta exactly, under any eps >= 0 (0 too): the
-    rounding error of its mean is not scaled up to +-gamma. float16 is computed in float32
-    (the mean, the variance, the normalised values: a square of 256 or more would overflow
-    float16) and rounded to float16 once: float16 in, float16 out.
-    """
-    wide = x.dtype == np.float16
-    work = x.astype(np.float32) if wide else x  # *batch d
-    mean = work.mean(axis=-1, keepdims=True)  # *batch 1
-    centred = np.subtract(work, mean, out=work if wide else out)  # *batch d
-    variance = np.vecdot(centred, centred)[..., None] / x.shape[-1]  # *batch 1
-    # a constant row's centred values are all one number, its mean's rounding error: only a
-    # row whose spread is within d roundings of its mean can be one; of those, zero them
-    near = np.sqrt(variance) <= abs(mean) * (x.shape[-1] * np.finfo(work.dtype).eps)
-    if near.any():
-        same = (centred == centred[..., :1]).all(axis=-1, keepdims=True)  # *batch 1
-        np.copyto(centred, 0, where=near & same)
-    root = np.sqrt(variance + eps)  # *batch 1
-    root[root == 0] = 1  # a constant row under eps 0: its centred values are 0 already
-    centred *= 1.0 / root  # *batch d, normalised in place
-    centred *= gamma
-    centred += beta
-    return rounded_to_float16(centred, out) if wide else centred  # *batch d
+    def block(rows: slice, keys: slice) -> np.ndarray:
+        S = q[..., rows, :] @ k[..., keys, :].swapaxes(-1, -2)  # *batch rows keys
+        S = add_into(S, L[..., rows, keys])  # *batch rows keys
+        keep_masked(S, L[..., rows, keys])
+        return softmax_matmul(S, v[..., keys, :])  # *batch rows d_v
 
-
-@in_row_chunks
-@typechecked
-def rms_norm(
-    x: Float[np.ndarray, "*batch d"],
-    gamma: Float[np.ndarray, " d"],
-    eps: float,
-    out: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
-) -> Float[np.ndarray, "*batch d"]:
-    """x / sqrt(mean(x^2) + eps) * gamma over the last axis (no centring, no bias), into
-    ``out`` when given (which may be x itself).
-
-    A row of zeros gives zeros, under any eps >= 0 (0 too). float16 is computed in float32
-    (the mean square and the normalised values: a square of 256 or more would overflow
-    float16) and rounded to float16 once: float16 in, float16 out.
-    """
-    wide = x.dtype == np.float16
-    work = x.astype(np.float32) if wide else x  # *batch d
-    mean_square = np.square(work).mean(axis=-1, keepdims=True)  # *batch 1
-    root = np.sqrt(mean_square + eps)  # *batch 1
-    root[root == 0] = 1  # a row of zeros under eps 0
-    normalised = np.multiply(work, 1.0 / root, out=work if wide else out)  # *batch d
-    normalised *= gamma
-    return rounded_to_float16(normalised, out) if wide else normalised  # *batch d
+    blocks = in_parallel(block, query_blocks(L, QUERY_BLOCK))
+    if side_by_side:
+        return join_query_blocks(blocks)  # H *batch T_q d_v
+    return np.concatenate(blocks, axis=-2)  # *batch T_q d_v
 
 
 @in_row_chunks
@@ -818,6 +658,28 @@ def relu(
 ) -> Float[np.ndarray, "*shape"]:
     """ReLU(x) = max(x, 0), into ``out`` when given (which may be x itself)."""
     return np.maximum(x, 0, out=out)  # *shape
+
+
+@in_row_chunks
+@typechecked
+def silu(
+    x: Float[np.ndarray, "*shape"],
+    out: Optional[Float[np.ndarray, "*shape"]] = None,  # noqa: UP045
+) -> Float[np.ndarray, "*shape"]:
+    """SiLU(x) = x * sigmoid(x), into ``out`` when given (which may be x itself).
+
+    sigmoid(x) is e / (1 + e) below 0 and 1 / (1 + e) from 0 up, with e = exp(-|x|), which
+    never overflows (exp(-x) would, for x below about -88 in float32): within a few roundings
+    of x * sigmoid(x) relative to itself, in the negative tail too, where 1 + tanh(x / 2) is 0.
+    float16 is computed in float32 and rounded to float16 once: float16 in, float16 out."""
+    x, out = widened(x, out)
+    e = abs(x)  # *shape
+    np.negative(e, out=e)
+    np.exp(e, out=e)  # exp(-|x|), in [0, 1]
+    gate = e + 1.0  # *shape
+    np.maximum(e, x >= 0, out=e)  # e below 0, 1 from 0 up (NaN stays NaN)
+    np.divide(e, gate, out=gate)  # sigmoid(x)
+    return np.multiply(x, gate, out=gate if out is None else out)  # *shape
 
 
 # float32 GELU: Phi(x) = (1 + tanh(c p(c^2))) / 2, c = x clipped to [-5.5, 5.5], with p's
@@ -881,21 +743,200 @@ def gelu_tanh(
 
 @in_row_chunks
 @typechecked
-def silu(
-    x: Float[np.ndarray, "*shape"],
-    out: Optional[Float[np.ndarray, "*shape"]] = None,  # noqa: UP045
-) -> Float[np.ndarray, "*shape"]:
-    """SiLU(x) = x * sigmoid(x), into ``out`` when given (which may be x itself).
+def layer_norm(
+    x: Float[np.ndarray, "*batch d"],
+    gamma: Float[np.ndarray, " d"],
+    beta: Float[np.ndarray, " d"],
+    eps: float,
+    out: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
+) -> Float[np.ndarray, "*batch d"]:
+    """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance),
+    into ``out`` when given (which may be x itself).
 
-    sigmoid(x) is e / (1 + e) below 0 and 1 / (1 + e) from 0 up, with e = exp(-|x|), which
-    never overflows (exp(-x) would, for x below about -88 in float32): within a few roundings
-    of x * sigmoid(x) relative to itself, in the negative tail too, where 1 + tanh(x / 2) is 0.
-    float16 is computed in float32 and rounded to float16 once: float16 in, float16 out."""
-    x, out = widened(x, out)
-    e = abs(x)  # *shape
-    np.negative(e, out=e)
-    np.exp(e, out=e)  # exp(-|x|), in [0, 1]
-    gate = e + 1.0  # *shape
-    np.maximum(e, x >= 0, out=e)  # e below 0, 1 from 0 up (NaN stays NaN)
-    np.divide(e, gate, out=gate)  # sigmoid(x)
-    return np.multiply(x, gate, out=gate if out is None else out)  # *shape
+    A constant row (zero variance) gives beta exactly, under any eps >= 0 (0 too): the
+    rounding error of its mean is not scaled up to +-gamma. float16 is computed in float32
+    (the mean, the variance, the normalised values: a square of 256 or more would overflow
+    float16) and rounded to float16 once: float16 in, float16 out.
+    """
+    wide = x.dtype == np.float16
+    work = x.astype(np.float32) if wide else x  # *batch d
+    mean = work.mean(axis=-1, keepdims=True)  # *batch 1
+    centred = np.subtract(work, mean, out=work if wide else out)  # *batch d
+    variance = np.vecdot(centred, centred)[..., None] / x.shape[-1]  # *batch 1
+    # a constant row's centred values are all one number, its mean's rounding error: only a
+    # row whose spread is within d roundings of its mean can be one; of those, zero them
+    near = np.sqrt(variance) <= abs(mean) * (x.shape[-1] * np.finfo(work.dtype).eps)
+    if near.any():
+        same = (centred == centred[..., :1]).all(axis=-1, keepdims=True)  # *batch 1
+        np.copyto(centred, 0, where=near & same)
+    root = np.sqrt(variance + eps)  # *batch 1
+    root[root == 0] = 1  # a constant row under eps 0: its centred values are 0 already
+    centred *= 1.0 / root  # *batch d, normalised in place
+    centred *= gamma
+    centred += beta
+    return rounded_to_float16(centred, out) if wide else centred  # *batch d
+
+
+@in_row_chunks
+@typechecked
+def rms_norm(
+    x: Float[np.ndarray, "*batch d"],
+    gamma: Float[np.ndarray, " d"],
+    eps: float,
+    out: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
+) -> Float[np.ndarray, "*batch d"]:
+    """x / sqrt(mean(x^2) + eps) * gamma over the last axis (no centring, no bias), into
+    ``out`` when given (which may be x itself).
+
+    A row of zeros gives zeros, under any eps >= 0 (0 too). float16 is computed in float32
+    (the mean square and the normalised values: a square of 256 or more would overflow
+    float16) and rounded to float16 once: float16 in, float16 out.
+    """
+    wide = x.dtype == np.float16
+    work = x.astype(np.float32) if wide else x  # *batch d
+    mean_square = np.square(work).mean(axis=-1, keepdims=True)  # *batch 1
+    root = np.sqrt(mean_square + eps)  # *batch 1
+    root[root == 0] = 1  # a row of zeros under eps 0
+    normalised = np.multiply(work, 1.0 / root, out=work if wide else out)  # *batch d
+    normalised *= gamma
+    return rounded_to_float16(normalised, out) if wide else normalised  # *batch d
+
+
+@typechecked
+def rotary(
+    x: Float[np.ndarray, "*batch T d"],
+    theta: float,
+    offset: int = 0,
+) -> Float[np.ndarray, "*batch T d"]:
+    """RoPE: position p turns the feature pair (x_i, x_{i + d/2}) by the angle
+    p * theta^(-2i/d), for i < d/2. Positions count from ``offset`` along the second-to-last
+    axis: p = offset .. offset + T - 1 (a decoding step's rows after ``offset`` cached ones).
+
+    The angles, their cosines and sines are computed in float64, then stored in x's dtype.
+    """
+    T, d = x.shape[-2:]
+    position = np.arange(offset, offset + T, dtype=np.float64)[:, None]  # T 1
+    frequency = theta ** -(np.arange(0, d, 2, dtype=np.float64) / d)  # d/2
+    angle = position * frequency  # T d/2
+    cos, sin = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)  # T d/2
+    first, second = x[..., : d // 2], x[..., d // 2 :]  # *batch T d/2
+    turned = np.empty_like(x)  # *batch T d
+    np.multiply(first, cos, out=turned[..., : d // 2])
+    turned[..., : d // 2] -= second * sin  # x_i cos - x_{i + d/2} sin
+    np.multiply(second, cos, out=turned[..., d // 2 :])
+    turned[..., d // 2 :] += first * sin  # x_{i + d/2} cos + x_i sin
+    return turned
+
+
+@typechecked
+def repeat_heads(x: Float[np.ndarray, "G *batch T d"], H: int) -> Float[np.ndarray, "H *batch T d"]:
+    """A family of G key-value heads as H heads: head h is x[h // (H / G)], so each group of
+    H / G consecutive query heads shares one (grouped-query attention)."""
+    return np.repeat(x, H // x.shape[0], axis=0)  # H *batch T d
+
+
+@typechecked
+def embed(
+    E: Float[np.ndarray, "V d_model"],
+    t: Int[np.ndarray, " *batch"],
+    table: str = "E",
+    ids: str = "t",
+) -> Float[np.ndarray, "*batch d_model"]:
+    """Embeddings X = E[t]: row t of E for every id, after checking the ids; ``table`` and
+    ``ids`` name E and t in errors (E_type: token types; u: a decoder's ids).
+
+    Every id must lie in 0 .. V - 1: the first that does not (V, -1) is refused with a
+    ValueError naming it, its index, the table and the range, before the lookup, which would
+    take -1 as the last row silently (CuPy any id out of range).
+    """
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"{ids}: ids into {table} must be integers, got dtype {t.dtype}")
+    V = E.shape[0]
+    outside = (t < 0) | (t >= V)  # *batch
+    if outside.any():
+        first = tuple(int(i) for i in np.argwhere(outside)[0])
+        raise ValueError(f"{ids}: id {int(t[first])} at index {first} is out of range: "
+                         f"ids index the {V} rows of {table} (0..{V - 1})")
+    return E[t]  # *batch d_model
+
+
+def table_rows(table: np.ndarray, name: str, start: int, stop: int, axis: int = 0) -> np.ndarray:
+    """Rows start .. stop - 1 of a table along ``axis`` (a learned position table: one row a
+    position), after checking that it has them: a slice past its end would be shorter, and
+    then broadcast or fail far from here."""
+    length = table.shape[axis]
+    if stop > length:
+        raise ValueError(f"{name} has {length} rows, but positions {start} to {stop - 1} need "
+                         f"{stop}: a sequence, with any positions decoded before it, may be at "
+                         f"most {length} long")
+    return table[(slice(None),) * axis + (slice(start, stop),)]
+
+
+@typechecked
+def split_heads(X: Float[np.ndarray, "*batch width"], H: int) -> Float[np.ndarray, "H *batch _"]:
+    """(..., H*d) -> (H, ..., d): head h takes columns h*d to (h+1)*d - 1 (a view)."""
+    split = X.reshape(X.shape[:-1] + (H, X.shape[-1] // H))  # *batch H d
+    return np.moveaxis(split, -2, 0)  # H *batch d
+
+
+@typechecked
+def concat_heads(O_h: Float[np.ndarray, "H *batch d"]) -> Float[np.ndarray, "*batch H*d"]:
+    """(H, ..., d) -> (..., H*d): the heads side by side, head h in columns h*d to (h+1)*d - 1
+    (the width named, not -1: an empty batch has no size to infer it from)."""
+    side_by_side = np.moveaxis(O_h, 0, -2)  # *batch H d
+    return side_by_side.reshape(O_h.shape[1:-1] + (O_h.shape[0] * O_h.shape[-1],))  # *batch H*d
+
+
+@typechecked
+def causal_mask(T_q: int, T_kv: int) -> Bool[np.ndarray, "T_q T_kv"]:
+    """M[i, j] = True where key j is not after query i: no attending to later positions.
+
+    Bottom-right aligned: the T_q queries are the last T_q of the T_kv positions, query i at
+    position i + (T_kv - T_q), so M[i, j] = True iff j <= i + (T_kv - T_q) (T_q <= T_kv).
+    """
+    return np.tri(T_q, T_kv, k=T_kv - T_q, dtype=bool)  # T_q T_kv
+
+
+@typechecked
+def padding_mask(m: Bool[np.ndarray, "B T_kv"], T_q: int) -> Bool[np.ndarray, "B T_q T_kv"]:
+    """Key mask m (True = token, False = padding) for every one of T_q queries (a view)."""
+    if m.dtype != bool:
+        raise TypeError(f"a key mask must be boolean (True = token), got dtype {m.dtype}")
+    if m.ndim != 2:
+        raise ValueError(f"a key mask is (batch, length), got shape {m.shape}")
+    B, T_kv = m.shape
+    return np.broadcast_to(m[:, None, :], (B, T_q, T_kv))  # B T_q T_kv
+
+
+@typechecked
+def positional_encoding(
+    T: int, d_model: int, dtype, offset: int = 0
+) -> Float[np.ndarray, "T d_model"]:
+    """The sinusoidal table's rows pos = offset .. offset + T - 1:
+    P[pos, 2i] = sin(pos / 10000^(2i/d_model)), P[pos, 2i+1] = cos(...).
+
+    Any width: an odd d_model ends with a sin column, 2i = d_model - 1, with no cos beside it.
+    Computed in float64, then stored in the model's dtype.
+    """
+    position = np.arange(offset, offset + T, dtype=np.float64)[:, None]  # T 1
+    two_i = np.arange(0, d_model, 2, dtype=np.float64)  # ceil(d_model/2)
+    angle = position / 10000.0 ** (two_i / d_model)  # T ceil(d_model/2)
+    P = np.empty((T, d_model), dtype=dtype)  # T d_model
+    P[:, 0::2] = np.sin(angle)  # T ceil(d_model/2)
+    P[:, 1::2] = np.cos(angle[:, : d_model // 2])  # T floor(d_model/2)
+    return P
+
+
+@typechecked
+def relative_position_bias(
+    R: Float[np.ndarray, "*heads offsets"],
+    T_q: int,
+    T_kv: int,
+) -> Float[np.ndarray, "*heads T_q T_kv"]:
+    """P[i, j] = R[(j - i - (T_kv - T_q)) + c]: a learned value per relative offset,
+    c = (offsets - 1) / 2. Bottom-right aligned: the T_q queries are the last T_q of the T_kv
+    positions, query i at position i + (T_kv - T_q) (T_q <= T_kv)."""
+    centre = (R.shape[-1] - 1) // 2
+    query = np.arange(T_kv - T_q, T_kv)  # T_q: the queries' positions
+    offset = np.arange(T_kv)[None, :] - query[:, None]  # T_q T_kv
+    return R[..., offset + centre]  # *heads T_q T_kv

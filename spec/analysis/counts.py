@@ -41,7 +41,8 @@ from tspec.language.model import (
 )
 from tspec.language.shape import Shape
 from tspec.numbers import integer_text
-from tspec.ops.catalogue import OPS, Unchecked, Value, numel
+from tspec.ops.base import Unchecked, Value, numel
+from tspec.ops.catalogue import OPS
 
 ZERO = sympy.Integer(0)
 BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}

@@ -55,7 +55,8 @@ from tspec.language.model import (
     under,
 )
 from tspec.language.shape import Shape, format_expr
-from tspec.ops.catalogue import OPS, Value, join_family
+from tspec.ops.base import Value, join_family
+from tspec.ops.catalogue import OPS
 
 DECLARED = ("input", "param", "state")   # roles given, not computed by an equation
 NEAREST_WINDOW = 4096     # how far to look for valid values near a violating one

@@ -2,116 +2,40 @@
 
 An entry holds what the op *is*: how it is written in a spec (its function name and argument
 kinds), its shape and dtype rule, and its LaTeX form. Later stages (code generation, FLOP and
-parameter counts) add their rule to the same entry, never a second table elsewhere.
-
-Shape rules talk to the checker through a small context (see ``Context``): they state what must
-hold (``ctx.equal(K, K2, ...)``) and the checker proves it for every size the constraints allow,
-or records a finding with a counterexample. A rule raises ``ctx.error(...)`` only for what no
-size can fix: a wrong rank, a wrong dtype, an axis that does not exist.
+parameter counts) add their rule to the same entry, never a second table elsewhere. What the
+entries are built from (values, contexts, the ``Op`` base) is in ``base.py``.
 """
 
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
 import sympy
 
-from tspec.errors import SpecError
 from tspec.language.shape import Shape
-
-
-@dataclass(frozen=True)
-class Value:
-    """What an expression evaluates to during checking: a tensor (or family) or a scalar."""
-    shape: Shape | None            # None: a parameter whose shape the spec left unstated
-    dtype: str = "float"
-    scalar: sympy.Basic | None = None   # set for scalar expressions over dims (sqrt(d_k))
-    tensor: str | None = None           # the tensor name, for a leaf
-    # how an operand that is an expression is written (``X @ W_1 + b_1``), for messages
-    text: str | None = field(default=None, compare=False)
-
-    @property
-    def is_scalar(self) -> bool:
-        return self.scalar is not None
-
-
-class Context(Protocol):
-    """What shape rules may ask of the checker."""
-
-    def equal(self, a: sympy.Basic, b: sympy.Basic, what: str,
-              broadcast: bool = False) -> sympy.Basic:
-        """State a == b for all allowed sizes; returns the common value. With ``broadcast``,
-        a counterexample must have both sides other than 1."""
-
-    def divides(self, divisor: sympy.Basic, n: sympy.Basic, what: str) -> None:
-        """State that divisor divides n for all allowed sizes."""
-
-    def at_most(self, a: sympy.Basic, b: sympy.Basic, what: str) -> None:
-        """State a <= b for all allowed sizes."""
-
-    def shape(self, value: Value, rank: int, role: str, like: Shape | None = None) -> Shape:
-        """The shape of value; for an unstated parameter, a fresh shape of this rank.
-
-        ``like`` is the shape an unstated operand must broadcast against, for the report.
-        """
-
-    def error(self, message: str) -> SpecError:
-        """An error at the equation being checked (raise it)."""
-
-
-@dataclass(frozen=True)
-class Operand:
-    """An argument as code generation sees it: its code, its value (shape, dtype), the
-    precedence of its outermost Python operator (100 for atoms and calls), and, when the code
-    is a call of a helper, the helper's name and arguments (so that an op can extend it)."""
-    code: str
-    value: Value
-    precedence: int = 100
-    call: tuple[str, tuple[str, ...]] | None = None
-
-
-def call(name: str, *arguments: str) -> tuple[str, int, tuple[str, tuple[str, ...]]]:
-    """An op's code that is a helper call: its text, precedence and the call itself."""
-    return f"{name}({', '.join(arguments)})", 100, (name, arguments)
-
-
-class CodeContext(Protocol):
-    """What an op's code rule may ask of the code generator."""
-
-    xp: str                                   # the array module's alias in generated code
-    batched_matmul: str | None                # the helper for products of two stacks, if any
-
-    def helper(self, name: str) -> str:
-        """Use a helper function of the generated runtime (rendered from its template): the
-        name code calls it by (``rt.softmax``)."""
-
-    def dim(self, expr: sympy.Basic) -> str:
-        """Code for an integer dim expression (``T_dec``, ``d_model // H``)."""
-
-    def scalar(self, expr: sympy.Basic) -> str:
-        """Code for a scalar expression over dims, a Python number (``math.sqrt(d_k)``)."""
-
-    def dtype(self) -> str:
-        """Code for the float dtype of the computation (taken from a float tensor in scope)."""
-
-    def runtime(self, name: str) -> str:
-        """A run-time setting the function takes as a keyword argument (``eps``)."""
-
-    def error(self, message: str) -> Exception:
-        """An error at the equation being lowered (raise it)."""
-
-    def grows(self, operand: Operand) -> bool:
-        """Whether the equation being lowered extends the operand, a state it replaces (the
-        key-value cache: K_all = concat(K_past, K_new) with K_past <- K_all), in a backend
-        that keeps such states in buffers with room to grow."""
-
-
-@dataclass(frozen=True)
-class Setting:
-    """A number an op's code reads at run time, not a dim: generated functions take it as a
-    keyword argument (``eps=1e-5``), and a variant may set it (``[settings]``)."""
-    default: str           # as generated code writes it
-    meaning: str
-
+from tspec.ops.base import (
+    ATOM,
+    POWER,
+    PRODUCT,
+    SUM,
+    UNARY,
+    Context,
+    Op,
+    Setting,
+    Value,
+    align,
+    axis_index,
+    broadcast,
+    call,
+    join_family,
+    normalised,
+    numel,
+    operands,
+    require_dtype,
+    require_rank,
+    result_dtype,
+    scalar_operand,
+    wrap,
+)
 
 SETTINGS: dict[str, Setting] = {
     "eps": Setting("1e-5", "LayerNorm's or RMSNorm's epsilon, added to the variance or mean "
@@ -120,216 +44,9 @@ SETTINGS: dict[str, Setting] = {
                               "pair i by p * theta^(-2i/d_k)"),
 }
 
-# the element-wise functions generated code applies in place to a product's fresh result
-# (``project(X, W, b, activation=gelu)``), each a helper of the generated module
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-
-# Python operator precedences, for parentheses in generated code
-ATOM, POWER, UNARY, PRODUCT, SUM = 100, 90, 80, 70, 60
-
-
-def wrap(operand: Operand, precedence: int, right: bool = False) -> str:
-    """The operand's code, parenthesised where the surrounding operator binds tighter."""
-    if operand.precedence < precedence or (right and operand.precedence == precedence):
-        return f"({operand.code})"
-    return operand.code
-
-
-def align(a: Operand, b: Operand) -> tuple[Operand, Operand]:
-    """Line up a family (its members on a leading axis) with an operand of higher rank.
-
-    Broadcasting aligns the last axes, so a family of rank-r members meeting a tensor of rank
-    r + k needs k unit axes after its family axis: ``P_h[:, None]``.
-    """
-    if a.value.is_scalar or b.value.is_scalar:
-        return a, b
-    shape_a, shape_b = a.value.shape, b.value.shape
-    if shape_a.family is not None and shape_b.rank > shape_a.rank:
-        a = _unit_axes(a, shape_b.rank - shape_a.rank)
-    elif shape_b.family is not None and shape_a.rank > shape_b.rank:
-        b = _unit_axes(b, shape_a.rank - shape_b.rank)
-    return a, b
-
-
-def scalar_operand(ctx: CodeContext, expr: sympy.Basic) -> str:
-    """A scalar expression as an operand of ``*`` or ``/``: parenthesised unless atomic."""
-    code = ctx.scalar(expr)
-    atomic = (expr.is_Atom and not (expr.is_Rational and not expr.is_Integer)) or (
-        isinstance(expr, sympy.Pow) and expr.exp == sympy.Rational(1, 2))
-    return code if atomic else f"({code})"
-
-
-def _unit_axes(operand: Operand, count: int) -> Operand:
-    index = ", ".join([":"] + ["None"] * count)
-    return Operand(f"{wrap(operand, ATOM)}[{index}]", operand.value, ATOM)
-
-
-# ---------------------------------------------------------------------------------------------
-# Shared rules
-
-def join_family(ctx: Context, *families) -> sympy.Basic | None:
-    """Members of families combine member by member: the family sizes must agree."""
-    result = None
-    for family in families:
-        if family is None:
-            continue
-        result = family if result is None else ctx.equal(result, family, "family sizes")
-    return result
-
-
-def named(value: Value, shape: Shape) -> str:
-    """An operand as messages name it: ``X (B T d)``, ``X @ W_1 (B T d_ff)``; its shape alone
-    when it has no name."""
-    name = value.text or value.tensor
-    return f"{name} ({shape.text()})" if name else f"({shape.text()})"
-
-
-def operands(a: Value, shape_a: Shape, b: Value, shape_b: Shape, joined: str = "and") -> str:
-    return f"{named(a, shape_a)} {joined} {named(b, shape_b)}"
-
-
-def broadcast(ctx: Context, a: Shape, b: Shape, what: str) -> Shape:
-    """NumPy broadcasting of two shapes, right-aligned; unequal dims must be provably 1."""
-    out = []
-    for i in range(1, max(a.rank, b.rank) + 1):
-        x = a.dims[-i] if i <= a.rank else None
-        y = b.dims[-i] if i <= b.rank else None
-        if x is None or x == 1:
-            out.append(y if y is not None else x)
-        elif y is None or y == 1:
-            out.append(x)
-        else:
-            out.append(ctx.equal(x, y, f"{what}, axis {-i}", broadcast=True))
-    return Shape(tuple(reversed(out)), join_family(ctx, a.family, b.family))
-
-
-def result_dtype(values: list[Value]) -> str:
-    dtypes = {v.dtype for v in values}
-    return "float" if "float" in dtypes else "int" if "int" in dtypes else "bool"
-
-
-def require_rank(ctx: Context, shape: Shape, at_least: int, what: str, op: str) -> None:
-    if shape.rank < at_least:
-        raise ctx.error(f"{op} needs {what} of rank {at_least} or more, got rank {shape.rank} "
-                        f"({shape.text()})")
-
-
-def require_dtype(ctx: Context, value: Value, dtypes: tuple[str, ...], what: str, op: str) -> None:
-    if value.dtype not in dtypes:
-        raise ctx.error(f"{op} needs {what} of dtype {' or '.join(dtypes)}, got {value.dtype}")
-
-
-def normalised(ctx: Context, x: Value, params: dict[str, Value], op: str) -> Value:
-    """A normalisation over the last axis (LayerNorm, RMSNorm): the input's shape, with each
-    parameter (gain, bias) a vector of the input's last axis's width."""
-    shape = ctx.shape(x, 1, "input")
-    require_rank(ctx, shape, 1, "an input", op)
-    for name, param in params.items():
-        vector = ctx.shape(param, 1, name)
-        if vector.rank != 1:
-            raise ctx.error(f"{op} {name} must be a vector, got {vector.text()}")
-        ctx.equal(vector.dims[0], shape.dims[-1], f"{op} {name} {named(param, vector)} width "
-                  f"vs the last axis of its input {named(x, shape)}")
-    return Value(shape, "float")
-
-
-def axis_index(ctx: Context, axis: int, rank: int, op: str) -> int:
-    if not -rank <= axis < rank:
-        raise ctx.error(f"{op}: axis {axis} does not exist in a tensor of rank {rank}")
-    return axis % rank
-
-
-class Unchecked:
-    """The shape rules' context for a proved spec: nothing left to prove, so every claim is
-    taken as true; ``error`` builds the caller's own error kind."""
-
-    def __init__(self, where: str, error_class=SpecError):
-        self.where = where
-        self.error_class = error_class
-
-    def equal(self, a, b, what, broadcast=False):
-        return a
-
-    def divides(self, divisor, n, what):
-        return None
-
-    def at_most(self, a, b, what):
-        return None
-
-    def shape(self, value, rank, role, like=None):
-        if value.shape is None:
-            raise self.error_class(f"{self.where}: {value.tensor} has no stated shape")
-        return value.shape
-
-    def error(self, message):
-        return self.error_class(f"{self.where}: {message}")
-
-
-def numel(value: Value) -> sympy.Basic:
-    """The number of elements of a tensor value (family members included), 1 for a scalar."""
-    if value.is_scalar or value.shape is None:
-        return sympy.Integer(1)
-    size = sympy.Mul(*value.shape.dims)
-    return size if value.shape.family is None else size * value.shape.family
-
-
 def _shift(offset: str) -> str:
     """An offset's LaTeX as a shift: ``+T_{\\mathrm{past}}``, ``-1``."""
     return offset if offset.startswith("-") else f"+{offset}"
-
-
-# ---------------------------------------------------------------------------------------------
-# The catalogue
-
-@dataclass(frozen=True)
-class Op:
-    """One op: how it is written and its shape rule; subclasses fill in ``infer`` and ``latex``.
-
-    ``params`` gives each positional argument's kind: 'tensor', 'dim' (a dim expression), or
-    'value' (either), the last ``optional`` of them may be left out (``rotary(X)`` beside
-    ``rotary(X, T_past)``); ``attrs`` gives keyword attributes and their defaults.
-    """
-    name: str
-    summary: str
-    params: tuple[str, ...] = ()
-    attrs: dict = field(default_factory=dict)
-    optional: int = 0          # how many of the last params may be left out
-    precedence: int = 100      # for LaTeX parentheses: 100 atoms/functions, 50 products, 40 sums
-    group_right: bool = False  # a right operand of equal precedence is bracketed: a - (b - c)
-    per_element: int = 0       # FLOPs per output element (0: data movement, no arithmetic)
-
-    def arity(self) -> str:
-        """How many positional arguments the op takes, in words ("1 or 2 arguments")."""
-        most = len(self.params)
-        least = most - self.optional
-        count = str(most) if least == most else \
-            f"{least} or {most}" if least + 1 == most else f"{least} to {most}"
-        return f"{count} argument{'' if most == 1 else 's'}"
-
-    def fraction(self, attrs: dict) -> bool:
-        """Whether the LaTeX form is a \\frac, whose parts need no brackets."""
-        return False
-
-    def infer(self, ctx: Context, args: list[Value], attrs: dict) -> Value:
-        raise NotImplementedError
-
-    def latex(self, args: list[str], attrs: dict) -> str:
-        raise NotImplementedError
-
-    def code(self, ctx: CodeContext, args: list[Operand], attrs: dict) -> tuple[str, int]:
-        """Python code for the op applied to its operands, and that code's precedence."""
-        raise NotImplementedError
-
-    def flops(self, args: list[Value], out: Value, attrs: dict) -> sympy.Basic:
-        """Floating-point operations of one application, in the dims: ``per_element`` for
-        each output element (one per arithmetic operation or function evaluation); matrix
-        products count a multiply and an add per term."""
-        return self.per_element * numel(out)
-
-    @property
-    def kind(self) -> str:
-        """'matmul' for the products whose FLOPs scaling-law counts keep, 'other' else."""
-        return "other"
 
 
 @dataclass(frozen=True)
@@ -351,16 +68,11 @@ class Elementwise(Op):
         if self.name == "log" and x.value.dtype == "bool":
             # log of a 0/1 mask: 0 where kept, -inf where masked, in the float dtype
             return f"{ctx.helper('log_mask')}({x.code}, {ctx.dtype()})", ATOM
-        activation = self.name in ACTIVATIONS
-        if activation and x.call is not None and x.call[0] == ctx.helper("project") and \
+        if self.activation and x.call is not None and x.call[0] == ctx.helper("project") and \
                 not any(a.startswith("activation=") for a in x.call[1]):
             # f(X @ W + b): applied in place to the product's fresh result, chunk by chunk
-            return call(x.call[0], *x.call[1], f"activation={ctx.helper(self.name)}")
-        if self.name == "relu":
-            return f"{ctx.xp}.maximum({x.code}, 0)", ATOM
-        if self.name in ACTIVATIONS:
-            return f"{ctx.helper(self.name)}({x.code})", ATOM
-        return f"{ctx.xp}.{self.name}({x.code})", ATOM
+            return call(x.call[0], *x.call[1], f"activation={self.called(ctx)}")
+        return f"{self.called(ctx)}({x.code})", ATOM
 
 
 @dataclass(frozen=True)
@@ -431,7 +143,7 @@ class Maximum(Op):
         if a.value.is_scalar:          # max(0, x) reads best as maximum(x, 0)
             a, b = b, a
         second = ctx.scalar(b.value.scalar) if b.value.is_scalar else b.code
-        return f"{ctx.xp}.maximum({a.code}, {second})", ATOM
+        return f"{self.called(ctx)}({a.code}, {second})", ATOM
 
 
 @dataclass(frozen=True)
@@ -573,7 +285,7 @@ class Softmax(Op):
         if axis >= 0 and args[0].value.shape.family is not None:
             axis += 1           # past the family axis
         axis_code = "" if axis == -1 else f", axis={axis}"
-        return f"{ctx.helper('softmax')}({args[0].code}{axis_code})", ATOM
+        return f"{self.called(ctx)}({args[0].code}{axis_code})", ATOM
 
 
 @dataclass(frozen=True)
@@ -595,7 +307,7 @@ class LayerNorm(Op):
 
     def code(self, ctx, args, attrs):
         x, gamma, beta = args
-        return (f"{ctx.helper('layer_norm')}({x.code}, {gamma.code}, {beta.code}, "
+        return (f"{self.called(ctx)}({x.code}, {gamma.code}, {beta.code}, "
                 f"{ctx.runtime('eps')})"), ATOM
 
 
@@ -619,7 +331,7 @@ class RMSNorm(Op):
 
     def code(self, ctx, args, attrs):
         x, gamma = args
-        return f"{ctx.helper('rms_norm')}({x.code}, {gamma.code}, {ctx.runtime('eps')})", ATOM
+        return f"{self.called(ctx)}({x.code}, {gamma.code}, {ctx.runtime('eps')})", ATOM
 
 
 @dataclass(frozen=True)
@@ -652,7 +364,7 @@ class Rotary(Op):
 
     def code(self, ctx, args, attrs):
         offset = f", offset={ctx.dim(args[1].value.scalar)}" if len(args) > 1 else ""
-        return f"{ctx.helper('rotary')}({args[0].code}, {ctx.runtime('theta')}{offset})", ATOM
+        return f"{self.called(ctx)}({args[0].code}, {ctx.runtime('theta')}{offset})", ATOM
 
 
 @dataclass(frozen=True)
@@ -675,7 +387,7 @@ class RepeatHeads(Op):
 
     def code(self, ctx, args, attrs):
         x, heads = args
-        return f"{ctx.helper('repeat_heads')}({x.code}, {ctx.dim(heads.value.scalar)})", ATOM
+        return f"{self.called(ctx)}({x.code}, {ctx.dim(heads.value.scalar)})", ATOM
 
 
 @dataclass(frozen=True)
@@ -705,7 +417,7 @@ class Gather(Op):
             named += f', table="{table.value.tensor}"'
         if ids.value.tensor not in (None, "t"):
             named += f', ids="{ids.value.tensor}"'
-        return f"{ctx.helper('embed')}({table.code}, {ids.code}{named})", ATOM
+        return f"{self.called(ctx)}({table.code}, {ids.code}{named})", ATOM
 
 
 @dataclass(frozen=True)
@@ -743,7 +455,7 @@ class SliceRows(Op):
         first = ctx.dim(start[0].value.scalar) if start else "0"
         name = table.value.tensor or "the table"
         axis = ", axis=1" if table.value.shape.family is not None else ""
-        return (f'{ctx.helper("table_rows")}({table.code}, "{name}", {first}, '
+        return (f'{self.called(ctx)}({table.code}, "{name}", {first}, '
                 f"{ctx.dim(stop.value.scalar)}{axis})"), ATOM
 
 
@@ -784,7 +496,7 @@ class SplitHeads(Op):
 
     def code(self, ctx, args, attrs):
         x, heads = args
-        return f"{ctx.helper('split_heads')}({x.code}, {ctx.dim(heads.value.scalar)})", ATOM
+        return f"{self.called(ctx)}({x.code}, {ctx.dim(heads.value.scalar)})", ATOM
 
 
 @dataclass(frozen=True)
@@ -802,9 +514,6 @@ class ConcatHeads(Op):
 
     def latex(self, args, attrs):
         return f"\\mathrm{{Concat}}\\left({args[0]}\\right)"
-
-    def code(self, ctx, args, attrs):
-        return f"{ctx.helper('concat_heads')}({args[0].code})", ATOM
 
 
 @dataclass(frozen=True)
@@ -837,7 +546,7 @@ class Concat(Op):
             axis += 1           # past the family axis
         if ctx.grows(a):        # a decoding step's state: appended to, not copied
             return call(ctx.helper("extend"), a.code, b.code, f"axis={axis}")
-        return f"{ctx.xp}.concatenate([{a.code}, {b.code}], axis={axis})", ATOM
+        return f"{self.called(ctx)}([{a.code}, {b.code}], axis={axis})", ATOM
 
 
 @dataclass(frozen=True)
@@ -861,7 +570,7 @@ class CausalMask(Op):
 
     def code(self, ctx, args, attrs):
         t_q, t_kv = (ctx.dim(a.value.scalar) for a in args)
-        return f"{ctx.helper('causal_mask')}({t_q}, {t_kv})", ATOM
+        return f"{self.called(ctx)}({t_q}, {t_kv})", ATOM
 
 
 @dataclass(frozen=True)
@@ -881,7 +590,7 @@ class PaddingMask(Op):
 
     def code(self, ctx, args, attrs):
         keep, t_q = args
-        return f"{ctx.helper('padding_mask')}({keep.code}, {ctx.dim(t_q.value.scalar)})", ATOM
+        return f"{self.called(ctx)}({keep.code}, {ctx.dim(t_q.value.scalar)})", ATOM
 
 
 @dataclass(frozen=True)
@@ -905,8 +614,7 @@ class Sinusoidal(Op):
     def code(self, ctx, args, attrs):
         length, width, *offset = (ctx.dim(a.value.scalar) for a in args)
         shift = f", offset={offset[0]}" if offset else ""
-        return (f"{ctx.helper('positional_encoding')}({length}, {width}, {ctx.dtype()}{shift})",
-                ATOM)
+        return f"{self.called(ctx)}({length}, {width}, {ctx.dtype()}{shift})", ATOM
 
 
 @dataclass(frozen=True)
@@ -941,7 +649,7 @@ class RelativeBias(Op):
 
     def code(self, ctx, args, attrs):
         table, t_q, t_kv = args
-        return (f"{ctx.helper('relative_position_bias')}({table.code}, "
+        return (f"{self.called(ctx)}({table.code}, "
                 f"{ctx.dim(t_q.value.scalar)}, {ctx.dim(t_kv.value.scalar)})"), ATOM
 
 
@@ -988,7 +696,7 @@ class Einsum(Op):
 
     def code(self, ctx, args, attrs):
         operands = ", ".join(a.code for a in args)
-        return f"{ctx.xp}.einsum({attrs['spec']!r}, {operands})", ATOM
+        return f"{self.called(ctx)}({attrs['spec']!r}, {operands})", ATOM
 
 
 def _parse_einsum(ctx: Context, spec: str, count: int) -> tuple[list[str], str]:
@@ -1011,87 +719,138 @@ def _ops(*ops: Op) -> dict[str, Op]:
     return {op.name: op for op in ops}
 
 
+# Every op: how a spec writes it, its shape rule, LaTeX and FLOPs (its class), and the function
+# its code calls (a runtime helper, with the helpers and modules that helper's template uses,
+# or an array-module function). Adding an op is adding an entry here, with its template in
+# codegen/templates/helpers/ if it has a helper: nothing else names it.
 OPS: dict[str, Op] = _ops(
     MatMul("matmul", "matrix product with broadcast batch axes", ("tensor", "tensor"),
-           precedence=50, group_right=True),
-    Einsum("einsum", "tensor contraction by an index pattern", precedence=100),
-    Transpose("transpose", "swap the last two axes", ("tensor",), precedence=90),
+           precedence=50, group_right=True, spelling="@"),
+    Einsum("einsum", "tensor contraction by an index pattern", precedence=100,
+           spelling="einsum", array_function="einsum"),
+    Transpose("transpose", "swap the last two axes", ("tensor",), precedence=90,
+              spelling="transpose"),
     Binary("add", "element-wise sum, broadcasting", symbol="+", latex_symbol="+",
-           precedence=40, per_element=1),
+           precedence=40, per_element=1, spelling="+"),
     Binary("sub", "element-wise difference, broadcasting", symbol="-", latex_symbol="-",
-           precedence=40, group_right=True, per_element=1),
+           precedence=40, group_right=True, per_element=1, spelling="-"),
     Binary("mul", "element-wise product, broadcasting", symbol="*", latex_symbol="\\odot",
-           precedence=50, group_right=True, per_element=1),
+           precedence=50, group_right=True, per_element=1, spelling="*"),
     Binary("div", "element-wise quotient, broadcasting", symbol="/", latex_symbol="/",
-           precedence=100, per_element=1),
+           precedence=100, per_element=1, spelling="/"),
     Scale("scale", "multiply or divide by a scalar expression over dims", precedence=50,
           per_element=1),
     Negate("neg", "element-wise negation", ("tensor",), precedence=45, per_element=1),
     Power("pow", "element-wise power by a scalar", ("tensor", "value"), precedence=70,
-          per_element=1),
+          per_element=1, spelling="**"),
     Maximum("maximum", "element-wise maximum, broadcasting", ("value", "value"),
-            per_element=1),
-    Elementwise("log", "element-wise natural logarithm", latex_name="\\log", per_element=1),
-    Elementwise("exp", "element-wise exponential", latex_name="\\exp", per_element=1),
-    Elementwise("relu", "max(0, x)", latex_name="\\mathrm{ReLU}", per_element=1),
-    Elementwise("tanh", "hyperbolic tangent", latex_name="\\tanh", per_element=1),
+            per_element=1, spelling="max", array_function="maximum"),
+    Elementwise("log", "element-wise natural logarithm", latex_name="\\log", per_element=1,
+                spelling="log", array_function="log"),
+    Elementwise("exp", "element-wise exponential", latex_name="\\exp", per_element=1,
+                spelling="exp", array_function="exp"),
+    Elementwise("relu", "max(0, x)", latex_name="\\mathrm{ReLU}", per_element=1,
+                spelling="relu", helper="relu", imports=("Optional",), row_wise=True,
+                activation=True),
+    Elementwise("tanh", "hyperbolic tangent", latex_name="\\tanh", per_element=1,
+                spelling="tanh", array_function="tanh"),
     # x / (1 + exp(-x)): the negation, exp, the add and the division
     Elementwise("silu", "x * sigmoid(x), the SwiGLU gate's function", latex_name="\\mathrm{SiLU}",
-                per_element=4),
+                per_element=4, spelling="silu", helper="silu", imports=("Optional",),
+                needs=("float16",), row_wise=True, activation=True),
     # x / 2 * (1 + erf(x / sqrt 2)): a scale, erf, an add and two products
     Elementwise("gelu", "x * Phi(x), Phi the standard normal CDF", latex_name="\\mathrm{GELU}",
-                per_element=5),
+                per_element=5, spelling="gelu", helper="gelu", imports=("Optional", "erf", "math"),
+                needs=("float16",), row_wise=True, activation=True),
     # x / 2 * (1 + tanh(c (x + 0.044715 x^3))): the cube (2), two scales, two adds, tanh and
     # two products
     Elementwise("gelu_tanh", "GELU by its tanh approximation (GPT-2)",
-                latex_name="\\mathrm{GELU}_{\\tanh}", per_element=9),
+                latex_name="\\mathrm{GELU}_{\\tanh}", per_element=9, spelling="gelu_tanh",
+                helper="gelu_tanh", imports=("Optional", "math"), needs=("float16",),
+                row_wise=True, activation=True),
     # the row maximum, the subtraction, exp, the sum and the division
     Softmax("softmax", "exp(x) / sum(exp(x)) along an axis", ("tensor",), {"axis": -1},
-            per_element=5),
+            per_element=5, spelling="softmax", helper="softmax", imports=("Optional",),
+            needs=("checked_axis", "float16"), row_wise=True),
     LayerNorm("layer_norm", "normalise the last axis, then scale and shift",
-              ("tensor", "tensor", "tensor")),
+              ("tensor", "tensor", "tensor"), spelling="layer_norm", helper="layer_norm",
+              imports=("Optional",), needs=("float16",), row_wise=True),
     RMSNorm("rms_norm", "divide the last axis by its root mean square, then scale",
-            ("tensor", "tensor")),
+            ("tensor", "tensor"), spelling="rms_norm", helper="rms_norm", imports=("Optional",),
+            needs=("float16",), row_wise=True),
     Rotary("rotary", "turn each position's feature pairs by angles proportional to the "
            "position (RoPE), positions counted from an optional offset", ("tensor", "dim"),
-           optional=1),
+           optional=1, spelling="rotary", helper="rotary"),
     RepeatHeads("repeat_heads", "share each of G key-value heads among H / G query heads",
-                ("tensor", "dim")),
+                ("tensor", "dim"), spelling="repeat_heads", helper="repeat_heads"),
     Gather("gather", "embedding lookup: rows of a table by integer ids", ("tensor", "tensor"),
-           precedence=90),
+           precedence=90, helper="embed"),
     SliceRows("slice_rows", "rows of a table: the first n (P[:n]), or a to b - 1 (P[a:b])",
-              ("tensor", "dim", "dim"), optional=1, precedence=90),
+              ("tensor", "dim", "dim"), optional=1, precedence=90, helper="table_rows"),
     FirstPosition("first_position", "the first position of each sequence: (..., T, d) -> "
-                  "(..., d)", ("tensor",), precedence=90),
+                  "(..., d)", ("tensor",), precedence=90, spelling="first"),
     SplitHeads("split_heads", "reshape the last axis into H heads (reshape + transpose)",
-               ("tensor", "dim")),
+               ("tensor", "dim"), spelling="split_heads", helper="split_heads"),
     ConcatHeads("concat_heads", "concatenate a family's members along the last axis",
-                ("tensor",)),
-    Concat("concat", "join two tensors along an axis", ("tensor", "tensor"), {"axis": -1}),
+                ("tensor",), spelling="concat_heads", helper="concat_heads"),
+    Concat("concat", "join two tensors along an axis", ("tensor", "tensor"), {"axis": -1},
+           spelling="concat", array_function="concatenate"),
     CausalMask("causal_mask", "0/1 mask, no attending to later keys: the queries are the "
-               "last positions of the keys (bottom-right aligned)", ("dim", "dim")),
-    PaddingMask("padding_mask", "0/1 key mask broadcast over queries", ("tensor", "dim")),
+               "last positions of the keys (bottom-right aligned)", ("dim", "dim"),
+               spelling="causal_mask", helper="causal_mask"),
+    PaddingMask("padding_mask", "0/1 key mask broadcast over queries", ("tensor", "dim"),
+                spelling="padding_mask", helper="padding_mask"),
     # the angle (a division) and its sine or cosine
     Sinusoidal("sinusoidal_encoding", "the fixed sine/cosine position table, positions "
                "counted from an optional offset", ("dim", "dim", "dim"), optional=1,
-               per_element=2),
+               per_element=2, spelling="sinusoidal_encoding", helper="positional_encoding"),
     RelativeBias("relative_position_bias", "a learned bias per relative offset of key and "
                  "query positions, queries the last of the keys (bottom-right aligned)",
-                 ("tensor", "dim", "dim")),
+                 ("tensor", "dim", "dim"), spelling="relative_position_bias",
+                 helper="relative_position_bias"),
 )
 
-# How each op is written in a spec: function names, operators, and the op they mean.
-FUNCTIONS: dict[str, str] = {
-    "einsum": "einsum", "log": "log", "exp": "exp", "relu": "relu", "gelu": "gelu",
-    "gelu_tanh": "gelu_tanh", "tanh": "tanh", "first": "first_position",
-    "softmax": "softmax", "layer_norm": "layer_norm", "max": "maximum",
-    "rms_norm": "rms_norm", "silu": "silu", "rotary": "rotary", "repeat_heads": "repeat_heads",
-    "split_heads": "split_heads", "concat_heads": "concat_heads", "concat": "concat",
-    "causal_mask": "causal_mask", "padding_mask": "padding_mask",
-    "sinusoidal_encoding": "sinusoidal_encoding",
-    "relative_position_bias": "relative_position_bias", "transpose": "transpose",
-}
-OPERATORS: dict[str, str] = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul",
-                             "**": "pow"}
+
+class Spelled(Mapping):
+    """A table read off OPS whenever it is consulted, so that an op added to OPS (a scratch
+    catalogue entry) is in it at once: ``key(op)``, for each op where it is not None, maps to
+    the op's name."""
+
+    def __init__(self, key: Callable[[Op], str | None]):
+        self.key = key
+        self.ops: tuple[Op, ...] = ()
+        self.table: dict[str, str] = {}
+
+    def current(self) -> dict[str, str]:
+        ops = tuple(OPS.values())
+        if ops != self.ops:        # the same ops compare by identity first: cheap
+            self.table = {key: op.name for op in ops if (key := self.key(op)) is not None}
+            self.ops = ops
+        return self.table
+
+    def __getitem__(self, key: str) -> str:
+        return self.current()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.current())
+
+    def __len__(self) -> int:
+        return len(self.current())
+
+
+def _function_name(op: Op) -> str | None:
+    return op.spelling if op.spelling is not None and op.spelling.isidentifier() else None
+
+
+def _operator(op: Op) -> str | None:
+    return op.spelling if op.spelling is not None and not op.spelling.isidentifier() else None
+
+
+# How each op is written in a spec: function names and operators, each to the op it means.
+FUNCTIONS = Spelled(_function_name)
+OPERATORS = Spelled(_operator)
+# the element-wise functions generated code applies in place to a product's fresh result
+# (``project(X, W, b, activation=rt.gelu)``): name -> name
+ACTIVATIONS = Spelled(lambda op: op.name if op.activation else None)
 # Scalar functions of dims, usable wherever a scalar may stand (x / sqrt(d_k)).
 SCALAR_FUNCTIONS = {"sqrt": sympy.sqrt}

@@ -226,8 +226,9 @@ def test_a_command_runs_with_the_collectors_thresholds_and_restores_them(monkeyp
 
 
 def test_a_trace_of_many_names_is_recorded_in_calls_of_at_most_256_keywords():
-    # one trace.update of 25,000 keywords took CPython's compiler 5 s (it compares a call's
-    # keywords pairwise): `tspec run` of a 25,000-equation chain grew as n^1.3, not linearly
+    # one trace.update (now rt.record) of 25,000 keywords took CPython's compiler 5 s (it
+    # compares a call's keywords pairwise): `tspec run` of a 25,000-equation chain grew as
+    # n^1.3, not linearly
     import numpy as np
 
     from tspec.codegen.execution.loading import load_source
@@ -237,7 +238,7 @@ def test_a_trace_of_many_names_is_recorded_in_calls_of_at_most_256_keywords():
             + "".join(f'X{i + 1} "B d" "x{i + 1}" = X{i} + X{i}\n' for i in range(n))
             + f"output X{n}\n")
     code = tspec.source(tspec.parse(text, "chain.tspec"))
-    calls = [line for line in code.splitlines() if "trace.update(" in line]
+    calls = [line for line in code.splitlines() if "rt.record(trace, " in line]
     assert TRACE_KEYWORDS == 256 and len(calls) == 3     # 256 + 256 + 88 names
     module = load_source(code)
     x = np.full((2, 3), 1.0)

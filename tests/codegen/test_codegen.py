@@ -82,28 +82,15 @@ def test_the_generated_module_reads_like_the_spec():
         assert f"\ndef {name}(" in text, name
     for name in ("embed", "positional_encoding", "split_heads"):        # ops: the runtime's
         assert f"\ndef {name}(" in runtime and f" = rt.{name}(" in text, name
-    assert (
+    assert (                    # attention's three equations, and its strategy without a trace
         "    d_k = Q_h.shape[-1]\n"
-        "\n"
-        "    def query_block(rows: slice, keys: slice):  # the rows' output, from those keys\n"
-        "        # [H] B rows keys\n"
-        "        S_h = Q_h[..., rows, :] / math.sqrt(d_k) @ K_h[..., keys, :].swapaxes(-1, -2)\n"
-        "        S_h = rt.add_into(S_h, L_h[..., rows, keys])  # [H] B rows keys\n"
-        "        if S_h.dtype == np.float16:  # a score past float16's range is +inf:\n"
-        "            np.copyto(S_h, -np.inf, where=L_h[..., rows, keys] == -np.inf)  # masked, not "
-        "NaN\n"
-        "        if trace is None:  # A_h is never stored: divided out of the product\n"
-        "            O_h = rt.softmax_matmul(S_h, V_h[..., keys, :])  # [H] B rows d_v\n"
-        "        else:  # one block, every row and key, as written\n"
-        "            A_h = rt.softmax(S_h)  # [H] B rows keys\n"
-        "            O_h = A_h @ V_h[..., keys, :]  # [H] B rows d_v\n"
-        "            trace.update(S_h=S_h, A_h=A_h)\n"
-        "        return O_h\n"
-        "\n"
-        "    blocks = rt.query_blocks(L_h, rt.QUERY_BLOCK if trace is None else None)\n"
-        "    O_h = rt.join_query_blocks(rt.in_parallel(query_block, blocks))  # [H] B T_q d_v\n"
-        "    if trace is not None:\n"
-        "        trace.update(O_h=O_h)\n"
+        "    if trace is None:  # the equations below, a block of query rows at a time\n"
+        "        return rt.attend_in_blocks(Q_h / math.sqrt(d_k), K_h, V_h, L_h)  # [H] B T_q d_v\n"
+        "    S_h = Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2) + L_h  # [H] B T_q T_kv\n"
+        "    rt.keep_masked(S_h, L_h)  # float16: a score past its range is +inf; masked keys "
+        "stay -inf\n"
+        "    A_h = rt.softmax(S_h)  # [H] B T_q T_kv\n"
+        "    O_h = A_h @ V_h  # [H] B T_q d_v\n"
     ) in text
     assert "        S_h = Q_h @ K_h.T / sqrt(d_k) + L_h\n" in text          # plain equation
     assert "            S_{h} = \\frac{Q_{h} K_{h}^\\top}{\\sqrt{d_{k}}} + L_{h}\n" in text
@@ -127,17 +114,13 @@ def test_the_cupy_backend_renders_from_the_same_templates():
     assert "np." not in text and "numpy" not in text.split('"""', 2)[2]
     assert 'Float[cp.ndarray, "B T_q d_model"]' in text
     assert (
-        "    if trace is None:\n"
-        "        # S_h and A_h in one kernel: S_h is never stored\n"
-        "        # [H] B T_q T_kv\n"
-        "        A_h = rt.masked_softmax(rt.batched_matmul(Q_h / math.sqrt(d_k), "
-        "K_h.swapaxes(-1, -2)), L_h)\n"
-        "    else:\n"
-        "        S_h = rt.batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h"
+        "    if trace is None:  # the equations below, the scores and weights in one kernel\n"
+        "        return rt.attend_fused(Q_h / math.sqrt(d_k), K_h, V_h, L_h)  # [H] B T_q d_v\n"
+        "    S_h = rt.batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h"
         "  # [H] B T_q T_kv\n"
-        "        if S_h.dtype == cp.float16:  # a score past float16's range is +inf:\n"
-        "            cp.copyto(S_h, -cp.inf, where=L_h == -cp.inf)  # masked, not NaN\n"
-        "        A_h = rt.softmax(S_h)  # [H] B T_q T_kv\n"
+        "    rt.keep_masked(S_h, L_h)  # float16: a score past its range is +inf; masked keys "
+        "stay -inf\n"
+        "    A_h = rt.softmax(S_h)  # [H] B T_q T_kv\n"
         "    O_h = rt.batched_matmul(A_h, V_h)  # [H] B T_q d_v\n"
     ) in text
     runtime = generate.runtime_source("cupy")
@@ -163,7 +146,7 @@ def test_the_numpy_and_cupy_trees_differ_only_where_the_backend_table_says(arch,
     """With the table's strings swapped (module, alias, array type, description, memory), a
     definition of a model or its runtime differs between the two backends only if it is a
     helper one backend replaces (or a name its replacement template defines), the attention
-    strategy's (query_blocks for NumPy), or the function holding the attention core."""
+    strategy's (attend_in_blocks for NumPy), or the function holding the attention core."""
     numpy_backend, cupy_backend = backend("numpy"), backend("cupy")
     choices = {"arch": arch, "activation": activation}
     definitions = {}
@@ -187,14 +170,15 @@ def test_the_numpy_and_cupy_trees_differ_only_where_the_backend_table_says(arch,
     numpy_defs, cupy_defs = definitions["numpy"], definitions["cupy"]
     replaced = set(cupy_backend.helpers) | set(numpy_backend.helpers)
     # templates the table decides: a backend's own, one that branches on a table field
-    # (thread_pool, float32_gelu), the attention strategy's (query_blocks), the thread
-    # pool's workspace (only its helpers use it), growing states (extend) and float16's
-    # rounding (only the shared softmax and LayerNorm, which CuPy replaces, use it there)
+    # (thread_pool, float32_gelu), the attention strategy's (attend_in_blocks, over
+    # query_blocks), the thread pool's workspace (only its helpers use it), growing states
+    # (extend) and float16's rounding (only the shared softmax and LayerNorm, which CuPy
+    # replaces, use it there)
     folder = Path(codegen.__file__).parent / "templates" / "helpers"
     decided = [path.read_text(encoding="utf-8") for path in folder.rglob("*.py.j2")
                if path.parent.name == "cupy"
-               or path.name in ("query_blocks.py.j2", "workspace.py.j2", "extend.py.j2",
-                                "float16.py.j2")
+               or path.name in ("attend_in_blocks.py.j2", "query_blocks.py.j2",
+                                "workspace.py.j2", "extend.py.j2", "float16.py.j2")
                or "{% if backend." in path.read_text(encoding="utf-8")]
     templates = "".join(decided)
     branching = {path.name.removesuffix(".py.j2") for path in folder.glob("*.py.j2")
@@ -757,7 +741,7 @@ def test_attention_blocks_only_where_blocks_give_the_same_numbers(scores, axis, 
     spec = parse(ATTENTION.replace("{scores}", scores).replace("{axis}", str(axis)),
                  file="a.tspec")
     text = source(spec, {})
-    assert ("rt.query_blocks(L, rt.QUERY_BLOCK if trace is None else None)" in text) is blocked
+    assert ("        return rt.attend_in_blocks(" in text) is blocked
     module = load_source(text)
     if blocked:
         monkeypatch.setattr(module.rt, "QUERY_BLOCK", 2)
@@ -780,20 +764,20 @@ MASKED = ('dim B "b"\ndim T_q "q"\ndim T_kv "k"\ndim d "d"\n'
           'O "B T_q d" = attend(X, V, L)\noutput O\n')
 
 
-@pytest.mark.parametrize("x, scores, in_place", [
-    ("B T_q T_kv", "X * 2 + L", True),      # a product: a new array of the scores' shape
-    ("B T_q T_kv", "X + L", False),         # the caller's own array
-    ("B T_q T_kv", "X.T.T + L", False),     # a view of it
-    ("T_q T_kv", "X * 2 + L", False),       # a new array, but smaller than the scores
+@pytest.mark.parametrize("x, scores", [
+    ("B T_q T_kv", "X * 2 + L"),            # a product: a new array of the scores' shape
+    ("B T_q T_kv", "X + L"),                # the caller's own array
+    ("B T_q T_kv", "X.T.T + L"),            # a view of it
+    ("T_q T_kv", "X * 2 + L"),              # a new array, but smaller than the scores
 ])
-def test_the_mask_is_added_in_place_only_to_a_new_array_of_the_scores_shape(x, scores,
-                                                                            in_place,
-                                                                            monkeypatch):
-    """S = X + L as S = X; S += L (one array of scores instead of two) only where X's code
-    makes a new array as large as S: never into the caller's array or a view of it."""
+def test_scores_that_are_no_product_of_queries_and_keys_are_computed_as_written(x, scores,
+                                                                               monkeypatch):
+    """An attention core whose scores are not q @ k.T + L has no strategy: its equations run
+    as written, traced or not, and the caller's array is left as it was (the mask is added
+    into a block's scores only inside rt.attend_in_blocks, to its own product)."""
     spec = parse(MASKED.replace("{x}", x).replace("{scores}", scores), file="m.tspec")
     text = source(spec, {})
-    assert ("        S = rt.add_into(S, L[..., rows, keys])  # B rows keys\n" in text) is in_place
+    assert "rt.attend_in_blocks" not in text and "rt.add_into" not in text
     module = load_source(text)
     monkeypatch.setattr(module.rt, "QUERY_BLOCK", 2)
     rng = np.random.default_rng(0)

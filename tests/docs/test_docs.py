@@ -14,7 +14,8 @@ from tspec.codegen.execution import weights
 from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import source
 from tspec.language.shape import Shape
-from tspec.ops.catalogue import OPS, Value
+from tspec.ops.base import Value
+from tspec.ops.catalogue import OPS
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 GPT2 = {"gpt2_small": (768, 12, 12), "gpt2_medium": (1024, 24, 16),

@@ -147,8 +147,8 @@ def test_block_local_dim_shadowing_a_model_dim():
      "t.tspec:4: tensor name 'i' is reserved by the spec language and its generated code"),
     ('dim B "b"\nblock prefill(X "B") -> Y:\n    Y "B" = X * 2\n',
      "t.tspec:2: block name 'prefill' is reserved by the spec language and its generated code"),
-    ('dim B "b"\nblock query_block(X "B") -> Y:\n    Y "B" = X * 2\n',
-     ("t.tspec:2: block name 'query_block' is reserved by the spec language and its generated "
+    ('dim B "b"\nblock recorder(X "B") -> Y:\n    Y "B" = X * 2\n',
+     ("t.tspec:2: block name 'recorder' is reserved by the spec language and its generated "
       "code")),
     (HEADER + 'param __x "d"\n',
      ("t.tspec:4: tensor name '__x' is not a plain identifier (ASCII letter first, then "

@@ -237,7 +237,7 @@ _UFUNCS = [
     "cosh", "sin", "cos", "tan", "arctan", "maximum", "minimum", "fmax", "fmin", "abs",
     "absolute", "sign", "floor", "ceil", "rint", "equal", "not_equal", "less", "less_equal",
     "greater", "greater_equal", "logical_and", "logical_or", "logical_not", "logical_xor",
-    "reciprocal"]
+    "reciprocal", "logaddexp"]
 _FROM_NUMPY = [
     "dtype", "finfo", "iinfo", "float16", "float32", "float64", "int8", "int16", "int32",
     "int64", "uint8", "uint16", "uint32", "uint64", "bool_", "integer", "floating", "number",
