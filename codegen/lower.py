@@ -22,7 +22,7 @@ import sympy
 from sympy.printing.pycode import PythonCodePrinter
 
 from tspec.analysis.attention import AttentionCore, attention_core
-from tspec.analysis.counts import BOOL_BYTES, INT_BYTES
+from tspec.analysis.counts import BOOL_BYTES, INT_BYTES, Activations
 from tspec.checking.check import check, topological
 from tspec.codegen import ir
 from tspec.codegen.backends import Backend, runtime_order
@@ -189,10 +189,11 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
     full_classes = {c.name for c in full.params_classes}
     classes = list(full.params_classes) + [
         c for c in stepping.params_classes if c.name not in full_classes]
-    check = ir.Step(("rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made",))
+    # the cache checked first: the step's dims and its memory guard may read it
+    check = "rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made"
     step = dataclasses.replace(
         step, summary="One decoding step: T_new positions after the T_past the cache holds.",
-        steps=(check, *step.steps))
+        prologue=(check, *step.prologue))
     states = _literal(starts, "")
     functions = [step if f.name == step.name else f for f in functions]
     return ir.Module(
@@ -211,9 +212,10 @@ def _memory_limit(backend: Backend, helpers) -> list[ir.Constant]:
     none where no function checks."""
     if "require_memory" not in helpers:
         return []
-    return [ir.Constant("MEMORY_LIMIT", "the most bytes the tensors of one function's own "
-                        "equations may take: it refuses to start beyond that; None: "
-                        f"{backend.memory_owner}", ("None",))]
+    return [ir.Constant("MEMORY_LIMIT", "the most bytes the model's tensors may take at once "
+                        "(its own, and those of the calls under way): past it, the model (or "
+                        f"a decoding step) refuses to start; None: {backend.memory_owner}",
+                        ("None",))]
 
 
 def _literal(value: dict | list | str, indent: str, first: str = "") -> list[str]:
@@ -305,6 +307,11 @@ class _Signature:
     output: TensorDecl | None     # None: the model's, when it names no output
     cache: bool = False           # takes its instance's key-value cache (states inside)
     takes_dtype: bool = False     # takes the float dtype (no float array of its own gives it)
+    # the elements its tensors and its callees' hold at once, at most: one of these (``peaks``)
+    peak: tuple[Activations, ...] = ()
+    # dims its parameters or states (its callees' too) show, and where: (params or cache, the
+    # path of keys to the array, the axis)
+    deep: dict = dataclasses.field(default_factory=dict)
 
 
 class _Printer(PythonCodePrinter):
@@ -352,6 +359,8 @@ class _Body:
         # spec's activation count (spec.counts) for this function, checked before it runs
         # (the terms, summed once: adding them one by one is quadratic in their number)
         self.allocated: dict[str, list] = {"float": [], "int": [], "bool": []}
+        self.peaks: list[Activations] = []  # what each call holds at most, in this body's dims
+        self.deep: dict[sympy.Symbol, tuple[str, tuple, int]] = {}   # _Signature.deep
 
     # -- the CodeContext protocol of spec.ops
     def helper(self, name: str) -> str:
@@ -440,7 +449,7 @@ class _Body:
                                                              tensor=decl.name))
                 self.fields.append(ir.Field(decl.name, self.annotation(decl, shape),
                                             decl.meaning))
-                self.add_sources(code, shape, family_source=True)
+                self.add_sources(code, shape, family_source=True, deep=("params", decl.name))
                 if decl.dtype == "float" and self.float_source is None:
                     self.float_source = self.float_argument = code
             elif decl.role == "state":
@@ -448,7 +457,8 @@ class _Body:
                 code = f'cache["{decl.name}"]'
                 self.values[decl.name] = Operand(code, Value(shape, decl.dtype,
                                                              tensor=decl.name))
-                self.add_sources(code, shape, family_source=True, state=decl.name)
+                self.add_sources(code, shape, family_source=True, state=decl.name,
+                                 deep=("cache", decl.name))
                 self.cache = self.states = True
         producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
         self.updates = {s.value: s.state for s in statements if isinstance(s, Update)}
@@ -521,10 +531,17 @@ class _Body:
         return decl.shape
 
     def add_sources(self, code: str, shape: Shape, family_source: bool,
-                    state: str | None = None) -> None:
+                    state: str | None = None, deep: tuple[str, str] | None = None) -> None:
         """Dims an array reveals: each plain-symbol axis, read from its shape; a sum of dims
         (``T_past + T_new``) reveals one of them once the others are known. A state's axis
-        that an argument revealed first is checked against it where the function starts."""
+        that an argument revealed first is checked against it where the function starts.
+        ``deep``: the array is a parameter or a state (where it is: params or cache, its
+        name), which reveals its dims to the callers' memory guards too."""
+        if deep is not None:
+            axes = [(dim, index - shape.rank) for index, dim in enumerate(shape.dims)]
+            for dim, axis in axes + ([(shape.family, 0)] if family_source else []):
+                if isinstance(dim, sympy.Symbol):
+                    self.deep.setdefault(dim, (deep[0], (deep[1],), axis))
         for index, dim in enumerate(shape.dims):
             axis = index - shape.rank
             if isinstance(dim, sympy.Symbol) and dim not in self.sources:
@@ -571,13 +588,18 @@ class _Body:
             check(f"cache {state} axis {axis}", code, str(symbol), str(symbol))
         return lines
 
-    def memory_check(self) -> list[str]:
-        """``require_memory`` with the bytes of the body's own tensors, where a float array
-        gives their item size and every dim they need is known without a keyword argument
-        (the check never changes a function's signature)."""
-        counted = {dtype: n for dtype, n in
-                   ((dtype, sympy.Add(*terms)) for dtype, terms in self.allocated.items())
-                   if n != 0}
+    def own(self) -> Activations:
+        """The elements of the tensors the body's own equations compute, by dtype class."""
+        return Activations(*(sympy.Add(*self.allocated[dtype])
+                             for dtype in ("float", "int", "bool")))
+
+    def memory_guard(self, largest: list[Activations]) -> list[str]:
+        """An entry function's ``require_memory``: the bytes of its own tensors and of the
+        largest of its calls' (each call's own and its largest call's, down the tree), where
+        a float array gives their item size and every dim they need is known without a
+        keyword argument (the check never changes a function's signature); a dim only a
+        callee's parameter or state shows is read from it where it lies in params or cache."""
+        own = self.own()
         # the check runs first: a float array it takes (not one it computes) or its dtype
         # keyword gives the item size
         if self.float_argument is not None:
@@ -586,13 +608,42 @@ class _Body:
             itemsize = f"{self.lowerer.backend.alias}.dtype(dtype).itemsize"
         else:
             return []
-        if not counted or not all(
-                self.knows(symbol) for n in counted.values() for symbol in n.free_symbols):
+        counted = [own] + largest
+        symbols = {s for each in counted for part in (each.float, each.int, each.bool)
+                   for s in sympy.sympify(part).free_symbols}
+        if all(part == 0 for each in counted for part in (each.float, each.int, each.bool)) \
+                or not all(self.knows(symbol) for symbol in sorted(symbols, key=str)):
             return []
         check = self.helper("require_memory")
         sizes = {"float": itemsize, "int": str(INT_BYTES), "bool": str(BOOL_BYTES)}
+        if len(largest) == 1:               # one call: its bytes and the body's, summed
+            own, largest = own + largest[0], []
+        own_tokens = self.byte_tokens(own, sizes)
+        if not largest:
+            line = f'{check}("{self.name}", MEMORY_LIMIT, {" ".join(own_tokens)})'
+            if len(line) <= LINE_LENGTH - 4:
+                return [line]
+            lines = _wrapped(own_tokens, LINE_LENGTH - 8)
+            lines[-1] += ","
+        else:
+            lines = _wrapped(own_tokens, LINE_LENGTH - 8)
+            lines.append("+ max(" if lines else "max(")
+            for each in largest:            # each call's bytes: the largest may be any
+                inner = _wrapped(self.byte_tokens(each, sizes), LINE_LENGTH - 12)
+                inner[-1] += ","
+                lines += ["    " + line for line in inner]
+            lines.append("),")
+        return [f"{check}(", f'    "{self.name}",', "    MEMORY_LIMIT,",
+                *("    " + t for t in lines), ")"]
+
+    def byte_tokens(self, counted: Activations, sizes: dict[str, str]) -> list[str]:
+        """The bytes of elements by dtype class as tokens of a sum: each dtype's elements,
+        times its item size, the terms after the first each starting with its sign."""
         tokens: list[str] = []
-        for dtype, n in counted.items():
+        for dtype in ("float", "int", "bool"):
+            n = getattr(counted, dtype)
+            if n == 0:
+                continue
             terms = _terms(self.scalar(n))
             if len(terms) > LONG_SUM:
                 # a chain of thousands of + nests too deep for Python's parser: a flat tuple
@@ -606,23 +657,11 @@ class _Body:
                     terms[0], terms[-1] = "(" + terms[0], terms[-1] + ")"
                 terms[-1] += f" * {sizes[dtype]}"
             tokens += ["+ " + terms[0] if tokens else terms[0], *terms[1:]]
-        line = f'{check}("{self.name}", MEMORY_LIMIT, {" ".join(tokens)})'
-        if len(line) <= LINE_LENGTH - 4:
-            return [line]
-        lines, current = [], ""
-        for token in tokens:                 # the sum over lines, broken before a + or -
-            if current and len(current) + 1 + len(token) > LINE_LENGTH - 8:
-                lines.append(current)
-                current = token
-            else:
-                current = f"{current} {token}" if current else token
-        lines.append(current + ",")
-        return [f"{check}(", f'    "{self.name}",', "    MEMORY_LIMIT,",
-                *("    " + t for t in lines), ")"]
+        return tokens
 
     def knows(self, symbol, seen: frozenset = frozenset()) -> bool:
         """Whether a dim's value is at hand in the function without a keyword argument."""
-        if symbol in self.sources or symbol in self.needing:
+        if symbol in self.sources or symbol in self.needing or symbol in self.deep:
             return True
         if symbol in self.lowerer.lets and symbol not in seen:
             return all(self.knows(inner, seen | {symbol})
@@ -709,6 +748,14 @@ class _Body:
                 code = f"{wrap(operand, ATOM)}[member]"
             args.append(code)
         binding = local_binding(block, [self.values[name].value.shape for name in record.args])
+        self.peaks += [peak.subs(binding) for peak in signature.peak]
+        prefix = (record.instance,) + ((0,) if record.repeat is not None else ())
+        local = {dim.symbol for dim in block.local_dims.values()}
+        for symbol, (root, path, axis) in signature.deep.items():
+            found = (root, prefix + path, axis)
+            if symbol not in local and (symbol not in self.deep or
+                                        _lists(found) < _lists(self.deep[symbol])):
+                self.deep[symbol] = found
         keywords = [f"{d}={self.dim(d)}" for d in signature.dims]
         keywords += [f"{r}={self.runtime(r)}" for r in signature.runtime]
         if signature.takes_dtype:
@@ -786,10 +833,14 @@ class _Body:
                     resolve(inner)
                 rest_code = self.dim(rest) if rest.is_Atom else f"({self.dim(rest)})"
                 prologue.append(f"{symbol} = {total} - {rest_code}")
+            elif symbol in self.deep and symbol not in body:    # for the memory guard alone
+                prologue.append(f"{symbol} = {_deep_code(*self.deep[symbol])}")
             else:
                 keywords.append(symbol)
 
-        memory = self.memory_check()
+        body = set(self.needed)
+        largest = _largest(self.peaks)
+        memory = self.memory_guard(largest) if self.block is None else []
         index = 0
         while index < len(self.needed):      # resolving may need more dims
             resolve(self.needed[index])
@@ -833,9 +884,11 @@ class _Body:
             keywords=tuple(keyword_records), returns=returns, prologue=tuple(prologue),
             steps=tuple(self.steps), traced=tuple(self.traced),
             result=", ".join(outputs) or "None")
+        own = self.own()
         signature = _Signature(tuple(keywords), tuple(self.runtimes), params_class,
                                output_decls[0] if output_decls else None, self.cache,
-                               self.takes_dtype)
+                               self.takes_dtype,
+                               tuple(own + each for each in largest) or (own,), self.deep)
         return function, signature
 
 
@@ -866,6 +919,51 @@ def _scale_the_left_factor(term: OpNode) -> OpNode:
         return OpNode("matmul", (left, product.args[1]), product.attrs, product.line,
                       product.column)
     return term
+
+
+def _largest(candidates: list[Activations]) -> list[Activations]:
+    """The candidates a max must compare: each but those another is at least as large as in
+    every term (dims are positive, so a polynomial whose every coefficient is at least
+    another's is at least as large); the first of equal ones."""
+    terms = [tuple(sympy.expand(getattr(c, dtype)).as_coefficients_dict()
+                   for dtype in ("float", "int", "bool")) for c in candidates]
+
+    def covers(big: tuple, small: tuple) -> bool:
+        return all(b.get(m, 0) >= c for b, s in zip(big, small) for m, c in s.items()) and \
+            all(b.get(m, 0) >= s.get(m, 0) for b, s in zip(big, small) for m in b)
+
+    kept = []
+    for index, mine in enumerate(terms):
+        if not any(covers(other, mine) and (other != mine or at < index)
+                   for at, other in enumerate(terms) if at != index):
+            kept.append(candidates[index])
+    return kept
+
+
+def _lists(found: tuple[str, tuple, int]) -> int:
+    """How many stacks of layers a path to a parameter or state goes through."""
+    return sum(isinstance(key, int) for key in found[1])
+
+
+def _deep_code(root: str, path: tuple, axis: int) -> str:
+    """A dim read from an array in nested params or cache: where the path goes through a
+    stack of layers, rt.axis_size (0 for an empty stack, whose layers then hold nothing)."""
+    if _lists((root, path, axis)):
+        keys = ", ".join(f'"{key}"' if isinstance(key, str) else str(key) for key in path)
+        return f"rt.axis_size({root}, {keys}, axis={axis})"
+    return root + "".join(f'["{key}"]' for key in path) + f".shape[{axis}]"
+
+
+def _wrapped(tokens: list[str], width: int) -> list[str]:
+    """Tokens of a sum on lines of at most ``width``, broken before a + or -."""
+    lines, current = [], ""
+    for token in tokens:
+        if current and len(current) + 1 + len(token) > width:
+            lines.append(current)
+            current = token
+        else:
+            current = f"{current} {token}" if current else token
+    return lines + [current] if current else lines
 
 
 def _along(shape: Shape, axis: sympy.Symbol, axes: set) -> bool:

@@ -73,7 +73,7 @@ def render(module: ir.Module) -> str:
             function.cache for function in module.functions) else ""), 96),
         "keyword_lines": _keyword_lines(module.functions),
         "functions": [_function_view(f) for f in module.functions],
-        "params_classes": [_params_view(p) for p in module.params_classes],
+        "params_classes": _params_views(module.params_classes),
         "runtime_version": runtime_version(render_runtime(module.backend)),
         "constants": [{"name": c.name, "comment": _wrap(c.comment, LINE_LENGTH, "# ", "# "),
                        "first": c.lines[0], "rest": c.lines[1:]} for c in module.constants],
@@ -225,6 +225,18 @@ STANDARD_MODULES = ("ctypes", "functools", "inspect", "itertools", "math", "os",
                     "threading", "warnings", "weakref")
 
 
+def _params_views(classes: list[ir.ParamsClass]) -> list[dict]:
+    """Each parameter class as the module defines it: one whose fields are an earlier one's
+    (a decoding step's block that takes the full model's parameters) is that one, by name."""
+    first: dict[tuple, str] = {}
+    views = []
+    for params in classes:
+        same = first.setdefault(params.fields, params.name)
+        views.append({"name": params.name, "alias": same} if same != params.name else
+                     _params_view(params))
+    return views
+
+
 def _params_view(params: ir.ParamsClass) -> dict:
     lines = []
     for field in params.fields:
@@ -235,7 +247,7 @@ def _params_view(params: ir.ParamsClass) -> dict:
         else:
             lines += _wrap(meaning, LINE_LENGTH - 6, "# ", "# ")
             lines.append(f"{field.name}: {field.annotation}")
-    return {"name": params.name, "doc": params.doc, "lines": lines}
+    return {"name": params.name, "alias": None, "doc": params.doc, "lines": lines}
 
 
 def _keyword_lines(functions: list[ir.Function]) -> list[str]:
@@ -263,7 +275,8 @@ def _function_view(function: ir.Function) -> dict:
     summary = _docstring_text(function.summary, f"the summary of {function.name}")
     source = f"From {function.source} ({function.where})." if function.source else \
         f"From {function.where}."
-    lead = _wrap(f"{summary.rstrip('.')}. {source}", LINE_LENGTH - 4, "    ")
+    lead = _wrap(f"{summary.rstrip('.')}. {source}" if summary else source, LINE_LENGTH - 4,
+                 "    ")
     doc = [line.removeprefix("    ") for line in lead[1:]]
     if function.equations:
         doc.append("")

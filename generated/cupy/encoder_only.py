@@ -28,11 +28,11 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("ed1312a952081034", __name__)  # the runtime this was generated with
+rt.require_version("8661d6e40656e052", __name__)  # the runtime this was generated with
 
 
-# the most bytes the tensors of one function's own equations may take: it refuses to start beyond
-# that; None: the GPU's memory
+# the most bytes the model's tensors may take at once (its own, and those of the calls under way):
+# past it, the model (or a decoding step) refuses to start; None: the GPU's memory
 MEMORY_LIMIT = None
 
 
@@ -143,18 +143,6 @@ def multi_head_attention(
         O_proj = O @ W_O
             O_{\mathrm{proj}} = O W_{O}
     """
-    B = X_q.shape[-3]
-    T_kv = X_kv.shape[-2]
-    T_q = X_q.shape[-2]
-    d_model = X_q.shape[-1]
-    d_k = d_model // H
-    d_v = d_model // H
-    rt.require_memory(
-        "multi_head_attention",
-        MEMORY_LIMIT,
-        (2*B*H*T_kv*d_k + 2*B*H*T_kv*d_v + 2*B*H*T_q*d_k + B*H*T_q*d_v
-        + B*T_q*d_model) * X_q.dtype.itemsize,
-    )
     Q_proj = rt.project(X_q, params["W_Q"])  # B T_q H*d_k
     K_proj = rt.project(X_kv, params["W_K"])  # B T_kv H*d_k
     V_proj = rt.project(X_kv, params["W_V"])  # B T_kv H*d_v
@@ -184,10 +172,6 @@ def add_and_layer_norm(
         Z = layer_norm(X + Y, gamma, beta)
             Z = \mathrm{LayerNorm}\left(X + Y;\, \gamma, \beta\right)
     """
-    B = X.shape[-3]
-    T_x = X.shape[-2]
-    d_model = X.shape[-1]
-    rt.require_memory("add_and_layer_norm", MEMORY_LIMIT, B*T_x*d_model * X.dtype.itemsize)
     Z = rt.layer_norm(X + Y, params["gamma"], params["beta"], eps)  # B T_x d_model
     rt.record(trace, Z=Z)
     return Z
@@ -207,15 +191,6 @@ def feed_forward(
         F = U @ W_2 + b_2
             F = U W_{2} + b_{2}
     """
-    B = X.shape[-3]
-    T_x = X.shape[-2]
-    d_ff = params["W_1"].shape[-1]
-    d_model = X.shape[-1]
-    rt.require_memory(
-        "feed_forward",
-        MEMORY_LIMIT,
-        (B*T_x*d_ff + B*T_x*d_model) * X.dtype.itemsize,
-    )
     U = rt.project(X, params["W_1"], params["b_1"], activation=rt.relu)  # B T_x d_ff
     F = rt.project(U, params["W_2"], params["b_2"])  # B T_x d_model
     rt.record(trace, U=U, F=F)
@@ -305,10 +280,17 @@ def transformer(
     d_model = params["E"].shape[-1]
     B = t.shape[-2]
     V = params["E"].shape[-2]
+    d_k = d_model // H
+    d_v = d_model // H
+    d_ff = rt.axis_size(params, "encoder", "layers", 0, "feed_forward", "W_1", axis=-1)
     rt.require_memory(
         "transformer",
         MEMORY_LIMIT,
-        (B*T**2 + 2*B*T*V + 2*B*T*d_model + T*d_model) * params["E"].dtype.itemsize + B*T**2,
+        (B*T**2 + 2*B*T*V + 2*B*T*d_model + T*d_model) * params["E"].dtype.itemsize + B*T**2
+        + max(
+            (2*B*H*T**2 + 4*B*H*T*d_k + 4*B*H*T*d_v + B*T*d_model) * params["E"].dtype.itemsize,
+            (B*T*d_ff + B*T*d_model) * params["E"].dtype.itemsize,
+        ),
     )
     M_src = rt.padding_mask(m_src, T)  # B T T
     X = rt.embed(params["E"], t)  # B T d_model

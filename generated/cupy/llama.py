@@ -33,11 +33,11 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("ed1312a952081034", __name__)  # the runtime this was generated with
+rt.require_version("8661d6e40656e052", __name__)  # the runtime this was generated with
 
 
-# the most bytes the tensors of one function's own equations may take: it refuses to start beyond
-# that; None: the GPU's memory
+# the most bytes the model's tensors may take at once (its own, and those of the calls under way):
+# past it, the model (or a decoding step) refuses to start; None: the GPU's memory
 MEMORY_LIMIT = None
 
 
@@ -106,16 +106,7 @@ class TransformerParams(TypedDict):
     decoder: DecoderParams  # decoder
 
 
-class CachedSelfAttentionParams(TypedDict):
-    """Parameters of cached_self_attention, keyed by the spec's names."""
-
-    # query projections of all heads, side by side (head h: columns h*d_k to (h+1)*d_k - 1)
-    W_Q: Float[cp.ndarray, "d_model H*d_k"]
-    # key projections of the H_kv key-value heads, side by side
-    W_K: Float[cp.ndarray, "d_model H_kv*d_k"]
-    # value projections of the H_kv key-value heads, side by side
-    W_V: Float[cp.ndarray, "d_model H_kv*d_v"]
-    W_O: Float[cp.ndarray, "H*d_v d_model"]  # output projection
+CachedSelfAttentionParams = MultiHeadAttentionParams  # the same parameters
 
 
 class DecoderLayerStepParams(TypedDict):
@@ -153,10 +144,6 @@ def normalize(
         X_norm = rms_norm(X, gamma)
             X_{\mathrm{norm}} = \mathrm{RMSNorm}\left(X;\, \gamma\right)
     """
-    B = X.shape[-3]
-    T_x = X.shape[-2]
-    d_model = X.shape[-1]
-    rt.require_memory("normalize", MEMORY_LIMIT, B*T_x*d_model * X.dtype.itemsize)
     X_norm = rt.rms_norm(X, params["gamma"], eps)  # B T_x d_model
     rt.record(trace, X_norm=X_norm)
     return X_norm
@@ -230,18 +217,6 @@ def multi_head_attention(
         O_proj = O @ W_O
             O_{\mathrm{proj}} = O W_{O}
     """
-    B = X_q.shape[-3]
-    T_kv = X_kv.shape[-2]
-    T_q = X_q.shape[-2]
-    d_model = X_q.shape[-1]
-    d_k = d_model // H
-    d_v = d_model // H
-    rt.require_memory(
-        "multi_head_attention",
-        MEMORY_LIMIT,
-        (B*H*T_kv*d_k + B*H*T_kv*d_v + 3*B*H*T_q*d_k + B*H*T_q*d_v + 3*B*H_kv*T_kv*d_k
-        + 2*B*H_kv*T_kv*d_v + B*T_q*d_model) * X_q.dtype.itemsize,
-    )
     Q_proj = rt.project(X_q, params["W_Q"])  # B T_q H*d_k
     K_proj = rt.project(X_kv, params["W_K"])  # B T_kv H_kv*d_k
     V_proj = rt.project(X_kv, params["W_V"])  # B T_kv H_kv*d_v
@@ -276,15 +251,6 @@ def feed_forward(
         F = U @ W_2
             F = U W_{2}
     """
-    B = X.shape[-3]
-    T_x = X.shape[-2]
-    d_ff = params["W_1"].shape[-1]
-    d_model = X.shape[-1]
-    rt.require_memory(
-        "feed_forward",
-        MEMORY_LIMIT,
-        (B*T_x*d_ff + B*T_x*d_model) * X.dtype.itemsize,
-    )
     # B T_x d_ff
     U = rt.project(X, params["W_1"], activation=rt.silu) * rt.project(X, params["W_3"])
     F = rt.project(U, params["W_2"])  # B T_x d_model
@@ -311,10 +277,6 @@ def decoder_layer(
         Y_out = Y_1 + F
             Y_{\mathrm{out}} = Y_{1} + F
     """
-    B = Y.shape[-3]
-    T_x = Y.shape[-2]
-    d_model = Y.shape[-1]
-    rt.require_memory("decoder_layer", MEMORY_LIMIT, 2*B*T_x*d_model * Y.dtype.itemsize)
     Y_n = normalize(
         Y, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
     )  # B T_x d_model
@@ -400,10 +362,18 @@ def transformer(
     B = u.shape[-2]
     V = params["E"].shape[-2]
     d_model = params["E"].shape[-1]
+    d_k = d_model // H
+    d_v = d_model // H
+    d_ff = rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1", axis=-1)
     rt.require_memory(
         "transformer",
         MEMORY_LIMIT,
-        (B*T_dec**2 + 2*B*T_dec*V + B*T_dec*d_model) * params["E"].dtype.itemsize + B*T_dec**2,
+        (B*T_dec**2 + 2*B*T_dec*V + B*T_dec*d_model) * params["E"].dtype.itemsize + B*T_dec**2
+        + max(
+            (2*B*H*T_dec**2 + 4*B*H*T_dec*d_k + 3*B*H*T_dec*d_v + 3*B*H_kv*T_dec*d_k
+            + 2*B*H_kv*T_dec*d_v + 3*B*T_dec*d_model) * params["E"].dtype.itemsize,
+            (B*T_dec*d_ff + 3*B*T_dec*d_model) * params["E"].dtype.itemsize,
+        ),
     )
     M_self = rt.padding_mask(m_tgt, T_dec) * rt.causal_mask(T_dec, T_dec)  # B T_dec T_dec
     Y_0 = rt.embed(params["E"], u, ids="u")  # B T_dec d_model
@@ -475,22 +445,12 @@ def cached_self_attention(
     """
     T_past = cache["K_past"].shape[-2]
     H_kv = cache["K_past"].shape[0]
-    B = X.shape[-3]
     T_x = X.shape[-2]
-    d_k = cache["K_past"].shape[-1]
-    d_model = X.shape[-1]
-    d_v = cache["V_past"].shape[-1]
+    B = X.shape[-3]
     rt.require_size("L_h axis -1", L_h.shape[-1], "T_past + T_x", T_past + T_x)
     rt.require_size("cache K_past axis -3", cache["K_past"].shape[-3], "B", B)
     rt.require_size("cache V_past axis -3", cache["V_past"].shape[-3], "B", B)
     rt.require_size("cache V_past axis -2", cache["V_past"].shape[-2], "T_past", T_past)
-    rt.require_memory(
-        "cached_self_attention",
-        MEMORY_LIMIT,
-        (3*B*H*T_x*d_k + B*H*T_x*d_v + B*H*d_k*(T_past + T_x) + B*H*d_v*(T_past + T_x)
-        + 3*B*H_kv*T_x*d_k + 2*B*H_kv*T_x*d_v + B*H_kv*d_k*(T_past + T_x)
-        + B*H_kv*d_v*(T_past + T_x) + B*T_x*d_model) * X.dtype.itemsize,
-    )
     Q_proj = rt.project(X, params["W_Q"])  # B T_x H*d_k
     K_proj = rt.project(X, params["W_K"])  # B T_x H_kv*d_k
     V_proj = rt.project(X, params["W_V"])  # B T_x H_kv*d_v
@@ -535,10 +495,6 @@ def decoder_layer_step(
         Y_out = Y_1 + F
             Y_{\mathrm{out}} = Y_{1} + F
     """
-    B = Y.shape[-3]
-    T_x = Y.shape[-2]
-    d_model = Y.shape[-1]
-    rt.require_memory("decoder_layer_step", MEMORY_LIMIT, 2*B*T_x*d_model * Y.dtype.itemsize)
     Y_n = normalize(
         Y, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
     )  # B T_x d_model
@@ -620,18 +576,29 @@ def decode_step(
         probs = softmax(logits, axis=-1)
             \mathrm{probs} = \mathrm{softmax}\left(\mathrm{logits}\right)
     """
+    rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made
     T_new = u.shape[-1]
     T_past = m_tgt.shape[-1] - T_new
     B = u.shape[-2]
     V = params["E"].shape[-2]
     d_model = params["E"].shape[-1]
+    H_kv = rt.axis_size(cache, "decoder", "layers", 0, "self_attention", "K_past", axis=0)
+    d_k = d_model // H
+    d_v = d_model // H
+    d_ff = rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1", axis=-1)
     rt.require_memory(
         "decode_step",
         MEMORY_LIMIT,
         (2*B*T_new*V + B*T_new*d_model + B*T_new*(T_new + T_past)) * params["E"].dtype.itemsize
-        + B*T_new*(T_new + T_past),
+        + B*T_new*(T_new + T_past)
+        + max(
+            (3*B*H*T_new*d_k + 2*B*H*T_new*d_v + 2*B*H*T_new*(T_new + T_past)
+            + B*H*d_k*(T_new + T_past) + B*H*d_v*(T_new + T_past) + 3*B*H_kv*T_new*d_k
+            + 2*B*H_kv*T_new*d_v + B*H_kv*d_k*(T_new + T_past) + B*H_kv*d_v*(T_new + T_past)
+            + 3*B*T_new*d_model) * params["E"].dtype.itemsize,
+            (B*T_new*d_ff + 3*B*T_new*d_model) * params["E"].dtype.itemsize,
+        ),
     )
-    rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made
     # B T_new T_new+T_past
     M_self = rt.padding_mask(m_tgt, T_new) * rt.causal_mask(T_new, T_new + T_past)
     Y_0 = rt.embed(params["E"], u, ids="u")  # B T_new d_model

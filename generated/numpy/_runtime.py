@@ -33,7 +33,7 @@ try:
 except ImportError:
     resource = None
 
-VERSION = "eb27be27994def90"  # of this runtime: the sha256 of its text without this line
+VERSION = "ec7ed39049baadee"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -217,6 +217,17 @@ def require_memory(function: str, limit: int | None, needed: int) -> None:
         raise MemoryError(f"{function} would allocate about {needed / 2**30:,.1f} GiB for its "
                           f"tensors, more than {owner} ({limit / 2**30:,.1f} GiB): give it "
                           "smaller inputs, or set its module's MEMORY_LIMIT")
+
+
+def axis_size(tree: dict | list, *path: str | int, axis: int) -> int:
+    """The size of an axis of the array at ``path`` in nested params or cache: a dim that only
+    a block's own parameters or states show, which the memory guard of the function calling
+    it counts. 0 where the path goes through an empty stack of layers, which holds nothing."""
+    for key in path:
+        if isinstance(tree, list) and not tree:
+            return 0
+        tree = tree[key]
+    return tree.shape[axis]
 
 
 @typechecked

@@ -29,11 +29,11 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("eb27be27994def90", __name__)  # the runtime this was generated with
+rt.require_version("ec7ed39049baadee", __name__)  # the runtime this was generated with
 
 
-# the most bytes the tensors of one function's own equations may take: it refuses to start beyond
-# that; None: the memory this process may use
+# the most bytes the model's tensors may take at once (its own, and those of the calls under way):
+# past it, the model (or a decoding step) refuses to start; None: the memory this process may use
 MEMORY_LIMIT = None
 
 
@@ -122,14 +122,7 @@ class TransformerParams(TypedDict):
     decoder: DecoderParams  # decoder
 
 
-class CachedSelfAttentionParams(TypedDict):
-    """Parameters of cached_self_attention, keyed by the spec's names."""
-
-    # query projections of all heads, side by side (head h: columns h*d_k to (h+1)*d_k - 1)
-    W_Q: Float[np.ndarray, "d_model H*d_k"]
-    W_K: Float[np.ndarray, "d_model H*d_k"]  # key projections of all heads, side by side
-    W_V: Float[np.ndarray, "d_model H*d_v"]  # value projections of all heads, side by side
-    W_O: Float[np.ndarray, "H*d_v d_model"]  # output projection
+CachedSelfAttentionParams = MultiHeadAttentionParams  # the same parameters
 
 
 class CachedCrossAttentionParams(TypedDict):
@@ -223,18 +216,6 @@ def multi_head_attention(
         O_proj = O @ W_O
             O_{\mathrm{proj}} = O W_{O}
     """
-    B = X_q.shape[-3]
-    T_kv = X_kv.shape[-2]
-    T_q = X_q.shape[-2]
-    d_model = X_q.shape[-1]
-    d_k = d_model // H
-    d_v = d_model // H
-    rt.require_memory(
-        "multi_head_attention",
-        MEMORY_LIMIT,
-        (2*B*H*T_kv*d_k + 2*B*H*T_kv*d_v + 2*B*H*T_q*d_k + B*H*T_q*d_v
-        + B*T_q*d_model) * X_q.dtype.itemsize,
-    )
     Q_proj = rt.project(X_q, params["W_Q"])  # B T_q H*d_k
     K_proj = rt.project(X_kv, params["W_K"])  # B T_kv H*d_k
     V_proj = rt.project(X_kv, params["W_V"])  # B T_kv H*d_v
@@ -264,10 +245,6 @@ def add_and_layer_norm(
         Z = layer_norm(X + Y, gamma, beta)
             Z = \mathrm{LayerNorm}\left(X + Y;\, \gamma, \beta\right)
     """
-    B = X.shape[-3]
-    T_x = X.shape[-2]
-    d_model = X.shape[-1]
-    rt.require_memory("add_and_layer_norm", MEMORY_LIMIT, B*T_x*d_model * X.dtype.itemsize)
     Z = rt.layer_norm(X + Y, params["gamma"], params["beta"], eps)  # B T_x d_model
     rt.record(trace, Z=Z)
     return Z
@@ -287,15 +264,6 @@ def feed_forward(
         F = U @ W_2 + b_2
             F = U W_{2} + b_{2}
     """
-    B = X.shape[-3]
-    T_x = X.shape[-2]
-    d_ff = params["W_1"].shape[-1]
-    d_model = X.shape[-1]
-    rt.require_memory(
-        "feed_forward",
-        MEMORY_LIMIT,
-        (B*T_x*d_ff + B*T_x*d_model) * X.dtype.itemsize,
-    )
     U = rt.project(X, params["W_1"], params["b_1"], activation=rt.relu)  # B T_x d_ff
     F = rt.project(U, params["W_2"], params["b_2"])  # B T_x d_model
     rt.record(trace, U=U, F=F)
@@ -481,12 +449,24 @@ def transformer(
     T_dec = u.shape[-1]
     B = t.shape[-2]
     V = params["E"].shape[-2]
+    d_k = d_model // H
+    d_v = d_model // H
+    d_ff = rt.axis_size(params, "encoder", "layers", 0, "feed_forward", "W_1", axis=-1)
     rt.require_memory(
         "transformer",
         MEMORY_LIMIT,
         (B*T**2 + B*T*T_dec + 2*B*T*d_model + B*T_dec**2 + 2*B*T_dec*V + 2*B*T_dec*d_model
         + T*d_model + T_dec*d_model) * params["E"].dtype.itemsize + B*T**2 + B*T*T_dec
-        + B*T_dec**2,
+        + B*T_dec**2
+        + max(
+            (2*B*H*T**2 + 4*B*H*T*d_k + 4*B*H*T*d_v + B*T*d_model) * params["E"].dtype.itemsize,
+            (B*T*d_ff + B*T*d_model) * params["E"].dtype.itemsize,
+            (2*B*H*T_dec**2 + 4*B*H*T_dec*d_k + 4*B*H*T_dec*d_v
+            + B*T_dec*d_model) * params["E"].dtype.itemsize,
+            (2*B*H*T*T_dec + 2*B*H*T*d_k + 2*B*H*T*d_v + 2*B*H*T_dec*d_k + 2*B*H*T_dec*d_v
+            + B*T_dec*d_model) * params["E"].dtype.itemsize,
+            (B*T_dec*d_ff + B*T_dec*d_model) * params["E"].dtype.itemsize,
+        ),
     )
     M_src = rt.padding_mask(m_src, T)  # B T T
     X = rt.embed(params["E"], t)  # B T d_model
@@ -560,22 +540,13 @@ def cached_self_attention(
             V_{\mathrm{past}} \leftarrow V_{h}
     """
     H = cache["K_past"].shape[0]
-    B = X.shape[-3]
     T_past = cache["K_past"].shape[-2]
     T_x = X.shape[-2]
-    d_k = cache["K_past"].shape[-1]
-    d_model = X.shape[-1]
-    d_v = cache["V_past"].shape[-1]
+    B = X.shape[-3]
     rt.require_size("L_h axis -1", L_h.shape[-1], "T_past + T_x", T_past + T_x)
     rt.require_size("cache K_past axis -3", cache["K_past"].shape[-3], "B", B)
     rt.require_size("cache V_past axis -3", cache["V_past"].shape[-3], "B", B)
     rt.require_size("cache V_past axis -2", cache["V_past"].shape[-2], "T_past", T_past)
-    rt.require_memory(
-        "cached_self_attention",
-        MEMORY_LIMIT,
-        (4*B*H*T_x*d_k + 3*B*H*T_x*d_v + (3/2)*B*H*d_k*(T_past + T_x)
-        + (3/2)*B*H*d_v*(T_past + T_x) + B*T_x*d_model) * X.dtype.itemsize,
-    )
     Q_proj = rt.project(X, params["W_Q"])  # B T_x H*d_k
     K_proj = rt.project(X, params["W_K"])  # B T_x H*d_k
     V_proj = rt.project(X, params["W_V"])  # B T_x H*d_v
@@ -620,20 +591,11 @@ def cached_cross_attention(
     """
     H = cache["K_src"].shape[0]
     B = X_q.shape[-3]
-    T_y = X_q.shape[-2]
-    d_k = cache["K_src"].shape[-1]
-    d_model = X_q.shape[-1]
-    d_v = cache["V_src"].shape[-1]
     T_x = L_h.shape[-1]
     rt.require_size("cache K_src axis -3", cache["K_src"].shape[-3], "B", B)
     rt.require_size("cache K_src axis -2", cache["K_src"].shape[-2], "T_x", T_x)
     rt.require_size("cache V_src axis -3", cache["V_src"].shape[-3], "B", B)
     rt.require_size("cache V_src axis -2", cache["V_src"].shape[-2], "T_x", T_x)
-    rt.require_memory(
-        "cached_cross_attention",
-        MEMORY_LIMIT,
-        (2*B*H*T_y*d_k + B*H*T_y*d_v + B*T_y*d_model) * X_q.dtype.itemsize,
-    )
     Q_proj = rt.project(X_q, params["W_Q"])  # B T_y H*d_k
     Q_h = rt.split_heads(Q_proj, H)  # [H] B T_y d_k
     O_h = scaled_dot_product_attention(
@@ -759,19 +721,31 @@ def decode_step(
         probs = softmax(logits, axis=-1)
             \mathrm{probs} = \mathrm{softmax}\left(\mathrm{logits}\right)
     """
+    rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made
     T_new = u.shape[-1]
     T_past = m_tgt.shape[-1] - T_new
     d_model = params["E"].shape[-1]
     B = m_src.shape[-2]
     T = m_src.shape[-1]
     V = params["E"].shape[-2]
+    H = rt.axis_size(cache, "decoder", "layers", 0, "self_attention", "K_past", axis=0)
+    d_k = d_model // H
+    d_v = d_model // H
+    d_ff = rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1", axis=-1)
     rt.require_memory(
         "decode_step",
         MEMORY_LIMIT,
         (B*T*T_new + 2*B*T_new*V + 2*B*T_new*d_model + B*T_new*(T_new + T_past)
-        + T_new*d_model) * params["E"].dtype.itemsize + B*T*T_new + B*T_new*(T_new + T_past),
+        + T_new*d_model) * params["E"].dtype.itemsize + B*T*T_new + B*T_new*(T_new + T_past)
+        + max(
+            (4*B*H*T_new*d_k + 4*B*H*T_new*d_v + 2*B*H*T_new*(T_new + T_past)
+            + (3/2)*B*H*d_k*(T_new + T_past) + (3/2)*B*H*d_v*(T_new + T_past)
+            + B*T_new*d_model) * params["E"].dtype.itemsize,
+            (2*B*H*T*T_new + 2*B*H*T_new*d_k + 2*B*H*T_new*d_v
+            + B*T_new*d_model) * params["E"].dtype.itemsize,
+            (B*T_new*d_ff + B*T_new*d_model) * params["E"].dtype.itemsize,
+        ),
     )
-    rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made
     # B T_new T_new+T_past
     M_self = rt.padding_mask(m_tgt, T_new) * rt.causal_mask(T_new, T_new + T_past)
     X_dec = rt.embed(params["E"], u, ids="u")  # B T_new d_model

@@ -209,50 +209,92 @@ def test_the_default_limit_is_the_memory_this_process_may_use():
     assert int(shown.stdout) == min(limit, model.rt.memory_total())
 
 
-def test_each_function_checks_its_own_tensors():
-    text = source(parse('dim B "b"\ndim d "d"\ndim f "f"\n'
+def test_the_model_checks_its_tensors_and_the_largest_call_s_before_it_starts():
+    """One guard, in the model's function: its own tensors and the most any call it makes
+    holds at once (each call's own and its largest call's); a block called directly has
+    none. A call that holds less than another in every term is left out of the max."""
+    text = source(parse('dim B "b"\ndim d "d"\ndim f "f"\ndim g "g"\n'
                         'block ff(X "B d") -> Y:\n'
                         '    param W_1 "d f"\n    param W_2 "f d"\n'
                         '    U "B f" = relu(X @ W_1)\n    Y "B d" = U @ W_2\n'
-                        'input X "B d"\nY "B d" = ff(X) as layer_1\noutput Y\n', "t.tspec"), {})
-    assert '    rt.require_memory("ff", MEMORY_LIMIT, (B*d + B*f) * X.dtype.itemsize)\n' in text
+                        'block wide(X "B d") -> Z:\n    param W "d g"\n    Z "B g" = X @ W\n'
+                        'block narrow(X "B d") -> Z:\n    Z "B d" = X * 2\n'
+                        'input X "B d"\nY "B d" = ff(X) as layer_1\nZ "B g" = wide(Y) as layer_2\n'
+                        'N "B d" = narrow(Y) as layer_3\nS "B g" = Z * 2\noutput S\n', "t.tspec"),
+                  {})
+    assert text.count("rt.require_memory(") == 1
+    assert (
+        '    g = params["layer_2"]["W"].shape[-1]\n'
+        "    d = X.shape[-1]\n"
+        '    f = params["layer_1"]["W_1"].shape[-1]\n'
+        "    rt.require_memory(\n"
+        '        "t",\n'
+        "        MEMORY_LIMIT,\n"
+        "        B*g * X.dtype.itemsize\n"
+        "        + max(\n"
+        "            (B*d + B*f) * X.dtype.itemsize,\n"
+        "            B*g * X.dtype.itemsize,\n"
+        "        ),\n"
+        "    )\n") in text
     model = load_source(text)
     X = np.ones((4, 3))
-    params = {"layer_1": {"W_1": np.ones((3, 5)), "W_2": np.ones((5, 3))}}
-    model.MEMORY_LIMIT = (4 * 3 + 4 * 5) * 8
-    np.testing.assert_array_equal(model.t(X, params), np.full((4, 3), 15.0))
+    params = {"layer_1": {"W_1": np.ones((3, 5)), "W_2": np.ones((5, 3))},
+              "layer_2": {"W": np.ones((3, 7))}}
+    model.MEMORY_LIMIT = (4 * 7 + 4 * 3 + 4 * 5) * 8           # S, then ff's U and Y
+    np.testing.assert_array_equal(model.t(X, params), np.full((4, 7), 2 * 3 * 15.0))
     model.MEMORY_LIMIT -= 1
-    with pytest.raises(MemoryError, match="^ff would allocate about"):
+    with pytest.raises(MemoryError, match="^t would allocate about"):
         model.t(X, params)
+    np.testing.assert_array_equal(model.ff(X, params["layer_1"]), np.full((4, 3), 15.0))
 
 
-def test_a_decoding_step_counts_the_room_its_cache_buffers_keep():
-    """extend copies a state into a buffer with room for half as many entries again, so the
-    step's estimate counts each extended state's bytes 3/2 times: a limit that would hold the
-    state's bytes once refuses; one that holds the 3/2 passes."""
+def test_a_model_s_guard_reads_a_dim_only_its_layers_show_from_them():
+    """d_ff shows only in the feed-forward layers' weights: the model's guard reads it from
+    the first layer, and takes 0 for a stack of no layers (which holds nothing)."""
     model = load_module(GENERATED / "decoder_only.py")
-    B, H, T_past, T_x, d_k, d_model = 2, 4, 6, 2, 8, 32
+    assert '    d_ff = rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1", ' \
+        'axis=-1)\n' in Path(model.__file__).read_text()
+    params = {"decoder": {"layers": [{"feed_forward": {"W_1": np.ones((3, 11))}}]}}
+    assert model.rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1",
+                              axis=-1) == 11
+    assert model.rt.axis_size({"decoder": {"layers": []}}, "decoder", "layers", 0,
+                              "feed_forward", "W_1", axis=-1) == 0
+
+
+def test_a_decoding_step_counts_the_room_its_cache_buffers_keep(monkeypatch):
+    """extend copies a state into a buffer with room for half as many entries again, so the
+    step's guard counts each extended state's bytes 3/2 times (NumPy; CuPy copies the states,
+    once); the guard refuses a limit one byte short of what it counts, and a block called
+    directly (cached_self_attention) has no guard of its own."""
+    model = load_module(GENERATED / "decoder_only.py")
+    text = Path(model.__file__).read_text()
+    guard = text[text.index('        "decode_step",'):text.index("    # B T_new T_new+T_past")]
+    assert "(3/2)*B*H*d_k*(T_new + T_past)" in guard
+    assert "(3/2)*B*H*d_v*(T_new + T_past)" in guard
+    cupy = (GENERATED.parent / "cupy" / "decoder_only.py").read_text()
+    assert "(3/2)" not in cupy and "B*H*d_k*(T_new + T_past)" in cupy
+    variant = with_run_defaults(api.load("transformer", ["arch=decoder_only", "d_model=32",
+                                                         "H=4", "N=2", "d_ff=64"]))
+    prepared = _prepare(variant, "numpy", 0, "float64", False)
+    u, m = prepared.inputs.values()
+    _, _, cache = model.prefill(u[:, :6], m[:, :6], prepared.params, H=4)
+    needed = []
+    check = model.rt.require_memory
+    monkeypatch.setattr(model.rt, "require_memory",
+                        lambda name, limit, n: needed.append(n) or check(name, limit, n))
+    monkeypatch.setattr(model, "MEMORY_LIMIT", 1)
+    with pytest.raises(MemoryError, match="^decode_step would allocate about"):
+        model.decode_step(u[:, 6:7], m[:, :7], prepared.params, cache)
+    monkeypatch.setattr(model, "MEMORY_LIMIT", needed[0] - 1)     # refused before the cache
+    with pytest.raises(MemoryError, match="^decode_step would allocate about"):   # changes
+        model.decode_step(u[:, 6:7], m[:, :7], prepared.params, cache)
+    monkeypatch.setattr(model, "MEMORY_LIMIT", needed[0])
+    model.decode_step(u[:, 6:7], m[:, :7], prepared.params, cache)
+    assert cache["decoder"]["layers"][0]["self_attention"]["K_past"].shape[-2] == 7
+    assert len(set(needed)) == 1
+    monkeypatch.setattr(model, "MEMORY_LIMIT", 1)
     rng = np.random.default_rng(0)
-    params = {name: rng.standard_normal((d_model, d_model)) for name in ("W_Q", "W_K", "W_V",
-                                                                            "W_O")}
-    X, L_h = rng.standard_normal((B, T_x, d_model)), np.zeros((1, B, T_x, T_past + T_x))
-    own = 4 * B * H * T_x * d_k + 3 * B * H * T_x * d_k + B * T_x * d_model
-    state = B * H * d_k * (T_past + T_x)                 # each of K_h and V_h
-
-    def call():
-        cache = {"K_past": rng.standard_normal((H, B, T_past, d_k)),
-                 "V_past": rng.standard_normal((H, B, T_past, d_k))}
-        model.cached_self_attention(X, L_h, params, cache)
-        return cache
-
-    model.MEMORY_LIMIT = (own + 2 * state) * 8
-    try:
-        with pytest.raises(MemoryError, match="^cached_self_attention would allocate about"):
-            call()
-        model.MEMORY_LIMIT = (own + 3 * state) * 8
-        cache = call()
-    finally:
-        model.MEMORY_LIMIT = None
-    buffer = cache["K_past"].base                      # what extend allocated: 8 + 4 positions
-    assert cache["K_past"].shape == (H, B, T_past + T_x, d_k)
-    assert buffer.nbytes == 3 * state * 8 // 2
+    layer = prepared.params["decoder"]["layers"][0]["self_attention"]
+    X, L_h = rng.standard_normal((2, 1, 32)), np.zeros((1, 2, 1, 7))
+    model.cached_self_attention(X, L_h, layer, {"K_past": rng.standard_normal((4, 2, 6, 8)),
+                                                "V_past": rng.standard_normal((4, 2, 6, 8))})

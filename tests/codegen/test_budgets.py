@@ -1,0 +1,35 @@
+"""Generated model modules lead with the model and stay short (issue 22, step 3): the first
+parameter type or block function within the first 80 lines, and at most so many lines per
+NumPy module (its runtime, _runtime.py, apart); at 3215fda they were 931 to 1,611 lines."""
+
+import re
+
+import pytest
+
+from tspec import api
+
+GENERATED = api.checkout() / "generated"
+FIRST_DEFINITION = 80
+# the most lines each NumPy model module may take
+LINES = {"bert": 465, "decoder_only": 668, "encoder_decoder": 805, "encoder_only": 443,
+         "llama": 737}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "cupy"])
+@pytest.mark.parametrize("name", sorted(LINES))
+def test_a_model_module_starts_with_the_model(backend, name):
+    lines = (GENERATED / backend / f"{name}.py").read_text(encoding="utf-8").splitlines()
+    first = next(number for number, line in enumerate(lines, 1)
+                 if re.match(r"class \w+Params\(TypedDict\):|def \w+\(", line))
+    assert first <= FIRST_DEFINITION, (name, first)
+
+
+@pytest.mark.parametrize("name", sorted(LINES))
+def test_a_numpy_model_module_keeps_to_its_budget(name):
+    lines = (GENERATED / "numpy" / f"{name}.py").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= LINES[name], (name, len(lines))
+
+
+def test_the_budgets_cover_every_model_module():
+    assert sorted(p.stem for p in (GENERATED / "numpy").glob("*.py")
+                  if not p.stem.startswith("_")) == sorted(LINES)
