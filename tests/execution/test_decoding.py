@@ -794,3 +794,52 @@ def test_the_buffers_extend_keeps_are_forgotten_with_their_arrays():
     assert len(runtime.GROWING) == before + 1
     del grown
     assert len(runtime.GROWING) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# A step is atomic: it changes the cache only once every layer has its new entries
+
+def cached_states(cache):
+    """(layer, state) -> the array the cache holds there, for an identity comparison."""
+    return {(i, name): array for i, layer in enumerate(cache["decoder"]["layers"])
+            for name, array in layer["self_attention"].items()}
+
+
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt, MemoryError])
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_a_step_interrupted_in_any_layer_leaves_the_cache_as_it_was(arrays, interruption,
+                                                                   monkeypatch):
+    """decode_step interrupted while a layer appends its keys or values (any of the 2 N
+    appends: layer 0's, then 1's, then 2's), by Ctrl-C or an error: every layer's cache is
+    the arrays prefill made, and the same step run again gives the logits an uninterrupted
+    step gives."""
+    choices = DECODERS["gpt2"]
+    model = arrays.load(source(SPEC, choices, arrays.backend))
+    params = arrays.put(params_for(choices, np.float64, N=3))
+    u = arrays.put(np.random.default_rng(8).integers(0, SIZES["V"], (2, 6)))
+    mask = arrays.put(np.ones((2, 6), dtype=bool))
+    _, _, clean = model.prefill(u[:, :4], mask[:, :4], params, H=2)
+    expected = to_numpy(model.decode_step(u[:, 4:6], mask, params, clean)[0])
+    extend = model.rt.extend
+    for stop in range(6):
+        _, _, cache = model.prefill(u[:, :4], mask[:, :4], params, H=2)
+        before = cached_states(cache)
+        calls = []
+
+        def interrupted(past, new, axis):
+            calls.append(axis)
+            if len(calls) > stop:
+                raise interruption()
+            return extend(past, new, axis)
+
+        monkeypatch.setattr(model.rt, "extend", interrupted)
+        with pytest.raises(interruption):
+            model.decode_step(u[:, 4:6], mask, params, cache)
+        monkeypatch.setattr(model.rt, "extend", extend)
+        assert len(calls) == stop + 1
+        after = cached_states(cache)
+        assert after.keys() == before.keys()
+        assert all(after[key] is before[key] for key in before), stop
+        logits = to_numpy(model.decode_step(u[:, 4:6], mask, params, cache)[0])
+        np.testing.assert_allclose(logits, expected, rtol=1e-12, atol=1e-12)
+        assert {array.shape[-2] for array in cached_states(cache).values()} == {6}
