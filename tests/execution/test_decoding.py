@@ -826,7 +826,7 @@ def test_a_step_interrupted_in_any_layer_leaves_the_cache_as_it_was(arrays, inte
         before = cached_states(cache)
         calls = []
 
-        def interrupted(past, new, axis):
+        def interrupted(past, new, axis, calls=calls, stop=stop):
             calls.append(axis)
             if len(calls) > stop:
                 raise interruption()
