@@ -63,6 +63,7 @@ import argparse
 import builtins
 import contextlib
 import io
+import itertools
 import json
 import keyword
 import multiprocessing
@@ -1542,12 +1543,14 @@ def gen_command_case(rng: random.Random, index: int, ctx: Context, command: str)
     text = rng.choice(ctx.small) if r < 0.6 else gen_spec(rng) if r < 0.85 else \
         mutate_text(rng, rng.choice(ctx.small), ctx.small, 1)
     original = None
-    if rng.random() < 0.4:              # one of its names spelt as generated code's own
+    if command == "run" and rng.random() < 0.4:   # a name spelt as generated code's own
         try:
-            names = sorted({t.text for t in tokenize(text) if t.kind == "name"}
-                           - set(KEYWORDS) - set(FUNCTIONS))
+            tokens = tokenize(text)
         except TspecError:
-            names = []
+            tokens = []
+        names = sorted({t.text for t, after in itertools.pairwise(tokens)
+                        if t.kind == "name" and after.text != "="}   # not an op's keyword
+                       - set(KEYWORDS) - set(FUNCTIONS))
         if names:
             taken = set(re.findall(r"[A-Za-z]\w*", text))
             old, new = rng.choice(names), rng.choice([n for n in CODE_NAMES if n not in taken])
