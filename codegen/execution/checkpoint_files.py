@@ -241,20 +241,29 @@ def _dtype(plan, checkpoint: Checkpoint, dtype, where: str) -> np.dtype:
 
 
 def _read(checkpoint: Checkpoint, tensor, dtype: np.dtype) -> np.ndarray:
-    """One parameter: its view of the mapped tensor, copied once into the run's dtype."""
-    view = tensor.of(checkpoint.array(tensor.name))
-    out = np.empty(view.shape, dtype)
-    if checkpoint[tensor.name].dtype != "BF16":
-        np.copyto(out, view, casting="unsafe")
-    elif dtype == np.float32:
-        bits = out.view(np.uint32)
-        np.copyto(bits, view, casting="unsafe")     # zero-extended ...
-        bits <<= 16                                 # ... into the high half: exact
-    else:
-        wide = np.empty(view.shape, np.float32)
-        bits = wide.view(np.uint32)
-        np.copyto(bits, view, casting="unsafe")
-        bits <<= 16
+    """One parameter, in the run's dtype: the stored tensor read in its own order (the memory
+    map's pages in sequence) and converted. A transpose (nn.Linear's y = x W^T) is a view of
+    it, in column order, as PyTorch itself computes with the stored matrix: BLAS and the
+    generated code take either order, and no second copy is made; a slice (GPT-2's stacked
+    Q, K, V) is copied out of it."""
+    whole = _converted(checkpoint.array(tensor.name), checkpoint[tensor.name].dtype, dtype)
+    if all(step == "T" for step in tensor.steps):
+        return tensor.of(whole)
+    return np.ascontiguousarray(tensor.of(whole))
+
+
+def _converted(stored: np.ndarray, label: str, dtype: np.dtype) -> np.ndarray:
+    """A stored tensor as a new array of ``dtype``; bfloat16's bits are the high half of a
+    float32's, so it widens exactly by a shift."""
+    out = np.empty(stored.shape, dtype)
+    if label != "BF16":
+        np.copyto(out, stored, casting="unsafe")
+        return out
+    wide = out if dtype == np.float32 else np.empty(stored.shape, np.float32)
+    bits = wide.view(np.uint32)
+    np.copyto(bits, stored, casting="unsafe")       # zero-extended ...
+    bits <<= 16                                     # ... into the high half
+    if wide is not out:
         np.copyto(out, wide, casting="unsafe")
     return out
 

@@ -115,7 +115,8 @@ class _Source:
         if gaps:
             missing = (f"layer {gaps[0]} is missing" if len(gaps) == 1 else
                        f"layers {_numbers(gaps)} are missing")
-            raise WeightsError(f"{self.what}: {self.noun} has layers {_numbers(numbers)}: "
+            raise WeightsError(f"{self.what}: {self.noun} has layer{'s' * (len(numbers) > 1)} "
+                               f"{_numbers(numbers)}: "
                                f"{missing} ({prefix}N)")
         return len(numbers)
 
