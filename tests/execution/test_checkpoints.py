@@ -358,7 +358,11 @@ def _without_layer(state: dict, marker: str) -> dict:
      "GPT-2: state dict has layers 1-3: layer 0 is missing (transformer.h.N)"),
     (bert, checkpoints.from_bert, "layer.0.",
      "BERT: state dict has layer 1: layer 0 is missing (encoder.layer.N)"),
-])
+    (lambda: torch.nn.Transformer(8, 2, 3, 3, 16, norm_first=True),
+     lambda state: checkpoints.from_torch_transformer(state, norm="pre"), "decoder.layers.1.",
+     "nn.Transformer: state dict has layers 0, 2: layer 1 is missing (decoder.layers.N)"),
+], ids=["llama-2", "llama-1", "gpt2-0", "bert-0", "torch-1"])
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
 def test_a_gap_in_the_layer_numbers_is_named(make, mapping, marker, message):
     with raises(WeightsError, message):
         mapping(_without_layer(make().state_dict(), marker))
