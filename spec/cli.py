@@ -103,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
                        "phase it reached")
 
     diff = commands.add_parser(
-        "diff", help="what changes from one variant to another: choices, dims, shapes, and "
+        "diff", help="what changes from one variant to another: choices, dims, settings, "
+                     "shapes, and "
                      "the parameters, FLOPs and activation memory of each block",
         epilog="Exit status: 0 when the two are the same model at the same sizes, 1 when "
                "they differ, 2 on bad usage (as diff(1)).")
