@@ -135,12 +135,11 @@ def module_name(variant: Variant) -> str:
     if _MODULE_NAME.match(name) and not keyword.iskeyword(name):
         return name
     why = "a Python keyword" if keyword.iskeyword(name) else "not a Python module name"
-    suggestion = re.sub(r"[^A-Za-z0-9_]", "_", name)
-    if not suggestion[:1].isalpha() or not suggestion.isascii():
+    suggestion = re.sub(r"[^A-Za-z0-9_]", "_", name)       # ASCII alone, as _MODULE_NAME
+    if not suggestion[:1].isalpha():
         suggestion = f"model_{suggestion}"
     if keyword.iskeyword(suggestion):
         suggestion += "_"
-    suggestion = suggestion.encode("ascii", "replace").decode().replace("?", "_")
     what = "spec" if variant.is_spec else "variant"
     how = "rename the spec" if variant.is_spec or not variant.file else \
         f"rename {quoted(variant.file)}"

@@ -285,6 +285,7 @@ def test_an_unknown_variant(capsys, tmp_path):
     ("3b", "not a Python module name", "model_3b"),
     ("_private", "not a Python module name", "model__private"),
     ("class", "a Python keyword", "class_"),
+    ("modèle", "not a Python module name", "mod_le"),
 ])
 def test_a_variant_whose_name_cannot_name_a_module(capsys, tmp_path, stem, why, suggestion):
     path = tiny_llama(tmp_path, stem)
