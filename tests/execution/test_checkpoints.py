@@ -395,7 +395,8 @@ def test_all_minilm_l6_v2_embeds_as_sentence_transformers_does(dtype):
     table = {"d_model": "hidden_size", "H": "num_attention_heads", "N": "num_hidden_layers",
              "d_ff": "intermediate_size", "V": "vocab_size", "max_len": "max_position_embeddings",
              "V_type": "type_vocab_size"}
-    settings = [f"{dim}={config[key]}" for dim, key in table.items()]
+    settings = [f"{dim}={config[key]}" for dim, key in table.items()] + [
+        f"eps={config['layer_norm_eps']}"]
     params = tspec.load_weights("bert_base", folder, settings, dtype=dtype)
     sentences = ["A man is eating food.", "The new movie is awesome",
                  "Tensor shapes are proved for every size the constraints allow.", "Hi"]
@@ -405,9 +406,8 @@ def test_all_minilm_l6_v2_embeds_as_sentence_transformers_does(dtype):
     ids = np.array([e.ids for e in encoded])
     keep = np.array([e.attention_mask for e in encoded], dtype=bool)
     types = np.array([e.type_ids for e in encoded])
-    module = load_source(tspec.source("bert_base"))
-    Z_enc, _ = module.transformer(ids, keep, types, params, H=config["num_attention_heads"],
-                                  eps=config["layer_norm_eps"])
+    module = tspec.compile("bert_base", settings)       # its dims and eps the defaults
+    Z_enc, _ = module.transformer(ids, keep, types, params)
     pooled = (Z_enc * keep[..., None]).sum(axis=1) / keep.sum(axis=1, keepdims=True)
     ours = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
     model = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
