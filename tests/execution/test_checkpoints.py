@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from safetensors.torch import save_file
+from support.arrays import BACKENDS, to_numpy
 from support.command_line import run
 from support.refusals import raises
 
@@ -95,6 +96,27 @@ def test_a_hugging_face_checkpoint_loads_as_its_state_dict_maps(tmp_path, family
         assert array.dtype == np.float32, name
         np.testing.assert_array_equal(array, expected[name], err_msg=name)
     assert (loaded.names, loaded.stored, str(loaded.dtype)) == (family, ["float32"], "float32")
+
+
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_transposed_weights_compute_as_contiguous_copies_on_every_backend(tmp_path, arrays):
+    """An nn.Linear weight loads as a column-order view of its one copy (no second copy for the
+    transpose): the generated code, NumPy and CuPy, computes with it what it computes with a
+    row-order copy."""
+    model = llama().double()
+    path = save(tmp_path / "model.safetensors", model.state_dict())
+    params = tspec.load_weights("llama3_8b", path, LLAMA)
+    W_Q = params["decoder"]["layers"][0]["self_attention"]["W_Q"]
+    assert W_Q.flags.f_contiguous and not W_Q.flags.c_contiguous
+    contiguous = weights.nest({name: np.ascontiguousarray(array)
+                               for name, array in weights.flatten(params).items()})
+    module = arrays.load(tspec.source("llama3_8b", LLAMA, backend=arrays.backend))
+    ids = np.random.default_rng(6).integers(0, V, (2, 7))
+    keep = np.ones(ids.shape, bool)
+    keep[1, 5:] = False
+    logits = [to_numpy(module.transformer(*arrays.put((ids, keep, given)), H=H, H_kv=2,
+                                          theta=500000.0)[0]) for given in (params, contiguous)]
+    np.testing.assert_allclose(logits[0], logits[1], rtol=0, atol=1e-12)
 
 
 def test_a_sharded_checkpoint_loads_as_the_single_file(tmp_path):
