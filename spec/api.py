@@ -291,16 +291,23 @@ def _runnable(target: Variant | Spec | str, settings: list[str] | None) -> Varia
 
 
 def load_weights(target: Variant | Spec | str, path: str | Path,
-                 settings: list[str] | None = None) -> dict:
-    """A variant's parameters from a .safetensors or .npz file of flat dotted names
-    (``encoder.layers.0.self_attention.W_Q``), checked against the shapes the spec gives at
-    the variant's sizes, nested as the generated functions take them (``params["encoder"]
-    ["layers"][0]["self_attention"]["W_Q"]``). A parameter missing, unexpected or of another
-    shape is a WeightsError naming it; a file that cannot be read, a UsageError."""
-    from tspec.codegen.execution import weights
+                 settings: list[str] | None = None, *, dtype=None) -> dict:
+    """A variant's parameters, checked against the shapes the spec gives at the variant's
+    sizes and nested as the generated functions take them (``params["encoder"]["layers"][0]
+    ["self_attention"]["W_Q"]``), from a checkpoint: a .safetensors file or a folder holding
+    ``model.safetensors`` or a sharded ``model.safetensors.index.json``, memory-mapped, under
+    the spec's flat dotted names (``encoder.layers.0.self_attention.W_Q``; also .npz) or a
+    Hugging Face family's names (GPT-2, BERT, Llama and its kin, by the variant's choices).
+    Every tensor is used or named as unused (the result's ``unused``: name -> why), every
+    parameter found, and every shape checked, before a tensor is read; bfloat16 and float16
+    convert to ``dtype`` (None: the checkpoint's own where the generated code computes in it,
+    else float32) once their memory is counted. A parameter missing, unexpected or of another
+    shape is a WeightsError naming it; a file that cannot be read, or a pickle (.bin, .pt), a
+    UsageError."""
+    from tspec.codegen.execution import checkpoint_files
     variant = _variant(target, settings)
-    shapes = weights.expected_shapes(variant.spec, variant.choices, variant.dims)
-    return weights.load(path, shapes)
+    return checkpoint_files.load_variant(path, variant.spec, variant.choices, variant.dims,
+                                         variant.name, dtype)
 
 
 def concrete_substitution(spec: Spec, result: Result, dims: dict[str, int]) -> dict:

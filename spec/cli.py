@@ -13,8 +13,8 @@
                [--time-limit SECONDS]
     tspec generate [--backend numpy|cupy] [--out DIR] [--check]
     tspec generate VARIANT_OR_SPEC [--backend numpy|cupy] [--out DIR] [--check]
-    tspec run VARIANT [--set NAME=VALUE ...] [--backend numpy] [--seed N] [--typecheck]
-              [--decode STEPS] [--max-memory SIZE] [--time-limit SECONDS]
+    tspec run VARIANT [--set NAME=VALUE ...] [--weights PATH] [--backend numpy] [--seed N]
+              [--typecheck] [--decode STEPS] [--max-memory SIZE] [--time-limit SECONDS]
     tspec --version
 
 `python -m tspec` is the same command. Every command but `run` stops at its time limit
@@ -145,6 +145,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("target", metavar="VARIANT")
     _settings(run)
     run.add_argument("--backend", default="numpy", help="array backend (numpy, cupy)")
+    run.add_argument("--weights", metavar="PATH",
+                     help="run with a checkpoint's weights: a .safetensors file or a folder "
+                          "holding model.safetensors or model.safetensors.index.json (the "
+                          "spec's names, or a Hugging Face family's by the variant's choices: "
+                          "GPT-2, BERT, Llama, Mistral, Qwen2), or a .npz of the spec's names")
     run.add_argument("--seed", type=int, default=0, help="seed for weights and tokens")
     run.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     run.add_argument("--typecheck", action="store_true",
@@ -607,12 +612,17 @@ def _run(args) -> int:
         return EXIT_FINDINGS
     max_memory = None if args.max_memory is None else _size(args.max_memory, "--max-memory")
     result = run(variant, args.backend, args.seed, args.dtype, args.typecheck, args.decode,
-                 max_memory)
+                 max_memory, args.weights)
     decoded = result.decoded
     for line in _variant_header(variant):
         print(line)
-    print(f"   {result.parameters:,} parameters ({args.dtype}), seed {args.seed}, "
-          f"backend {args.backend}")
+    if result.weights is not None:
+        print(f"   {result.parameters:,} parameters ({args.dtype}), "
+              f"{result.weights.summary()}; tokens seed {args.seed}, backend "
+              f"{args.backend}")
+    else:
+        print(f"   {result.parameters:,} parameters ({args.dtype}), seed {args.seed}, "
+              f"backend {args.backend}")
     print()
     shown = [(name, shape) for name, shape in result.shapes
              if name.count(".") <= 1 or name.rsplit(".", 1)[-1] in ("Z_out", "Y_out")]
