@@ -23,9 +23,10 @@ def imported(config, *, pooler: bool = True) -> tuple[Imported, str]:
         raise ConfigError(f"{source}: model_type = {shown(model_type)} is not supported; "
                           f"tspec imports {', '.join(FAMILIES)} configs")
     fields = Fields(data, source, model_type)
-    fields.irrelevant("model_type")
+    fields.raw("model_type")              # mapped: it chose the family
     result = FAMILIES[model_type](fields, pooler)
     fields.finish()
+    result.fields = {name: fields.kinds[name] for name in data}
     return result, source
 
 

@@ -21,6 +21,8 @@ class Imported:
     dims: dict[str, int]
     settings: dict[str, float]
     notes: list[str] = field(default_factory=list)
+    # each field of the config and how it was accounted for (Fields.kinds)
+    fields: dict[str, str] = field(default_factory=dict)
 
 
 # Hugging Face activation names and the spec's activation options (ACT2FN's spellings)
@@ -158,7 +160,8 @@ def _window(fields: Fields, family: str, layers: int) -> int | None:
     layer_types = fields.raw("layer_types")
     if family == "qwen2":
         used = fields.flag("use_sliding_window", False)
-        first_sliding = fields.integer("max_window_layers", layers, required=False)
+        first_sliding = fields.integer("max_window_layers", layers, required=False,
+                                       least=0)
         if not used:
             window = None            # Qwen2 keeps the size in the file even when it is off
         elif layer_types is None and first_sliding >= layers:

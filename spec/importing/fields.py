@@ -61,6 +61,9 @@ class Fields:
         self.where = where
         self.family = family
         self.taken: set[str] = set()
+        # how each field read was accounted for: "mapped", "irrelevant" or "fixed" (only one
+        # value is supported)
+        self.kinds: dict[str, str] = {}
 
     def error(self, message: str) -> ConfigError:
         return ConfigError(f"{self.where}: {message}")
@@ -73,17 +76,21 @@ class Fields:
 
     def raw(self, name: str, default=None):
         self.taken.add(name)
+        self.kinds.setdefault(name, "mapped")
         return self.data.get(name, default)
 
-    def integer(self, name: str, default=None, *, required: bool = True) -> int | None:
-        """A positive integer field (a dim); ``default`` when absent or null."""
+    def integer(self, name: str, default=None, *, required: bool = True,
+                least: int = 1) -> int | None:
+        """A positive integer field (a dim; or one of at least ``least``); ``default`` when
+        absent or null."""
         value = self.raw(name)
         if value is None:
             if default is None and required:
                 raise self.error(f"{name} is missing; a {self.family} config needs it")
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self.refuse(name, value, "is not a positive integer")
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise self.refuse(name, value, "is not a positive integer" if least == 1 else
+                              f"is not an integer of at least {least}")
         return value
 
     def number(self, name: str, default: float | None = None) -> float:
@@ -117,11 +124,13 @@ class Fields:
     def require(self, name: str, expected) -> None:
         """A field whose only supported value is ``expected`` (absent or null is as good)."""
         value = self.raw(name)
+        self.kinds[name] = "fixed"
         if value is not None and value != expected:
             raise self.refuse(name, value)
 
     def irrelevant(self, *names: str) -> None:
         self.taken.update(names)
+        self.kinds.update(dict.fromkeys(names, "irrelevant"))
 
     def finish(self) -> None:
         self.irrelevant(*GENERIC_IRRELEVANT)
