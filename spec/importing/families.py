@@ -25,8 +25,9 @@ class Imported:
     fields: dict[str, str] = field(default_factory=dict)
 
 
-# Hugging Face activation names and the spec's activation options (ACT2FN's spellings)
-GELU = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+# Hugging Face activation names (ACT2FN's spellings) and the spec's activation options;
+# None: refused (gelu_fast is another approximation)
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
         "gelu_fast": None, "relu": "relu"}
 DROPOUTS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "hidden_dropout_prob",
             "attention_probs_dropout_prob", "classifier_dropout", "attention_dropout",
@@ -35,7 +36,7 @@ DROPOUTS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "hidden_dropout_prob",
 
 def _activation(fields: Fields, name: str, default: str) -> str:
     value = fields.raw(name, default)
-    option = GELU.get(value) if isinstance(value, str) else None
+    option = ACTIVATIONS.get(value) if isinstance(value, str) else None
     if option is None:
         raise fields.refuse(name, value)
     return option
@@ -144,7 +145,8 @@ def _rotary_decoder(fields: Fields, family: str, model: str) -> Imported:
     if fields.raw("hidden_act", "silu") != "silu":
         raise fields.refuse("hidden_act", fields.raw("hidden_act"))
     settings = {"eps": fields.number("rms_norm_eps", 1e-6), **rope_settings(fields)}
-    window = _window(fields, family, dims["N"])
+    # Llama has no window: a sliding_window or layer_types there is a field it does not know
+    window = _window(fields, family, dims["N"]) if family != "llama" else None
     if window is not None:
         choices["attention_window"] = "sliding"
         dims["W"] = window

@@ -34,7 +34,7 @@ def test_import_prints_the_variant_and_writes_it_with_out(capsys, tmp_path):
 
 def test_import_without_the_pooler(capsys, tmp_path):
     path = _config(tmp_path, transformers.BertConfig().to_dict())
-    code, out, _ = run(capsys, "import", path, "--no-pooler", "--out", str(tmp_path / "b.toml"))
+    code, _out, _ = run(capsys, "import", path, "--no-pooler", "--out", str(tmp_path / "b.toml"))
     assert code == 0
     variant = api.load(tmp_path / "b.toml")
     assert variant.choices["encoder_io"] == "bert_unpooled"
@@ -48,8 +48,8 @@ def test_import_without_the_pooler(capsys, tmp_path):
      'rope_scaling.rope_type = "yarn" is not supported'),
     ({"model_type": "gpt2", "n_layer": 2, "scale_attn_weights": False},
      "scale_attn_weights = false is not supported"),
-    ({"model_type": "t5"}, 'model_type = "t5" is not supported; tspec imports gpt2, bert, '
-                           "llama, mistral, qwen2 configs"),
+    ({"model_type": "t5"}, ('model_type = "t5" is not supported; tspec imports gpt2, bert, '
+                           "llama, mistral, qwen2 configs")),
 ])
 def test_a_config_it_cannot_import_is_one_line_and_exit_2(capsys, tmp_path, data, message):
     path = _config(tmp_path, data)
@@ -63,5 +63,5 @@ def test_a_missing_config_and_an_out_folder_are_usage_errors(capsys, tmp_path):
     assert (code, err) == (2, f"tspec: error: {tmp_path}: the folder holds no config.json\n")
     path = _config(tmp_path, transformers.GPT2Config().to_dict())
     code, _, err = run(capsys, "import", path, "--out", str(tmp_path))
-    assert (code, err) == (2, f"tspec: error: --out {tmp_path} is a folder; name the variant "
-                              "file\n")
+    assert (code, err) == (2, (f"tspec: error: --out {tmp_path} is a folder; name the variant "
+                              "file\n"))

@@ -238,6 +238,9 @@ def test_llama_options_biases_head_dim_and_tied_embeddings():
     ({"tie_word_embeddings": "yes"}, 'tie_word_embeddings = "yes" is not true or false'),
     ({"is_encoder_decoder": True}, "is_encoder_decoder = true is not supported"),
     ({"quantum": 3}, 'quantum = 3 is not a field tspec knows for model_type "llama"'),
+    # Llama's attention has no window, whatever the file says
+    ({"sliding_window": 3}, ('sliding_window = 3 is not a field tspec knows for model_type '
+                            '"llama"')),
 ])
 def test_llama_refusals_name_the_field_and_its_value(change, message):
     with raises(ConfigError, f"a config dict: {message}"):
