@@ -229,10 +229,6 @@ def test_llama_options_biases_head_dim_and_tied_embeddings():
      ('rope_parameters.original_max_position_embeddings is missing; rope_type "llama3" '
       "needs it")),
     ({"hidden_act": "gelu"}, 'hidden_act = "gelu" is not supported'),
-    ({"layer_types": ["full_attention", "sliding_attention"], "num_hidden_layers": 2,
-      "sliding_window": 8},
-     ('layer_types = ["full_attention", "sliding_attention"] mixes full and sliding '
-      "attention, which is not supported")),
     ({"num_hidden_layers": 0}, "num_hidden_layers = 0 is not a positive integer"),
     ({"rms_norm_eps": -1.0}, "rms_norm_eps = -1.0 is not a positive number"),
     ({"tie_word_embeddings": "yes"}, 'tie_word_embeddings = "yes" is not true or false'),
@@ -262,6 +258,11 @@ def test_the_4x_spelling_of_a_refused_rope_type_is_named_as_written():
      'position_embedding_type = "relative_key" is not supported'),
     ("bert", {"is_decoder": True}, "is_decoder = true is not supported"),
     ("mistral", {"sliding_window": 0}, "sliding_window = 0 is not a positive integer"),
+    ("mistral", {"layer_types": ["full_attention", "sliding_attention"], "num_hidden_layers": 2},
+     ('layer_types = ["full_attention", "sliding_attention"] mixes full and sliding '
+      "attention, which is not supported")),
+    ("qwen2", {"layer_types": ["sliding_attention"] * 2, "num_hidden_layers": 2},
+     "layer_types asks for sliding attention, but sliding_window is not set"),
 ])
 def test_other_families_refusals(family, change, message):
     with raises(ConfigError, f"a config dict: {message}"):
