@@ -14,7 +14,7 @@ import copy
 import numpy as np
 import pytest
 from support.arrays import NUMPY
-from support.compare import assert_close
+from support.compare import assert_close, one_variant
 from support.hf_configs import (
     LLAMA31_TINY,
     PUBLISHED,
@@ -27,7 +27,7 @@ from support.hf_configs import (
     run_module,
 )
 
-from tspec import api
+from tspec import api, cli
 from tspec.codegen.execution import weights
 
 torch = pytest.importorskip("torch")
@@ -47,13 +47,22 @@ B, T = 2, 9
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_a_published_configuration_counts_as_hugging_face_does(name, tmp_path):
+    """The parameters of the weights the variant takes, the docs' count of its formula, and
+    the docs page's total: each the Hugging Face model's num_parameters()."""
     family, fields = PUBLISHED[name]
     built = config(transformers, family, **fields)
     variant = import_variant(tmp_path, built)
-    assert api.check(variant).ok
     with torch.device("meta"):                      # shapes only: no memory, no download
         reference = model(transformers, family, built)
-    assert parameter_count(variant) == reference.num_parameters()
+    count = reference.num_parameters()
+    assert parameter_count(variant) == count
+    valid, _, (counted, _, _) = one_variant(str(tmp_path / "imported.toml"), [], {})
+    assert valid and counted == count
+    assert cli.main(["docs", str(tmp_path / "imported.toml"), "--out", str(tmp_path / "docs"),
+                     "--format", "md"]) == 0
+    page = (tmp_path / "docs" / "imported.md").read_text()
+    [row] = [line for line in page.splitlines() if line.startswith("| `transformer` | ")]
+    assert row.endswith(f" | {count:,} |")
 
 
 def _reference(family: str, fields: dict, pooler: bool):
