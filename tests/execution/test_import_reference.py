@@ -161,9 +161,11 @@ def test_an_imported_tiny_model_matches_hugging_face(name, tmp_path):
     assert_close(ours, expected, "float64", tolerance=1e-10)
 
 
-def test_the_sliding_window_is_what_changes_mistral(tmp_path):
+def test_the_sliding_window_is_what_changes_mistral(tmp_path, monkeypatch):
     """The same Mistral weights with a window longer than the sequence give the causal
-    model's logits, and differ from the windowed ones: the window is in force."""
+    model's logits, and differ from the windowed ones: the window is in force. Attention in
+    blocks of 2 query rows (whose keys start at 0, the window's early keys masked) gives the
+    traced equations' numbers."""
     family, fields, _ = CASES["mistral"]
     stock = _reference(family, fields, True)
     windowed = import_variant(tmp_path, config(transformers, family, **fields), "w")
@@ -188,3 +190,11 @@ def test_the_sliding_window_is_what_changes_mistral(tmp_path):
     np.testing.assert_array_equal(results["wide"], plain)
     assert np.abs(results["w"] - plain)[:, 3:].max() > 1e-3     # keys 3 or more back cut
     np.testing.assert_array_equal(results["w"][:, :3], plain[:, :3])
+    module = NUMPY.load(api.source(windowed))
+    monkeypatch.setattr(module.rt, "QUERY_BLOCK", 2)
+    inputs = {"u": t, "m_tgt": keep}
+    nested = weights.nest({k: v.astype(np.float64) for k, v in weights.flatten(params).items()})
+    blocked, _ = run_module(module, windowed, inputs, nested)
+    traced, _ = run_module(module, windowed, inputs, nested, trace={})
+    assert_close({"logits": blocked}, {"logits": traced}, "float64", tolerance=1e-13)
+    assert_close({"logits": blocked}, {"logits": results["w"]}, "float64", tolerance=1e-13)
