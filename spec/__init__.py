@@ -29,21 +29,23 @@ _API = {
     **dict.fromkeys(["Diff", "Grid", "Report", "ShapeRow", "builtin_specs", "builtin_variants",
                      "check", "compile", "decode", "diff", "grid", "load", "load_weights",
                      "read_spec", "run", "shapes", "source"], "tspec.api"),
-    **dict.fromkeys(["CodegenError", "GridError", "LimitError", "RunError", "SpecError",
-                     "SpecSyntaxError", "TspecError", "UsageError", "VariantError"],
+    **dict.fromkeys(["CodegenError", "ConfigError", "GridError", "LimitError", "RunError",
+                     "SpecError", "SpecSyntaxError", "TspecError", "UsageError", "VariantError"],
                     "tspec.errors"),
     "Finding": "tspec.checking.findings",
+    "from_hf": "tspec.importing",
     "parse": "tspec.language.parser",
     "parse_file": "tspec.language.parser",
     "Variant": "tspec.language.variant",
     "WeightsError": "tspec.codegen.execution.weights",
 }
 
-__all__ = ["CodegenError", "Diff", "Finding", "Grid", "GridError", "LimitError", "Report",
-           "RunError", "ShapeRow", "SpecError", "SpecSyntaxError", "TspecError", "UsageError",
+__all__ = ["CodegenError", "ConfigError", "Diff", "Finding", "Grid", "GridError", "LimitError",
+           "Report", "RunError", "ShapeRow", "SpecError", "SpecSyntaxError", "TspecError",
+           "UsageError",
            "Variant", "VariantError", "WeightsError", "builtin_specs", "builtin_variants", "check",
-           "compile", "decode", "diff", "grid", "load", "load_weights", "parse", "parse_file",
-           "read_spec", "run", "shapes", "source"]
+           "compile", "decode", "diff", "from_hf", "grid", "load", "load_weights", "parse",
+           "parse_file", "read_spec", "run", "shapes", "source"]
 
 if TYPE_CHECKING:
     from tspec.api import (
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
     from tspec.codegen.execution.weights import WeightsError
     from tspec.errors import (
         CodegenError,
+        ConfigError,
         GridError,
         LimitError,
         RunError,
@@ -78,6 +81,7 @@ if TYPE_CHECKING:
         UsageError,
         VariantError,
     )
+    from tspec.importing import from_hf
     from tspec.language.parser import parse, parse_file
     from tspec.language.variant import Variant
 

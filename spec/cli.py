@@ -177,6 +177,19 @@ def _parser() -> argparse.ArgumentParser:
                       help="exit 1 with a diff when the pages on disk are stale")
     _time_limit(docs, "stop making pages that takes longer")
 
+    imports = commands.add_parser(
+        "import", help="a Hugging Face config.json as a variant: its choices, dims and "
+                       "settings", epilog="Exit status: 0 when imported, 2 when the config "
+                                          "cannot be read or has a field tspec does not "
+                                          "support (named, with its value).")
+    imports.add_argument("config", metavar="CONFIG",
+                         help="a config.json, or a folder holding one")
+    imports.add_argument("--out", metavar="FILE", type=Path,
+                         help="write the variant TOML there (default: standard output)")
+    imports.add_argument("--no-pooler", action="store_true",
+                         help="BERT: a BertModel built without its pooler "
+                              "(add_pooling_layer=False)")
+
     audit = commands.add_parser("audit", help="check the seed transcriptions and write "
                                               "docs/seed-audit.md")
     audit.add_argument("--check", action="store_true",
@@ -231,7 +244,8 @@ def _command(argv: list[str] | None) -> int:
     if args.command == "list":
         return _list()
     command = {"check": _check, "shapes": _shapes, "diff": _diff, "audit": _audit,
-               "generate": _generate, "run": _run, "docs": _docs}[args.command]
+               "generate": _generate, "run": _run, "docs": _docs,
+               "import": _import}[args.command]
     seconds = getattr(args, "time_limit", None)
     if seconds is None:                   # run without --time-limit; audit, generate
         return command(args)
@@ -526,6 +540,16 @@ def _variant_header(variant) -> list[str]:
         ", ".join(f"{name} = {text}" for name, text in lets.items()),
         f"symbolic: {', '.join(free)}" if free else "") if part))
     return lines
+
+
+def _import(args) -> int:
+    from tspec.importing import from_hf
+    text = from_hf(args.config, args.out, pooler=not args.no_pooler)
+    if args.out is None:
+        print(text, end="")
+    else:
+        print(f"wrote {args.out}")
+    return 0
 
 
 def _audit(args) -> int:

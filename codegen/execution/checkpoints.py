@@ -342,7 +342,9 @@ def _bert_layers(read, prefix: str, flat: dict) -> None:
 
 
 def from_llama(state: dict, *, output_embedding: str = "separate") -> dict[str, np.ndarray]:
-    """Hugging Face ``LlamaForCausalLM`` (or ``LlamaModel``) to the spec, every parameter.
+    """Hugging Face ``LlamaForCausalLM`` (or ``LlamaModel``) to the spec, every parameter;
+    ``MistralForCausalLM`` and ``Qwen2ForCausalLM`` too (the same names; Qwen2's biases on
+    q_proj, k_proj and v_proj to b_Q, b_K and b_V, for attention_bias=qkv).
 
     The spec's decoder-only model with norm=pre, normalization=rms_norm, positional=rotary,
     activation=swiglu, key_value_heads=grouped, attention_bias=none, feed_forward_bias=none
@@ -366,6 +368,8 @@ def from_llama(state: dict, *, output_embedding: str = "separate") -> dict[str, 
         for part, name in zip("QKVO", ("q_proj", "k_proj", "v_proj", "o_proj")):
             flat[f"{target}.self_attention.W_{part}"] = \
                 read(f"{source}.self_attn.{name}.weight").T.copy()
+            if read.has(f"{source}.self_attn.{name}.bias"):    # Qwen2: Q, K, V; attention_bias
+                flat[f"{target}.self_attention.b_{part}"] = read(f"{source}.self_attn.{name}.bias")
         for part, name in zip("132", ("gate_proj", "up_proj", "down_proj")):
             flat[f"{target}.feed_forward.W_{part}"] = read(f"{source}.mlp.{name}.weight").T.copy()
         flat[f"{target}.norm_1.gamma"] = read(f"{source}.input_layernorm.weight")

@@ -42,7 +42,19 @@ SETTINGS: dict[str, Setting] = {
                          "square"),
     "theta": Setting("10000.0", "rotary position embedding's base: position p turns feature "
                               "pair i by p * theta^(-2i/d_k)"),
+    # Llama 3.1's rotary scaling ("rope_type": "llama3"); a factor of 1 scales nothing
+    "rope_factor": Setting("1.0", "rotary scaling (Llama 3.1's factor): low frequencies are "
+                                  "divided by it; 1 scales nothing"),
+    "rope_low": Setting("1.0", "rotary scaling's low_freq_factor: wavelengths above "
+                               "rope_context / rope_low are divided by rope_factor"),
+    "rope_high": Setting("4.0", "rotary scaling's high_freq_factor: wavelengths below "
+                                "rope_context / rope_high are kept, those between blended"),
+    "rope_context": Setting("8192.0", "rotary scaling's original_max_position_embeddings: the "
+                                      "context length trained at before scaling"),
 }
+# the settings a rotary helper takes after theta, in its order
+ROPE_SCALING = ("rope_factor", "rope_low", "rope_high", "rope_context")
+
 
 def _shift(offset: str) -> str:
     """An offset's LaTeX as a shift: ``+T_{\\mathrm{past}}``, ``-1``."""
@@ -340,7 +352,9 @@ class Rotary(Op):
     angles (RoPE).
 
     The last axis is two halves: pair i is (x_i, x_{i + d/2}), turned by p * theta^(-2i/d),
-    theta a run-time setting (10000 in RoFormer and Llama 2). Positions count from ``offset``
+    theta a run-time setting (10000 in RoFormer and Llama 2); Llama 3.1's scaling of the
+    frequencies (``ROPE_SCALING``, run-time settings too) divides the low ones by rope_factor,
+    a factor of 1 changing nothing. Positions count from ``offset``
     (a dim expression, 0 when absent) along the second-to-last axis: a decoding step's T_new
     rows after T_past cached ones are rotary(X_new, T_past), the last rows of rotary of the
     whole sequence. Queries and keys turned so make every score depend on their positions'
@@ -364,7 +378,9 @@ class Rotary(Op):
 
     def code(self, ctx, args, attrs):
         offset = f", offset={ctx.dim(args[1].value.scalar)}" if len(args) > 1 else ""
-        return f"{self.called(ctx)}({args[0].code}, {ctx.runtime('theta')}{offset})", ATOM
+        scaling = ", ".join(ctx.runtime(name) for name in ROPE_SCALING)
+        return (f"{self.called(ctx)}({args[0].code}, {ctx.runtime('theta')}, ({scaling})"
+                f"{offset})"), ATOM
 
 
 @dataclass(frozen=True)
@@ -571,6 +587,33 @@ class CausalMask(Op):
     def code(self, ctx, args, attrs):
         t_q, t_kv = (ctx.dim(a.value.scalar) for a in args)
         return f"{self.called(ctx)}({t_q}, {t_kv})", ATOM
+
+
+@dataclass(frozen=True)
+class SlidingWindowMask(Op):
+    """sliding_window_mask(T_q, T_kv, W): M[i, j] = 1 where key j is neither after query i
+    nor W or more positions before it: each query sees itself and the W - 1 positions before
+    (Mistral's sliding-window attention).
+
+    Bottom-right aligned as causal_mask: query i sits at position p = i + (T_kv - T_q), and
+    M[i, j] = 1 iff p - W < j <= p; T_q <= T_kv, W >= 1. A window at least T_kv long is the
+    causal mask.
+    """
+
+    def infer(self, ctx, args, attrs):
+        t_q, t_kv, window = args
+        ctx.at_most(t_q.scalar, t_kv.scalar,
+                    "sliding window mask: queries (the last positions of the keys) vs keys")
+        ctx.at_most(sympy.Integer(1), window.scalar,
+                    "sliding window mask: a window holds the query's own position at least")
+        return Value(Shape((t_q.scalar, t_kv.scalar)), "bool")
+
+    def latex(self, args, attrs):
+        return f"M^{{\\mathrm{{window}}\\,{args[2]}}}_{{{args[0]} \\times {args[1]}}}"
+
+    def code(self, ctx, args, attrs):
+        t_q, t_kv, window = (ctx.dim(a.value.scalar) for a in args)
+        return f"{self.called(ctx)}({t_q}, {t_kv}, {window})", ATOM
 
 
 @dataclass(frozen=True)
@@ -798,6 +841,10 @@ OPS: dict[str, Op] = _ops(
     CausalMask("causal_mask", "0/1 mask, no attending to later keys: the queries are the "
                "last positions of the keys (bottom-right aligned)", ("dim", "dim"),
                spelling="causal_mask", helper="causal_mask"),
+    SlidingWindowMask("sliding_window_mask", "0/1 mask of a sliding window: no attending to "
+                      "later keys, nor to keys W or more positions back (bottom-right aligned)",
+                      ("dim", "dim", "dim"), spelling="sliding_window_mask",
+                      helper="sliding_window_mask"),
     PaddingMask("padding_mask", "0/1 key mask broadcast over queries", ("tensor", "dim"),
                 spelling="padding_mask", helper="padding_mask"),
     # the angle (a division) and its sine or cosine

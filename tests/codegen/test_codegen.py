@@ -432,7 +432,8 @@ def test_a_decoding_step_spec_generates_offsets_and_row_ranges():
     for line in ('    P = rt.table_rows(params["P_table"], "P_table", T_past, T + T_past)  # T d\n',
                  ('    P_new_h = rt.table_rows(params["P_h"], "P_h", T_past, T + T_past, axis=1)'
                   '  # [H] T d\n'),
-                 '    Q = rt.rotary(X + P, theta, offset=T_past)  # B T d\n',
+                 ('    # B T d\n    Q = rt.rotary(X + P, theta, (rope_factor, rope_low, '
+                  'rope_high, rope_context), offset=T_past)\n'),
                  '    S = rt.positional_encoding(T, d, X.dtype, offset=T_past)  # T d\n',
                  '    M = rt.causal_mask(T, T + T_past)  # T T+T_past\n'):
         assert line in code, line
@@ -561,6 +562,12 @@ _SMALL = {"B": 2, "T": 3, "T_dec": 4, "d_model": 8, "H": 2, "H_kv": 1, "d_ff": 5
 @example(({**_MODERN, "arch": "decoder_only", "norm": "pre"}, _SMALL))
 @example(({**_MODERN, "arch": "encoder_decoder", "norm": "post"}, _SMALL))
 @example(({**_MODERN, "arch": "encoder_only", "norm": "pre"}, {**_SMALL, "H_kv": 2}))
+# Mistral's window (shorter than the sequence) with Qwen2's biases; BertModel without pooler
+@example(({**_MODERN, "arch": "decoder_only", "norm": "pre", "attention_window": "sliding",
+           "attention_bias": "qkv"}, {**_SMALL, "W": 2}))
+@example(({**{name: choice.options[0] for name, choice in SPEC.choices.items()},
+           "arch": "encoder_only", "encoder_io": "bert_unpooled", "positional": "learned",
+           "attention_bias": "qkv"}, {k: v for k, v in _SMALL.items() if k != "H_kv"}))
 # the seeds' model at an odd width: the sinusoidal table's last column is a sin
 @example(({name: choice.options[0] for name, choice in SPEC.choices.items()},
           {**{k: v for k, v in _SMALL.items() if k != "H_kv"}, "d_model": 9, "H": 3}))
@@ -588,7 +595,7 @@ def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(var
                 if parameter.kind is parameter.KEYWORD_ONLY and name in dims}
     results = module.transformer(*inputs, params, **keywords, trace=trace)
     names = outputs(SPEC, SPEC.choice_values(choices))
-    results = dict(zip(names, results))
+    results = dict(zip(names, results if len(names) > 1 else (results,)))
     computed = {k.replace(".", "/"): v.shape for k, v in weights.flatten(trace).items()}
     proved = {}
     for row in api.shapes(variant_object):
@@ -605,7 +612,8 @@ def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(var
     # the numbers, against an independent loop-per-head implementation written from the math
     d_k = dims.get("d_k", dims["d_model"] // dims["H"])
     d_v = dims.get("d_v", dims["d_model"] // dims["H"])
-    expected = reference_numpy.forward({**choices, "H_kv": dims.get("H_kv")}, params, inputs,
+    expected = reference_numpy.forward({**choices, "H_kv": dims.get("H_kv"),
+                                        "W": dims.get("W")}, params, inputs,
                                        dims["H"], d_k, d_v)
     assert set(expected) == set(names)
     assert_close(results, expected, "float64")
