@@ -26,7 +26,7 @@ from tspec.errors import CodegenError, UsageError, quoted
 from tspec.language.model import Note, Spec
 from tspec.language.parser import parse_file
 from tspec.language.shape import Shape
-from tspec.language.variant import Variant, load_variant, parse_setting
+from tspec.language.variant import Variant, load_variant, parse_setting, variant_from_text
 
 if TYPE_CHECKING:
     from tspec.codegen.execution.run import DecodeResult, RunResult
@@ -106,14 +106,21 @@ def resolve_spec(name: str, base_dir: Path | None = None) -> Spec:
 
 
 def load(target: str | Path, settings: list[str] | None = None) -> Variant:
-    """A built-in name or a path: a spec (.tspec) or a variant (.toml), with --set applied."""
+    """A built-in name or a path: a spec (.tspec), a variant (.toml) or a Hugging Face config
+    (a .json file, or a folder holding config.json, imported as ``tspec import`` does), with
+    --set applied; a ``PretrainedConfig`` or a config dict is imported too."""
+    if isinstance(target, dict) or hasattr(target, "to_dict") and callable(target.to_dict):
+        variant = imported(target)
+        return variant.with_settings(settings) if settings else variant
     target = str(target)
     if not target.strip():
         raise UsageError("an empty name is no spec or variant")
     variants = builtin_variants()
     specs = builtin_specs()
     path = Path(target)
-    if target in variants:
+    if _is_config(path):
+        variant = imported(path)
+    elif target in variants:
         variant = load_variant(variants[target], resolve_spec)
     elif target in specs:
         variant = Variant(target, read_spec(specs[target]), file=str(specs[target]),
@@ -148,11 +155,37 @@ class Report:
         return self.proof.notes
 
 
-def _variant(target: Variant | Spec | str | Path, settings: list[str] | None) -> Variant:
-    """A target as a variant (a bare spec: every choice at its default unless set), with
-    ``NAME=VALUE`` settings applied."""
+def _is_config(path: Path) -> bool:
+    """A Hugging Face config: a .json file, or a folder holding config.json."""
+    return path.suffix == ".json" and _exists(path) or path.is_dir() and \
+        (path / "config.json").is_file()
+
+
+def imported(config) -> Variant:
+    """The variant of a Hugging Face config (``tspec.from_hf``'s TOML, read in memory): a
+    ``config.json``, a folder holding one, a dict or a ``PretrainedConfig``; named after the
+    folder of its file, else its ``_name_or_path``, else its ``model_type``."""
+    from tspec.importing import from_hf
+    text = from_hf(config)
+    if isinstance(config, (str, Path)):
+        path = Path(config)
+        folder = path if path.is_dir() else path.parent
+        name = folder.resolve().name or "config"
+        file = str(path / "config.json" if path.is_dir() else path)
+    else:
+        data = config if isinstance(config, dict) else config.to_dict()
+        name = Path(str(data.get("_name_or_path") or "")).name or str(data["model_type"])
+        file = f"<{name} config>"
+    return variant_from_text(text, Path(file), resolve_spec, called=name)
+
+
+def _variant(target, settings: list[str] | None) -> Variant:
+    """A target as a variant (a bare spec: every choice at its default unless set; a Hugging
+    Face config, imported), with ``NAME=VALUE`` settings applied."""
     if isinstance(target, Spec):
         target = Variant(target.name, target, file=target.file, is_spec=True)
+    elif isinstance(target, dict) or hasattr(target, "to_dict") and callable(target.to_dict):
+        target = imported(target)
     elif not isinstance(target, Variant):
         target = load(target)
     return target.with_settings(settings) if settings else target
