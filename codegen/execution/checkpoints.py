@@ -261,13 +261,7 @@ def from_gpt2(state: dict, *, output_embedding: str = "tied") -> dict[str, np.nd
         flat[f"{target}.feed_forward.W_2"] = read(f"{source}.mlp.c_proj.weight")
         flat[f"{target}.feed_forward.b_2"] = read(f"{source}.mlp.c_proj.bias")
     _layer_norm(read, f"{prefix}ln_f", "decoder.final_norm", flat)
-    if output_embedding == "separate":
-        flat["W_out"] = read("lm_head.weight").T.copy()
-    elif read.has("lm_head.weight"):
-        read.must_equal("lm_head.weight", f"{prefix}wte.weight",
-                        f"lm_head.weight differs from {prefix}wte.weight, and the variant ties "
-                        "its output projection to the token embedding (output_embedding=tied); "
-                        "load it into a variant with output_embedding=separate")
+    _output_projection(read, flat, f"{prefix}wte.weight", output_embedding)
     return read.finish(flat)
 
 
@@ -344,7 +338,8 @@ def _bert_layers(read, prefix: str, flat: dict) -> None:
 def from_llama(state: dict, *, output_embedding: str = "separate") -> dict[str, np.ndarray]:
     """Hugging Face ``LlamaForCausalLM`` (or ``LlamaModel``) to the spec, every parameter;
     ``MistralForCausalLM`` and ``Qwen2ForCausalLM`` too (the same names; Qwen2's biases on
-    q_proj, k_proj and v_proj to b_Q, b_K and b_V, for attention_bias=qkv).
+    q_proj, k_proj and v_proj to b_Q, b_K and b_V, for attention_bias=qkv); the MLP's biases,
+    where ``mlp_bias`` gives them, to b_1, b_3 and b_2 (feed_forward_bias=all).
 
     The spec's decoder-only model with norm=pre, normalization=rms_norm, positional=rotary,
     activation=swiglu, key_value_heads=grouped, attention_bias=none, feed_forward_bias=none
@@ -372,18 +367,25 @@ def from_llama(state: dict, *, output_embedding: str = "separate") -> dict[str, 
                 flat[f"{target}.self_attention.b_{part}"] = read(f"{source}.self_attn.{name}.bias")
         for part, name in zip("132", ("gate_proj", "up_proj", "down_proj")):
             flat[f"{target}.feed_forward.W_{part}"] = read(f"{source}.mlp.{name}.weight").T.copy()
+            if read.has(f"{source}.mlp.{name}.bias"):          # mlp_bias: feed_forward_bias
+                flat[f"{target}.feed_forward.b_{part}"] = read(f"{source}.mlp.{name}.bias")
         flat[f"{target}.norm_1.gamma"] = read(f"{source}.input_layernorm.weight")
         flat[f"{target}.norm_2.gamma"] = read(f"{source}.post_attention_layernorm.weight")
     if count == 0:
         raise WeightsError(f"Llama: state dict has no entry '{prefix}layers.0.self_attn.q_proj."
                            "weight' (no decoder layers)")
     flat["decoder.final_norm.gamma"] = read(f"{prefix}norm.weight")
+    _output_projection(read, flat, f"{prefix}embed_tokens.weight", output_embedding)
+    return read.finish(flat)
+
+
+def _output_projection(read, flat: dict, embedding: str, output_embedding: str) -> None:
+    """``lm_head.weight`` as W_out (output_embedding=separate); under ``tied``, a copy of the
+    token embedding the checkpoint may hold, which must equal it."""
     if output_embedding == "separate":
         flat["W_out"] = read("lm_head.weight").T.copy()
     elif read.has("lm_head.weight"):
-        read.must_equal("lm_head.weight", f"{prefix}embed_tokens.weight",
-                        f"lm_head.weight differs from {prefix}embed_tokens.weight, and the "
-                        "variant ties its output projection to the token embedding "
-                        "(output_embedding=tied); load it into a variant with "
-                        "output_embedding=separate")
-    return read.finish(flat)
+        read.must_equal("lm_head.weight", embedding,
+                        f"lm_head.weight differs from {embedding}, and the variant ties its "
+                        "output projection to the token embedding (output_embedding=tied); "
+                        "load it into a variant with output_embedding=separate")
