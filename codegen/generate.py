@@ -13,8 +13,8 @@ from pathlib import Path
 from tspec import api
 from tspec.codegen.backends import BACKENDS
 from tspec.codegen.backends import backend as backend_named
-from tspec.codegen.lower import lower
-from tspec.codegen.render import render, render_runtime
+from tspec.codegen.lowering.lower import lower
+from tspec.codegen.rendering.render import render, render_runtime
 from tspec.files import inside, stale_diff, write_files
 from tspec.language.model import Spec
 

@@ -1,6 +1,6 @@
 """The intermediate representation code generation renders: plain data, no behaviour.
 
-Lowering (``codegen.lower``) turns a proved spec under one choice of options into a
+Lowering (``codegen.lowering``) turns a proved spec under one choice of options into a
 ``Module``: helper functions (one per op that needs more than an operator), parameter
 containers, and one ``Function`` per block plus one for the model. Every value carries its
 shape as text in the spec's dims. The templates only loop over these records and place their

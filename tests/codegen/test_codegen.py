@@ -27,7 +27,7 @@ from tspec.codegen.backends import backend
 from tspec.codegen.execution import weights
 from tspec.codegen.execution.loading import load_module, load_source
 from tspec.codegen.generate import source
-from tspec.codegen.lower import lower
+from tspec.codegen.lowering.lower import lower
 from tspec.errors import CodegenError, SpecError, UsageError
 from tspec.language.model import BlockCall, Equation, TensorDecl, When, outputs, step_function
 from tspec.language.names import CODE_NAMES

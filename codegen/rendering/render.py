@@ -23,7 +23,7 @@ from tspec.errors import CodegenError, hidden
 LINE_LENGTH = 100
 TRACE_KEYWORDS = 256     # names a trace.update call records at most
 # the folders templates are looked up in, in this order (environment() reads it once)
-TEMPLATE_DIRS: list[Path] = [Path(__file__).resolve().parent / "templates"]
+TEMPLATE_DIRS: list[Path] = [Path(__file__).resolve().parents[1] / "templates"]
 # what the runtime's own code (runtime.py.j2, before its helpers) imports, beside its array
 # module and jaxtyping
 RUNTIME_IMPORTS = ("os", "warnings")
