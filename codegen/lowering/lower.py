@@ -1,8 +1,11 @@
 """Lowering: a proved spec, under one choice of options, to the IR the templates render.
 
 Each block becomes a function and the model becomes the entry function. An equation becomes
-one assignment whose code comes from the op catalogue (``Op.code``); a block call becomes a
-call, and ``repeat(N, block, ...)`` a loop over the stack's parameters. Dims a function needs
+one ``Assign`` whose expression comes from the op catalogue (``Op.code``, built through this
+module's ``CodeContext``); a block call becomes a ``CallBlock``, ``repeat(N, block, ...)`` a
+``StackLoop`` over the stack's parameters, and attention's three equations an
+``AttentionCore``. The passes (``codegen.passes``) then choose how the core is computed and
+fuse biases and activations into products; ``lower`` applies them. Dims a function needs
 (``d_k`` for the scale, ``T_dec`` for the causal mask) are read from the shapes of its arrays
 where one carries them, computed from derived dims otherwise, and taken as keyword arguments
 only when no array reveals them (``H``: a fused ``W_Q`` of width ``H*d_k`` cannot tell ``H``
@@ -14,17 +17,15 @@ and is shared by every member.
 """
 
 import dataclasses
-import itertools
 from dataclasses import dataclass
 
 import numpy
 import sympy
-from sympy.printing.pycode import PythonCodePrinter
 
 from tspec.analysis.attention import AttentionCore, attention_core
 from tspec.analysis.counts import BOOL_BYTES, INT_BYTES, Activations
 from tspec.checking.check import check, topological
-from tspec.codegen import ir
+from tspec.codegen import ir, passes
 from tspec.codegen.backends import Backend, runtime_order
 from tspec.errors import CodegenError, SpecError
 from tspec.files import shown, where
@@ -54,23 +55,30 @@ from tspec.language.model import lets as derived_dims
 from tspec.language.model import outputs as model_outputs
 from tspec.language.names import check_name
 from tspec.language.shape import Shape, format_expr
-from tspec.ops.base import ATOM, CATALOGUE, Operand, Unchecked, Value, numel, wrap
+from tspec.ops.base import CATALOGUE, Operand, Unchecked, Value, numel
 from tspec.ops.catalogue import OPS, SETTINGS
 
-LINE_LENGTH = 96        # 100 less the function body's indent
-LONG_SUM = 200          # terms a sum in generated code may chain with +; past it, sum((...))
-SORTED_DIMS = 64        # a sum over more dims than this is written in sympy's order
 DTYPE_CLASS = {"float": "Float", "int": "Int", "bool": "Bool"}
+PARAMS, CACHE, TRACE = ir.Name("params"), ir.Name("cache"), ir.Name("trace")
 
 
-
-def lower(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
-    """The IR of ``spec`` under ``choices`` (the rest at their defaults) for ``backend``.
+def lower(spec: Spec, choices: dict[str, str], backend: Backend,
+          rewrites: tuple | None = None) -> ir.Module:
+    """The IR of ``spec`` under ``choices`` (the rest at their defaults) for ``backend``, after
+    the passes ``rewrites`` (by default ``passes.PASSES``, every one; ``()``: the semantics
+    alone).
 
     A model that can decode incrementally (the spec has the choice ``decoding = full |
     step``, and under ``step`` the model keeps states) also gets ``decode_step``, the model
     under ``decoding=step`` (its functions that differ named ``..._step``), and ``prefill``:
     the full forward, whose keys and values start the cache."""
+    module = _lowered(spec, choices, backend)
+    for rewrite in passes.PASSES if rewrites is None else rewrites:
+        module = rewrite(module)
+    return module
+
+
+def _lowered(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
     chosen = spec.choice_values(choices)
     _require_code_name(spec)
     _require_proved(spec, chosen)
@@ -166,73 +174,66 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
     if foreign:
         raise CodegenError(f"the decoding step takes {foreign[0]}, which the full model does "
                            "not: keep it in the cache as a state (`state ... from ...`)")
-    call = [a.name for a in entry.arguments] + (["params"] if entry.params_class else []) + \
-        [f"{k.name}={k.name}" for k in entry.keywords] + ["trace=recorder"]
-    lines = ("recorder = rt.StateRecorder(CACHE_STATES)  # keeps what the states start as",
-             *_call(f"{entry.result} = {entry.name}", call, "the full forward"),
-             "cache = recorder.states()")
-    returns = entry.returns[:-1] + ", dict]" if entry.returns.startswith("Tuple[") else \
-        f"Tuple[{entry.returns}, dict]"
+    result = _returned(entry)
+    recorder = ir.Name("recorder")
+    forward = ir.CallBlock(
+        result, entry.name,
+        tuple(ir.Name(a.name) for a in entry.arguments) + ((PARAMS,) if entry.params_class
+                                                            else ()),
+        tuple(ir.Keyword(k.name, ir.Name(k.name)) for k in entry.keywords) +
+        (ir.Keyword("trace", recorder),),
+        ir.Comment(before="the full forward"))
+    body = (ir.Assign((recorder,), ir.call(ir.Runtime("StateRecorder"), ir.Name("CACHE_STATES")),
+                      ir.Comment(before="keeps what the states start as")),
+            forward,
+            ir.Assign((CACHE,), ir.call(ir.Attribute(recorder, "states"))),
+            ir.Return((*result, "cache")))
     prefill = ir.Function(
         name="prefill",
         summary=f"Prefill: {entry.name} over the prompt, and the cache that {step.name} "
                 "extends.",
         source="", where=entry.where,
         equations=(), arguments=entry.arguments, params_class=entry.params_class, cache=False,
-        keywords=entry.keywords, returns=returns, prologue=(), steps=(ir.Step(lines),),
-        traced=(), result=f"{entry.result}, cache", traces=False,
+        keywords=entry.keywords, returns=(*entry.returns, ir.PlainType("dict")), prologue=(),
+        steps=body, traces=False,
         notes=((f"The cache holds, for every layer, the keys and values {step.name} appends "
                 f"to. Call {step.name} with the next positions' ids and this "
                 "cache, which it extends in place."),))
-    helpers = {h.name: h for h in full.helpers} | {h.name: h for h in stepping.helpers}
-    helpers["decoding"] = ir.Helper("decoding", full.backend.template("decoding"))
     full_classes = {c.name for c in full.params_classes}
     classes = list(full.params_classes) + [
         c for c in stepping.params_classes if c.name not in full_classes]
     # the cache checked first: the step's dims and its memory guard may read it
-    check = "rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made"
+    check = ir.Evaluate(ir.call(ir.Runtime("check_cache"), CACHE, PARAMS,
+                                ir.Name("CACHE_STATES")),
+                        ir.Comment(before="the cache prefill made"))
     step = dataclasses.replace(
         step, summary="One decoding step: T_new positions after the T_past the cache holds.",
         prologue=(check, *step.prologue))
-    states = _literal(starts, "")
-    functions = [step if f.name == step.name else f for f in functions]
+    functions = [step if f.name == step.name else f for f in functions] + [prefill]
     return ir.Module(
         spec_name=full.spec_name, title=full.title, spec_file=full.spec_file,
         spec_hash=full.spec_hash, choices=full.choices, backend=full.backend,
-        helpers=[helpers[h.name] for h in runtime_order(full.backend) if h.name in helpers],
-        params_classes=classes, functions=functions + [prefill], entry=full.entry,
-        constants=_memory_limit(full.backend, helpers) + [
+        params_classes=classes, functions=functions, entry=full.entry,
+        constants=_memory_limit(full.backend, functions) + [
             ir.Constant("CACHE_STATES", "each state of the cache, nested like params (a "
                         "stack's layers one list item), and the full forward's tensor "
-                        "it starts as", (states[0].lstrip(), *states[1:]))])
+                        "it starts as", starts)])
 
 
-def _memory_limit(backend: Backend, helpers) -> list[ir.Constant]:
+def _returned(function: ir.Function) -> tuple[str, ...]:
+    """The names a function returns (its Return step's)."""
+    return next(s.values for s in function.steps if isinstance(s, ir.Return))
+
+
+def _memory_limit(backend: Backend, functions: list[ir.Function]) -> list[ir.Constant]:
     """The module's MEMORY_LIMIT, which its functions' memory checks (rt.require_memory) read;
     none where no function checks."""
-    if "require_memory" not in helpers:
+    if not any(isinstance(record, ir.MemoryGuard) for record in ir.walk(functions)):
         return []
     return [ir.Constant("MEMORY_LIMIT", "the most bytes the model's tensors may take at once "
                         "(its own, and those of the calls under way): past it, the model (or "
                         f"a decoding step) refuses to start; None: {backend.memory_owner}",
-                        ("None",))]
-
-
-def _literal(value: dict | list | str, indent: str, first: str = "") -> list[str]:
-    """A nested dict of names (a one-item list for every layer of a stack) as Python lines,
-    one item a line; the first line starts with ``first``, the closing one with ``indent``."""
-    if isinstance(value, str):
-        return [f'{first}"{value}"']
-    if isinstance(value, list):
-        lines = _literal(value[0], indent, first + "[")
-        lines[-1] += "]"
-        return lines
-    lines = [first + "{"]
-    for key, item in value.items():
-        inner = _literal(item, indent + "    ", f'{indent}    "{key}": ')
-        inner[-1] += ","
-        lines += inner
-    return lines + [indent + "}"]
+                        None)]
 
 
 class _Lowerer:
@@ -248,13 +249,11 @@ class _Lowerer:
         self.functions: dict[str, tuple[ir.Function, _Signature]] = {}
         self.runtime = runtime_order(backend)       # the helpers of the backend's runtime
         self.needs = {helper.name: helper.needs for helper in self.runtime}
-        self.helpers: list[str] = []
         self.params_classes: list[ir.ParamsClass] = []
         self.active: list[str] = []
 
     def module(self) -> ir.Module:
         entry, _ = self.lower_body(self.rename.get(None, self.spec.name), None)
-        helper_order = [h.name for h in self.runtime if h.name in self.helpers]
         functions = [f for f, _ in self.functions.values()]
         return ir.Module(
             spec_name=self.spec.name, title=self.spec.title,
@@ -262,9 +261,8 @@ class _Lowerer:
             spec_hash=self.spec.text_hash,
             choices=tuple(choices_in_force(self.spec, self.choices).items()),
             backend=self.backend,
-            helpers=[ir.Helper(h, self.backend.template(h)) for h in helper_order],
             params_classes=self.params_classes, functions=functions, entry=entry.name,
-            constants=_memory_limit(self.backend, helper_order))
+            constants=_memory_limit(self.backend, functions))
 
     def function(self, block: Block) -> tuple[ir.Function, "_Signature"]:
         name = self.rename.get(block.name, block.name)
@@ -287,15 +285,6 @@ class _Lowerer:
             raise CodegenError(f"code calls rt.{name}, which the {self.backend.name} runtime "
                                f"does not have: name it as an op's helper= in {CATALOGUE} "
                                "and write its template")
-        _use_helper(name, self.needs, self.helpers)
-
-
-def _use_helper(name: str, needs: dict[str, tuple[str, ...]], used: list[str]) -> None:
-    """Add a helper to ``used``, after the helpers it needs."""
-    for dependency in needs[name]:
-        _use_helper(dependency, needs, used)
-    if name not in used:
-        used.append(name)
 
 
 @dataclass
@@ -314,13 +303,6 @@ class _Signature:
     deep: dict = dataclasses.field(default_factory=dict)
 
 
-class _Printer(PythonCodePrinter):
-    """Dim expressions as Python: names stay names, sqrt is math.sqrt."""
-
-    def _print_Symbol(self, expr):
-        return expr.name
-
-
 class _Body:
     """Builds one function: the model's body or one block's."""
 
@@ -329,24 +311,24 @@ class _Body:
         self.spec = lowerer.spec
         self.name = name
         self.block = block
-        self.xp = lowerer.backend.alias
         self.batched_matmul = lowerer.backend.batched_matmul
         self.values: dict[str, Operand] = {}
         self.decls: dict[str, TensorDecl] = {}
-        self.sources: dict[sympy.Symbol, str] = {}
-        self.sums: dict[sympy.Expr, tuple[str, str, int]] = {}  # axes sized by a sum of dims:
-        #                                            their size's code, the array, the axis
-        self.agreements: list[tuple[str, sympy.Symbol, str, int]] = []  # a state's axes that
-        #                                            another array reveals first: checked
+        self.sources: dict[sympy.Symbol, ir.Expr] = {}
+        self.sums: dict[sympy.Expr, tuple[ir.Expr, str, int]] = {}  # axes sized by a sum of
+        #                                      dims: their size's expression, the array, the axis
+        self.agreements: list[tuple[ir.Expr, sympy.Symbol, str, int]] = []  # a state's axes
+        #                                      that another array reveals first: checked
         self.states = False                 # whether the function reads states of its own
-        self.revealing: set[str] = set()    # the sums that reveal a dim (not checked)
+        self.revealing: set[ir.Expr] = set()    # the sums that reveal a dim (not checked)
         self.needed: list[sympy.Symbol] = []
         self.needing: set[sympy.Symbol] = set()     # the same, to look up
         self.runtimes: list[str] = []
-        self.float_source: str | None = None
-        self.float_argument: str | None = None      # a float input or parameter
+        self.float_source: ir.Expr | None = None
+        self.float_argument: ir.Expr | None = None  # a float input or parameter
         self.takes_dtype = False             # a dtype keyword: no float array in scope
         self.steps: list[ir.Step] = []
+        self.prologue: list[ir.Step] = []
         self.traced: list[str] = []
         self.fields: list[ir.Field] = []
         self.equations: list[ir.EquationDoc] = []
@@ -363,42 +345,67 @@ class _Body:
         self.deep: dict[sympy.Symbol, tuple[str, tuple, int]] = {}   # _Signature.deep
 
     # -- the CodeContext protocol of spec.ops
-    def helper(self, name: str) -> str:
+    def helper(self, name: str) -> ir.Expr:
         self.lowerer.use_helper(name)
-        return f"rt.{name}"                 # from . import _runtime as rt
+        return ir.Runtime(name)             # from . import _runtime as rt
 
-    def array_function(self, name: str, op: str) -> str:
+    def array_function(self, name: str, op: str) -> ir.Expr:
         if not callable(getattr(numpy, name, None)):    # CuPy's functions are NumPy's
-            raise CodegenError(f"op {op} calls {self.xp}.{name}, which NumPy (and so CuPy) "
-                               f"does not have: fix its array_function= in {CATALOGUE}")
-        return f"{self.xp}.{name}"
+            raise CodegenError(f"op {op} calls {self.lowerer.backend.alias}.{name}, which "
+                               "NumPy (and so CuPy) does not have: fix its array_function= "
+                               f"in {CATALOGUE}")
+        return ir.ArrayModule(name)
 
-    def dim(self, expr) -> str:
+    def dim(self, expr) -> ir.Expr:
         expr = sympy.sympify(expr)
         self.need(expr)
-        numerator, denominator = sympy.fraction(sympy.together(expr))
-        if denominator == 1:
-            return _Printer().doprint(expr)
-        return f"{_atom(numerator)} // {_atom(denominator)}"
+        return ir.Dim(expr)
 
-    def scalar(self, expr) -> str:
+    def scalar(self, expr) -> ir.Expr:
         expr = sympy.sympify(expr)
         self.need(expr)
-        # over more than SORTED_DIMS dims, a sum's terms in sympy's own order: sorting them as
-        # sympy prints them costs the terms times the dims (quadratic for a stack of widths)
-        settings = {"order": "none"} if len(expr.free_symbols) > SORTED_DIMS else {}
-        return _Printer(settings).doprint(expr)
+        return ir.Scalar(expr)
 
-    def dtype(self) -> str:
+    def dtype(self) -> ir.Expr:
         if self.float_source is None:       # no float array to take it from: the caller's
             self.takes_dtype = True
-            return "dtype"
-        return f"{self.float_source}.dtype"
+            return ir.Name("dtype")
+        return ir.Attribute(self.float_source, "dtype")
 
-    def runtime(self, name: str) -> str:
+    def runtime(self, name: str) -> ir.Expr:
         if name not in self.runtimes:
             self.runtimes.append(name)
-        return name
+        return ir.Name(name)
+
+    def call(self, function, *args, **keywords) -> ir.Expr:
+        return ir.call(function, *args, **keywords)
+
+    def operator(self, symbol: str, left, right) -> ir.Expr:
+        return ir.BinOp(symbol, left, right)
+
+    def negate(self, operand) -> ir.Expr:
+        return ir.Neg(operand)
+
+    def index(self, value, *items) -> ir.Expr:
+        return ir.Subscript(value, items)
+
+    def attribute(self, value, name: str) -> ir.Expr:
+        return ir.Attribute(value, name)
+
+    def literal(self, value) -> ir.Expr:
+        return ir.Literal(value)
+
+    def pattern(self, text: str) -> ir.Expr:
+        return ir.Literal(text, repr_quotes=True)
+
+    def every(self) -> ir.Expr:
+        return ir.Slice()
+
+    def items(self, *values) -> ir.Expr:
+        return ir.List(values)
+
+    def atomic(self, expr) -> bool:
+        return ir.precedence(expr) == ir.ATOM
 
     def error(self, message: str) -> CodegenError:
         record = self.record
@@ -433,31 +440,33 @@ class _Body:
         self.bound: set[str] = set()       # dim names the arguments so far bind in jaxtyping
         for decl in inputs:
             shape = self.require_shape(decl)
-            self.values[decl.name] = Operand(decl.name, Value(shape, decl.dtype, tensor=decl.name))
+            ref = ir.Name(decl.name)
+            self.values[decl.name] = Operand(ir.Tensor(ref, shape, decl.dtype),
+                                             Value(shape, decl.dtype, tensor=decl.name))
             arguments.append(ir.Argument(decl.name, self.annotation(decl, shape, self.bound),
-                                         shape.text()))
+                                         shape))
             self.bound |= {str(d) for d in shape.dims + (shape.family,)
                            if isinstance(d, sympy.Symbol)}
-            self.add_sources(decl.name, shape, family_source=False)
+            self.add_sources(ref, shape, family_source=False)
             if decl.dtype == "float" and self.float_source is None:
-                self.float_source = self.float_argument = decl.name
+                self.float_source = self.float_argument = ref
         for decl in self.decls.values():
             if decl.role == "param":
                 shape = self.require_shape(decl)
-                code = f'params["{decl.name}"]'
-                self.values[decl.name] = Operand(code, Value(shape, decl.dtype,
-                                                             tensor=decl.name))
+                ref = ir.item(PARAMS, decl.name)
+                self.values[decl.name] = Operand(ir.Tensor(ref, shape, decl.dtype),
+                                                 Value(shape, decl.dtype, tensor=decl.name))
                 self.fields.append(ir.Field(decl.name, self.annotation(decl, shape),
                                             decl.meaning))
-                self.add_sources(code, shape, family_source=True, deep=("params", decl.name))
+                self.add_sources(ref, shape, family_source=True, deep=("params", decl.name))
                 if decl.dtype == "float" and self.float_source is None:
-                    self.float_source = self.float_argument = code
+                    self.float_source = self.float_argument = ref
             elif decl.role == "state":
                 shape = self.require_shape(decl)
-                code = f'cache["{decl.name}"]'
-                self.values[decl.name] = Operand(code, Value(shape, decl.dtype,
-                                                             tensor=decl.name))
-                self.add_sources(code, shape, family_source=True, state=decl.name,
+                ref = ir.item(CACHE, decl.name)
+                self.values[decl.name] = Operand(ir.Tensor(ref, shape, decl.dtype),
+                                                 Value(shape, decl.dtype, tensor=decl.name))
+                self.add_sources(ref, shape, family_source=True, state=decl.name,
                                  deep=("cache", decl.name))
                 self.cache = self.states = True
         producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
@@ -470,13 +479,15 @@ class _Body:
             if isinstance(record, Equation):
                 self.equation(record)
             else:
-                self.call(record)
+                self.block_call(record)
         if core is not None:
-            self.attention_strategy(core, producers[core.scores], producers[block.output])
+            self.steps = [ir.AttentionCore(
+                core.scores, core.weights, block.output, self.values[core.mask].expr,
+                tuple(self.steps), self.attention_form(core, producers[core.scores],
+                                                       producers[block.output]))]
         for update in (s for s in statements if isinstance(s, Update)):
             shape = self.values[update.value].value.shape
-            self.steps.append(ir.Step(_commented(f'cache["{update.state}"] = {update.value}',
-                                                 f"next call's {update.state}: {shape.text()}")))
+            self.steps.append(ir.CacheUpdate(update.state, update.value, shape))
             self.equations.append(ir.EquationDoc(
                 f"{update.state} <- {update.value} (the next step's)",
                 f"{name_latex(update.state)} \\leftarrow {name_latex(update.value)}",
@@ -484,45 +495,32 @@ class _Body:
         outputs = [block.output] if block else model_outputs(spec, self.lowerer.choices)
         return self.finish(arguments, outputs)
 
-    def attention_strategy(self, core: AttentionCore, scores: Equation,
-                           output: Equation) -> None:
-        """Without a trace, an attention core's three equations as one call of the backend's
-        strategy (``Backend.attention``): rt.attend_in_blocks(q, k, V, L) computes them a
-        block of query rows at a time over the keys each block sees, rt.attend_fused(q, k,
-        V, L) the scores and weights in one kernel; with a trace, the equations as written.
-        Where the scores are q @ k.T + L, q over the query rows and k over the keys; any
-        other scores are computed as written (the same numbers, slower)."""
+    def attention_form(self, core: AttentionCore, scores: Equation,
+                       output: Equation) -> ir.AttentionForm | None:
+        """An attention core's scores as q @ k.T + L, q over the query rows and k over the
+        keys, with V and L: what a strategy (``codegen.passes.attention``) computes them from,
+        a block of query rows or the scores and weights at once. None for any other scores
+        (computed as written: the same numbers, slower)."""
         self.record = scores
         product = scores.expr.args[0]
         if isinstance(product, OpNode):
             product = _scale_the_left_factor(product)
         if not (isinstance(product, OpNode) and product.op == "matmul" and
                 isinstance(product.args[1], OpNode) and product.args[1].op == "transpose"):
-            return
+            return None
         q, k = self.operand(product.args[0]), self.operand(product.args[1].args[0])
         values = self.values[output.expr.args[1].name]
         mask = self.values[core.mask]
-        called = self.operand(product).call
-        if called is not None and called[0] != f"rt.{self.batched_matmul}" or not all(
+        called = ir.unwrap(self.operand(product).expr)
+        batched = ir.Runtime(self.batched_matmul) if self.batched_matmul else None
+        if isinstance(called, ir.Call) and called.function != batched or not all(
                 _along(operand.value.shape, axis, {core.rows, core.keys})
                 for operand, axis in ((q, core.rows), (k, core.keys), (values, core.keys))):
-            return
-        arguments = [q.code, k.code, values.code, mask.code]
+            return None
         out = self.values[output.output].value.shape
-        if out.family is None:           # no heads to store side by side
-            arguments.append("side_by_side=False")
-        backend = self.lowerer.backend
-        strategy = _call(f"return {self.helper(backend.attention)}", arguments, out.text(),
-                         LINE_LENGTH - 4)
-        self.steps.insert(0, ir.Step((f"if trace is None:  # {backend.attention_note}",
-                                      *("    " + line for line in strategy))))
-
-    def keep_masked(self, core: AttentionCore) -> None:
-        """After S = X + L: in float16 a score past its range is +inf, and +inf + (-inf) at a
-        masked key NaN, which would make the row NaN; such entries are set back to -inf."""
-        call = f"{self.helper('keep_masked')}({core.scores}, {self.values[core.mask].code})"
-        self.steps.append(ir.Step(_commented(call, "float16: a score past its range is +inf; "
-                                             "masked keys stay -inf")))
+        # no heads to store side by side where the output is no family
+        return ir.AttentionForm(q.expr, k.expr, values.expr, mask.expr,
+                                side_by_side=out.family is not None, shape=out)
 
     def require_shape(self, decl: TensorDecl) -> Shape:
         if decl.shape is None:
@@ -530,7 +528,7 @@ class _Body:
                                file=decl.file, line=decl.line)
         return decl.shape
 
-    def add_sources(self, code: str, shape: Shape, family_source: bool,
+    def add_sources(self, ref: ir.Expr, shape: Shape, family_source: bool,
                     state: str | None = None, deep: tuple[str, str] | None = None) -> None:
         """Dims an array reveals: each plain-symbol axis, read from its shape; a sum of dims
         (``T_past + T_new``) reveals one of them once the others are known. A state's axis
@@ -542,21 +540,23 @@ class _Body:
             for dim, axis in axes + ([(shape.family, 0)] if family_source else []):
                 if isinstance(dim, sympy.Symbol):
                     self.deep.setdefault(dim, (deep[0], (deep[1],), axis))
+        name = state or (ref.id if isinstance(ref, ir.Name) else deep[1])
         for index, dim in enumerate(shape.dims):
             axis = index - shape.rank
+            size = _axis_size(ref, axis)
             if isinstance(dim, sympy.Symbol) and dim not in self.sources:
-                self.sources[dim] = f"{code}.shape[{axis}]"
+                self.sources[dim] = size
             elif isinstance(dim, sympy.Symbol) and state is not None:
-                self.agreements.append((f"{code}.shape[{axis}]", dim, state, axis))
+                self.agreements.append((size, dim, state, axis))
             elif isinstance(dim, sympy.Add) and dim not in self.sums:
-                self.sums[dim] = (f"{code}.shape[{axis}]", state or code, axis)
+                self.sums[dim] = (size, name, axis)
         if family_source and isinstance(shape.family, sympy.Symbol) and \
                 shape.family not in self.sources:
-            self.sources[shape.family] = f"{code}.shape[0]"
+            self.sources[shape.family] = _axis_size(ref, 0)
 
-    def sum_revealing(self, symbol: sympy.Symbol) -> tuple[str, sympy.Expr] | None:
+    def sum_revealing(self, symbol: sympy.Symbol) -> tuple[ir.Expr, sympy.Expr] | None:
         """An axis of size ``symbol + rest``, every dim of ``rest`` read from an array: its
-        size's code and ``rest``."""
+        size's expression and ``rest``."""
         for total, (code, _, _) in self.sums.items():
             rest = total - symbol
             if symbol not in rest.free_symbols and total.coeff(symbol) == 1 and \
@@ -565,18 +565,17 @@ class _Body:
                 return code, rest
         return None
 
-    def agreement_checks(self) -> list[str]:
+    def agreement_checks(self) -> list[ir.Step]:
         """Where a function reads states (a cache), the sizes its arguments and the cache
         both give must agree: a mask of the wrong length would otherwise be cut or broadcast
         silently. One ``require_size`` for each such axis."""
         if not self.states:
             return []
-        lines: list[str] = []
+        checks: list[ir.Step] = []
 
-        def check(what: str, actual: str, name: str, expected: str) -> None:
-            lines.extend(_call(self.helper("require_size"),
-                               [f'"{what}"', actual, f'"{name}"', expected],
-                               ""))
+        def check(what: str, actual: ir.Expr, name: str, expected: ir.Expr) -> None:
+            checks.append(ir.Evaluate(ir.call(self.helper("require_size"), ir.text(what),
+                                              actual, ir.text(name), expected)))
 
         for total, (code, name, axis) in self.sums.items():
             if code in self.revealing or not all(s in self.sources for s in total.free_symbols):
@@ -584,16 +583,15 @@ class _Body:
             check(f"{name} axis {axis}", code, format_expr(total).replace("+", " + "),
                   self.dim(total))
         for code, symbol, state, axis in self.agreements:
-            self.need(symbol)
-            check(f"cache {state} axis {axis}", code, str(symbol), str(symbol))
-        return lines
+            check(f"cache {state} axis {axis}", code, str(symbol), self.dim(symbol))
+        return checks
 
     def own(self) -> Activations:
         """The elements of the tensors the body's own equations compute, by dtype class."""
         return Activations(*(sympy.Add(*self.allocated[dtype])
                              for dtype in ("float", "int", "bool")))
 
-    def memory_guard(self, largest: list[Activations]) -> list[str]:
+    def memory_guard(self, largest: list[Activations]) -> list[ir.Step]:
         """An entry function's ``require_memory``: the bytes of its own tensors and of the
         largest of its calls' (each call's own and its largest call's, down the tree), where
         a float array gives their item size and every dim they need is known without a
@@ -603,9 +601,10 @@ class _Body:
         # the check runs first: a float array it takes (not one it computes) or its dtype
         # keyword gives the item size
         if self.float_argument is not None:
-            itemsize = f"{self.float_argument}.dtype.itemsize"
+            itemsize = ir.Attribute(ir.Attribute(self.float_argument, "dtype"), "itemsize")
         elif self.takes_dtype:
-            itemsize = f"{self.lowerer.backend.alias}.dtype(dtype).itemsize"
+            itemsize = ir.Attribute(ir.call(ir.ArrayModule("dtype"), ir.Name("dtype")),
+                                    "itemsize")
         else:
             return []
         counted = [own] + largest
@@ -614,50 +613,15 @@ class _Body:
         if all(part == 0 for each in counted for part in (each.float, each.int, each.bool)) \
                 or not all(self.knows(symbol) for symbol in sorted(symbols, key=str)):
             return []
-        check = self.helper("require_memory")
-        sizes = {"float": itemsize, "int": str(INT_BYTES), "bool": str(BOOL_BYTES)}
+        self.helper("require_memory")
         if len(largest) == 1:               # one call: its bytes and the body's, summed
             own, largest = own + largest[0], []
-        own_tokens = self.byte_tokens(own, sizes)
-        if not largest:
-            line = f'{check}("{self.name}", MEMORY_LIMIT, {" ".join(own_tokens)})'
-            if len(line) <= LINE_LENGTH - 4:
-                return [line]
-            lines = _wrapped(own_tokens, LINE_LENGTH - 8)
-            lines[-1] += ","
-        else:
-            lines = _wrapped(own_tokens, LINE_LENGTH - 8)
-            lines.append("+ max(" if lines else "max(")
-            for each in largest:            # each call's bytes: the largest may be any
-                inner = _wrapped(self.byte_tokens(each, sizes), LINE_LENGTH - 12)
-                inner[-1] += ","
-                lines += ["    " + line for line in inner]
-            lines.append("),")
-        return [f"{check}(", f'    "{self.name}",', "    MEMORY_LIMIT,",
-                *("    " + t for t in lines), ")"]
-
-    def byte_tokens(self, counted: Activations, sizes: dict[str, str]) -> list[str]:
-        """The bytes of elements by dtype class as tokens of a sum: each dtype's elements,
-        times its item size, the terms after the first each starting with its sign."""
-        tokens: list[str] = []
-        for dtype in ("float", "int", "bool"):
-            n = getattr(counted, dtype)
-            if n == 0:
-                continue
-            terms = _terms(self.scalar(n))
-            if len(terms) > LONG_SUM:
-                # a chain of thousands of + nests too deep for Python's parser: a flat tuple
-                signed = [terms[0]] + [t[2:] if t[0] == "+" else "-" + t[2:] for t in terms[1:]]
-                terms = [f"sum(({signed[0]},", *(t + "," for t in signed[1:-1]),
-                         f"{signed[-1]}))"]
-                if sizes[dtype] != "1":
-                    terms[-1] += f" * {sizes[dtype]}"
-            elif sizes[dtype] != "1":
-                if len(terms) > 1:
-                    terms[0], terms[-1] = "(" + terms[0], terms[-1] + ")"
-                terms[-1] += f" * {sizes[dtype]}"
-            tokens += ["+ " + terms[0] if tokens else terms[0], *terms[1:]]
-        return tokens
+        for each in [own, *largest]:        # the dims the sums name, read before the check
+            for dtype in ("float", "int", "bool"):
+                if getattr(each, dtype) != 0:
+                    self.need(getattr(each, dtype))
+        return [ir.MemoryGuard(self.name, own, tuple(largest), itemsize, INT_BYTES,
+                               BOOL_BYTES)]
 
     def knows(self, symbol, seen: frozenset = frozenset()) -> bool:
         """Whether a dim's value is at hand in the function without a keyword argument."""
@@ -668,7 +632,8 @@ class _Body:
                        for inner in self.lowerer.lets[symbol].free_symbols)
         return self.sum_revealing(symbol) is not None
 
-    def annotation(self, decl: TensorDecl, shape: Shape, bound: set[str] | None = None) -> str:
+    def annotation(self, decl: TensorDecl, shape: Shape,
+                   bound: set[str] | None = None) -> ir.ArrayType:
         """jaxtyping's annotation: dims by name, the family axis first (#: may be shared).
 
         ``bound``: for a checked signature, the dim names earlier arguments bind; an axis
@@ -691,22 +656,27 @@ class _Body:
         # one axis gets a leading space: a bare name in a string reads as a forward reference
         # to linters (jaxtyping's own advice)
         text = " ".join(axes) if len(axes) > 1 else " " + "".join(axes)
-        return f'{kind}[{self.lowerer.backend.array_type}, "{text}"]'
+        return ir.ArrayType(kind, text)
 
     def operand(self, term) -> Operand:
         if isinstance(term, TensorRef):
             return self.values[term.name]
         if isinstance(term, ScalarExpr):
-            return Operand("", Value(Shape(()), "float", scalar=term.expr))
+            return Operand(None, Value(Shape(()), "float", scalar=term.expr))
         term = _scale_the_left_factor(term)
         args = [self.operand(a) for a in term.args]
         op = OPS[term.op]
         value = op.infer(Unchecked(self.name, CodegenError), [a.value for a in args], term.attr)
-        code, precedence, *called = op.code(self, args, term.attr)
-        return Operand(code, value, precedence, called[0] if called else None)
+        expr = op.code(self, args, term.attr)
+        if not isinstance(expr, ir.Expr):
+            raise self.error(f"op {op.name}'s code rule gave {type(expr).__name__}, not an "
+                             "expression: build it through its context (ctx.call, "
+                             f"ctx.operator ...) in {CATALOGUE}")
+        if value.shape is not None and not value.is_scalar:
+            expr = ir.Tensor(expr, value.shape, value.dtype)
+        return Operand(expr, value)
 
     def equation(self, record: Equation) -> None:
-        scores = self.core is not None and record.output == self.core.scores
         result = self.operand(record.expr)
         declared = self.decls.get(record.output)
         shape = declared.shape if declared is not None and declared.shape is not None \
@@ -715,22 +685,21 @@ class _Body:
         # extend's new buffer holds half as many entries again (templates/helpers/extend.py.j2)
         self.allocated[dtype].append(numel(Value(shape)) * (
             sympy.Rational(3, 2) if self.extends(record) else 1))
-        self.assign(record.output, result.code, shape, dtype)
-        if scores:
-            self.keep_masked(self.core)
+        self.assign(record.output, result.expr, shape, dtype)
         self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}", record.latex,
                                              where(record)))
 
-    def assign(self, name: str, code: str, shape: Shape, dtype: str,
-               lines: tuple[str, ...] | None = None) -> None:
-        self.values[name] = Operand(name, Value(shape, dtype, tensor=name))
-        comment = shape.text()
-        self.steps.append(ir.Step(lines or _commented(f"{name} = {code}", comment)))
+    def assign(self, name: str, expr: ir.Expr | None, shape: Shape, dtype: str,
+               step: ir.Step | None = None) -> None:
+        ref = ir.Name(name)
+        self.values[name] = Operand(ir.Tensor(ref, shape, dtype),
+                                    Value(shape, dtype, tensor=name))
+        self.steps.append(step or ir.Assign((ref,), expr, ir.Comment(shape)))
         self.traced.append(name)
         if dtype == "float" and self.float_source is None:
-            self.float_source = name
+            self.float_source = ref
 
-    def call(self, record: BlockCall) -> None:
+    def block_call(self, record: BlockCall) -> None:
         block = self.spec.blocks[record.block]
         function, signature = self.lowerer.function(block)
         operands = [self.values[name] for name in record.args]
@@ -741,12 +710,12 @@ class _Body:
         args = []
         for decl, operand in zip(block.inputs, operands):
             shape = operand.value.shape
-            code = operand.code
+            expr = operand.expr
             if decl.shape.family is not None and shape.family is None:
-                code = f"{wrap(operand, ATOM)}[None]"      # one tensor, shared by every member
+                expr = ir.Subscript(expr, (ir.Literal(None),))  # one tensor, shared by all
             elif family is not None and shape.family is not None:
-                code = f"{wrap(operand, ATOM)}[member]"
-            args.append(code)
+                expr = ir.Subscript(expr, (ir.Name("member"),))
+            args.append(expr)
         binding = local_binding(block, [self.values[name].value.shape for name in record.args])
         self.peaks += [peak.subs(binding) for peak in signature.peak]
         prefix = (record.instance,) + ((0,) if record.repeat is not None else ())
@@ -756,10 +725,10 @@ class _Body:
             if symbol not in local and (symbol not in self.deep or
                                         _lists(found) < _lists(self.deep[symbol])):
                 self.deep[symbol] = found
-        keywords = [f"{d}={self.dim(d)}" for d in signature.dims]
-        keywords += [f"{r}={self.runtime(r)}" for r in signature.runtime]
+        keywords = [ir.Keyword(str(d), self.dim(d)) for d in signature.dims]
+        keywords += [ir.Keyword(r, self.runtime(r)) for r in signature.runtime]
         if signature.takes_dtype:
-            keywords.append(f"dtype={self.dtype()}")
+            keywords.append(ir.Keyword("dtype", self.dtype()))
         out_decl = self.decls.get(record.output)
         shape = out_decl.shape if out_decl is not None and out_decl.shape is not None \
             else signature.output.shape.subs(binding)
@@ -770,40 +739,39 @@ class _Body:
         has_params = signature.params_class is not None
         self.cache |= signature.cache
         subtrace = self.helper("subtrace")
+        here = ir.text(instance)
         if family is not None:
-            params = [f'params["{instance}"]'] if has_params else []
-            parts = args + params + keywords + [f'trace={subtrace}(trace, "{instance}", member)']
-            lines = (f"{record.output} = {self.xp}.stack([  # {shape.text()}: each member",
-                     *("    " + line for line in _call(function.name, parts, "",
-                                                       LINE_LENGTH - 4)),
-                     f"    for member in range(len({wrap(family, ATOM)}))",
-                     "])")
-            self.assign(record.output, "", shape, dtype, lines)
+            params = [ir.item(PARAMS, instance)] if has_params else []
+            trace = ir.Keyword("trace", ir.call(subtrace, TRACE, here, ir.Name("member")))
+            call = ir.CallBlock((), function.name, tuple(args + params),
+                                tuple(keywords) + (trace,))
+            self.assign(record.output, None, shape, dtype,
+                        ir.EachMember(record.output, family.expr, call, shape))
         elif record.repeat is None:
-            params = [f'params["{instance}"]'] if has_params else []
-            params += [f'cache["{instance}"]'] if signature.cache else []
-            trace = f'trace={subtrace}(trace, "{instance}")'
-            parts = args + params + keywords + [trace]
-            self.assign(record.output, "", shape, dtype,
-                        _call(f"{record.output} = {function.name}", parts, shape.text()))
+            params = [ir.item(PARAMS, instance)] if has_params else []
+            params += [ir.item(CACHE, instance)] if signature.cache else []
+            trace = ir.Keyword("trace", ir.call(subtrace, TRACE, here))
+            self.assign(record.output, None, shape, dtype, ir.CallBlock(
+                (record.output,), function.name, tuple(args + params),
+                tuple(keywords) + (trace,), ir.Comment(shape)))
         else:
             first, rest = args[0], args[1:]
-            trace = f'trace={subtrace}(trace, "{instance}", i)'
-            parts = [record.output] + rest + (["layer"] if has_params else []) + \
-                ([f'cache["{instance}"][i]'] if signature.cache else []) + keywords + [trace]
-            comment = shape.text()
-            loop = f'for i, layer in enumerate(params["{instance}"]):' if has_params else \
-                f"for i in range({self.dim(record.repeat)}):"
-            lines = _commented(f"{record.output} = {first}", comment) + (loop,) + tuple(
-                "    " + line for line in _call(f"{record.output} = {function.name}", parts,
-                                                comment, LINE_LENGTH - 4))
-            self.values[record.output] = Operand(record.output, Value(shape, dtype,
-                                                                      tensor=record.output))
-            self.steps.append(ir.Step(lines))
+            i = ir.Name("i")
+            trace = ir.Keyword("trace", ir.call(subtrace, TRACE, here, i))
+            positional = [ir.Name(record.output)] + rest + \
+                ([ir.Name("layer")] if has_params else []) + \
+                ([ir.Subscript(ir.item(CACHE, instance), (i,))] if signature.cache else [])
+            layers = None if has_params else self.dim(record.repeat)
+            call = ir.CallBlock((record.output,), function.name, tuple(positional),
+                                tuple(keywords) + (trace,))
+            ref = ir.Name(record.output)
+            self.values[record.output] = Operand(ir.Tensor(ref, shape, dtype),
+                                                 Value(shape, dtype, tensor=record.output))
+            self.steps.append(ir.StackLoop(record.output, first, shape, instance, layers, call))
             self.traced.append(record.output)
         if has_params:
-            kind = f"list[{signature.params_class}]" if record.repeat is not None \
-                else signature.params_class
+            kind = ir.PlainType("list", signature.params_class) if record.repeat is not None \
+                else ir.PlainType(signature.params_class)
             count = f"{format_expr(record.repeat)} copies of " if record.repeat is not None \
                 else ""
             self.fields.append(ir.Field(instance, kind, f"{count}{function.name}"))
@@ -820,21 +788,21 @@ class _Body:
             if symbol in done:
                 return
             done.add(symbol)
+            name = (ir.Name(str(symbol)),)
             if symbol in self.sources:
-                prologue.append(_commented(f"{symbol} = {self.sources[symbol]}", "")[0])
+                prologue.append(ir.Assign(name, self.sources[symbol]))
             elif symbol in self.lowerer.lets:
                 expr = self.lowerer.lets[symbol]
                 for inner in sorted(expr.free_symbols, key=str):
                     resolve(inner)
-                prologue.append(f"{symbol} = {self.dim(expr)}")
+                prologue.append(ir.Assign(name, self.dim(expr)))
             elif (found := self.sum_revealing(symbol)) is not None:
                 total, rest = found
                 for inner in sorted(rest.free_symbols, key=str):
                     resolve(inner)
-                rest_code = self.dim(rest) if rest.is_Atom else f"({self.dim(rest)})"
-                prologue.append(f"{symbol} = {total} - {rest_code}")
+                prologue.append(ir.Assign(name, ir.BinOp("-", total, self.dim(rest))))
             elif symbol in self.deep and symbol not in body:    # for the memory guard alone
-                prologue.append(f"{symbol} = {_deep_code(*self.deep[symbol])}")
+                prologue.append(ir.Assign(name, _deep_expr(*self.deep[symbol])))
             else:
                 keywords.append(symbol)
 
@@ -851,23 +819,21 @@ class _Body:
             index += 1
         prologue += checks
         dims = self.spec.dims
-        keyword_records = [ir.Keyword(str(s), "int", None, dims[str(s)].meaning
-                                      if str(s) in dims else "") for s in keywords]
-        keyword_records += [ir.Keyword(r, "float", SETTINGS[r].default, SETTINGS[r].meaning)
+        keyword_records = [ir.Parameter(str(s), ir.PlainType("int"), None, dims[str(s)].meaning
+                                        if str(s) in dims else "") for s in keywords]
+        keyword_records += [ir.Parameter(r, ir.PlainType("float"),
+                                         ir.Number(SETTINGS[r].default), SETTINGS[r].meaning)
                             for r in self.runtimes]
         if self.takes_dtype:
-            xp = self.lowerer.backend.alias
-            keyword_records.append(ir.Keyword(
-                "dtype", f"type | {xp}.dtype", f"{xp}.float32", "the float dtype of the "
-                "tensors this function makes (no float array it takes has one to give)"))
+            keyword_records.append(ir.Parameter(
+                "dtype", ir.PlainType("dtype"), ir.ArrayModule("float32"), "the float dtype "
+                "of the tensors this function makes (no float array it takes has one to give)"))
         output_decls = [self.decls.get(o) or TensorDecl(o, "output", self.values[o].value.shape,
                                                         self.values[o].value.dtype)
                         for o in outputs]
         annotations = [self.annotation(d, self.values[d.name].value.shape, self.bound)
                        for d in output_decls]
         # a model with no `output` statement computes its tensors and returns nothing
-        returns = "None" if not annotations else annotations[0] if len(annotations) == 1 \
-            else f"Tuple[{', '.join(annotations)}]"
         params_class = None
         if self.fields:
             params_class = "".join(part.capitalize() for part in self.name.split("_")) + "Params"
@@ -881,9 +847,10 @@ class _Body:
             name=self.name, summary=summary, source="; ".join(self.sources_text),
             where=where(record), equations=tuple(self.equations),
             arguments=tuple(arguments), params_class=params_class, cache=self.cache,
-            keywords=tuple(keyword_records), returns=returns, prologue=tuple(prologue),
-            steps=tuple(self.steps), traced=tuple(self.traced),
-            result=", ".join(outputs) or "None")
+            keywords=tuple(keyword_records), returns=tuple(annotations),
+            prologue=tuple(prologue),
+            steps=(*self.steps, *((ir.Record(tuple(self.traced)),) if self.traced else ()),
+                   ir.Return(tuple(outputs))))
         own = self.own()
         signature = _Signature(tuple(keywords), tuple(self.runtimes), params_class,
                                output_decls[0] if output_decls else None, self.cache,
@@ -892,21 +859,9 @@ class _Body:
         return function, signature
 
 
-def _terms(code: str) -> list[str]:
-    """A sum's code split into its terms, each after the first with its sign: "+ x", "- y"."""
-    starts = [0] + [index + 1 for index in _top_level(code, (" + ", " - "))] + [len(code)]
-    return [code[a:b].strip() for a, b in itertools.pairwise(starts)]
-
-
-def _top_level(code: str, operators: tuple[str, ...]) -> list[int]:
-    """Where an operator (" + ", ...) stands in code outside every bracket."""
-    depth, found = 0, []
-    for index, character in enumerate(code):
-        depth += character in "([{"
-        depth -= character in ")]}"
-        if depth == 0 and code[index:index + 3] in operators:
-            found.append(index)
-    return found
+def _axis_size(ref: ir.Expr, axis: int) -> ir.Expr:
+    """``ref.shape[axis]``."""
+    return ir.Subscript(ir.Attribute(ref, "shape"), (ir.Literal(axis),))
 
 
 def _scale_the_left_factor(term: OpNode) -> OpNode:
@@ -945,25 +900,16 @@ def _lists(found: tuple[str, tuple, int]) -> int:
     return sum(isinstance(key, int) for key in found[1])
 
 
-def _deep_code(root: str, path: tuple, axis: int) -> str:
+def _deep_expr(root: str, path: tuple, axis: int) -> ir.Expr:
     """A dim read from an array in nested params or cache: where the path goes through a
     stack of layers, rt.axis_size (0 for an empty stack, whose layers then hold nothing)."""
     if _lists((root, path, axis)):
-        keys = ", ".join(f'"{key}"' if isinstance(key, str) else str(key) for key in path)
-        return f"rt.axis_size({root}, {keys}, axis={axis})"
-    return root + "".join(f'["{key}"]' for key in path) + f".shape[{axis}]"
-
-
-def _wrapped(tokens: list[str], width: int) -> list[str]:
-    """Tokens of a sum on lines of at most ``width``, broken before a + or -."""
-    lines, current = [], ""
-    for token in tokens:
-        if current and len(current) + 1 + len(token) > width:
-            lines.append(current)
-            current = token
-        else:
-            current = f"{current} {token}" if current else token
-    return lines + [current] if current else lines
+        return ir.call(ir.Runtime("axis_size"), ir.Name(root), *(ir.Literal(k) for k in path),
+                       axis=ir.Literal(axis))
+    array = ir.Name(root)
+    for key in path:
+        array = ir.item(array, key)
+    return _axis_size(array, axis)
 
 
 def _along(shape: Shape, axis: sympy.Symbol, axes: set) -> bool:
@@ -975,49 +921,6 @@ def _along(shape: Shape, axis: sympy.Symbol, axes: set) -> bool:
 
 def _summary(block: Block) -> str:
     return block.name.replace("_", " ").capitalize() + "."
-
-
-def _atom(expr) -> str:
-    code = _Printer().doprint(expr)
-    return code if expr.is_Atom else f"({code})"
-
-
-def _commented(statement: str, comment: str, width: int = LINE_LENGTH) -> tuple[str, ...]:
-    """A statement with its shape comment at the end, or above it when the line is long."""
-    line = f"{statement}  # {comment}" if comment else statement
-    if len(line) <= width:
-        return (line,)
-    if len(statement) <= width:
-        return (f"# {comment}", statement) if comment else (statement,)
-    lines = _broken(statement, width)
-    if comment and lines[-1] == ")":
-        return lines[:-1] + (f")  # {comment}",)
-    return ((f"# {comment}",) if comment else ()) + lines
-
-
-def _broken(statement: str, width: int) -> tuple[str, ...]:
-    """``name = a + b`` too long for one line, as ``name = (`` / ``a`` / ``+ b`` / ``)``,
-    broken before the last top-level operator that lets the first part fit."""
-    name, _, expression = statement.partition(" = ")
-    splits = _top_level(expression, (" + ", " - ", " @ ", " * "))
-    fitting = [i for i in splits if len(expression[:i]) + 4 <= width]
-    if not fitting:
-        return (statement,)
-    at = fitting[-1]
-    return (f"{name} = (", "    " + expression[:at], "    " + expression[at + 1:], ")")
-
-
-def _call(head: str, parts: list[str], comment: str,
-          width: int = LINE_LENGTH) -> tuple[str, ...]:
-    """``head(parts)`` with its shape comment; arguments on their own line when long."""
-    end = f"  # {comment}" if comment else ""
-    line = f"{head}({', '.join(parts)}){end}"
-    if len(line) <= width:
-        return (line,)
-    inner = "    " + ", ".join(parts)
-    if len(inner) <= width:
-        return (f"{head}(", inner, f"){end}")
-    return (f"{head}(",) + tuple(f"    {part}," for part in parts) + (f"){end}",)
 
 
 def _describe(choices: dict) -> str:
