@@ -13,6 +13,7 @@ string is prose for a comment or docstring, or a jaxtyping axis string.
 import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from types import EllipsisType
+from typing import ClassVar
 
 import sympy
 
@@ -30,10 +31,23 @@ def require_identifier(name: str, what: str) -> None:
                            "please report it")
 
 
+class Named:
+    """A record whose fields ``identifiers`` (each a str, a tuple of them, or None) are placed in
+    code as names: each checked to be an identifier when the record is made."""
+    identifiers: ClassVar = ()
+
+    def __post_init__(self):
+        for field_name in self.identifiers:
+            value = getattr(self, field_name)
+            for name in value if isinstance(value, tuple) else (value,):
+                if name is not None:
+                    require_identifier(name, f"{type(self).__name__}.{field_name}")
+
+
 # ---------------------------------------------------------------------------------------------
 # Expressions
 
-class Expr:
+class Expr(Named):
     """An expression of generated code."""
 
 
@@ -41,27 +55,21 @@ class Expr:
 class Name(Expr):
     """A local name: an argument, a computed tensor, a dim, ``params``, ``trace``."""
     id: str
-
-    def __post_init__(self):
-        require_identifier(self.id, "a name")
+    identifiers: ClassVar = ("id",)
 
 
 @dataclass(frozen=True)
 class Runtime(Expr):
     """A helper of the backend's runtime module: ``rt.<name>``."""
     name: str
-
-    def __post_init__(self):
-        require_identifier(self.name, "a runtime helper")
+    identifiers: ClassVar = ("name",)
 
 
 @dataclass(frozen=True)
 class ArrayModule(Expr):
     """A function or attribute of the backend's array module: ``np.<name>``."""
     name: str
-
-    def __post_init__(self):
-        require_identifier(self.name, "an array module attribute")
+    identifiers: ClassVar = ("name",)
 
 
 @dataclass(frozen=True)
@@ -99,12 +107,10 @@ class Slice(Expr):
 
 
 @dataclass(frozen=True)
-class Keyword:
+class Keyword(Named):
     name: str
     value: Expr
-
-    def __post_init__(self):
-        require_identifier(self.name, "a keyword")
+    identifiers: ClassVar = ("name",)
 
 
 @dataclass(frozen=True)
@@ -146,9 +152,7 @@ class Subscript(Expr):
 class Attribute(Expr):
     value: Expr
     name: str
-
-    def __post_init__(self):
-        require_identifier(self.name, "an attribute")
+    identifiers: ClassVar = ("name",)
 
 
 @dataclass(frozen=True)
@@ -209,15 +213,11 @@ class ArrayType:
 
 
 @dataclass(frozen=True)
-class PlainType:
+class PlainType(Named):
     """A Python type by name: int, float, dict, list of a params class; or the dtype's."""
     name: str                  # int, float, dict, dtype (type | np.dtype)
     of: str | None = None      # list[of]
-
-    def __post_init__(self):
-        require_identifier(self.name, "a type")
-        if self.of is not None:
-            require_identifier(self.of, "a type")
+    identifiers: ClassVar = ("name", "of")
 
 
 Type = ArrayType | PlainType
@@ -235,7 +235,7 @@ class Comment:
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(Named):
     """One statement of a function body."""
 
 
@@ -270,11 +270,7 @@ class CallBlock(Step):
     args: tuple[Expr, ...]
     keywords: tuple[Keyword, ...]
     comment: Comment = Comment()
-
-    def __post_init__(self):
-        for target in self.targets:
-            require_identifier(target, "a call's target")
-        require_identifier(self.function, "a block function")
+    identifiers: ClassVar = ("targets", "function")
 
 
 @dataclass(frozen=True)
@@ -285,6 +281,7 @@ class EachMember(Step):
     family: Expr
     call: CallBlock            # its target unused: the stack's item
     shape: Shape
+    identifiers: ClassVar = ('target',)
 
 
 @dataclass(frozen=True)
@@ -296,6 +293,7 @@ class StackLoop(Step):
     instance: str              # the stack's entry in params
     layers: Expr | None        # how many, where the layers have no parameters
     call: CallBlock
+    identifiers: ClassVar = ('target', 'instance')
 
 
 @dataclass(frozen=True)
@@ -304,9 +302,7 @@ class CacheUpdate(Step):
     state: str
     value: str
     shape: Shape
-
-    def __post_init__(self):
-        require_identifier(self.value, "a state's value")
+    identifiers: ClassVar = ("state", "value")
 
 
 @dataclass(frozen=True)
@@ -342,6 +338,7 @@ class AttentionCore(Step):
     steps: tuple[Step, ...]
     form: AttentionForm | None = None
     strategy: AttentionStrategy | None = None
+    identifiers: ClassVar = ('scores', 'weights', 'output')
 
 
 @dataclass(frozen=True)
@@ -354,52 +351,59 @@ class MemoryGuard(Step):
     itemsize: Expr                     # a float's bytes
     int_bytes: int
     bool_bytes: int
+    identifiers: ClassVar = ('function',)
 
 
 @dataclass(frozen=True)
 class Record(Step):
     """``rt.record(trace, X=X, ...)``: the named intermediates, into the caller's trace."""
     names: tuple[str, ...]
+    identifiers: ClassVar = ('names',)
 
 
 @dataclass(frozen=True)
 class Return(Step):
     """``return a, b``; ``return None`` for no values."""
     values: tuple[str, ...]
+    identifiers: ClassVar = ('values',)
 
 
 # ---------------------------------------------------------------------------------------------
 # Functions and the module
 
 @dataclass(frozen=True)
-class Argument:
+class Argument(Named):
     name: str
     annotation: Type
     shape: Shape
+    identifiers: ClassVar = ('name',)
 
 
 @dataclass(frozen=True)
-class Parameter:
+class Parameter(Named):
     """A keyword-only argument: a dim no array reveals (H), or a setting (eps)."""
     name: str
     annotation: Type
     default: Expr | None       # None when required
     meaning: str
+    identifiers: ClassVar = ('name',)
 
 
 @dataclass(frozen=True)
-class Field:
+class Field(Named):
     """One entry of a parameter container."""
     name: str
     annotation: Type
     meaning: str
+    identifiers: ClassVar = ('name',)
 
 
 @dataclass(frozen=True)
-class ParamsClass:
+class ParamsClass(Named):
     name: str                  # MultiHeadAttentionParams
     doc: str
     fields: tuple[Field, ...]
+    identifiers: ClassVar = ('name',)
 
 
 @dataclass(frozen=True)
@@ -410,7 +414,7 @@ class EquationDoc:
 
 
 @dataclass(frozen=True)
-class Function:
+class Function(Named):
     name: str
     summary: str
     source: str                # the seed section it comes from
@@ -425,15 +429,17 @@ class Function:
     steps: tuple[Step, ...]    # to the Record and the Return
     traces: bool = True        # takes a trace argument
     notes: tuple[str, ...] = ()  # paragraphs of the docstring after the equations
+    identifiers: ClassVar = ('name', 'params_class')
 
 
 @dataclass(frozen=True)
-class Constant:
+class Constant(Named):
     """A module-level name the functions share: its comment and its value, None or nested
     dicts and one-item lists of tensor names."""
     name: str
     comment: str
     value: object
+    identifiers: ClassVar = ('name',)
 
 
 @dataclass(frozen=True)
