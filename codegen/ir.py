@@ -342,16 +342,24 @@ class AttentionCore(Step):
 
 
 @dataclass(frozen=True)
-class MemoryGuard(Step):
-    """``rt.require_memory``: the bytes of a function's own tensors and of the largest of its
-    calls' at once, checked against MEMORY_LIMIT before it starts."""
-    function: str
-    own: Activations                   # elements by dtype class (spec.analysis.counts)
+class Footprint:
+    """What a function's tensors take at once: the elements of its own and of the largest of
+    its calls' (each call's own and its largest call's, down the tree), by dtype class
+    (``spec.analysis.counts.Activations``), and the bytes of an element of each class."""
+    own: Activations
     largest: tuple[Activations, ...]   # each call's: the largest may be any
     itemsize: Expr                     # a float's bytes
     int_bytes: int
     bool_bytes: int
-    identifiers: ClassVar = ('function',)
+
+
+@dataclass(frozen=True)
+class MemoryGuard(Step):
+    """``rt.require_memory``: the function's footprint checked against MEMORY_LIMIT before it
+    starts (``codegen.passes.memory``)."""
+    function: str
+    footprint: Footprint
+    identifiers: ClassVar = ("function",)
 
 
 @dataclass(frozen=True)
@@ -429,6 +437,9 @@ class Function(Named):
     steps: tuple[Step, ...]    # to the Record and the Return
     traces: bool = True        # takes a trace argument
     notes: tuple[str, ...] = ()  # paragraphs of the docstring after the equations
+    # what its tensors take at once, where every dim of it is at hand when it starts and an
+    # array gives the float's size (an entry function's): a memory guard may check it
+    footprint: Footprint | None = None
     identifiers: ClassVar = ('name', 'params_class')
 
 

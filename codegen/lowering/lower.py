@@ -214,7 +214,7 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
         spec_name=full.spec_name, title=full.title, spec_file=full.spec_file,
         spec_hash=full.spec_hash, choices=full.choices, backend=full.backend,
         params_classes=classes, functions=functions, entry=full.entry,
-        constants=_memory_limit(full.backend, functions) + [
+        constants=[
             ir.Constant("CACHE_STATES", "each state of the cache, nested like params (a "
                         "stack's layers one list item), and the full forward's tensor "
                         "it starts as", starts)])
@@ -223,17 +223,6 @@ def _with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Mod
 def _returned(function: ir.Function) -> tuple[str, ...]:
     """The names a function returns (its Return step's)."""
     return next(s.values for s in function.steps if isinstance(s, ir.Return))
-
-
-def _memory_limit(backend: Backend, functions: list[ir.Function]) -> list[ir.Constant]:
-    """The module's MEMORY_LIMIT, which its functions' memory checks (rt.require_memory) read;
-    none where no function checks."""
-    if not any(isinstance(record, ir.MemoryGuard) for record in ir.walk(functions)):
-        return []
-    return [ir.Constant("MEMORY_LIMIT", "the most bytes the model's tensors may take at once "
-                        "(its own, and those of the calls under way): past it, the model (or "
-                        f"a decoding step) refuses to start; None: {backend.memory_owner}",
-                        None)]
 
 
 class _Lowerer:
@@ -261,8 +250,7 @@ class _Lowerer:
             spec_hash=self.spec.text_hash,
             choices=tuple(choices_in_force(self.spec, self.choices).items()),
             backend=self.backend,
-            params_classes=self.params_classes, functions=functions, entry=entry.name,
-            constants=_memory_limit(self.backend, functions))
+            params_classes=self.params_classes, functions=functions, entry=entry.name)
 
     def function(self, block: Block) -> tuple[ir.Function, "_Signature"]:
         name = self.rename.get(block.name, block.name)
@@ -591,12 +579,13 @@ class _Body:
         return Activations(*(sympy.Add(*self.allocated[dtype])
                              for dtype in ("float", "int", "bool")))
 
-    def memory_guard(self, largest: list[Activations]) -> list[ir.Step]:
-        """An entry function's ``require_memory``: the bytes of its own tensors and of the
-        largest of its calls' (each call's own and its largest call's, down the tree), where
-        a float array gives their item size and every dim they need is known without a
-        keyword argument (the check never changes a function's signature); a dim only a
-        callee's parameter or state shows is read from it where it lies in params or cache."""
+    def footprint(self, largest: list[Activations]) -> ir.Footprint | None:
+        """An entry function's footprint, which a memory guard checks: the elements of its
+        own tensors and of the largest of its calls' (each call's own and its largest
+        call's, down the tree), where a float array gives their item size and every dim they
+        need is known without a keyword argument (the check never changes a function's
+        signature); a dim only a callee's parameter or state shows is read from it where it
+        lies in params or cache."""
         own = self.own()
         # the check runs first: a float array it takes (not one it computes) or its dtype
         # keyword gives the item size
@@ -606,13 +595,13 @@ class _Body:
             itemsize = ir.Attribute(ir.call(ir.ArrayModule("dtype"), ir.Name("dtype")),
                                     "itemsize")
         else:
-            return []
+            return None
         counted = [own] + largest
         symbols = {s for each in counted for part in (each.float, each.int, each.bool)
                    for s in sympy.sympify(part).free_symbols}
         if all(part == 0 for each in counted for part in (each.float, each.int, each.bool)) \
                 or not all(self.knows(symbol) for symbol in sorted(symbols, key=str)):
-            return []
+            return None
         self.helper("require_memory")
         if len(largest) == 1:               # one call: its bytes and the body's, summed
             own, largest = own + largest[0], []
@@ -620,8 +609,7 @@ class _Body:
             for dtype in ("float", "int", "bool"):
                 if getattr(each, dtype) != 0:
                     self.need(getattr(each, dtype))
-        return [ir.MemoryGuard(self.name, own, tuple(largest), itemsize, INT_BYTES,
-                               BOOL_BYTES)]
+        return ir.Footprint(own, tuple(largest), itemsize, INT_BYTES, BOOL_BYTES)
 
     def knows(self, symbol, seen: frozenset = frozenset()) -> bool:
         """Whether a dim's value is at hand in the function without a keyword argument."""
@@ -808,12 +796,12 @@ class _Body:
 
         body = set(self.needed)
         largest = _largest(self.peaks)
-        memory = self.memory_guard(largest) if self.block is None else []
+        footprint = self.footprint(largest) if self.block is None else None
         index = 0
         while index < len(self.needed):      # resolving may need more dims
             resolve(self.needed[index])
             index += 1
-        checks = self.agreement_checks() + memory
+        checks = self.agreement_checks()
         while index < len(self.needed):      # and the checks may need more
             resolve(self.needed[index])
             index += 1
@@ -850,7 +838,7 @@ class _Body:
             keywords=tuple(keyword_records), returns=tuple(annotations),
             prologue=tuple(prologue),
             steps=(*self.steps, *((ir.Record(tuple(self.traced)),) if self.traced else ()),
-                   ir.Return(tuple(outputs))))
+                   ir.Return(tuple(outputs))), footprint=footprint)
         own = self.own()
         signature = _Signature(tuple(keywords), tuple(self.runtimes), params_class,
                                output_decls[0] if output_decls else None, self.cache,

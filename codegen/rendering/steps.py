@@ -100,11 +100,12 @@ class StepRenderer:
         return view
 
     def _MemoryGuard(self, step: ir.MemoryGuard, width: int) -> dict:
-        sizes = {"float": self.printer(step.itemsize), "int": str(step.int_bytes),
-                 "bool": str(step.bool_bytes)}
-        own_tokens = self.byte_tokens(step.own, sizes)
+        footprint = step.footprint
+        sizes = {"float": self.printer(footprint.itemsize), "int": str(footprint.int_bytes),
+                 "bool": str(footprint.bool_bytes)}
+        own_tokens = self.byte_tokens(footprint.own, sizes)
         view = {"function": step.function, "line": None, "lines": []}
-        if not step.largest:
+        if not footprint.largest:
             line = f'rt.require_memory("{step.function}", MEMORY_LIMIT, {" ".join(own_tokens)})'
             if len(line) <= width - 4:
                 view["line"] = line
@@ -114,7 +115,7 @@ class StepRenderer:
         else:
             lines = layout.sum_lines(own_tokens, width - 8)
             lines.append("+ max(" if lines else "max(")
-            for each in step.largest:       # each call's bytes: the largest may be any
+            for each in footprint.largest:  # each call's bytes: the largest may be any
                 inner = layout.sum_lines(self.byte_tokens(each, sizes), width - 12)
                 inner[-1] += ","
                 lines += ["    " + line for line in inner]

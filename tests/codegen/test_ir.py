@@ -10,10 +10,11 @@ import sympy
 from support.refusals import raises
 
 from tspec import api
+from tspec.analysis.counts import Activations
 from tspec.codegen import generate, ir, passes
 from tspec.codegen.backends import backend
 from tspec.codegen.lowering.lower import lower
-from tspec.codegen.passes import attention, fusion
+from tspec.codegen.passes import attention, fusion, memory
 from tspec.codegen.rendering import render as render_module
 from tspec.codegen.rendering.printer import Printer
 from tspec.codegen.rendering.steps import StepRenderer
@@ -135,12 +136,29 @@ def test_masked_scores_are_kept_at_minus_infinity_right_after_the_scores():
     assert attention.keep_masked(module_of(after)).functions[0].steps == (after,)  # once
 
 
+def test_an_entry_function_with_a_footprint_checks_it_first():
+    footprint = ir.Footprint(Activations(B * T * D), (), ir.Name("itemsize"), 8, 1)
+    read = ir.Assign((ir.Name("d"),), ir.Subscript(ir.Attribute(ir.Name("X"), "shape"),
+                                                   (ir.Literal(-1),)))
+    module = module_of(assign("Y", PRODUCT))
+    entry = dataclasses.replace(module.functions[0], prologue=(read,), footprint=footprint)
+    other = dataclasses.replace(entry, name="helper", footprint=None)
+    module = dataclasses.replace(module, functions=[entry, other])
+    out = memory.guard_memory(module)
+    assert out.functions[0].prologue == (read, ir.MemoryGuard("block", footprint))
+    assert out.functions[1] == other
+    (limit,) = out.constants
+    assert (limit.name, limit.value) == ("MEMORY_LIMIT", None)
+    assert memory.guard_memory(out) == out                  # once
+    assert memory.guard_memory(module_of(assign("Y", PRODUCT))).constants == []
+
+
 def test_lower_applies_every_pass_and_none_on_request():
     choices = generate.BUILTIN_MODELS["decoder_only"]
     raw = lower(SPEC, choices, backend("numpy"), rewrites=())
     done = lower(SPEC, choices, backend("numpy"))
     kinds = {type(r).__name__ for r in ir.walk(raw.functions)}
-    assert "KeepMasked" not in kinds and "AttentionStrategy" not in kinds
+    assert not kinds & {"KeepMasked", "AttentionStrategy", "MemoryGuard"}
     again = raw
     for rewrite in passes.PASSES:
         again = rewrite(again)
