@@ -26,6 +26,38 @@ def commented(statement: str, comment: str, width: int = BODY) -> tuple[str, ...
     return ((f"# {comment}",) if comment else ()) + lines
 
 
+def explained(statement: str, comment: str, width: int) -> list[str]:
+    """A declaration with its comment at the end, or, when long, the comment wrapped on the
+    lines above it."""
+    line = f"{statement}  # {comment}"
+    if len(line) <= width:
+        return [line]
+    return [*prose(comment, width - 2, "# ", "# "), statement]
+
+
+def call_of_sums(head: str, fixed: list[str], total: list[str], largest: list[list[str]],
+                 width: int) -> tuple[str | None, list[str]]:
+    """``head(fixed..., total + max(each of largest))`` for sums given as tokens (each after
+    the first starting with its sign): the one line where it fits and there is no max, else
+    the lines of the last argument, broken before a + or -, to go inside ``head(`` and the
+    fixed arguments, each on its own line."""
+    if not largest:
+        line = f'{head}({", ".join(fixed)}, {" ".join(total)})'
+        if len(line) <= width - 4:
+            return line, []
+        lines = sum_lines(total, width - 8)
+        lines[-1] += ","
+        return None, lines
+    lines = sum_lines(total, width - 8)
+    lines.append("+ max(" if lines else "max(")
+    for each in largest:                # each call's: the largest may be any
+        inner = sum_lines(each, width - 12)
+        inner[-1] += ","
+        lines += ["    " + line for line in inner]
+    lines.append("),")
+    return None, lines
+
+
 def broken(statement: str, width: int) -> tuple[str, ...]:
     """``name = a + b`` too long for one line, as ``name = (`` / ``a`` / ``+ b`` / ``)``,
     broken before the last top-level operator that lets the first part fit."""

@@ -245,12 +245,7 @@ def _params_view(params: ir.ParamsClass, printer: Printer, backend: Backend) -> 
     for field in params.fields:
         meaning = _docstring_text(field.meaning, f"the meaning of {field.name}")
         annotation = printer.type(field.annotation, backend.array_type)
-        line = f"{field.name}: {annotation}  # {meaning}"
-        if len(line) + 4 <= LINE_LENGTH:
-            lines.append(line)
-        else:
-            lines += _wrap(meaning, LINE_LENGTH - 6, "# ", "# ")
-            lines.append(f"{field.name}: {annotation}")
+        lines += layout.explained(f"{field.name}: {annotation}", meaning, LINE_LENGTH - 4)
     return {"name": params.name, "alias": None, "doc": params.doc, "lines": lines}
 
 

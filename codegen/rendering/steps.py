@@ -103,25 +103,11 @@ class StepRenderer:
         footprint = step.footprint
         sizes = {"float": self.printer(footprint.itemsize), "int": str(footprint.int_bytes),
                  "bool": str(footprint.bool_bytes)}
-        own_tokens = self.byte_tokens(footprint.own, sizes)
-        view = {"function": step.function, "line": None, "lines": []}
-        if not footprint.largest:
-            line = f'rt.require_memory("{step.function}", MEMORY_LIMIT, {" ".join(own_tokens)})'
-            if len(line) <= width - 4:
-                view["line"] = line
-                return view
-            lines = layout.sum_lines(own_tokens, width - 8)
-            lines[-1] += ","
-        else:
-            lines = layout.sum_lines(own_tokens, width - 8)
-            lines.append("+ max(" if lines else "max(")
-            for each in footprint.largest:  # each call's bytes: the largest may be any
-                inner = layout.sum_lines(self.byte_tokens(each, sizes), width - 12)
-                inner[-1] += ","
-                lines += ["    " + line for line in inner]
-            lines.append("),")
-        view["lines"] = lines
-        return view
+        line, lines = layout.call_of_sums(
+            "rt.require_memory", [f'"{step.function}"', "MEMORY_LIMIT"],
+            self.byte_tokens(footprint.own, sizes),
+            [self.byte_tokens(each, sizes) for each in footprint.largest], width)
+        return {"function": step.function, "line": line, "lines": lines}
 
     def byte_tokens(self, counted, sizes: dict[str, str]) -> list[str]:
         """The bytes of elements by dtype class as tokens of a sum: each dtype's elements,
