@@ -316,7 +316,6 @@ class _Body:
         self.float_argument: ir.Expr | None = None  # a float input or parameter
         self.takes_dtype = False             # a dtype keyword: no float array in scope
         self.steps: list[ir.Step] = []
-        self.prologue: list[ir.Step] = []
         self.traced: list[str] = []
         self.fields: list[ir.Field] = []
         self.equations: list[ir.EquationDoc] = []

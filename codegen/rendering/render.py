@@ -22,10 +22,9 @@ from tspec.codegen.backends import BACKENDS, IMPORTS, Backend, Helper, runtime_o
 from tspec.codegen.rendering import layout
 from tspec.codegen.rendering.layout import LINE_LENGTH
 from tspec.codegen.rendering.printer import Printer
-from tspec.codegen.rendering.steps import TRACE_KEYWORDS, StepRenderer
+from tspec.codegen.rendering.steps import StepRenderer
 from tspec.errors import CodegenError, hidden
 
-__all__ = ["TRACE_KEYWORDS", "render", "render_runtime", "runtime_named", "runtime_version"]
 # the folders templates are looked up in, in this order (environment() reads it once)
 TEMPLATE_DIRS: list[Path] = [Path(__file__).resolve().parents[1] / "templates"]
 # what the runtime's own code (runtime.py.j2, before its helpers) imports, beside its array

@@ -10,6 +10,7 @@ from tspec.codegen.rendering.printer import Printer
 from tspec.errors import CodegenError
 
 TRACE_KEYWORDS = 256     # names a trace.update call records at most
+LONG_SUM = 200          # terms a sum in generated code may chain with +; past it, sum((...))
 
 
 def comment_text(comment: ir.Comment) -> str:
@@ -145,5 +146,3 @@ class StepRenderer:
     def _Return(self, step: ir.Return, width: int) -> dict:
         return {"returned": ", ".join(step.values) or "None"}
 
-
-LONG_SUM = 200          # terms a sum in generated code may chain with +; past it, sum((...))
