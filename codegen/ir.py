@@ -97,7 +97,7 @@ class Number(Expr):
     spelling: str
 
     def __post_init__(self):
-        if not re.fullmatch(r"-?[0-9]+(\.[0-9]*)?(e-?[0-9]+)?", self.spelling):
+        if not re.fullmatch(r"-?[0-9]+(\.[0-9]*)?(e[-+]?[0-9]+)?", self.spelling):
             raise CodegenError(f"internal error: {self.spelling!r} is not a number")
 
 

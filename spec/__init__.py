@@ -7,9 +7,10 @@
     print(table.summary(), [p.dims for p in table.points("invalid")])
     print(diff("gpt2_small", "gpt2_medium").text())
 
-    from tspec import run, source, load_weights
+    from tspec import run, source, compile, load_weights
     result = run("gpt2_small", ["N=2"])   # its generated code on seeded random weights
     text = source("llama3_8b")            # the generated module, as `tspec generate` writes it
+    model = compile("llama3_8b")          # that module with llama3_8b's dims and settings, loaded
 
 The names below are imported on first use, so `import tspec` costs no sympy or NumPy (and the
 command line's Ctrl-C during start-up stays one line).
@@ -26,8 +27,8 @@ __version__ = "0.2.0"            # pyproject.toml reads it (a literal, read with
 # each public name -> the module that defines it
 _API = {
     **dict.fromkeys(["Diff", "Grid", "Report", "ShapeRow", "builtin_specs", "builtin_variants",
-                     "check", "decode", "diff", "grid", "load", "load_weights", "read_spec",
-                     "run", "shapes", "source"], "tspec.api"),
+                     "check", "compile", "decode", "diff", "grid", "load", "load_weights",
+                     "read_spec", "run", "shapes", "source"], "tspec.api"),
     **dict.fromkeys(["CodegenError", "GridError", "LimitError", "RunError", "SpecError",
                      "SpecSyntaxError", "TspecError", "UsageError", "VariantError"],
                     "tspec.errors"),
@@ -41,8 +42,8 @@ _API = {
 __all__ = ["CodegenError", "Diff", "Finding", "Grid", "GridError", "LimitError", "Report",
            "RunError", "ShapeRow", "SpecError", "SpecSyntaxError", "TspecError", "UsageError",
            "Variant", "VariantError", "WeightsError", "builtin_specs", "builtin_variants", "check",
-           "decode", "diff", "grid", "load", "load_weights", "parse", "parse_file", "read_spec",
-           "run", "shapes", "source"]
+           "compile", "decode", "diff", "grid", "load", "load_weights", "parse", "parse_file",
+           "read_spec", "run", "shapes", "source"]
 
 if TYPE_CHECKING:
     from tspec.api import (
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
         builtin_specs,
         builtin_variants,
         check,
+        compile,
         decode,
         diff,
         grid,

@@ -11,6 +11,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from tspec.analysis.diff import Diff, compare, profile
@@ -241,6 +242,23 @@ def source(target: Variant | Spec | str, settings: list[str] | None = None, *,
     return generated_source(variant.spec, variant.choices, backend)
 
 
+def compile(target: Variant | Spec | str, settings: list[str] | None = None, *,
+            backend: str = "numpy", typecheck: bool = False) -> ModuleType:
+    """A variant's generated module, imported and ready to call: what `tspec generate VARIANT`
+    writes (a spec: under its default choices), its dims and settings the defaults of the
+    keyword arguments that take them, so that ``module.transformer(tokens, mask, params)``
+    computes that variant. The variant is checked first (a finding: a CodegenError).
+
+    Nothing is written in your tree: the text goes, once per content, to this user's cache
+    folder of generated code (tempdir/tspec-generated-UID, private to them), beside the
+    runtime it was generated with, and is imported from there as `tspec run` imports its
+    code; so it always runs on its own runtime, even in a checkout whose committed one is
+    stale. `tspec generate VARIANT --out DIR` writes the files to keep. ``typecheck``: check
+    every array's shape at run time (jaxtyping)."""
+    from tspec.codegen.generate import load_variant
+    return load_variant(_variant(target, settings), backend, typecheck=typecheck)
+
+
 def run(target: Variant | Spec | str, settings: list[str] | None = None,
         **options) -> "RunResult":
     """Generate a variant's code and run its forward pass on seeded random weights and inputs,
@@ -298,5 +316,5 @@ def _text(shape: Shape | None) -> str:
 
 
 __all__ = ["Diff", "Grid", "Report", "ShapeRow", "TensorRow", "builtin_specs",
-           "builtin_variants", "check", "decode", "diff", "grid", "load", "load_weights",
+           "builtin_variants", "check", "compile", "decode", "diff", "grid", "load", "load_weights",
            "read_spec", "resolve_spec", "run", "shapes", "source"]

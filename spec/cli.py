@@ -12,6 +12,7 @@
     tspec docs [SPEC_OR_VARIANT ...] [--set ...] [--out DIR] [--format md|html|all] [--check]
                [--time-limit SECONDS]
     tspec generate [--backend numpy|cupy] [--out DIR] [--check]
+    tspec generate VARIANT_OR_SPEC [--backend numpy|cupy] [--out DIR] [--check]
     tspec run VARIANT [--set NAME=VALUE ...] [--backend numpy] [--seed N] [--typecheck]
               [--decode STEPS] [--max-memory SIZE] [--time-limit SECONDS]
     tspec --version
@@ -103,8 +104,8 @@ def _parser() -> argparse.ArgumentParser:
                        "phase it reached")
 
     diff = commands.add_parser(
-        "diff", help="what changes from one variant to another: choices, dims, shapes, and "
-                     "the parameters, FLOPs and activation memory of each block",
+        "diff", help="what changes from one variant to another: choices, dims, settings, "
+                     "shapes, and the parameters, FLOPs and activation memory of each block",
         epilog="Exit status: 0 when the two are the same model at the same sizes, 1 when "
                "they differ, 2 on bad usage (as diff(1)).")
     diff.add_argument("a", metavar="VARIANT_A")
@@ -123,10 +124,19 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("list", help="the built-in specs and variants")
 
-    generate = commands.add_parser("generate", help="write the generated forward code")
-    generate.add_argument("--backend", help="one array backend (numpy, cupy); default: all")
+    generate = commands.add_parser(
+        "generate", help="write the generated forward code: the built-in models, or one "
+                         "variant's or spec's")
+    generate.add_argument("target", nargs="?", metavar="VARIANT_OR_SPEC",
+                          help="write this model alone: a built-in name or a .toml/.tspec "
+                               "path, as DIR/NAME.py (NAME the variant's file stem, or the "
+                               "spec's name) with DIR/_runtime.py and DIR/__init__.py; a "
+                               "spec under its default choices")
+    generate.add_argument("--backend", help="one array backend (numpy, cupy); default: all, "
+                                            "or numpy for one model")
     generate.add_argument("--out", metavar="DIR", type=Path,
-                          help="where the code goes (default: generated/ in the checkout)")
+                          help="where the code goes (default: generated/ in the checkout; for "
+                               "one model, the folder it goes in, default generated/BACKEND/)")
     generate.add_argument("--check", action="store_true",
                           help="exit 1 with a diff when the files on disk are stale")
 
@@ -537,6 +547,8 @@ def _verdict_on_stale(diff: str | None, what: str, current: str, command: str) -
 def _generate(args) -> int:
     from tspec.codegen import generate
     from tspec.codegen.backends import BACKENDS, backend
+    if args.target is not None:
+        return _generate_one(args)
     backends = (backend(args.backend).name,) if args.backend else tuple(BACKENDS)
     out = args.out or generate.default_dir()
     if args.check:
@@ -546,6 +558,25 @@ def _generate(args) -> int:
                                  f"{folders} {'is' if len(backends) == 1 else 'are'} current",
                                  "tspec generate")
     for path in generate.write(out, backends):
+        print(f"wrote {display_path(str(path))}")
+    return EXIT_OK
+
+
+def _generate_one(args) -> int:
+    """`tspec generate VARIANT_OR_SPEC`: one model's module, with its runtime, in a folder."""
+    from tspec.codegen import generate
+    from tspec.codegen.backends import backend
+    chosen = backend(args.backend or "numpy").name
+    variant = api.load(args.target)
+    generate.module_name(variant)                 # refused before anything is generated
+    out = generate.variant_dir(chosen, args.out)
+    if args.check:
+        module = display_path(str(out / f"{variant.name}.py"))
+        return _verdict_on_stale(generate.stale_variant(variant, chosen, out),
+                                 f"the code of {variant.name} in {display_path(str(out))}",
+                                 f"{module} is current",
+                                 generate.command(args.target, chosen, args.out))
+    for path in generate.write_variant(variant, chosen, out):
         print(f"wrote {display_path(str(path))}")
     return EXIT_OK
 
