@@ -258,6 +258,7 @@ class Evaluate(Step):
 class KeepMasked(Step):
     """float16: a score past its range is +inf, and +inf + (-inf) at a masked key NaN; such
     entries are set back to -inf: ``rt.keep_masked(S, L)``."""
+    helper: ClassVar = "keep_masked"           # the runtime function it calls
     scores: Expr
     mask: Expr
 
@@ -281,7 +282,7 @@ class EachMember(Step):
     family: Expr
     call: CallBlock            # its target unused: the stack's item
     shape: Shape
-    identifiers: ClassVar = ('target',)
+    identifiers: ClassVar = ("target",)
 
 
 @dataclass(frozen=True)
@@ -293,7 +294,7 @@ class StackLoop(Step):
     instance: str              # the stack's entry in params
     layers: Expr | None        # how many, where the layers have no parameters
     call: CallBlock
-    identifiers: ClassVar = ('target', 'instance')
+    identifiers: ClassVar = ("target", "instance")
 
 
 @dataclass(frozen=True)
@@ -338,7 +339,7 @@ class AttentionCore(Step):
     steps: tuple[Step, ...]
     form: AttentionForm | None = None
     strategy: AttentionStrategy | None = None
-    identifiers: ClassVar = ('scores', 'weights', 'output')
+    identifiers: ClassVar = ("scores", "weights", "output")
 
 
 @dataclass(frozen=True)
@@ -360,20 +361,22 @@ class MemoryGuard(Step):
     function: str
     footprint: Footprint
     identifiers: ClassVar = ("function",)
+    helper: ClassVar = "require_memory"
 
 
 @dataclass(frozen=True)
 class Record(Step):
     """``rt.record(trace, X=X, ...)``: the named intermediates, into the caller's trace."""
     names: tuple[str, ...]
-    identifiers: ClassVar = ('names',)
+    identifiers: ClassVar = ("names",)
+    helper: ClassVar = "record"
 
 
 @dataclass(frozen=True)
 class Return(Step):
     """``return a, b``; ``return None`` for no values."""
     values: tuple[str, ...]
-    identifiers: ClassVar = ('values',)
+    identifiers: ClassVar = ("values",)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,7 +387,7 @@ class Argument(Named):
     name: str
     annotation: Type
     shape: Shape
-    identifiers: ClassVar = ('name',)
+    identifiers: ClassVar = ("name",)
 
 
 @dataclass(frozen=True)
@@ -394,7 +397,7 @@ class Parameter(Named):
     annotation: Type
     default: Expr | None       # None when required
     meaning: str
-    identifiers: ClassVar = ('name',)
+    identifiers: ClassVar = ("name",)
 
 
 @dataclass(frozen=True)
@@ -403,7 +406,7 @@ class Field(Named):
     name: str
     annotation: Type
     meaning: str
-    identifiers: ClassVar = ('name',)
+    identifiers: ClassVar = ("name",)
 
 
 @dataclass(frozen=True)
@@ -411,7 +414,7 @@ class ParamsClass(Named):
     name: str                  # MultiHeadAttentionParams
     doc: str
     fields: tuple[Field, ...]
-    identifiers: ClassVar = ('name',)
+    identifiers: ClassVar = ("name",)
 
 
 @dataclass(frozen=True)
@@ -440,7 +443,7 @@ class Function(Named):
     # what its tensors take at once, where every dim of it is at hand when it starts and an
     # array gives the float's size (an entry function's): a memory guard may check it
     footprint: Footprint | None = None
-    identifiers: ClassVar = ('name', 'params_class')
+    identifiers: ClassVar = ("name", "params_class")
 
 
 @dataclass(frozen=True)
@@ -450,7 +453,7 @@ class Constant(Named):
     name: str
     comment: str
     value: object
-    identifiers: ClassVar = ('name',)
+    identifiers: ClassVar = ("name",)
 
 
 @dataclass(frozen=True)
@@ -489,5 +492,8 @@ def walk(record):
 
 
 def helpers_used(module: Module) -> set[str]:
-    """The runtime helpers the module's code calls (``Runtime`` records)."""
-    return {record.name for record in walk(module.functions) if isinstance(record, Runtime)}
+    """The runtime helpers the module's code calls: its ``Runtime`` records', and those of the
+    step kinds that call one (their ``helper``)."""
+    return {record.name if isinstance(record, Runtime) else record.helper
+            for record in walk(module.functions)
+            if isinstance(record, Runtime) or isinstance(getattr(record, "helper", None), str)}

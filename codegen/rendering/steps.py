@@ -56,7 +56,7 @@ class StepRenderer:
                                           width)}
 
     def _KeepMasked(self, step: ir.KeepMasked, width: int) -> dict:
-        call = f"rt.keep_masked({self.printer(step.scores)}, {self.printer(step.mask)})"
+        call = f"rt.{step.helper}({self.printer(step.scores)}, {self.printer(step.mask)})"
         return {"lines": layout.commented(call, "float16: a score past its range is +inf; "
                                           "masked keys stay -inf", width)}
 
@@ -104,11 +104,12 @@ class StepRenderer:
         footprint = step.footprint
         sizes = {"float": self.printer(footprint.itemsize), "int": str(footprint.int_bytes),
                  "bool": str(footprint.bool_bytes)}
+        head = f"rt.{step.helper}"
         line, lines = layout.call_of_sums(
-            "rt.require_memory", [f'"{step.function}"', "MEMORY_LIMIT"],
+            head, [f'"{step.function}"', "MEMORY_LIMIT"],
             self.byte_tokens(footprint.own, sizes),
             [self.byte_tokens(each, sizes) for each in footprint.largest], width)
-        return {"function": step.function, "line": line, "lines": lines}
+        return {"head": head, "function": step.function, "line": line, "lines": lines}
 
     def byte_tokens(self, counted, sizes: dict[str, str]) -> list[str]:
         """The bytes of elements by dtype class as tokens of a sum: each dtype's elements,
@@ -140,7 +141,7 @@ class StepRenderer:
         for start in range(0, len(step.names), TRACE_KEYWORDS):
             names = step.names[start:start + TRACE_KEYWORDS]
             items = ", ".join(f"{name}={name}" for name in names)
-            calls.append(layout.prose(f"rt.record(trace, {items})", width, "", "    "))
+            calls.append(layout.prose(f"rt.{step.helper}(trace, {items})", width, "", "    "))
         return {"calls": calls}
 
     def _Return(self, step: ir.Return, width: int) -> dict:

@@ -2,6 +2,7 @@
 the printer's exact text for small expressions, the records of every built-in module holding
 data and never Python text, one macro per step kind, and unknown kinds refused."""
 
+import ast
 import dataclasses
 import typing
 
@@ -348,3 +349,21 @@ def test_a_module_imports_what_its_records_call_for():
     head = text.split("from . import _runtime")[0]
     assert "import math" not in head and "Tuple" not in head and "TypedDict" not in head
     assert "from jaxtyping import Float\n" in head
+
+
+def test_every_runtime_name_a_model_calls_is_in_its_runtime():
+    """The runtime helpers the IR declares (Runtime records, and the step kinds that call
+    one) are functions or names the backend's _runtime.py defines."""
+    defined = {}
+    for backend_name in ("numpy", "cupy"):
+        runtime = ast.parse(render_module.render_runtime(backend(backend_name)))
+        defined[backend_name] = {
+            node.name for node in runtime.body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))} | {
+            target.id for node in runtime.body if isinstance(node, ast.Assign)
+            for target in node.targets if isinstance(target, ast.Name)}
+    for name, module in built_in_modules():
+        used = ir.helpers_used(module)
+        assert {"project", "record", "subtrace", "require_memory", "keep_masked"} <= used
+        missing = used - defined[module.backend.name]
+        assert not missing, (name, sorted(missing))
