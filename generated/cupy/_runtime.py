@@ -22,7 +22,7 @@ from typing import Optional
 import cupy as cp
 from jaxtyping import Bool, Float, Int, jaxtyped
 
-VERSION = "f58c09087c6d5ebc"  # of this runtime: the sha256 of its text without this line
+VERSION = "c8fe4591dc095e8b"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -659,7 +659,7 @@ def rms_norm(
 def rotary(
     x: Float[cp.ndarray, "*batch T d"],
     theta: float,
-    scaling: tuple[float, float, float, float] = (1.0, 1.0, 4.0, 8192.0),
+    scaling: tuple | list = (1.0, 1.0, 4.0, 8192.0),
     offset: int = 0,
 ) -> Float[cp.ndarray, "*batch T d"]:
     """RoPE: position p turns the feature pair (x_i, x_{i + d/2}) by the angle

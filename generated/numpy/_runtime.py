@@ -33,7 +33,7 @@ try:
 except ImportError:
     resource = None
 
-VERSION = "7f843deb2ac4fd2c"  # of this runtime: the sha256 of its text without this line
+VERSION = "1796ea5b11881907"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -817,7 +817,7 @@ def rms_norm(
 def rotary(
     x: Float[np.ndarray, "*batch T d"],
     theta: float,
-    scaling: tuple[float, float, float, float] = (1.0, 1.0, 4.0, 8192.0),
+    scaling: tuple | list = (1.0, 1.0, 4.0, 8192.0),
     offset: int = 0,
 ) -> Float[np.ndarray, "*batch T d"]:
     """RoPE: position p turns the feature pair (x_i, x_{i + d/2}) by the angle
