@@ -6,17 +6,37 @@ defaults for every other choice; BERT's under the choices of BertModel (the bert
 variant's), Llama's under those of the llama3_8b variant. Byte-identical on every run,
 headed by the spec's name and content hash. Beside them, each backend's folder holds its
 runtime, _runtime.py, the helpers every model there calls: each folder is a package of its own.
+
+`tspec generate VARIANT_OR_SPEC` writes one model instead: a variant's (a built-in name or a
+.toml), or a spec's under its default choices, as DIR/NAME.py for one backend, NAME the
+variant's (its file's stem) or the spec's, with DIR/_runtime.py and DIR/__init__.py (written
+only where none is) beside it: DIR is a package, ``from DIR import NAME``. DIR defaults to
+generated/<backend>/ in the checkout, beside the built-in models. The module is the one its
+choices give, with the variant's dims and settings as the defaults of the keyword arguments
+that take them (H, H_kv, eps, theta): called with none, it computes that variant.
+``tspec.compile`` loads the same text with no file in the user's tree: ``load_variant``.
 """
 
+import dataclasses
+import keyword
+import math
+import os
+import re
+import shlex
+from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 
 from tspec import api
+from tspec.codegen import ir
 from tspec.codegen.backends import BACKENDS
 from tspec.codegen.backends import backend as backend_named
-from tspec.codegen.lower import lower
-from tspec.codegen.render import render, render_runtime
+from tspec.codegen.lowering.lower import lower
+from tspec.codegen.rendering.render import render, render_runtime, runtime_named, runtime_version
+from tspec.errors import CodegenError, UsageError, quoted
 from tspec.files import inside, stale_diff, write_files
 from tspec.language.model import Spec
+from tspec.language.variant import Variant
 
 # generated/<backend>/<name>.py: the choices each file is generated under
 BUILTIN_MODELS: dict[str, dict[str, str]] = {
@@ -31,9 +51,37 @@ BUILTIN_MODELS: dict[str, dict[str, str]] = {
 }
 
 
-def source(spec: Spec, choices: dict[str, str], backend: str = "numpy") -> str:
-    """The generated module's text for a spec under some choices."""
-    return render(lower(spec, choices, backend_named(backend)))
+def source(spec: Spec, choices: dict[str, str], backend: str = "numpy",
+           defaults: Mapping[str, int | float] | None = None) -> str:
+    """The generated module's text for a spec under some choices; ``defaults``: values the
+    keyword arguments of those names take when not given (a variant's dims and settings;
+    ``with_defaults``)."""
+    lowered = lower(spec, choices, backend_named(backend))
+    return render(with_defaults(lowered, defaults) if defaults else lowered)
+
+
+def with_defaults(module: ir.Module, values: Mapping[str, int | float]) -> ir.Module:
+    """The module with ``values`` as the defaults of its functions' keyword arguments of those
+    names: a dim (an int keyword, else required) a positive integer, a setting (a float
+    keyword, else the catalogue's default) a finite number; each keyword's meaning says so.
+    Only numbers reach the code, written by Python (``repr``), never text as given."""
+    def keyword(record: ir.Parameter) -> ir.Parameter:
+        value = values.get(record.name)
+        if isinstance(value, bool) or value is None:
+            return record
+        if record.annotation == ir.PlainType("int") and isinstance(value, int) and value > 0:
+            code = str(value)
+        elif record.annotation == ir.PlainType("float") and isinstance(value, (int, float)) \
+                and math.isfinite(value):
+            code = repr(float(value))
+        else:
+            return record
+        return dataclasses.replace(record, default=ir.Number(code),
+                                   meaning=f"{record.meaning}; default {code}, the variant's")
+
+    functions = [dataclasses.replace(f, keywords=tuple(keyword(k) for k in f.keywords))
+                 for f in module.functions]
+    return dataclasses.replace(module, functions=functions)
 
 
 def files(backends: tuple[str, ...] = tuple(BACKENDS)) -> dict[str, str]:
@@ -70,3 +118,140 @@ def stale(out: Path, backends: tuple[str, ...] = tuple(BACKENDS)) -> str:
     """A unified diff of every file that differs from what generation gives; '' when none."""
     return "".join(stale_diff(inside(out, relative), text)
                    for relative, text in files(backends).items())
+
+
+# -- one model: `tspec generate VARIANT_OR_SPEC`, tspec.compile
+
+_MODULE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+PACKAGE_DOC = ('"""Generated forward code for {backend} (`tspec generate`): each model module '
+               'here imports the runtime beside it, _runtime.py."""\n')
+
+
+def module_name(variant: Variant) -> str:
+    """The name of a variant's module: the variant's (its file's stem), or the spec's; refused
+    (a UsageError saying how to name it) unless it is a Python module name of letters, digits
+    and underscores that starts with a letter (an underscore starts the runtime's name)."""
+    name = variant.name
+    if _MODULE_NAME.match(name) and not keyword.iskeyword(name):
+        return name
+    why = "a Python keyword" if keyword.iskeyword(name) else "not a Python module name"
+    suggestion = re.sub(r"[^A-Za-z0-9_]", "_", name)       # ASCII alone, as _MODULE_NAME
+    if not suggestion[:1].isalpha():
+        suggestion = f"model_{suggestion}"
+    if keyword.iskeyword(suggestion):
+        suggestion += "_"
+    what = "spec" if variant.is_spec else "variant"
+    how = "rename the spec" if variant.is_spec or not variant.file else \
+        f"rename {quoted(variant.file)}"
+    raise UsageError(f"{what} {quoted(name)} names its module, and {quoted(name)} is {why}: "
+                     f"{how} to letters, digits and underscores that start with a letter "
+                     f"(such as {suggestion})")
+
+
+def variant_source(variant: Variant, backend: str = "numpy") -> str:
+    """The module of one variant, or of a spec under its default choices (what
+    ``tspec generate VARIANT_OR_SPEC`` writes): the code its choices give, its dims and
+    settings the defaults of the keywords that take them. The variant is checked first, under
+    those choices alone and at its sizes: a finding is a CodegenError, nothing is generated."""
+    chosen = backend_named(backend).name
+    variant = dataclasses.replace(variant, is_spec=False)     # a spec: its default choices
+    findings = api.check(variant).findings
+    if findings:
+        first = findings[0]
+        raise CodegenError(f"{len(findings)} finding(s) in {variant.name}: no code generated "
+                           f"(the first: {first.where}: {first.kind}: {first.message}); run "
+                           f"`tspec check`")
+    return source(variant.spec, variant.choices, chosen, {**variant.dims, **variant.settings})
+
+
+def variant_dir(backend: str, out: Path | None) -> Path:
+    """Where one model's module goes: ``out``, or generated/<backend>/ in the checkout;
+    refused when it names something other than a folder."""
+    folder = out if out is not None else default_dir() / backend_named(backend).name
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise UsageError(f"--out {quoted(str(folder))} is not a folder: it names the folder "
+                         "the module, its runtime and __init__.py go in")
+    return folder
+
+
+def variant_files(variant: Variant, backend: str, out: Path) -> dict[str, str]:
+    """The files of one model in folder ``out`` (relative path -> text): its module, the
+    backend's runtime, and an __init__.py where the folder has none (one there is kept: the
+    models of a folder share it). A module of a built-in model's name in the built-in folder
+    is refused: that file is what plain `tspec generate` writes."""
+    name = module_name(variant)
+    chosen = backend_named(backend).name
+    root = api.checkout()
+    if name in BUILTIN_MODELS and root is not None and \
+            _same_folder(out, root / "generated" / chosen):
+        raise UsageError(f"{name} is the name of a built-in model of {out}, which `tspec "
+                         f"generate` writes there: give --out another folder, or name the "
+                         f"variant otherwise")
+    texts = {f"{name}.py": variant_source(variant, chosen),
+             "_runtime.py": runtime_source(chosen)}
+    if not os.path.lexists(out / "__init__.py"):
+        texts = {"__init__.py": PACKAGE_DOC.format(backend=chosen), **texts}
+    return texts
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except (OSError, RuntimeError):
+        return False
+
+
+def write_variant(variant: Variant, backend: str, out: Path) -> list[Path]:
+    """Write one model's files into ``out`` (``variant_files``), all or none. A folder whose
+    runtime is another backend's is refused: its models would lose theirs."""
+    texts = variant_files(variant, backend, out)
+    chosen = backend_named(backend).name
+    other = _runtime_backend(out / "_runtime.py")
+    if other is not None and other != chosen:
+        raise UsageError(f"{out} holds the {other} runtime, which its models import: a folder's "
+                         f"models share one backend; give --out another folder for {chosen}")
+    write_files(texts, root=out)
+    return [out / relative for relative in texts]
+
+
+def _runtime_backend(path: Path) -> str | None:
+    """The backend of the runtime at ``path`` where this tspec renders it; else None."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = runtime_named(runtime_version(text))
+    return found[0] if found is not None else None
+
+
+def stale_variant(variant: Variant, backend: str, out: Path) -> str:
+    """A unified diff of every file of one model in ``out`` that differs from what
+    generation gives (a missing __init__.py too); '' when none."""
+    return "".join(stale_diff(inside(out, relative), text)
+                   for relative, text in variant_files(variant, backend, out).items())
+
+
+def command(target: str, backend: str, out: Path | None) -> str:
+    """The command that writes one model's files again, as a shell takes it."""
+    words = ["tspec", "generate", target]
+    if backend != "numpy":
+        words += ["--backend", backend]
+    if out is not None:
+        words += ["--out", str(out)]
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def load_variant(variant: Variant, backend: str = "numpy", *,
+                 typecheck: bool = False) -> ModuleType:
+    """One model's module (``variant_source``), imported: its text is written once per
+    content to this user's cache folder of generated code, beside the runtime it was
+    generated with, as `tspec run` loads its code (``execution.loading.load_source``)."""
+    from tspec.codegen.execution.loading import load_source
+    chosen = backend_named(backend)
+    text = variant_source(variant, chosen.name)
+    try:
+        __import__(chosen.module)
+    except ImportError:
+        raise UsageError(f"backend {chosen.name} needs the {chosen.module} package, which is "
+                         "not installed") from None
+    return load_source(text, typecheck=typecheck)

@@ -7,9 +7,10 @@
     print(table.summary(), [p.dims for p in table.points("invalid")])
     print(diff("gpt2_small", "gpt2_medium").text())
 
-    from tspec import run, source, load_weights
+    from tspec import run, source, compile, load_weights
     result = run("gpt2_small", ["N=2"])   # its generated code on seeded random weights
     text = source("llama3_8b")            # the generated module, as `tspec generate` writes it
+    model = compile("llama3_8b")          # that module with llama3_8b's dims and settings, loaded
 
 The names below are imported on first use, so `import tspec` costs no sympy or NumPy (and the
 command line's Ctrl-C during start-up stays one line).
@@ -26,23 +27,25 @@ __version__ = "0.2.0"            # pyproject.toml reads it (a literal, read with
 # each public name -> the module that defines it
 _API = {
     **dict.fromkeys(["Diff", "Grid", "Report", "ShapeRow", "builtin_specs", "builtin_variants",
-                     "check", "decode", "diff", "grid", "load", "load_weights", "read_spec",
-                     "run", "shapes", "source"], "tspec.api"),
-    **dict.fromkeys(["CodegenError", "GridError", "LimitError", "RunError", "SpecError",
-                     "SpecSyntaxError", "TspecError", "UsageError", "VariantError"],
+                     "check", "compile", "decode", "diff", "grid", "load", "load_weights",
+                     "read_spec", "run", "shapes", "source"], "tspec.api"),
+    **dict.fromkeys(["CodegenError", "ConfigError", "GridError", "LimitError", "RunError",
+                     "SpecError", "SpecSyntaxError", "TspecError", "UsageError", "VariantError"],
                     "tspec.errors"),
     "Finding": "tspec.checking.findings",
+    "from_hf": "tspec.importing",
     "parse": "tspec.language.parser",
     "parse_file": "tspec.language.parser",
     "Variant": "tspec.language.variant",
     "WeightsError": "tspec.codegen.execution.weights",
 }
 
-__all__ = ["CodegenError", "Diff", "Finding", "Grid", "GridError", "LimitError", "Report",
-           "RunError", "ShapeRow", "SpecError", "SpecSyntaxError", "TspecError", "UsageError",
+__all__ = ["CodegenError", "ConfigError", "Diff", "Finding", "Grid", "GridError", "LimitError",
+           "Report", "RunError", "ShapeRow", "SpecError", "SpecSyntaxError", "TspecError",
+           "UsageError",
            "Variant", "VariantError", "WeightsError", "builtin_specs", "builtin_variants", "check",
-           "decode", "diff", "grid", "load", "load_weights", "parse", "parse_file", "read_spec",
-           "run", "shapes", "source"]
+           "compile", "decode", "diff", "from_hf", "grid", "load", "load_weights", "parse",
+           "parse_file", "read_spec", "run", "shapes", "source"]
 
 if TYPE_CHECKING:
     from tspec.api import (
@@ -53,6 +56,7 @@ if TYPE_CHECKING:
         builtin_specs,
         builtin_variants,
         check,
+        compile,
         decode,
         diff,
         grid,
@@ -67,6 +71,7 @@ if TYPE_CHECKING:
     from tspec.codegen.execution.weights import WeightsError
     from tspec.errors import (
         CodegenError,
+        ConfigError,
         GridError,
         LimitError,
         RunError,
@@ -76,6 +81,7 @@ if TYPE_CHECKING:
         UsageError,
         VariantError,
     )
+    from tspec.importing import from_hf
     from tspec.language.parser import parse, parse_file
     from tspec.language.variant import Variant
 

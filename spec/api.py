@@ -11,6 +11,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from tspec.analysis.diff import Diff, compare, profile
@@ -25,7 +26,7 @@ from tspec.errors import CodegenError, UsageError, quoted
 from tspec.language.model import Note, Spec
 from tspec.language.parser import parse_file
 from tspec.language.shape import Shape
-from tspec.language.variant import Variant, load_variant, parse_setting
+from tspec.language.variant import Variant, load_variant, parse_setting, variant_from_text
 
 if TYPE_CHECKING:
     from tspec.codegen.execution.run import DecodeResult, RunResult
@@ -105,14 +106,21 @@ def resolve_spec(name: str, base_dir: Path | None = None) -> Spec:
 
 
 def load(target: str | Path, settings: list[str] | None = None) -> Variant:
-    """A built-in name or a path: a spec (.tspec) or a variant (.toml), with --set applied."""
+    """A built-in name or a path: a spec (.tspec), a variant (.toml) or a Hugging Face config
+    (a .json file, or a folder holding config.json, imported as ``tspec import`` does), with
+    --set applied; a ``PretrainedConfig`` or a config dict is imported too."""
+    if isinstance(target, dict) or hasattr(target, "to_dict") and callable(target.to_dict):
+        variant = imported(target)
+        return variant.with_settings(settings) if settings else variant
     target = str(target)
     if not target.strip():
         raise UsageError("an empty name is no spec or variant")
     variants = builtin_variants()
     specs = builtin_specs()
     path = Path(target)
-    if target in variants:
+    if _is_config(path):
+        variant = imported(path)
+    elif target in variants:
         variant = load_variant(variants[target], resolve_spec)
     elif target in specs:
         variant = Variant(target, read_spec(specs[target]), file=str(specs[target]),
@@ -147,11 +155,41 @@ class Report:
         return self.proof.notes
 
 
-def _variant(target: Variant | Spec | str | Path, settings: list[str] | None) -> Variant:
-    """A target as a variant (a bare spec: every choice at its default unless set), with
-    ``NAME=VALUE`` settings applied."""
+def _is_config(path: Path) -> bool:
+    """A Hugging Face config: a .json file, or a folder holding config.json (a path the
+    system cannot look at is none: reading it says why)."""
+    try:
+        return path.suffix == ".json" and _exists(path) or path.is_dir() and \
+            (path / "config.json").is_file()
+    except OSError:
+        return False
+
+
+def imported(config) -> Variant:
+    """The variant of a Hugging Face config (``tspec.from_hf``'s TOML, read in memory): a
+    ``config.json``, a folder holding one, a dict or a ``PretrainedConfig``; named after the
+    folder of its file, else its ``_name_or_path``, else its ``model_type``."""
+    from tspec.importing import from_hf
+    text = from_hf(config)
+    if isinstance(config, (str, Path)):
+        path = Path(config)
+        folder = path if path.is_dir() else path.parent
+        name = folder.resolve().name or "config"
+        file = str(path / "config.json" if path.is_dir() else path)
+    else:
+        data = config if isinstance(config, dict) else config.to_dict()
+        name = Path(str(data.get("_name_or_path") or "")).name or str(data["model_type"])
+        file = f"<{name} config>"
+    return variant_from_text(text, Path(file), resolve_spec, called=name)
+
+
+def _variant(target, settings: list[str] | None) -> Variant:
+    """A target as a variant (a bare spec: every choice at its default unless set; a Hugging
+    Face config, imported), with ``NAME=VALUE`` settings applied."""
     if isinstance(target, Spec):
         target = Variant(target.name, target, file=target.file, is_spec=True)
+    elif isinstance(target, dict) or hasattr(target, "to_dict") and callable(target.to_dict):
+        target = imported(target)
     elif not isinstance(target, Variant):
         target = load(target)
     return target.with_settings(settings) if settings else target
@@ -241,6 +279,23 @@ def source(target: Variant | Spec | str, settings: list[str] | None = None, *,
     return generated_source(variant.spec, variant.choices, backend)
 
 
+def compile(target: Variant | Spec | str, settings: list[str] | None = None, *,
+            backend: str = "numpy", typecheck: bool = False) -> ModuleType:
+    """A variant's generated module, imported and ready to call: what `tspec generate VARIANT`
+    writes (a spec: under its default choices), its dims and settings the defaults of the
+    keyword arguments that take them, so that ``module.transformer(tokens, mask, params)``
+    computes that variant. The variant is checked first (a finding: a CodegenError).
+
+    Nothing is written in your tree: the text goes, once per content, to this user's cache
+    folder of generated code (tempdir/tspec-generated-UID, private to them), beside the
+    runtime it was generated with, and is imported from there as `tspec run` imports its
+    code; so it always runs on its own runtime, even in a checkout whose committed one is
+    stale. `tspec generate VARIANT --out DIR` writes the files to keep. ``typecheck``: check
+    every array's shape at run time (jaxtyping)."""
+    from tspec.codegen.generate import load_variant
+    return load_variant(_variant(target, settings), backend, typecheck=typecheck)
+
+
 def run(target: Variant | Spec | str, settings: list[str] | None = None,
         **options) -> "RunResult":
     """Generate a variant's code and run its forward pass on seeded random weights and inputs,
@@ -273,16 +328,23 @@ def _runnable(target: Variant | Spec | str, settings: list[str] | None) -> Varia
 
 
 def load_weights(target: Variant | Spec | str, path: str | Path,
-                 settings: list[str] | None = None) -> dict:
-    """A variant's parameters from a .safetensors or .npz file of flat dotted names
-    (``encoder.layers.0.self_attention.W_Q``), checked against the shapes the spec gives at
-    the variant's sizes, nested as the generated functions take them (``params["encoder"]
-    ["layers"][0]["self_attention"]["W_Q"]``). A parameter missing, unexpected or of another
-    shape is a WeightsError naming it; a file that cannot be read, a UsageError."""
-    from tspec.codegen.execution import weights
+                 settings: list[str] | None = None, *, dtype=None) -> dict:
+    """A variant's parameters, checked against the shapes the spec gives at the variant's
+    sizes and nested as the generated functions take them (``params["encoder"]["layers"][0]
+    ["self_attention"]["W_Q"]``), from a checkpoint: a .safetensors file or a folder holding
+    ``model.safetensors`` or a sharded ``model.safetensors.index.json``, memory-mapped, under
+    the spec's flat dotted names (``encoder.layers.0.self_attention.W_Q``; also .npz) or a
+    Hugging Face family's names (GPT-2, BERT, Llama and its kin, by the variant's choices).
+    Every tensor is used or named as unused (the result's ``unused``: name -> why), every
+    parameter found, and every shape checked, before a tensor is read; bfloat16 and float16
+    convert to ``dtype`` (None: the checkpoint's own where the generated code computes in it,
+    else float32) once their memory is counted. A parameter missing, unexpected or of another
+    shape is a WeightsError naming it; a file that cannot be read, or a pickle (.bin, .pt), a
+    UsageError."""
+    from tspec.codegen.execution import checkpoint_files
     variant = _variant(target, settings)
-    shapes = weights.expected_shapes(variant.spec, variant.choices, variant.dims)
-    return weights.load(path, shapes)
+    return checkpoint_files.load_variant(path, variant.spec, variant.choices, variant.dims,
+                                         variant.name, dtype)
 
 
 def concrete_substitution(spec: Spec, result: Result, dims: dict[str, int]) -> dict:
@@ -298,5 +360,5 @@ def _text(shape: Shape | None) -> str:
 
 
 __all__ = ["Diff", "Grid", "Report", "ShapeRow", "TensorRow", "builtin_specs",
-           "builtin_variants", "check", "decode", "diff", "grid", "load", "load_weights",
+           "builtin_variants", "check", "compile", "decode", "diff", "grid", "load", "load_weights",
            "read_spec", "resolve_spec", "run", "shapes", "source"]

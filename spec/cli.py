@@ -12,8 +12,9 @@
     tspec docs [SPEC_OR_VARIANT ...] [--set ...] [--out DIR] [--format md|html|all] [--check]
                [--time-limit SECONDS]
     tspec generate [--backend numpy|cupy] [--out DIR] [--check]
-    tspec run VARIANT [--set NAME=VALUE ...] [--backend numpy] [--seed N] [--typecheck]
-              [--decode STEPS] [--max-memory SIZE] [--time-limit SECONDS]
+    tspec generate VARIANT_OR_SPEC [--backend numpy|cupy] [--out DIR] [--check]
+    tspec run VARIANT [--set NAME=VALUE ...] [--weights PATH] [--backend numpy] [--seed N]
+              [--typecheck] [--decode STEPS] [--max-memory SIZE] [--time-limit SECONDS]
     tspec --version
 
 `python -m tspec` is the same command. Every command but `run` stops at its time limit
@@ -103,8 +104,8 @@ def _parser() -> argparse.ArgumentParser:
                        "phase it reached")
 
     diff = commands.add_parser(
-        "diff", help="what changes from one variant to another: choices, dims, shapes, and "
-                     "the parameters, FLOPs and activation memory of each block",
+        "diff", help="what changes from one variant to another: choices, dims, settings, "
+                     "shapes, and the parameters, FLOPs and activation memory of each block",
         epilog="Exit status: 0 when the two are the same model at the same sizes, 1 when "
                "they differ, 2 on bad usage (as diff(1)).")
     diff.add_argument("a", metavar="VARIANT_A")
@@ -123,10 +124,19 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("list", help="the built-in specs and variants")
 
-    generate = commands.add_parser("generate", help="write the generated forward code")
-    generate.add_argument("--backend", help="one array backend (numpy, cupy); default: all")
+    generate = commands.add_parser(
+        "generate", help="write the generated forward code: the built-in models, or one "
+                         "variant's or spec's")
+    generate.add_argument("target", nargs="?", metavar="VARIANT_OR_SPEC",
+                          help="write this model alone: a built-in name or a .toml/.tspec "
+                               "path, as DIR/NAME.py (NAME the variant's file stem, or the "
+                               "spec's name) with DIR/_runtime.py and DIR/__init__.py; a "
+                               "spec under its default choices")
+    generate.add_argument("--backend", help="one array backend (numpy, cupy); default: all, "
+                                            "or numpy for one model")
     generate.add_argument("--out", metavar="DIR", type=Path,
-                          help="where the code goes (default: generated/ in the checkout)")
+                          help="where the code goes (default: generated/ in the checkout; for "
+                               "one model, the folder it goes in, default generated/BACKEND/)")
     generate.add_argument("--check", action="store_true",
                           help="exit 1 with a diff when the files on disk are stale")
 
@@ -135,6 +145,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("target", metavar="VARIANT")
     _settings(run)
     run.add_argument("--backend", default="numpy", help="array backend (numpy, cupy)")
+    run.add_argument("--weights", metavar="PATH",
+                     help="run with a checkpoint's weights: a .safetensors file or a folder "
+                          "holding model.safetensors or model.safetensors.index.json (the "
+                          "spec's names, or a Hugging Face family's by the variant's choices: "
+                          "GPT-2, BERT, Llama, Mistral, Qwen2), or a .npz of the spec's names")
     run.add_argument("--seed", type=int, default=0, help="seed for weights and tokens")
     run.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     run.add_argument("--typecheck", action="store_true",
@@ -161,6 +176,19 @@ def _parser() -> argparse.ArgumentParser:
     docs.add_argument("--check", action="store_true",
                       help="exit 1 with a diff when the pages on disk are stale")
     _time_limit(docs, "stop making pages that takes longer")
+
+    imports = commands.add_parser(
+        "import", help="a Hugging Face config.json as a variant: its choices, dims and "
+                       "settings", epilog="Exit status: 0 when imported, 2 when the config "
+                                          "cannot be read or has a field tspec does not "
+                                          "support (named, with its value).")
+    imports.add_argument("config", metavar="CONFIG",
+                         help="a config.json, or a folder holding one")
+    imports.add_argument("--out", metavar="FILE", type=Path,
+                         help="write the variant TOML there (default: standard output)")
+    imports.add_argument("--no-pooler", action="store_true",
+                         help="BERT: a BertModel built without its pooler "
+                              "(add_pooling_layer=False)")
 
     audit = commands.add_parser("audit", help="check the seed transcriptions and write "
                                               "docs/seed-audit.md")
@@ -216,7 +244,8 @@ def _command(argv: list[str] | None) -> int:
     if args.command == "list":
         return _list()
     command = {"check": _check, "shapes": _shapes, "diff": _diff, "audit": _audit,
-               "generate": _generate, "run": _run, "docs": _docs}[args.command]
+               "generate": _generate, "run": _run, "docs": _docs,
+               "import": _import}[args.command]
     seconds = getattr(args, "time_limit", None)
     if seconds is None:                   # run without --time-limit; audit, generate
         return command(args)
@@ -513,6 +542,16 @@ def _variant_header(variant) -> list[str]:
     return lines
 
 
+def _import(args) -> int:
+    from tspec.importing import from_hf
+    text = from_hf(args.config, args.out, pooler=not args.no_pooler)
+    if args.out is None:
+        print(text, end="")
+    else:
+        print(f"wrote {args.out}")
+    return 0
+
+
 def _audit(args) -> int:
     from tspec.checking import audit
     path = args.out or audit.default_path()
@@ -537,6 +576,8 @@ def _verdict_on_stale(diff: str | None, what: str, current: str, command: str) -
 def _generate(args) -> int:
     from tspec.codegen import generate
     from tspec.codegen.backends import BACKENDS, backend
+    if args.target is not None:
+        return _generate_one(args)
     backends = (backend(args.backend).name,) if args.backend else tuple(BACKENDS)
     out = args.out or generate.default_dir()
     if args.check:
@@ -546,6 +587,25 @@ def _generate(args) -> int:
                                  f"{folders} {'is' if len(backends) == 1 else 'are'} current",
                                  "tspec generate")
     for path in generate.write(out, backends):
+        print(f"wrote {display_path(str(path))}")
+    return EXIT_OK
+
+
+def _generate_one(args) -> int:
+    """`tspec generate VARIANT_OR_SPEC`: one model's module, with its runtime, in a folder."""
+    from tspec.codegen import generate
+    from tspec.codegen.backends import backend
+    chosen = backend(args.backend or "numpy").name
+    variant = api.load(args.target)
+    generate.module_name(variant)                 # refused before anything is generated
+    out = generate.variant_dir(chosen, args.out)
+    if args.check:
+        module = display_path(str(out / f"{variant.name}.py"))
+        return _verdict_on_stale(generate.stale_variant(variant, chosen, out),
+                                 f"the code of {variant.name} in {display_path(str(out))}",
+                                 f"{module} is current",
+                                 generate.command(args.target, chosen, args.out))
+    for path in generate.write_variant(variant, chosen, out):
         print(f"wrote {display_path(str(path))}")
     return EXIT_OK
 
@@ -576,12 +636,17 @@ def _run(args) -> int:
         return EXIT_FINDINGS
     max_memory = None if args.max_memory is None else _size(args.max_memory, "--max-memory")
     result = run(variant, args.backend, args.seed, args.dtype, args.typecheck, args.decode,
-                 max_memory)
+                 max_memory, args.weights)
     decoded = result.decoded
     for line in _variant_header(variant):
         print(line)
-    print(f"   {result.parameters:,} parameters ({args.dtype}), seed {args.seed}, "
-          f"backend {args.backend}")
+    if result.weights is not None:
+        print(f"   {result.parameters:,} parameters ({args.dtype}), "
+              f"{result.weights.summary()}; tokens seed {args.seed}, backend "
+              f"{args.backend}")
+    else:
+        print(f"   {result.parameters:,} parameters ({args.dtype}), seed {args.seed}, "
+              f"backend {args.backend}")
     print()
     shown = [(name, shape) for name, shape in result.shapes
              if name.count(".") <= 1 or name.rsplit(".", 1)[-1] in ("Z_out", "Y_out")]

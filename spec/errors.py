@@ -77,6 +77,12 @@ class CodegenError(TspecError):
     """A spec that cannot become code: not proved, or a construct code generation lacks."""
 
 
+class ConfigError(TspecError):
+    """A Hugging Face config that cannot become a variant (`tspec import`): malformed, of a
+    model type tspec does not import, or with a field whose value the spec has no choice
+    for, named with its value."""
+
+
 class GridError(UsageError):
     """A grid that cannot be evaluated: bad --grid syntax, an unknown, derived or doubly given
     dim, values that are not positive integers, an empty range, or too many combinations."""

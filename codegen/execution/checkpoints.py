@@ -4,14 +4,22 @@ Each map takes a state dict (name -> array-like, e.g. ``model.state_dict()``; te
 converted with ``numpy()``) and returns flat spec names (``encoder.layers.0.self_attention.W_Q``)
 ready for ``weights.validate``. Weights are transposed where the source stores ``y = x W^T``
 (``nn.Linear``); GPT-2's ``Conv1D`` already stores ``y = x W``. A name the map expects but the
-state dict lacks is an error naming it; so is a state-dict entry the map has no place for.
+state dict lacks is an error naming it; so is a state-dict entry the map has no place for,
+except the buffers and heads each map names as unused (with the reason); layers are numbered
+0, 1, ... without a gap, or the map says which are missing.
+
+Each map also reads a checkpoint file without reading it (``checkpoint_files``): given a
+``checkpoint_files.Checkpoint`` (name -> its entry's shape and dtype, nothing read), ``read``
+gives ``Tensor`` views that only record the transposes and slices, and the map returns a
+``Plan`` (spec name -> view, the unused entries and why, the checks to make on the data), so
+that every shape is checked against the spec before one byte of a tensor is read.
 """
 
 import re
 
 import numpy as np
 
-from tspec.codegen.execution.weights import WeightsError
+from tspec.codegen.execution.weights import WeightsError, _shown
 
 
 def _array(value, what: str, name: str) -> np.ndarray:
@@ -28,30 +36,125 @@ def _array(value, what: str, name: str) -> np.ndarray:
     return np.asarray(value)
 
 
-class _Source:
-    """A state dict read entry by entry; what was never read is reported as unexpected."""
+class Tensor:
+    """A checkpoint entry as a map uses it, not read: its name, the shape it will have, and the
+    transposes and slices to take of it (``.T``, ``[...]``; ``copy()`` is itself, since reading
+    it copies)."""
 
-    def __init__(self, state: dict, what: str, ignore: tuple[str, ...] = ()):
-        self.state = {k: v for k, v in state.items() if not any(re.fullmatch(p, k)
-                                                                for p in ignore)}
+    def __init__(self, name: str, shape: tuple[int, ...], steps: tuple = ()):
+        self.name, self.shape, self.steps = name, tuple(shape), steps
+
+    @property
+    def T(self) -> "Tensor":                    # NumPy's name for the transpose
+        return Tensor(self.name, self.shape[::-1], self.steps + ("T",))
+
+    def __getitem__(self, index) -> "Tensor":
+        shape = np.broadcast_to(np.empty((), np.int8), self.shape)[index].shape
+        return Tensor(self.name, shape, self.steps + (index,))
+
+    def copy(self) -> "Tensor":
+        return self
+
+    def of(self, array: np.ndarray) -> np.ndarray:
+        """This view of ``array`` (the entry as stored): a view, nothing copied."""
+        for step in self.steps:
+            array = array.T if step == "T" else array[step]
+        return array
+
+
+class Plan(dict):
+    """What a map makes of a checkpoint it has not read: spec name -> Tensor; ``unused``: entry
+    -> why it is no parameter; ``same``: (entry, entry, message) pairs whose data must be equal
+    (a tied output embedding stored twice); ``what``: the names' family."""
+
+    def __init__(self, flat: dict, what: str, unused: dict[str, str], same: list):
+        super().__init__(flat)
+        self.what, self.unused, self.same = what, unused, same
+
+
+class _Source:
+    """A state dict read entry by entry; what was never read is reported as unexpected.
+
+    ``ignore``: patterns of entries that are no parameter of the spec (buffers, heads the spec
+    has not), with why (a dict), or a tuple of patterns: they are left out and named as unused.
+    A ``Checkpoint`` (``lazy``) is read as ``Tensor`` views and ``finish`` returns a Plan."""
+
+    def __init__(self, state: dict, what: str, ignore: tuple[str, ...] | dict[str, str] = ()):
+        reasons = ignore if isinstance(ignore, dict) else dict.fromkeys(ignore, "not in the spec")
+        self.unused = {}
+        for key in state:
+            why = next((why for pattern, why in reasons.items() if re.fullmatch(pattern, key)),
+                       None)
+            if why is not None:
+                self.unused[key] = why
+        self.state = {k: v for k, v in state.items() if k not in self.unused}
+        self.lazy = getattr(state, "lazy", False)
+        self.noun = "checkpoint" if self.lazy else "state dict"
         self.what = what
         self.used: set[str] = set()
+        self.same: list[tuple[str, str, str]] = []
 
-    def __call__(self, name: str) -> np.ndarray:
+    def __call__(self, name: str):
         if name not in self.state:
-            raise WeightsError(f"{self.what}: state dict has no entry {name!r}")
+            raise WeightsError(f"{self.what}: {self.noun} has no entry {name!r}")
         self.used.add(name)
+        if self.lazy:
+            return Tensor(name, self.state[name].shape)
         return _array(self.state[name], self.what, name)
 
     def has(self, name: str) -> bool:
         return name in self.state
 
-    def finish(self, flat: dict) -> dict:
+    def layers(self, prefix: str, pattern: str = r"(\d+)\.") -> int:
+        """How many layers the entries under ``prefix`` number (``prefix`` + N + "."), after
+        checking that they are 0, 1, ... without a gap; a gap is named."""
+        found = re.compile(re.escape(prefix) + pattern)
+        numbers = sorted({int(match.group(1)) for key in self.state
+                          if (match := found.match(key))})
+        gaps = sorted(set(range(numbers[-1] + 1)) - set(numbers)) if numbers else []
+        if gaps:
+            missing = (f"layer {gaps[0]} is missing" if len(gaps) == 1 else
+                       f"layers {_numbers(gaps)} are missing")
+            raise WeightsError(f"{self.what}: {self.noun} has layer{'s' * (len(numbers) > 1)} "
+                               f"{_numbers(numbers)}: "
+                               f"{missing} ({prefix}N)")
+        return len(numbers)
+
+    def must_equal(self, name: str, other: str, message: str) -> None:
+        """Entries ``name`` and ``other`` must hold the same data, else ``message``: checked
+        here for a state dict, after the shapes and before the parameters for a checkpoint."""
+        self.used.add(name)
+        if self.lazy:
+            if tuple(self.state[name].shape) != tuple(self.state[other].shape):
+                raise WeightsError(f"{self.what}: {message}")
+            self.same.append((name, other, message))
+        elif not np.array_equal(_array(self.state[name], self.what, name),
+                                _array(self.state[other], self.what, other)):
+            raise WeightsError(f"{self.what}: {message}")
+
+    def finish(self, flat: dict):
         unused = [k for k in self.state if k not in self.used]
         if unused:
-            raise WeightsError(f"{self.what}: no place in the spec for {', '.join(unused[:5])}"
+            raise WeightsError(f"{self.what}: no place in the spec for "
+                               f"{', '.join(_shown(k) for k in unused[:5])}"
                                + (f" and {len(unused) - 5} more" if len(unused) > 5 else ""))
+        if self.lazy:
+            return Plan(flat, self.what, self.unused, self.same)
         return flat
+
+
+def _numbers(numbers: list[int]) -> str:
+    """0, 1, 3 as "0, 1, 3"; runs of three or more as ranges: "0-16, 18-31"."""
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    parts = []
+    for run in runs:
+        parts.extend([f"{run[0]}-{run[-1]}"] if len(run) >= 3 else map(str, run))
+    return ", ".join(parts)
 
 
 def _linear_attention(read, prefix: str, out: str, flat: dict, width: int) -> None:
@@ -103,8 +206,7 @@ def from_torch_transformer(state: dict, *, norm: str, embedding=None,
         flat["W_out"] = _array(output, "nn.Transformer", "output")
     width = read("encoder.layers.0.self_attn.in_proj_weight").shape[1]
     for stack in ("encoder", "decoder"):
-        index = 0
-        while read.has(f"{stack}.layers.{index}.self_attn.in_proj_weight"):
+        for index in range(read.layers(f"{stack}.layers.")):
             source, target = f"{stack}.layers.{index}", f"{stack}.layers.{index}"
             _linear_attention(read, f"{source}.self_attn", f"{target}.self_attention", flat,
                               width)
@@ -119,7 +221,6 @@ def from_torch_transformer(state: dict, *, norm: str, embedding=None,
                     f"{target}.feed_forward.b_2", flat)
             for number in range(1, norms + 1):
                 _layer_norm(read, f"{source}.norm{number}", f"{target}.norm_{number}", flat)
-            index += 1
         if read.has(f"{stack}.norm.weight"):
             if norm == "post":
                 raise WeightsError(f"nn.Transformer: {stack}.norm is set, but the post-LN spec "
@@ -129,21 +230,22 @@ def from_torch_transformer(state: dict, *, norm: str, embedding=None,
     return read.finish(flat)
 
 
-def from_gpt2(state: dict) -> dict[str, np.ndarray]:
+def from_gpt2(state: dict, *, output_embedding: str = "tied") -> dict[str, np.ndarray]:
     """Hugging Face ``GPT2LMHeadModel`` (or ``GPT2Model``) to the spec.
 
     The spec's decoder-only model with norm=pre, activation=gelu_tanh, positional=learned,
-    output_embedding=tied, attention_bias=all. GPT-2's Conv1D stores y = x W + b, so no
-    transposes; c_attn stacks Q, K, V side by side in its columns.
+    attention_bias=all. GPT-2's Conv1D stores y = x W + b, so no transposes; c_attn stacks Q, K,
+    V side by side in its columns. ``output_embedding`` is the variant's choice: "tied" (GPT-2's
+    own) takes ``lm_head.weight`` only as a copy of ``wte.weight`` (a state dict holds both, a
+    saved file usually neither) and refuses one that differs, which such a variant could not
+    compute with; "separate" takes it as ``W_out`` (nn.Linear, transposed) and needs it.
     """
     prefix = "transformer." if any(k.startswith("transformer.") for k in state) else ""
-    ignore = (r"lm_head\.weight",                      # tied to wte
-              r".*\.attn\.(masked_)?bias")             # causal-mask buffers of old versions
+    ignore = {r".*\.attn\.(masked_)?bias": "a causal-mask buffer of older versions"}
     read = _Source(state, "GPT-2", ignore)
     flat = {"E": read(f"{prefix}wte.weight"), "P_table": read(f"{prefix}wpe.weight")}
     width = flat["E"].shape[1]
-    index = 0
-    while read.has(f"{prefix}h.{index}.ln_1.weight"):
+    for index in range(read.layers(f"{prefix}h.")):
         source, target = f"{prefix}h.{index}", f"decoder.layers.{index}"
         _layer_norm(read, f"{source}.ln_1", f"{target}.norm_1", flat)
         weight, bias = read(f"{source}.attn.c_attn.weight"), read(f"{source}.attn.c_attn.bias")
@@ -158,8 +260,8 @@ def from_gpt2(state: dict) -> dict[str, np.ndarray]:
         flat[f"{target}.feed_forward.b_1"] = read(f"{source}.mlp.c_fc.bias")
         flat[f"{target}.feed_forward.W_2"] = read(f"{source}.mlp.c_proj.weight")
         flat[f"{target}.feed_forward.b_2"] = read(f"{source}.mlp.c_proj.bias")
-        index += 1
     _layer_norm(read, f"{prefix}ln_f", "decoder.final_norm", flat)
+    _output_projection(read, flat, f"{prefix}wte.weight", output_embedding)
     return read.finish(flat)
 
 
@@ -175,8 +277,10 @@ def from_bert(state: dict) -> dict[str, np.ndarray]:
     out. A BertModel built without its pooler lacks ``pooler.dense.weight``: an error.
     """
     prefix = _bert_prefix(state)
-    read = _Source(state, "BERT", (r"cls\..*", rf"{re.escape(prefix)}embeddings\.position_ids",
-                                   rf"{re.escape(prefix)}embeddings\.token_type_ids"))
+    read = _Source(state, "BERT", {
+        r"cls\..*": "a pre-training head, not part of BertModel",
+        rf"{re.escape(prefix)}embeddings\.position_ids": "a buffer of the positions 0, 1, ...",
+        rf"{re.escape(prefix)}embeddings\.token_type_ids": "a buffer of zero token types"})
     at = f"{prefix}embeddings"
     flat = {"E": read(f"{at}.word_embeddings.weight"),
             "P_table": read(f"{at}.position_embeddings.weight"),
@@ -196,8 +300,9 @@ def from_bert_encoder(state: dict) -> dict[str, np.ndarray]:
     function. ``from_bert`` maps the whole model.
     """
     prefix = _bert_prefix(state)
-    ignore = (rf"{re.escape(prefix)}embeddings\..*", rf"{re.escape(prefix)}pooler\..*",
-              r"cls\..*")
+    ignore = {rf"{re.escape(prefix)}embeddings\..*": "BERT's embeddings, not the encoder's",
+              rf"{re.escape(prefix)}pooler\..*": "BERT's pooler, not the encoder's",
+              r"cls\..*": "a pre-training head, not part of BertModel"}
     read = _Source(state, "BERT", ignore)
     flat: dict[str, np.ndarray] = {}
     _bert_layers(read, prefix, flat)
@@ -210,8 +315,8 @@ def _bert_prefix(state: dict) -> str:
 
 def _bert_layers(read, prefix: str, flat: dict) -> None:
     """BERT's encoder layers to ``encoder.layers.i``: nn.Linear weights, y = x W^T + b."""
-    index = 0
-    while read.has(f"{prefix}encoder.layer.{index}.attention.self.query.weight"):
+    count = read.layers(f"{prefix}encoder.layer.")
+    for index in range(count):
         source, target = f"{prefix}encoder.layer.{index}", f"encoder.layers.{index}"
         for part, name in zip("QKV", ("query", "key", "value")):
             _linear(read, f"{source}.attention.self.{name}",
@@ -225,14 +330,16 @@ def _bert_layers(read, prefix: str, flat: dict) -> None:
         _linear(read, f"{source}.output.dense", f"{target}.feed_forward.W_2",
                 f"{target}.feed_forward.b_2", flat)
         _layer_norm(read, f"{source}.output.LayerNorm", f"{target}.norm_2", flat)
-        index += 1
-    if index == 0:
+    if count == 0:
         raise WeightsError(f"BERT: state dict has no entry '{prefix}encoder.layer.0."
                            "attention.self.query.weight' (no encoder layers)")
 
 
-def from_llama(state: dict) -> dict[str, np.ndarray]:
-    """Hugging Face ``LlamaForCausalLM`` (or ``LlamaModel``) to the spec, every parameter.
+def from_llama(state: dict, *, output_embedding: str = "separate") -> dict[str, np.ndarray]:
+    """Hugging Face ``LlamaForCausalLM`` (or ``LlamaModel``) to the spec, every parameter;
+    ``MistralForCausalLM`` and ``Qwen2ForCausalLM`` too (the same names; Qwen2's biases on
+    q_proj, k_proj and v_proj to b_Q, b_K and b_V, for attention_bias=qkv); the MLP's biases,
+    where ``mlp_bias`` gives them, to b_1, b_3 and b_2 (feed_forward_bias=all).
 
     The spec's decoder-only model with norm=pre, normalization=rms_norm, positional=rotary,
     activation=swiglu, key_value_heads=grouped, attention_bias=none, feed_forward_bias=none
@@ -244,24 +351,41 @@ def from_llama(state: dict) -> dict[str, np.ndarray]:
     to the final norm, ``lm_head`` to W_out. Rotary halves: HF's rotate_half pairs feature i
     with i + d_k/2, as the spec's rotary does, so the projections need no permutation. A
     ``LlamaModel`` has no ``lm_head``: an error (the spec's model ends in the vocabulary).
+    ``output_embedding`` is the variant's choice: "tied" (``tie_word_embeddings``) takes an
+    ``lm_head.weight`` only as a copy of ``embed_tokens.weight``, as ``from_gpt2`` does.
     """
     prefix = "model." if any(k.startswith("model.") for k in state) else ""
     read = _Source(state, "Llama")
     flat = {"E": read(f"{prefix}embed_tokens.weight")}
-    index = 0
-    while read.has(f"{prefix}layers.{index}.self_attn.q_proj.weight"):
+    count = read.layers(f"{prefix}layers.")
+    for index in range(count):
         source, target = f"{prefix}layers.{index}", f"decoder.layers.{index}"
         for part, name in zip("QKVO", ("q_proj", "k_proj", "v_proj", "o_proj")):
             flat[f"{target}.self_attention.W_{part}"] = \
                 read(f"{source}.self_attn.{name}.weight").T.copy()
+            if read.has(f"{source}.self_attn.{name}.bias"):    # Qwen2: Q, K, V; attention_bias
+                flat[f"{target}.self_attention.b_{part}"] = read(f"{source}.self_attn.{name}.bias")
         for part, name in zip("132", ("gate_proj", "up_proj", "down_proj")):
             flat[f"{target}.feed_forward.W_{part}"] = read(f"{source}.mlp.{name}.weight").T.copy()
+            if read.has(f"{source}.mlp.{name}.bias"):          # mlp_bias: feed_forward_bias
+                flat[f"{target}.feed_forward.b_{part}"] = read(f"{source}.mlp.{name}.bias")
         flat[f"{target}.norm_1.gamma"] = read(f"{source}.input_layernorm.weight")
         flat[f"{target}.norm_2.gamma"] = read(f"{source}.post_attention_layernorm.weight")
-        index += 1
-    if index == 0:
+    if count == 0:
         raise WeightsError(f"Llama: state dict has no entry '{prefix}layers.0.self_attn.q_proj."
                            "weight' (no decoder layers)")
     flat["decoder.final_norm.gamma"] = read(f"{prefix}norm.weight")
-    flat["W_out"] = read("lm_head.weight").T.copy()
+    _output_projection(read, flat, f"{prefix}embed_tokens.weight", output_embedding)
     return read.finish(flat)
+
+
+def _output_projection(read, flat: dict, embedding: str, output_embedding: str) -> None:
+    """``lm_head.weight`` as W_out (output_embedding=separate); under ``tied``, a copy of the
+    token embedding the checkpoint may hold, which must equal it."""
+    if output_embedding == "separate":
+        flat["W_out"] = read("lm_head.weight").T.copy()
+    elif read.has("lm_head.weight"):
+        read.must_equal("lm_head.weight", embedding,
+                        f"lm_head.weight differs from {embedding}, and the variant ties its "
+                        "output projection to the token embedding (output_embedding=tied); "
+                        "load it into a variant with output_embedding=separate")

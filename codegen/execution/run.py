@@ -16,8 +16,8 @@ from tspec.checking.prove import evaluate
 from tspec.codegen.backends import backend as backend_named
 from tspec.codegen.execution import weights
 from tspec.codegen.execution.loading import load_source
-from tspec.codegen.lower import DECODING, lower
-from tspec.codegen.render import render
+from tspec.codegen.lowering.lower import DECODING, lower
+from tspec.codegen.rendering.render import render
 from tspec.errors import RunError, TspecError, UsageError
 from tspec.language.model import (
     NEW,
@@ -82,6 +82,7 @@ class RunResult:
     seconds: float
     parameters: int
     decoded: DecodeResult | None = None          # with decode_steps: the same sequence decoded
+    weights: dict | None = None                  # with weights_path: checkpoint_files.Weights
 
 
 @dataclass
@@ -183,7 +184,8 @@ def require_memory(variant: Variant, dtype: str, limit: int | None) -> MemoryEst
 
 
 def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
-             typecheck: bool, max_memory: int | None = None) -> _Prepared:
+             typecheck: bool, max_memory: int | None = None,
+             weights_path: str | None = None) -> _Prepared:
     spec = variant.spec
     if seed < 0:
         raise UsageError(f"--seed must be a non-negative integer, got {seed}")
@@ -209,8 +211,14 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
         if len(shape) > MAX_RANK:
             raise UsageError(f"{name} has {len(shape)} axes; arrays have at most {MAX_RANK}, so "
                              f"{variant.name} cannot run")
-    limits.doing(f"drawing the weights and inputs of {variant.name}")
-    params = weights.random_params(shapes, seed, np.dtype(dtype))
+    if weights_path is None:
+        limits.doing(f"drawing the weights and inputs of {variant.name}")
+        params = weights.random_params(shapes, seed, np.dtype(dtype))
+    else:
+        from tspec.codegen.execution import checkpoint_files
+        limits.doing(f"loading the weights of {variant.name}", str(weights_path))
+        params = checkpoint_files.load_variant(weights_path, spec, choices, sizes,
+                                               variant.name, dtype)
     rng = np.random.default_rng(seed + 1)
     inputs = {}
     for name, shape, kind, rows in _inputs(spec, choices, sizes):
@@ -249,12 +257,13 @@ def _keywords(prepared: _Prepared, name: str, sizes: dict[str, int]) -> dict:
 
 def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "float32",
         typecheck: bool = False, decode_steps: int | None = None,
-        max_memory: int | None = None) -> RunResult:
+        max_memory: int | None = None, weights_path: str | None = None) -> RunResult:
     """Run a variant that ``with_run_defaults`` completed and the checker passed; with
     ``decode_steps``, decode the same sequence too (see ``decode``), against this forward.
     A variant whose estimated memory is past ``max_memory`` bytes (None: the machine's) is
-    refused before anything is allocated."""
-    prepared = _prepare(variant, backend, seed, dtype, typecheck, max_memory)
+    refused before anything is allocated. ``weights_path``: a checkpoint to run with (as
+    ``tspec.load_weights`` reads it, converted to ``dtype``) instead of seeded weights."""
+    prepared = _prepare(variant, backend, seed, dtype, typecheck, max_memory, weights_path)
     if decode_steps is not None:
         _can_decode(prepared, variant.name, decode_steps)
     spec = prepared.spec
@@ -273,16 +282,17 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
                                                         variant.name)
     return RunResult(prepared.sizes, [(n, tuple(v.shape)) for n, v in flat.items()],
                      dict(zip(model_outputs(spec, prepared.choices), outputs)), seconds,
-                     sum(int(np.prod(s)) for s in prepared.shapes.values()), decoded)
+                     sum(int(np.prod(s)) for s in prepared.shapes.values()), decoded,
+                     prepared.params if weights_path is not None else None)
 
 
 def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
            dtype: str = "float32", typecheck: bool = False,
-           max_memory: int | None = None) -> DecodeResult:
+           max_memory: int | None = None, weights_path: str | None = None) -> DecodeResult:
     """The variant's random sequence of T_dec positions: the full forward over all of it,
     then prefill over the first T_dec - ``steps`` and decode_step for each of the rest, one
     position a step; the steps' logits against the full forward's at the same positions."""
-    prepared = _prepare(variant, backend, seed, dtype, typecheck, max_memory)
+    prepared = _prepare(variant, backend, seed, dtype, typecheck, max_memory, weights_path)
     _can_decode(prepared, variant.name, steps)
     entry = getattr(prepared.module, prepared.spec.name)
     keywords = _keywords(prepared, prepared.lowered.entry, prepared.sizes)

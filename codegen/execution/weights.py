@@ -124,16 +124,17 @@ def random_params(shapes: dict[str, tuple], seed: int = 0, dtype=np.float32) -> 
 
 
 def memory_bytes() -> int | None:
-    """The memory this process may use: the machine's, or less under an address-space limit;
-    None where neither is known."""
+    """The memory this process may use: the machine's, or less under an address-space or data
+    limit (ulimit -v, ulimit -d); None where neither is known."""
     sizes = []
     with contextlib.suppress(AttributeError, ValueError, OSError):
         sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     with contextlib.suppress(ImportError, AttributeError, ValueError, OSError):
         import resource
-        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-        if soft != resource.RLIM_INFINITY:
-            sizes.append(soft)
+        for limit in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
+            soft, _ = resource.getrlimit(limit)
+            if soft != resource.RLIM_INFINITY:
+                sizes.append(soft)
     return min(sizes) if sizes else None
 
 

@@ -26,7 +26,7 @@ from typing import Optional
 import cupy as cp
 from jaxtyping import Bool, Float, Int, jaxtyped
 
-VERSION = "ea826e267317b94d"  # of this runtime: the sha256 of its text without this line
+VERSION = "b200b7f0946f854f"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -899,17 +899,32 @@ def rms_norm(
 def rotary(
     x: Float[cp.ndarray, "*batch T d"],
     theta: float,
+    scaling: tuple | list = (1.0, 1.0, 4.0, 8192.0),
     offset: int = 0,
 ) -> Float[cp.ndarray, "*batch T d"]:
     """RoPE: position p turns the feature pair (x_i, x_{i + d/2}) by the angle
     p * theta^(-2i/d), for i < d/2. Positions count from ``offset`` along the second-to-last
     axis: p = offset .. offset + T - 1 (a decoding step's rows after ``offset`` cached ones).
 
-    The angles, their cosines and sines are computed in float64, then stored in x's dtype.
+    ``scaling`` is Llama 3.1's (factor, low_freq_factor, high_freq_factor, original context
+    length L): frequencies whose wavelength 2 pi / f exceeds L / low_freq_factor are divided
+    by the factor, those below L / high_freq_factor kept, those between interpolated; a
+    factor of 1 changes nothing. The angles, their cosines and sines are computed in float64,
+    then stored in x's dtype.
     """
     T, d = x.shape[-2:]
     position = cp.arange(offset, offset + T, dtype=cp.float64)[:, None]  # T 1
     frequency = theta ** -(cp.arange(0, d, 2, dtype=cp.float64) / d)  # d/2
+    factor, low, high, context = scaling
+    if factor != 1.0:
+        if not high > low:
+            raise ValueError(f"rotary scaling needs high_freq_factor > low_freq_factor, "
+                             f"got {high} and {low}")
+        wavelength = 2 * cp.pi / frequency  # d/2
+        smooth = (context / wavelength - low) / (high - low)  # d/2
+        medium = (1 - smooth) * frequency / factor + smooth * frequency  # d/2
+        kept = cp.where(wavelength < context / high, frequency, medium)  # d/2
+        frequency = cp.where(wavelength > context / low, frequency / factor, kept)
     angle = position * frequency  # T d/2
     cos, sin = cp.cos(angle).astype(x.dtype), cp.sin(angle).astype(x.dtype)  # T d/2
     first, second = x[..., : d // 2], x[..., d // 2 :]  # *batch T d/2
@@ -988,6 +1003,20 @@ def causal_mask(T_q: int, T_kv: int) -> Bool[cp.ndarray, "T_q T_kv"]:
     position i + (T_kv - T_q), so M[i, j] = True iff j <= i + (T_kv - T_q) (T_q <= T_kv).
     """
     return cp.tri(T_q, T_kv, k=T_kv - T_q, dtype=bool)  # T_q T_kv
+
+
+@typechecked
+def sliding_window_mask(T_q: int, T_kv: int, W: int) -> Bool[cp.ndarray, "T_q T_kv"]:
+    """M[i, j] = True where key j is neither after query i nor W or more positions before it:
+    each query sees itself and the W - 1 positions before (sliding-window attention).
+
+    Bottom-right aligned as causal_mask: query i sits at position p = i + (T_kv - T_q), and
+    M[i, j] = True iff p - W < j <= p (T_q <= T_kv, W >= 1).
+    """
+    shift = T_kv - T_q
+    seen = cp.tri(T_q, T_kv, k=shift, dtype=bool)  # T_q T_kv: not after the query
+    too_old = cp.tri(T_q, T_kv, k=shift - W, dtype=bool)  # T_q T_kv: W or more back
+    return seen & ~too_old  # T_q T_kv
 
 
 @typechecked

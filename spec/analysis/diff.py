@@ -3,7 +3,8 @@
     tspec diff gpt2_small gpt2_medium
 
 Each side is profiled as its docs page is made: the choices in force, every dim with a value
-(derived ones included), each tensor's symbolic and concrete shape (``tspec shapes``), and for
+(derived ones included), every run-time setting of the catalogue (``spec.ops.SETTINGS``: eps,
+rope theta, ...) at the variant's value or else the catalogue's default, each tensor's symbolic and concrete shape (``tspec shapes``), and for
 the model and every block it runs the parameters, forward FLOPs and activation memory from
 ``spec.counts`` at the sizes the docs pages give free dims (``free_sizes``). A block's figures
 are one copy's, at the sizes of its first call (as the docs pages give them), with how many
@@ -23,6 +24,7 @@ from tspec.errors import UsageError
 from tspec.language.model import choices_in_force, concrete_values
 from tspec.language.variant import Variant
 from tspec.numbers import integer_text
+from tspec.ops.catalogue import SETTINGS
 
 FIGURES = ("parameters", "flops", "activation_bytes")
 LABELS = {"parameters": "parameters", "flops": "FLOPs", "activation_bytes": "activation bytes",
@@ -60,6 +62,7 @@ class Profile:
     variant: Variant
     choices: dict[str, str]              # in force
     dims: dict[str, int]                 # every dim with a value, derived ones included
+    settings: dict[str, object]          # every setting: the variant's, else the default
     sizes: dict[str, int]                # what the counts give free dims
     bodies: dict[str, Figures]           # the model's first, then blocks as it calls them
     shapes: dict[tuple[str, str], TensorShape]  # (instance, tensor) -> shape
@@ -99,8 +102,26 @@ def profile(variant: Variant, rows: list) -> Profile:
     dims = {str(k): int(v) for k, v in known.items() if v.denominator == 1}
     order = {name: index for index, name in enumerate(spec.dims)}
     return Profile(variant, choices_in_force(spec, choices),
-                   dict(sorted(dims.items(), key=lambda kv: order[kv[0]])), sizes,
-                   figures, shapes, blocks)
+                   dict(sorted(dims.items(), key=lambda kv: order[kv[0]])),
+                   settings_in_force(variant), sizes, figures, shapes, blocks)
+
+
+def settings_in_force(variant: Variant) -> dict[str, object]:
+    """Every setting of the catalogue (in its order; then any other the variant has) at the
+    variant's value, or else at the catalogue's default, the value its generated code takes
+    when none is given: a setting added to the catalogue is compared with no change here."""
+    return {name: variant.settings[name] if name in variant.settings
+            else _default(SETTINGS[name].default)
+            for name in _union(list(SETTINGS), list(variant.settings))}
+
+
+def _default(text: str) -> object:
+    """A setting's default as generated code writes it (``1e-5``), as a number where it is
+    one (as a variant's value is), else as written."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def _number(expr, binding: dict, values: dict) -> int | None:
@@ -152,6 +173,7 @@ class Diff:
     b: Profile
     choices: list[Change] = field(default_factory=list)
     dims: list[Change] = field(default_factory=list)
+    settings: list[Change] = field(default_factory=list)
     sizes: list[Change] = field(default_factory=list)
     totals: list[Change] = field(default_factory=list)     # the model's figures, always
     blocks: list[BlockChange] = field(default_factory=list)
@@ -159,16 +181,16 @@ class Diff:
 
     @property
     def same(self) -> bool:
-        return not (self.choices or self.dims or self.sizes or self.blocks or self.shapes
-                    or any(c.a != c.b for c in self.totals))
+        return not (self.choices or self.dims or self.settings or self.sizes or self.blocks
+                    or self.shapes or any(c.a != c.b for c in self.totals))
 
     def summary(self) -> str:
         a, b = self.a.variant.name, self.b.variant.name
         if self.same:
             return f"{a} and {b} are the same model at the same sizes"
         parts = [(len(self.choices), "choice"), (len(self.dims), "dim"),
-                 (len(self.sizes), "counted size"), (len(self.blocks), "block"),
-                 (len(self.shapes), "tensor shape")]
+                 (len(self.settings), "setting"), (len(self.sizes), "counted size"),
+                 (len(self.blocks), "block"), (len(self.shapes), "tensor shape")]
         return f"{a} -> {b}: " + ", ".join(f"{n} {what}{'s' if n != 1 else ''}"
                                            for n, what in parts if n) + " differ"
 
@@ -184,6 +206,9 @@ class Diff:
         for title, changes in (("choices", self.choices), ("dims", self.dims)):
             lines += ["", f"{title}:" + ("" if changes else " the same")]
             lines += _aligned([(c.name, _shown(c.a), _shown(c.b), "") for c in changes])
+        lines += ["", "settings:" + ("" if self.settings else " the same")]
+        lines += _aligned([(c.name, _setting(c.a, c.name, a), _setting(c.b, c.name, b), "")
+                           for c in self.settings])
         lines += ["", "totals:"]
         lines += _aligned([(LABELS[c.name], _shown(c.a), _shown(c.b), _change(c.a, c.b))
                            for c in self.totals])
@@ -212,7 +237,8 @@ class Diff:
         def side(p: Profile) -> dict:
             return {"target": p.variant.name,
                     "file": display_path(p.variant.file) if p.variant.file else None,
-                    "choices": p.choices, "dims": p.dims, "sizes": p.sizes}
+                    "choices": p.choices, "dims": p.dims, "settings": p.settings,
+                    "sizes": p.sizes}
 
         def shape(s: TensorShape | None) -> dict | None:
             return None if s is None else {"symbolic": s.symbolic, "concrete": s.concrete}
@@ -221,6 +247,7 @@ class Diff:
             "a": side(self.a), "b": side(self.b), "same": self.same, "dtype": DTYPE,
             "choices": [c.as_dict() for c in self.choices],
             "dims": [c.as_dict() for c in self.dims],
+            "settings": [c.as_dict() for c in self.settings],
             "sizes": [c.as_dict() for c in self.sizes],
             "totals": [c.as_dict() for c in self.totals],
             "blocks": [b.as_dict() for b in self.blocks],
@@ -236,6 +263,7 @@ def compare(a: Profile, b: Profile) -> Diff:
     diff = Diff(a, b)
     diff.choices = _changes(a.choices, b.choices)
     diff.dims = _changes(a.dims, b.dims)
+    diff.settings = _changes(a.settings, b.settings)
     diff.sizes = _changes(a.sizes, b.sizes)
     model_a, model_b = next(iter(a.bodies)), next(iter(b.bodies))
     diff.totals = [Change(key, getattr(a.bodies[model_a], key), getattr(b.bodies[model_b], key))
@@ -278,6 +306,12 @@ def _shown(value) -> str:
     if value is None:
         return "—"
     return integer_text(value, grouped=True) if isinstance(value, int) else str(value)
+
+
+def _setting(value, name: str, side: Profile) -> str:
+    """A setting's value as the diff shows it, ``(default)`` after one the variant leaves at
+    the catalogue's."""
+    return _shown(value) + ("" if name in side.variant.settings else " (default)")
 
 
 def _change(a, b) -> str:

@@ -60,7 +60,7 @@ from tspec.ops.catalogue import OPS
 
 DECLARED = ("input", "param", "state")   # roles given, not computed by an equation
 NEAREST_WINDOW = 4096     # how far to look for valid values near a violating one
-MAX_COMBINATIONS = 1 << 16   # choice combinations proved in one check
+MAX_COMBINATIONS = 1 << 17   # choice combinations proved in one check
 
 
 @dataclass

@@ -186,6 +186,14 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
     except UnicodeDecodeError as error:
         raise VariantError(f"not UTF-8 text ({error.reason} at byte {error.start})",
                            file=file) from None
+    return variant_from_text(text, path, resolve_spec)
+
+
+def variant_from_text(text: str, path: Path, resolve_spec, called: str | None = None) -> Variant:
+    """A variant from its TOML text, placed as the file ``path`` (its spec found from path's
+    folder) and named after it unless ``called`` names it, whether or not that file exists (an
+    imported config's variant)."""
+    file = str(path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -255,7 +263,7 @@ def load_variant(path: str | Path, resolve_spec) -> Variant:
                                f"{', '.join(SETTINGS)}", file=file, line=line)
         settings[name] = _setting_value(value, f"[settings] {name}", file, line)
     published = _published(data.get("published"), text, file)
-    return Variant(path.stem, spec, dims, choices, file, description, published=published,
+    return Variant(called or path.stem, spec, dims, choices, file, description, published=published,
                    settings=settings)
 
 

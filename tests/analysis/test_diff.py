@@ -33,6 +33,8 @@ choices: the same
 
 dims: the same
 
+settings: the same
+
 totals:
   parameters        — -> —
   FLOPs             — -> —
@@ -58,6 +60,8 @@ choices: the same
 
 dims:
   N  6 -> 2
+
+settings: the same
 
 totals:
   parameters            81,989,632 ->     52,588,544  -29,401,088 (-35.9%)
@@ -220,3 +224,69 @@ def test_the_docs_index_compares_each_variant_with_the_next_larger_of_its_kind()
     assert example.command == "tspec check gpt2_medium --grid H=12,16,20 --grid " \
                               "d_model=896:1152:128"
     assert len(example.rows) == 9 and example.summary == "9 combinations: 4 valid, 5 invalid"
+
+
+def llama_with(tmp_path, name, settings):
+    """A copy of the llama3_8b variant with its [settings] table replaced."""
+    text = (ROOT / "spec" / "variants" / "llama3_8b.toml").read_text()
+    old = "[settings]\neps = 1e-5\ntheta = 500000.0\n"
+    assert old in text
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text.replace(old, f"[settings]\n{settings}\n"))
+    return path
+
+
+def test_a_rope_theta_alone_makes_two_variants_differ(capsys, tmp_path):
+    a = llama_with(tmp_path, "theta_low", "eps = 1e-5\ntheta = 10000.0")
+    b = llama_with(tmp_path, "theta_high", "eps = 1e-5\ntheta = 500000.0")
+    code, out, err = run(capsys, "diff", str(a), str(b))
+    assert (code, err) == (1, "")
+    assert "\nsettings:\n  theta  10000.0 -> 500000.0\n\ntotals:\n" in out
+    assert "\nchoices: the same\n\ndims: the same\n" in out
+    assert "\nblocks: the same\n\nshapes: the same\n" in out
+    assert out.endswith("\ntheta_low -> theta_high: 1 setting differ\n")
+    code, out, err = run(capsys, "diff", str(a), str(b), "--format", "json")
+    assert (code, err) == (1, "")
+    data = json.loads(out)
+    assert data["same"] is False
+    assert data["settings"] == [{"name": "theta", "a": 10000.0, "b": 500000.0}]
+    defaults = {"rope_factor": 1.0, "rope_low": 1.0, "rope_high": 4.0, "rope_context": 8192.0}
+    assert data["a"]["settings"] == {"eps": 1e-5, "theta": 10000.0} | defaults
+    assert data["b"]["settings"] == {"eps": 1e-5, "theta": 500000.0} | defaults
+
+
+def test_settings_on_both_sides_and_eps_are_named_with_both_values(capsys, tmp_path):
+    a = llama_with(tmp_path, "a", "eps = 1e-6\ntheta = 500000.0")
+    code, out, _ = run(capsys, "diff", str(a), "llama3_8b")
+    assert code == 1
+    assert "\nsettings:\n  eps  1e-06 -> 1e-05\n\n" in out
+    # --set applies to both sides: the same model again
+    code, out, _ = run(capsys, "diff", str(a), "llama3_8b", "--set", "eps=1e-5")
+    assert code == 0
+    assert out.endswith("\na and llama3_8b are the same model at the same sizes\n")
+
+
+def test_a_setting_left_at_its_default_equals_the_default_written_out(capsys, tmp_path):
+    a = llama_with(tmp_path, "written", "eps = 1e-5\ntheta = 10000.0")
+    b = llama_with(tmp_path, "unwritten", "eps = 1e-5")
+    code, out, _ = run(capsys, "diff", str(a), str(b))
+    assert code == 0 and "\nsettings: the same\n" in out
+    code, out, _ = run(capsys, "diff", str(b), "llama3_8b")
+    assert code == 1
+    assert "\nsettings:\n  theta  10000.0 (default) -> 500000.0\n" in out
+
+
+def test_a_setting_new_to_the_catalogue_is_compared_with_no_change_to_diff(
+        capsys, tmp_path, monkeypatch):
+    from tspec.ops.base import Setting
+    from tspec.ops.catalogue import SETTINGS
+    monkeypatch.setitem(SETTINGS, "test_scale", Setting("1.0", "a test setting"))
+    a = llama_with(tmp_path, "scaled", "eps = 1e-5\ntheta = 500000.0\ntest_scale = 8.0")
+    code, out, _ = run(capsys, "diff", str(a), "llama3_8b")
+    assert code == 1
+    assert "\nsettings:\n  test_scale  8.0 -> 1.0 (default)\n" in out
+    diff = tspec.diff(str(a), "llama3_8b")
+    assert [(c.name, c.a, c.b) for c in diff.settings] == [("test_scale", 8.0, 1.0)]
+    assert diff.a.settings == {"eps": 1e-5, "theta": 500000.0, "rope_factor": 1.0,
+                               "rope_low": 1.0, "rope_high": 4.0, "rope_context": 8192.0,
+                               "test_scale": 8.0}

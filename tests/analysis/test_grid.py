@@ -32,7 +32,7 @@ TABLE = """\
 == gpt2_small (spec/variants/gpt2_small.toml): grid over H, d_model (6 combinations)
    proved once, for every size the constraints allow (choices arch=decoder_only, norm=pre, \
 activation=gelu_tanh, positional=learned, output_embedding=tied, head_dims=split, \
-attention_bias=all, normalization=layer_norm, key_value_heads=all, feed_forward_bias=all, decoding=full)
+attention_bias=all, normalization=layer_norm, key_value_heads=all, feed_forward_bias=all, decoding=full, attention_window=full)
    fixed: d_ff=3072, N=12, V=50257, max_len=1024
    counted at B=1, T_dec=1024; activation memory in float32
 

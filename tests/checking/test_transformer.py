@@ -23,11 +23,11 @@ def base_rows():
     return {row.name: row for row in api.shapes("base")}
 
 
-def test_builtin_spec_proves_under_all_24576_choice_combinations(transformer):
+def test_builtin_spec_proves_under_all_110592_choice_combinations(transformer):
     report = tspec.api.check(transformer)
     assert report.findings == []
     assert report.ok
-    assert len(report.proof.combinations) == 24576
+    assert len(report.proof.combinations) == 110592
     # every option of every choice appears
     for name, choice in transformer.spec.choices.items():
         assert {combo[name] for combo in report.proof.combinations} == set(choice.options)
@@ -35,21 +35,26 @@ def test_builtin_spec_proves_under_all_24576_choice_combinations(transformer):
 
 def test_encoder_io_is_in_force_only_in_encoder_only_models(transformer):
     """The choices a combination's statements consult: encoder_io only with arch=encoder_only,
-    output_embedding not under encoder_io=bert (no vocabulary projection), decoding only in
-    models with a decoder; so the 24576 combinations select 11264 different models."""
+    output_embedding not under encoder_io=bert or bert_unpooled (no vocabulary projection),
+    decoding and attention_window only in models with a decoder; so the 110592 combinations
+    select 30720 different models."""
     combos = tspec.api.check(transformer).proof.combinations
     in_force = [choices_in_force(transformer.spec, combo) for combo in combos]
     for combo, used in zip(combos, in_force):
         assert ("encoder_io" in used) == (combo["arch"] == "encoder_only")
-        assert ("output_embedding" in used) == (used.get("encoder_io") != "bert")
+        assert ("output_embedding" in used) == \
+            (used.get("encoder_io") not in ("bert", "bert_unpooled"))
         assert ("decoding" in used) == (combo["arch"] != "encoder_only")
-        assert set(used) | {"encoder_io", "output_embedding", "decoding"} == set(combo)
+        assert ("attention_window" in used) == (combo["arch"] != "encoder_only")
+        assert set(used) | {"encoder_io", "output_embedding", "decoding",
+                            "attention_window"} == set(combo)
     # norm, activation, positional, output_embedding, head_dims, attention_bias,
     # normalization, key_value_heads, feed_forward_bias
-    others = 2 * 4 * 4 * 2 * 2 * 2 * 2 * 2 * 2
+    others = 2 * 4 * 4 * 2 * 2 * 3 * 2 * 2 * 2
     distinct = {tuple(used.items()) for used in in_force}
-    # encoder-decoder and decoder-only, each in full and as a decoding step; encoder-only
-    assert len(distinct) == 2 * 2 * others + others + others // 2 == 11264
+    # encoder-decoder and decoder-only, each in full and as a decoding step, each with full
+    # or sliding-window self-attention; encoder-only: lm, bert and bert_unpooled
+    assert len(distinct) == 2 * 2 * 2 * others + others + 2 * (others // 2) == 30720
 
 
 def test_a_finding_in_one_model_is_reported_for_every_combination_that_selects_it():
@@ -274,7 +279,7 @@ def test_removing_the_divisibility_constraint_is_caught():
          "allowed size"),
          f"positional=sinusoidal|learned|relative, head_dims=split, {bias}key_value_heads=grouped")
         for x, y in (("k", "K"), ("v", "V"))
-        for p, bias in (("W", ""), ("b", "attention_bias=all, "))}
+        for p, bias in (("W", ""), ("b", "attention_bias=all|qkv, "))}
     example = not_integral[0].counterexample
     assert example["d_model"] % example["H"] != 0
     assert not_integral[0].hint == "add the constraint `require d_model % H == 0`"
@@ -284,10 +289,10 @@ def test_removing_the_position_table_bound_is_caught():
     findings, _lines = check_mutated("        require T <= max_len\n", "        note \"bound removed\"\n")
     assert sorted((f.kind, f.tensor, f.message, f.choices) for f in findings) == [
         ("out-of-range", "P", "rows taken vs table length: T must not exceed max_len",
-         "arch=encoder_decoder|encoder_only, positional=learned (3072 of 24576 combinations)"),
+         "arch=encoder_decoder|encoder_only, positional=learned (13824 of 110592 combinations)"),
         ("out-of-range", "P_enc_h", ("relative offsets needed vs table length: 2*T-1 must not "
          "exceed 2*max_len-1"), ("arch=encoder_decoder|encoder_only, positional=relative "
-                                 "(3072 of 24576 combinations)")),
+                                 "(13824 of 110592 combinations)")),
     ]
 
 

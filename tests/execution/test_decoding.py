@@ -303,6 +303,8 @@ def decoding_variants(draw):
         dims |= {"d_k": draw(st.sampled_from([2, 4])), "d_v": draw(st.integers(1, 3))}
     if choices["key_value_heads"] == "grouped":
         dims["H_kv"] = draw(st.sampled_from([g for g in range(1, H + 1) if H % g == 0]))
+    if choices["attention_window"] == "sliding":      # shorter or longer than the sequence
+        dims["W"] = draw(st.integers(1, 6))
     steps = draw(st.lists(st.integers(1, 3), min_size=1, max_size=3))
     prompt = draw(st.integers(1, 3))
     dims["T_dec"] = prompt + sum(steps)
@@ -319,6 +321,12 @@ def decoding_variants(draw):
               if name != "decoding"}, "arch": "decoder_only"},
           {"B": 2, "T": 3, "H": 3, "d_model": 9, "d_ff": 4, "V": 7, "N": 2, "V_type": 1,
            "T_dec": 6, "max_len": 6}, 2, [1, 3]))
+# Mistral's sliding window, shorter than the prompt and the steps: a step's keys start at T_past
+@example(({**{name: choice.options[0] for name, choice in SPEC.choices.items()
+              if name != "decoding"}, "arch": "decoder_only", "positional": "rotary",
+           "attention_window": "sliding", "attention_bias": "qkv"},
+          {"B": 2, "T": 3, "H": 2, "d_model": 8, "d_ff": 4, "V": 7, "N": 2, "V_type": 1,
+           "T_dec": 7, "max_len": 7, "W": 2}, 3, [1, 2, 1]))
 def test_random_models_decode_to_the_full_forwards_logits_in_the_proved_shapes(arrays, drawn):
     choices, dims, prompt, steps = drawn
     assert api.check(api.load("transformer", [f"{k}={v}" for k, v in

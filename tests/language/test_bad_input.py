@@ -476,7 +476,7 @@ def test_bad_dim_values_in_toml(tmp_path, value, shown):
     ('spec = "transformer"\n[choices]\nnrom = "pre"\n', 3,
      ("[choices] unknown choice 'nrom'; the spec's choices: arch, norm, activation, "
      "positional, output_embedding, head_dims, attention_bias, encoder_io, normalization, "
-     "key_value_heads, feed_forward_bias, decoding")),
+     "key_value_heads, feed_forward_bias, decoding, attention_window")),
     ('spec = "transformer"\n[dims]\nH = 8\n[choices]\nH = "x"\n', 5,
      "H is set in both [dims] and [choices]"),
 ])
@@ -675,8 +675,8 @@ def test_when_not_equal_resolves_to_the_other_options():
 
 
 def test_too_many_choice_combinations_is_refused():
-    text = "".join(f"choice c{i} = a | b\n" for i in range(17))
-    with raises(SpecError, "t.tspec: 131072 combinations of choices are more than the 65536 "
+    text = "".join(f"choice c{i} = a | b\n" for i in range(18))
+    with raises(SpecError, "t.tspec: 262144 combinations of choices are more than the 131072 "
                 "checked at once; fix some choices (--set NAME=OPTION)"):
         check_text(text, all_choices=True)
     assert check_text(text, {"c0": "a"}, all_choices=True).ok

@@ -176,8 +176,9 @@ def pooler(memory, params):
 def forward(c, params, inputs, H, d_k, d_v):
     """The outputs of the built-in Transformer under choices ``c`` (with ``c["H_kv"]`` the
     key-value heads under key_value_heads=grouped), by name: logits and probs, or for BERT
-    (encoder_io=bert) the encoder output Z_enc and the pooled C."""
-    bert = c["arch"] == "encoder_only" and c.get("encoder_io") == "bert"
+    (encoder_io=bert) the encoder output Z_enc and the pooled C (bert_unpooled: Z_enc alone);
+    ``c["W"]``, the window under attention_window=sliding."""
+    bert = c["arch"] == "encoder_only" and c.get("encoder_io") in ("bert", "bert_unpooled")
     def finish(x, p):
         return norm(x, p["final_norm"], c) if c["norm"] == "pre" else x
 
@@ -196,6 +197,9 @@ def forward(c, params, inputs, H, d_k, d_v):
         u, m_tgt = inputs[-2], inputs[-1]
         T_dec = u.shape[1]
         keep_self = np.repeat(m_tgt[:, None, :], T_dec, axis=1) & np.tri(T_dec, dtype=bool)
+        if c.get("attention_window") == "sliding":      # key j seen by query i: j > i - W
+            position = np.arange(T_dec)
+            keep_self &= position[None, :] > position[:, None] - c["W"]
         y, bias = embed(u, params, c, "R_dec_h")
         if c["arch"] == "decoder_only":
             out = finish(stack(y, params["decoder"]["layers"], lambda y, p: encoder_layer(
@@ -204,6 +208,8 @@ def forward(c, params, inputs, H, d_k, d_v):
             keep_cross = np.repeat(inputs[1][:, None, :], T_dec, axis=1)
             out = finish(stack(y, params["decoder"]["layers"], lambda y, p: decoder_layer(
                 y, keep_self, memory, keep_cross, p, c, H, d_k, d_v, bias)), params["decoder"])
+    if bert and c["encoder_io"] == "bert_unpooled":
+        return {"Z_enc": memory}
     if bert:
         return {"Z_enc": memory, "C": pooler(memory, params)}
     logits = out @ (params["E"].T if c["output_embedding"] == "tied" else params["W_out"])

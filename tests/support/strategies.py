@@ -29,4 +29,6 @@ def variants(draw):
         dims |= {"d_k": d_k, "d_v": draw(st.integers(1, 4))}
     if choices["key_value_heads"] == "grouped":
         dims["H_kv"] = draw(st.sampled_from([g for g in range(1, H + 1) if H % g == 0]))
+    if choices["attention_window"] == "sliding":      # shorter or longer than the sequence
+        dims["W"] = draw(st.integers(1, 6))
     return choices, dims

