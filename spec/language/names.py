@@ -20,7 +20,7 @@ KEYWORDS = frozenset({
 CODE_NAMES = frozenset({
     "rt", "np", "cp", "math", "Bool", "Float", "Int", "Tuple", "TypedDict", "MEMORY_LIMIT",
     "CACHE_STATES", "prefill", "decode_step", "params", "cache", "trace", "dtype", "layer", "i",
-    "member", "recorder",
+    "member", "recorder", "staged",
 })
 RESERVED = KEYWORDS | CODE_NAMES
 
