@@ -29,7 +29,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("b200b7f0946f854f", __name__)  # the runtime this was generated with
+rt.require_version("ca23c67d670817f5", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
@@ -42,16 +42,18 @@ MEMORY_LIMIT = None
 CACHE_STATES = {
     "decoder": {
         "layers": [{
-            "self_attention": {
-                "K_past": "K_h",
-                "V_past": "V_h",
-            },
-            "cross_attention": {
-                "K_src": "K_h",
-                "V_src": "V_h",
-            },
+            "self_attention": {"K_past": "K_h", "V_past": "V_h"},
+            "cross_attention": {"K_src": "K_h", "V_src": "V_h"},
         }],
     },
+}
+
+
+# the spec's derived dims and constraints, in its notation: what the entry functions check their
+# arguments by (rt.entry)
+RULES = {
+    "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
+    "requires": {"d_model % H == 0": "spec/transformer.tspec:40"},
 }
 
 
@@ -396,6 +398,7 @@ def decoder(
     return Y_dec
 
 
+@rt.entry(RULES)
 @rt.typechecked
 def transformer(
     t: Int[cp.ndarray, "B T"],
@@ -686,6 +689,7 @@ def decoder_step(
     return Y_dec
 
 
+@rt.entry(RULES)
 @rt.typechecked
 def decode_step(
     m_src: Bool[cp.ndarray, "B T"],

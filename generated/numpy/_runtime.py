@@ -36,7 +36,7 @@ try:
 except ImportError:
     resource = None
 
-VERSION = "638f6b08ccfebc3f"  # of this runtime: the sha256 of its text without this line
+VERSION = "1f1b1b4931016eff"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -227,25 +227,15 @@ def require_size(what: str, size: int, name: str, expected: int) -> None:
                          "made for these inputs, and the key mask of every position so far")
 
 
-class Rules:
-    """What a model's entry functions check their arguments by, besides the shapes in their
-    annotations: the spec's derived dims (``lets``, name -> expression) and constraints
-    (``requires``), in the spec's notation (``/`` divides exactly), and which keyword
-    arguments are settings (``settings``: finite and positive) rather than dims."""
-
-    def __init__(self, lets: dict[str, str], requires: tuple[str, ...],
-                 settings: tuple[str, ...]) -> None:
-        self.lets = lets
-        self.requires = requires
-        self.settings = settings
-
-
-def entry(rules: Rules):
+def entry(rules: dict):
     """Decorate a model's entry function: every call first checks, whatever TSPEC_TYPECHECK
     says, that its arrays and parameters have the shapes its annotations give them, with each
     dim the same wherever it occurs, one float dtype for the parameters, stacks of at least one
-    layer, positive dims, the spec's constraints and finite positive settings. One ValueError
-    names the first argument that does not fit."""
+    layer, keyword dims positive integers, settings (its float keywords) finite and positive,
+    and the spec's derived dims and constraints (``rules``: {"lets": {dim: expression},
+    "requires": {constraint: where}}, in the spec's notation, where ``/`` divides exactly)
+    wherever the arguments give their dims. One ValueError names the first argument that does
+    not fit."""
 
     def decorate(function):
         signature = inspect.signature(function)
@@ -262,6 +252,10 @@ def entry(rules: Rules):
         return checked
 
     return decorate
+
+
+class _Unknown(Exception):
+    """A dim no argument gives: what needs it cannot be checked at this call."""
 
 
 class _Dims:
@@ -285,13 +279,13 @@ class _Dims:
                               f"{self.seen[name]})")
 
 
-def _check_arguments(function: str, hints: dict, arguments: dict, rules: Rules) -> None:
+def _check_arguments(function: str, hints: dict, arguments: dict, rules: dict) -> None:
     dims = _Dims(function)
     later: list[tuple[str, int, str, str]] = []    # (expression, size, where, its shape)
     dtypes: dict = {}
     for name, hint in hints.items():
         value = arguments.get(name)
-        if name in rules.settings:
+        if hint is float:                   # a setting
             if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                     not math.isfinite(value) or value <= 0:
                 raise dims.refuse(f"{name} = {value!r}: a setting must be a finite number > 0")
@@ -303,13 +297,29 @@ def _check_arguments(function: str, hints: dict, arguments: dict, rules: Rules) 
             _check_array(value, hint, name, dims, later, None)
         elif _is_params(hint):
             _check_params(value, hint, f"{name}", dims, later, dtypes)
-    dims.lets = rules.lets
-    for require in rules.requires:
-        if not _evaluate(require, dims, require):
+    dims.lets = rules["lets"]
+    for require, where in rules["requires"].items():
+        try:
+            holds = _evaluate(require, dims, require)
+        except _Unknown:
+            continue
+        if not holds:
             values = ", ".join(f"{n}={dims.value[n]}" for n in _names(require))
-            raise dims.refuse(f"the arguments break `require {require}` ({values})")
+            raise dims.refuse(f"the arguments break `require {require}` ({values}; {where})")
+    for name, expression in rules["lets"].items():
+        if name in dims.value and dims.seen[name] != f"{name} = {expression}":
+            try:                            # given by an argument: as the spec derives it?
+                expected = _evaluate(expression, dims, f"{name} = {expression}")
+            except _Unknown:
+                continue
+            if dims.value[name] != expected:
+                raise dims.refuse(f"{dims.seen[name]} is {dims.value[name]}, but {name} = "
+                                  f"{expression} is {expected}")
     for expression, size, where, shape in later:
-        expected = _evaluate(expression, dims, f"{where} ({shape})")
+        try:
+            expected = _evaluate(expression, dims, f"{where} ({shape})")
+        except _Unknown:
+            continue
         if size != expected:
             raise dims.refuse(f"{where} is {size}, but {expression} is {expected} ({shape})")
 
@@ -322,7 +332,7 @@ def _is_params(hint) -> bool:
 def _check_params(value, hint, where: str, dims: _Dims, later: list, dtypes: dict) -> None:
     if not isinstance(value, dict):
         raise dims.refuse(f"{where} is a {type(value).__name__}, not a dict of parameters")
-    for key, field in typing.get_type_hints(hint).items():
+    for key, field in _fields(hint):
         inside = f"{where}[{key!r}]"
         if key not in value:
             raise dims.refuse(f"{inside} is missing")
@@ -340,13 +350,20 @@ def _check_params(value, hint, where: str, dims: _Dims, later: list, dtypes: dic
             _check_params(item, field, inside, dims, later, dtypes)
 
 
+@functools.cache
+def _fields(params_class) -> tuple:
+    """A parameter class's fields and their annotations (read once per class)."""
+    return tuple(typing.get_type_hints(params_class).items())
+
+
 def _check_array(value, hint, where: str, dims: _Dims, later: list, dtypes: dict | None) -> None:
     if not isinstance(value, np.ndarray):
         raise dims.refuse(f"{where} is a {type(value).__name__}, not a np.ndarray")
     family = hint.__name__.partition("[")[0]
     kind = {"Float": "f", "Int": "iu", "Bool": "b"}.get(family)
     if kind is not None and value.dtype.kind not in kind:
-        raise dims.refuse(f"{where} is {value.dtype}, not a {family.lower()} dtype")
+        kind = {"Float": "a float", "Int": "an integer", "Bool": "a boolean"}[family]
+        raise dims.refuse(f"{where} is {value.dtype}, not {kind} dtype")
     if dtypes is not None:                 # the parameters: one float dtype
         first = dtypes.setdefault("dtype", (value.dtype, where))
         if value.dtype != first[0]:
@@ -360,7 +377,8 @@ def _check_array(value, hint, where: str, dims: _Dims, later: list, dtypes: dict
                           f"({len(tokens)})")
     for axis, (token, size) in enumerate(zip(tokens, value.shape)):
         at = f"{where} axis {axis}"
-        if token == "_":
+        token = token.lstrip("#")           # broadcastable: a size of 1 allowed
+        if token == "_" or size == 1 and token != tokens[axis]:
             continue
         if token.isidentifier():
             dims.bind(token, int(size), at)
@@ -397,7 +415,7 @@ def _evaluate(expression: str, dims: _Dims, what: str) -> int:
                 dims.value[node.id] = _evaluate(dims.lets[node.id], dims, let)
                 dims.seen[node.id] = let
             if node.id not in dims.value:
-                raise dims.refuse(f"{what}: no argument gives {node.id}")
+                raise _Unknown(node.id)
             return dims.value[node.id]
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -value(node.operand)

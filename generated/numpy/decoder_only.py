@@ -29,7 +29,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("638f6b08ccfebc3f", __name__)  # the runtime this was generated with
+rt.require_version("1f1b1b4931016eff", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
@@ -42,12 +42,17 @@ MEMORY_LIMIT = None
 CACHE_STATES = {
     "decoder": {
         "layers": [{
-            "self_attention": {
-                "K_past": "K_h",
-                "V_past": "V_h",
-            },
+            "self_attention": {"K_past": "K_h", "V_past": "V_h"},
         }],
     },
+}
+
+
+# the spec's derived dims and constraints, in its notation: what the entry functions check their
+# arguments by (rt.entry)
+RULES = {
+    "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
+    "requires": {"d_model % H == 0": "spec/transformer.tspec:40"},
 }
 
 
@@ -289,6 +294,7 @@ def decoder(
     return Y_dec
 
 
+@rt.entry(RULES)
 @rt.typechecked
 def transformer(
     u: Int[np.ndarray, "B T_dec"],
@@ -474,6 +480,7 @@ def decoder_step(
     return Y_dec
 
 
+@rt.entry(RULES)
 @rt.typechecked
 def decode_step(
     u: Int[np.ndarray, "B T_new"],

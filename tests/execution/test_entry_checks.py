@@ -8,7 +8,11 @@ from typing import TypedDict
 import numpy as np
 import pytest
 from jaxtyping import Bool, Float, Int
+from support.arrays import BACKENDS
 
+from tspec import api
+from tspec.codegen.execution import weights
+from tspec.codegen.generate import source
 from tspec.generated.numpy import _runtime as rt
 
 
@@ -23,8 +27,8 @@ class ModelParams(TypedDict):
     layers: list[LayerParams]
 
 
-RULES = rt.Rules(lets={"d_k": "d_model / H"}, requires=("d_model % H == 0",),
-                 settings=("eps",))
+RULES = {"lets": {"d_k": "d_model/H"}, "requires": {"d_model % H == 0": "m.tspec:4",
+                                                    "T <= max_len": "m.tspec:5"}}
 
 
 @rt.entry(RULES)
@@ -90,7 +94,7 @@ def test_ids_of_one_axis_are_refused():
 
 
 @pytest.mark.parametrize("H, message", [
-    (3, "model: the arguments break `require d_model % H == 0` (H=3, d_model=8)"),
+    (3, "model: the arguments break `require d_model % H == 0` (H=3, d_model=8; m.tspec:4)"),
     (0, "model: H = 0: a dim must be an integer >= 1"),
     (-2, "model: H = -2: a dim must be an integer >= 1"),
     (2.0, "model: H = 2.0: a dim must be an integer >= 1"),
@@ -103,3 +107,90 @@ def test_keyword_dims_are_checked_before_anything_divides_by_them(H, message):
 def test_settings_must_be_finite_and_positive(eps):
     assert refusal(*arguments(), H=2, eps=eps) == (
         f"model: eps = {eps!r}: a setting must be a finite number > 0")
+
+
+# ---------------------------------------------------------------------------------------------
+# The cases of issue 23 on a generated model, NumPy and the CuPy rendering: each ran without
+# error, or failed deep inside with another message, before the entry check
+
+GPT2 = {"arch": "decoder_only", "norm": "pre", "activation": "gelu_tanh",
+        "positional": "learned", "attention_bias": "all", "output_embedding": "separate"}
+SIZES = {"d_model": 8, "H": 2, "d_ff": 12, "N": 2, "V": 11, "max_len": 12}
+
+
+def gpt2(arrays):
+    spec = api.read_spec(api.BUILTIN_SPEC)
+    module = arrays.load(source(spec, GPT2, arrays.backend))
+    flat = weights.random_params(weights.expected_shapes(spec, GPT2, SIZES), 0, np.float32)
+    u = np.random.default_rng(1).integers(0, 11, (2, 5))
+    return module, weights.nest(weights.flatten(flat)), u, np.ones((2, 5), dtype=bool)
+
+
+def spoiled(params, path, value):
+    *inner, last = path
+    for key in inner:
+        params = params[key]
+    params[last] = value(params[last]) if callable(value) else value
+
+
+LAYER = ("decoder", "layers", 1)
+CASES = {
+    "a gain of one entry": (LAYER + ("norm_1", "gamma"), lambda g: g[:1],
+                            ("params['decoder']['layers'][1]['norm_1']['gamma'] axis 0 is 1, "
+                            "but d_model is 8 (from params['E'] axis 1)")),
+    "a scalar gain": (LAYER + ("norm_1", "gamma"), lambda g: g[0],
+                      ("params['decoder']['layers'][1]['norm_1']['gamma'] is a float32, not "
+                      "a np.ndarray")),
+    "W_out of 12 rows for E's 11": (("W_out",), np.zeros((8, 12), np.float32),
+                                    ("params['W_out'] axis 1 is 12, but V is 11 (from "
+                                    "params['E'] axis 0)")),
+    "float32 and float64": (LAYER + ("feed_forward", "W_1"), lambda w: w.astype(np.float64),
+                            ("params['decoder']['layers'][1]['feed_forward']['W_1'] is float64 "
+                            "but params['E'] is float32: give every parameter one dtype")),
+    "integer weights": (("E",), lambda e: e.astype(np.int64),
+                        "params['E'] is int64, not a float dtype"),
+    "no layers": (("decoder", "layers"), [],
+                  ("params['decoder']['layers'] must be a non-empty list of layers, one dict "
+                  "each")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_parameters_that_do_not_fit_the_spec_are_refused_at_the_entry(arrays, case):
+    module, params, u, m = gpt2(arrays)
+    path, value, message = CASES[case]
+    spoiled(params, path, value)
+    if arrays.backend == "cupy":
+        message = message.replace("np.ndarray", "cp.ndarray")
+    with pytest.raises(ValueError) as raised:
+        module.transformer(*arrays.put((u, m, params)), H=2)
+    assert str(raised.value) == f"transformer: {message}"
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (lambda u, m: (u, m[:1]), "m_tgt axis 0 is 1, but B is 2 (from u axis 0)"),
+    (lambda u, m: (u[0], m), "u has 1 axes, but its shape is B T_dec (2)"),
+], ids=["a mask of one row for two sequences", "ids of one axis"])
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_inputs_that_do_not_fit_each_other_are_refused(arrays, arguments, message):
+    module, params, u, m = gpt2(arrays)
+    with pytest.raises(ValueError) as raised:
+        module.transformer(*arrays.put((*arguments(u, m), params)), H=2)
+    assert str(raised.value) == f"transformer: {message}"
+
+
+@pytest.mark.parametrize("keywords, message", [
+    ({"H": 3}, ("the arguments break `require d_model % H == 0` (H=3, d_model=8; "
+               "spec/transformer.tspec:40)")),
+    ({"H": 0}, "H = 0: a dim must be an integer >= 1"),
+    ({"H": 2, "eps": -1.0}, "eps = -1.0: a setting must be a finite number > 0"),
+    ({"H": 2, "eps": float("nan")}, "eps = nan: a setting must be a finite number > 0"),
+])
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_keywords_outside_the_spec_are_refused(arrays, keywords, message):
+    module, params, u, m = gpt2(arrays)
+    with pytest.raises(ValueError) as raised:
+        module.transformer(*arrays.put((u, m, params)), **keywords)
+    assert str(raised.value) == f"transformer: {message}"
+    module.transformer(*arrays.put((u, m, params)), H=2)
