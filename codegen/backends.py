@@ -138,6 +138,7 @@ RUNTIME_HELPERS = (
     Helper("decoding"),
     Helper("extend", imports=("threading", "weakref"), chosen=True),
     Helper("require_size"),
+    Helper("entry", imports=("ast", "functools", "inspect", "math", "operator", "typing")),
     Helper("require_memory", imports=("functools", "os", "resource")),
     Helper("workspace", imports=("math", "sys", "threading"), shared=True),
     # without a pool, in_parallel alone, one item after another
@@ -162,9 +163,9 @@ RUNTIME_HELPERS = (
 # What helpers may import, by the name their code uses: its import line (the standard
 # library's, then the array module's kin; the backend's erf; resource, which only Unix has)
 IMPORTS = {
-    **{name: f"import {name}" for name in ("ctypes", "functools", "inspect", "itertools",
-                                           "math", "os", "sys", "threading", "warnings",
-                                           "weakref")},
+    **{name: f"import {name}" for name in ("ast", "ctypes", "functools", "inspect",
+                                           "itertools", "math", "operator", "os", "sys",
+                                           "threading", "typing", "warnings", "weakref")},
     "ThreadPoolExecutor": "from concurrent.futures import ThreadPoolExecutor",
     "Optional": "from typing import Optional",
     "erf": "",                  # Backend.erf_import

@@ -443,13 +443,25 @@ class Function(Named):
     # what its tensors take at once, where every dim of it is at hand when it starts and an
     # array gives the float's size (an entry function's): a memory guard may check it
     footprint: Footprint | None = None
+    # an entry function: its arguments checked against each other by rt.entry(RULES) on
+    # every call (the model's and the decoding step's)
+    checked: bool = False
     identifiers: ClassVar = ("name", "params_class")
 
 
 @dataclass(frozen=True)
+class EntryRules:
+    """What the entry functions check their arguments by, besides their annotations
+    (``rt.entry``): the spec's derived dims and its constraints, each with where it is
+    written; the renderer prints them in the spec's notation, which the runtime evaluates."""
+    lets: tuple[tuple[str, sympy.Basic], ...]
+    requires: tuple[tuple[sympy.Basic, str], ...]
+
+
+@dataclass(frozen=True)
 class Constant(Named):
-    """A module-level name the functions share: its comment and its value, None or nested
-    dicts and one-item lists of tensor names."""
+    """A module-level name the functions share: its comment and its value, None, nested
+    dicts and one-item lists of tensor names, or the entry functions' rules."""
     name: str
     comment: str
     value: object

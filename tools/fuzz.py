@@ -60,9 +60,12 @@ Targets:
 """
 
 import argparse
+import builtins
 import contextlib
 import io
+import itertools
 import json
+import keyword
 import multiprocessing
 import os
 import queue
@@ -72,6 +75,7 @@ import resource
 import shutil
 import signal
 import struct
+import symtable
 import sys
 import tempfile
 import time
@@ -93,6 +97,7 @@ from tspec.codegen.docs import site as docs
 from tspec.codegen.execution import weights
 from tspec.errors import TspecError
 from tspec.language import parser as language
+from tspec.language.expr import tokenize
 from tspec.language.model import Let
 from tspec.language.variant import Variant
 from tspec.ops.catalogue import SETTINGS
@@ -157,6 +162,52 @@ FRAGMENTS = [
 NAMES = ["X", "Y", "Z", "W", "b", "B", "T", "d", "H", "N", "V", "t", "m", "M", "E", "P", "g",
          "X_h", "Q_h", "d_k", "d_model", "max_len", "sublayer", "step", "act", "norm", "relu",
          "softmax", "spec", "dim", "_x", "x1", "É", "ℌ", "a" * 300]
+
+
+def code_names() -> list[str]:
+    """Every name generated code defines or takes as an argument (each NumPy module's and its
+    runtime's: imports, constants, classes, functions, their arguments and locals, and the
+    keywords its calls pass), and the settings: names a spec may give its own things, which
+    must not change what the code computes (issue 23)."""
+    names = set(SETTINGS)
+    for path in sorted((api.checkout() / "generated" / "numpy").glob("*.py")):
+        text = path.read_text()
+        pending = [symtable.symtable(text, path.name, "exec")]
+        while pending:
+            table = pending.pop()
+            pending += table.get_children()
+            names |= {s.get_name() for s in table.get_symbols()
+                      if s.is_assigned() or s.is_imported() or s.is_parameter()
+                      or s.is_namespace()}
+        names |= set(re.findall(r"\b([A-Za-z]\w*)=", text))
+    return sorted(name for name in names if re.fullmatch(r"[A-Za-z]\w*", name)
+                  and not keyword.iskeyword(name) and not hasattr(builtins, name))
+
+
+def renamed(text: str, old: str, new: str) -> str:
+    """Spec text with the name ``old`` spelt ``new``, as a name and as a word inside quotes
+    (a shape, a description); the text as it was where it does not tokenize."""
+    try:
+        tokens = tokenize(text)
+    except TspecError:
+        return text
+    lines = text.split("\n")
+    edits = []
+    for token in tokens:
+        if token.kind == "name" and token.text == old:
+            edits.append((token.line, token.column, token.text, new))
+        elif token.kind == "string" and "->" not in token.text and \
+                re.search(rf"\b{old}\b", token.text):         # a shape, not an einsum
+            edits.append((token.line, token.column, token.text,
+                          re.sub(rf"\b{old}\b", new, token.text)))
+    for line, column, was, now in sorted(edits, reverse=True):
+        start = column - 1
+        if lines[line - 1][start:start + len(was)] == was:
+            lines[line - 1] = lines[line - 1][:start] + now + lines[line - 1][start + len(was):]
+    return "\n".join(lines)
+
+
+CODE_NAMES = code_names()
 KEYWORDS = ["spec", "source", "note", "dim", "let", "require", "choice", "when", "else", "in",
             "and", "or", "not", "input", "param", "state", "update", "tensor", "output", "block",
             "repeat", "as", "from", "int", "bool", "float", "?", "reused", "implied", "if",
@@ -191,7 +242,8 @@ _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 
 def _token(rng: random.Random) -> str:
-    pool = rng.choice((NAMES, KEYWORDS, FUNCTIONS, PUNCTUATION, NUMBERS, ODD_CHARS, SHAPES))
+    pool = rng.choice((NAMES, CODE_NAMES, KEYWORDS, FUNCTIONS, PUNCTUATION, NUMBERS, ODD_CHARS,
+                       SHAPES))
     return rng.choice(pool)
 
 
@@ -1283,6 +1335,9 @@ def run_cli(argv: list[str], ctx: Context) -> int:
         if not (text.startswith("tspec: error: ") and text.endswith("\n")
                 and text.count("\n") == 1 and len(text) > len("tspec: error: \n")):
             raise Crash(f"exit 2 without exactly one error line: {text!r}")
+        if re.search(r"the generated code raised (NameError|UnboundLocalError|SyntaxError|"
+                     r"TypeError|AttributeError|IndexError|KeyError|ZeroDivisionError) ", text):
+            raise Crash(f"generated code that cannot run: {text.strip()!r}")
         raise Refused(text.strip())
     return status
 
@@ -1487,6 +1542,19 @@ def gen_command_case(rng: random.Random, index: int, ctx: Context, command: str)
     r = rng.random()
     text = rng.choice(ctx.small) if r < 0.6 else gen_spec(rng) if r < 0.85 else \
         mutate_text(rng, rng.choice(ctx.small), ctx.small, 1)
+    original = None
+    if command == "run" and rng.random() < 0.4:   # a name spelt as generated code's own
+        try:
+            tokens = tokenize(text)
+        except TspecError:
+            tokens = []
+        names = sorted({t.text for t, after in itertools.pairwise(tokens)
+                        if t.kind == "name" and after.text != "="}   # not an op's keyword
+                       - set(KEYWORDS) - set(FUNCTIONS))
+        if names:
+            taken = set(re.findall(r"[A-Za-z]\w*", text))
+            old, new = rng.choice(names), rng.choice([n for n in CODE_NAMES if n not in taken])
+            original, text = (text, old, new), renamed(text, old, new)
     dims, choices = _names(text)
     sizes = SIZES[:5] if command == "run" else SIZES
 
@@ -1512,12 +1580,48 @@ def gen_command_case(rng: random.Random, index: int, ctx: Context, command: str)
         argv += rng.choice([[], [], ["--seed", "3"], ["--dtype", "float64"], ["--typecheck"],
                             ["--max-memory", "1M"], ["--decode", "1"]])
     return Case(command, index, {"spec": text, "a": side(), "b": side(), "choices": chosen,
-                                 "argv": argv}, ".json")
+                                 "argv": argv, "original": original}, ".json")
 
 
 def run_command(case: Case, ctx: Context):
     """The command on the spec and its variants, as `tspec` runs it (an exit status of 0, 1
-    or 2 with one error line); docs pages written must pass ``page_problems``."""
+    or 2 with one error line); docs pages written must pass ``page_problems``. A spec with a
+    name spelt as generated code's own (``original``: the spec as it was) must end as the
+    original does where that succeeds."""
+    data = case.data
+    if data.get("original") is None:
+        return _run_command(case, ctx)
+    text, old, new = data["original"]
+    back = {name: value for name, value in data.items() if name in ("a", "b", "choices")}
+    back = {side: {old if name == new else name: value for name, value in values.items()}
+            for side, values in back.items()}
+    first, second = {}, {}
+    try:
+        before = _run_command(Case(case.target, case.index, data | back | {
+            "spec": text, "original": None}, case.suffix, case.extra), ctx, first)
+    except (Refused, TspecError):
+        before = 2
+    try:
+        after = _run_command(case, ctx, second)
+        # the same numbers, but where the name is a parameter's (drawn by its name) or B or T
+        params = re.findall(r"^\s*param\s+(\w+)", text, re.MULTILINE)
+        if first and second and old not in params + ["B", "T"]:
+            for name, value in first.items():
+                again = second.get(new if name == old else name)
+                if again is None or not np.array_equal(value, again, equal_nan=True):
+                    raise Crash(f"renaming {old} to {new} changed the output {name}")
+    except (Refused, TspecError) as error:
+        # B and T have run's default sizes: renamed, they must be given
+        if before == 0 and "reserved by the spec language" not in str(error) and \
+                not re.search(r"dim \w+ has no value", str(error)):
+            raise Crash(f"the spec ran, but not with a name spelt as generated code's: "
+                        f"{error}") from None
+        raise
+    return after
+
+
+def _run_command(case: Case, ctx: Context, outputs: dict | None = None):
+    """The command run once; a run's outputs (api.run, seeded) into ``outputs``."""
     data, command = case.data, case.extra.get("command", case.target)
     folder = ctx.fresh("")
     folder.mkdir()
@@ -1539,6 +1643,13 @@ def run_command(case: Case, ctx: Context):
             argv = {"shapes": ["shapes", a], "diff": ["diff", a, b],
                     "docs": ["docs", a, "--out", out], "run": ["run", a]}[command] + data["argv"]
         status = run_cli(argv, ctx)
+        if command == "run" and status == 0 and outputs is not None:
+            here = os.getcwd()
+            os.chdir(ctx.scratch)
+            try:
+                outputs.update(api.run(api.load(a)).outputs)
+            finally:
+                os.chdir(here)
         for page in sorted(Path(out).glob("*.*")) if command == "docs" else ():
             problems = page_problems(page.name, page.read_text(encoding="utf-8"))
             if problems:

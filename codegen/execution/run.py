@@ -319,9 +319,14 @@ def _generated(prepared: _Prepared, name: str):
         prefixes = {prepared.module.__file__: "", prepared.module.rt.__file__: "rt."}
         functions = []
         for frame in traceback.extract_tb(error.__traceback__):
-            named = f"{prefixes.get(frame.filename)}{frame.name}"
-            if frame.filename in prefixes and not frame.name.startswith("<") and \
-                    named not in functions[-1:]:
+            if frame.filename not in prefixes or frame.name.startswith("<"):
+                continue
+            named = f"{prefixes[frame.filename]}{frame.name}"
+            if named == "rt._check_arguments":      # the entry functions' check (rt.entry)
+                named = "rt.entry"
+            elif named == "rt.checked" or named.startswith("rt._"):   # its wrapper, helpers'
+                continue                                              # own helpers
+            if named not in functions[-1:]:
                 functions.append(named)
         where = " > ".join(functions) or "its module"
         raise RunError(f"{name}: the generated code raised {type(error).__name__} in {where}: "

@@ -6,6 +6,7 @@ import dataclasses
 
 from tspec.codegen import ir
 from tspec.codegen.lowering.body import CACHE, PARAMS
+from tspec.codegen.passes import rewrite
 from tspec.errors import CodegenError
 from tspec.language.model import (
     Block,
@@ -95,7 +96,8 @@ def with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Modu
         steps=body, traces=False,
         notes=((f"The cache holds, for every layer, the keys and values {step.name} appends "
                 f"to. Call {step.name} with the next positions' ids and this "
-                "cache, which it extends in place."),))
+                "cache, which it extends in place once every layer has its new entries (a "
+                "step that fails or is interrupted part way leaves it as it was)."),))
     full_classes = {c.name for c in full.params_classes}
     classes = list(full.params_classes) + [
         c for c in stepping.params_classes if c.name not in full_classes]
@@ -105,7 +107,7 @@ def with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Modu
                         ir.Comment(before="the cache prefill made"))
     step = dataclasses.replace(
         step, summary="One decoding step: T_new positions after the T_past the cache holds.",
-        prologue=(check, *step.prologue))
+        **_atomic(step, check))
     functions = [step if f.name == step.name else f for f in functions] + [prefill]
     return ir.Module(
         spec_name=full.spec_name, title=full.title, spec_file=full.spec_file,
@@ -115,6 +117,28 @@ def with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Modu
             ir.Constant("CACHE_STATES", "each state of the cache, nested like params (a "
                         "stack's layers one list item), and the full forward's tensor "
                         "it starts as", starts)])
+
+
+STAGED = ir.Name("staged")
+
+
+def _atomic(step: ir.Function, check: ir.Step) -> dict:
+    """The decoding step's prologue and steps made atomic: its layers write their new
+    entries into a copy of the cache's dicts and lists (``rt.staged``), which ``rt.commit``
+    moves into the cache once the last layer has them; a step that fails or is interrupted
+    part way leaves the cache as prefill and the earlier steps made it."""
+    def staged(record):
+        return rewrite.map_expressions(record, lambda e: STAGED if e == CACHE else e)
+
+    prologue = (check, ir.Assign((STAGED,), ir.call(ir.Runtime("staged"), CACHE),
+                                 ir.Comment(before="the step writes here, the cache at the "
+                                                   "end")),
+                *(staged(s) for s in step.prologue))
+    body = [staged(s) for s in step.steps]
+    at = next(i for i, s in enumerate(body) if isinstance(s, (ir.Record, ir.Return)))
+    body.insert(at, ir.Evaluate(ir.call(ir.Runtime("commit"), STAGED, CACHE),
+                                ir.Comment(after="every layer's new entries at once")))
+    return {"prologue": prologue, "steps": tuple(body)}
 
 
 def _returned(function: ir.Function) -> tuple[str, ...]:

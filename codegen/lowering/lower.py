@@ -7,21 +7,27 @@ result is the spec's semantics alone; ``lower`` then applies the passes
 fusion and the memory guard.
 """
 
+import dataclasses
+
 from tspec.checking.check import check
 from tspec.codegen import ir, passes
 from tspec.codegen.backends import Backend
 from tspec.codegen.lowering.body import Lowerer
 from tspec.codegen.lowering.decoding import cache_starts, describe, with_decoding
 from tspec.errors import CodegenError, SpecError
+from tspec.files import where
 from tspec.language.model import (
     DECODING,
+    Constraint,
     Spec,
     bodies_consulting,
     bodies_deriving,
+    select,
     step_choices,
     step_function,
     under,
 )
+from tspec.language.model import lets as derived_dims
 from tspec.language.names import check_name
 
 
@@ -54,7 +60,7 @@ def _lowered(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module
                            file=spec.file)
     step = step_choices(spec, chosen)
     if step is None:
-        return module
+        return _checking_entries(module, spec, [chosen])
     # the parser refuses a block named as one of these (spec.language)
     stepped = under(spec, step)
     renamed = {name: step_function(name) for name in
@@ -62,8 +68,32 @@ def _lowered(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module
     _require_proved(spec, step)
     stepping = Lowerer(spec, step, backend, renamed).module()
     if not any(function.cache for function in stepping.functions):
-        return module                       # nothing to keep between steps: no decoder
-    return with_decoding(module, stepping, cache_starts(spec, step, chosen))
+        return _checking_entries(module, spec, [chosen])    # nothing to keep: no decoder
+    return _checking_entries(with_decoding(module, stepping, cache_starts(spec, step, chosen)),
+                             spec, [chosen, step])
+
+
+ENTRIES = ("decode_step",)      # besides the model's entry function
+
+
+def _checking_entries(module: ir.Module, spec: Spec, choices: list[dict]) -> ir.Module:
+    """The module with its entry functions (the model's, the decoding step's) checking their
+    arguments on every call, ``rt.entry(RULES)``, and RULES: the spec's derived dims and its
+    top-level constraints under these choices, which the runtime evaluates over the dims the
+    arguments give."""
+    lets, requires = {}, {}
+    for chosen in choices:
+        lets |= {let.dim: let.expr for let in derived_dims(spec, chosen)}
+        requires |= {c.relation: where(c)
+                     for c in select(spec.body, chosen) if isinstance(c, Constraint)}
+    rules = ir.Constant("RULES", "the spec's derived dims and constraints, in its notation: "
+                        "what the entry functions check their arguments by (rt.entry)",
+                        ir.EntryRules(tuple(lets.items()), tuple(requires.items())))
+    functions = [dataclasses.replace(f, checked=True)
+                 if f.name == module.entry or f.name in ENTRIES else f
+                 for f in module.functions]
+    return dataclasses.replace(module, functions=functions,
+                               constants=[*module.constants, rules])
 
 
 def _require_code_name(spec: Spec) -> None:

@@ -7,10 +7,12 @@ Everything here takes and gives text; what the text says comes from the printer.
 """
 
 import itertools
+import json
 import textwrap
 
 LINE_LENGTH = 100
 BODY = 96               # 100 less a function body's indent
+SHORT_LITERAL = 80      # a constant's dict of names on one line: room for "NAME = " before it
 
 
 def commented(statement: str, comment: str, width: int = BODY) -> tuple[str, ...]:
@@ -117,19 +119,24 @@ def sum_lines(tokens: list[str], width: int) -> list[str]:
 
 def literal(value: dict | list | str | None, indent: str = "", first: str = "") -> list[str]:
     """None, or a nested dict of names (a one-item list for every layer of a stack) as Python
-    lines, one item a line; the first line starts with ``first``, the closing one with
-    ``indent``."""
+    lines, one item a line (a dict of strings that fits, on one); the first line starts with
+    ``first``, the closing one with ``indent``."""
     if value is None:
         return [f"{first}None"]
     if isinstance(value, str):
-        return [f'{first}"{value}"']
+        return [f"{first}{json.dumps(value)}"]       # quoted and escaped as Python reads it
     if isinstance(value, list):
         lines = literal(value[0], indent, first + "[")
         lines[-1] += "]"
         return lines
+    if value and all(isinstance(item, str) for item in value.values()):
+        line = first + "{" + ", ".join(f"{json.dumps(key)}: {json.dumps(item)}"
+                                       for key, item in value.items()) + "}"
+        if len(line) <= SHORT_LITERAL:     # a dict of names that fits: on one line
+            return [line]
     lines = [first + "{"]
     for key, item in value.items():
-        inner = literal(item, indent + "    ", f'{indent}    "{key}": ')
+        inner = literal(item, indent + "    ", f"{indent}    {json.dumps(key)}: ")
         inner[-1] += ","
         lines += inner
     return lines + [indent + "}"]

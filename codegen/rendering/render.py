@@ -24,6 +24,7 @@ from tspec.codegen.rendering.layout import LINE_LENGTH
 from tspec.codegen.rendering.printer import Printer
 from tspec.codegen.rendering.steps import StepRenderer
 from tspec.errors import CodegenError, hidden
+from tspec.language.expr import dim_text
 
 # the folders templates are looked up in, in this order (environment() reads it once)
 TEMPLATE_DIRS: list[Path] = [Path(__file__).resolve().parents[1] / "templates"]
@@ -221,7 +222,11 @@ def _imports(module: ir.Module, printer: Printer) -> list[str]:
 
 
 def _constant_view(constant: ir.Constant) -> dict:
-    lines = layout.literal(constant.value)
+    value = constant.value
+    if isinstance(value, ir.EntryRules):        # in the spec's notation, / dividing exactly
+        value = {"lets": {name: dim_text(expr) for name, expr in value.lets},
+                 "requires": {dim_text(relation): at for relation, at in value.requires}}
+    lines = layout.literal(value)
     return {"name": constant.name, "comment": _wrap(constant.comment, LINE_LENGTH, "# ", "# "),
             "first": lines[0], "rest": lines[1:]}
 
@@ -297,7 +302,8 @@ def _function_view(function: ir.Function, printer: Printer, steps: StepRenderer,
         returns = f"Tuple[{', '.join(results)}]:  # noqa: UP006"
     else:
         returns = (results[0] if results else "None") + ":"
-    return {"name": function.name, "signature": signature, "returns": returns,
+    return {"name": function.name, "checked": function.checked, "signature": signature,
+            "returns": returns,
             "docstring_open": _docstring_open([lead[0], *doc]),
             "summary": lead[0].removeprefix("    "), "doc_lines": doc, "body": body}
 

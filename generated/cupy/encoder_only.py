@@ -28,12 +28,20 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("c8fe4591dc095e8b", __name__)  # the runtime this was generated with
+rt.require_version("ca23c67d670817f5", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
 # past it, the model (or a decoding step) refuses to start; None: the GPU's memory
 MEMORY_LIMIT = None
+
+
+# the spec's derived dims and constraints, in its notation: what the entry functions check their
+# arguments by (rt.entry)
+RULES = {
+    "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
+    "requires": {"d_model % H == 0": "spec/transformer.tspec:40"},
+}
 
 
 class MultiHeadAttentionParams(TypedDict):
@@ -248,6 +256,7 @@ def encoder(
     return Z_enc
 
 
+@rt.entry(RULES)
 @rt.typechecked
 def transformer(
     t: Int[cp.ndarray, "B T"],

@@ -41,7 +41,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("c8fe4591dc095e8b", __name__)  # the runtime this was generated with
+rt.require_version("ca23c67d670817f5", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
@@ -54,11 +54,20 @@ MEMORY_LIMIT = None
 CACHE_STATES = {
     "decoder": {
         "layers": [{
-            "self_attention": {
-                "K_past": "K_g",
-                "V_past": "V_g",
-            },
+            "self_attention": {"K_past": "K_g", "V_past": "V_g"},
         }],
+    },
+}
+
+
+# the spec's derived dims and constraints, in its notation: what the entry functions check their
+# arguments by (rt.entry)
+RULES = {
+    "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
+    "requires": {
+        "d_model % H == 0": "spec/transformer.tspec:40",
+        "H % H_kv == 0": "spec/transformer.tspec:44",
+        "d_model % (2*H) == 0": "spec/transformer.tspec:52",
     },
 }
 
@@ -355,6 +364,7 @@ def decoder(
     return Y_dec
 
 
+@rt.entry(RULES)
 @rt.typechecked
 def transformer(
     u: Int[cp.ndarray, "B T_dec"],
@@ -594,6 +604,7 @@ def decoder_step(
     return Y_dec
 
 
+@rt.entry(RULES)
 @rt.typechecked
 def decode_step(
     u: Int[cp.ndarray, "B T_new"],
@@ -622,12 +633,13 @@ def decode_step(
             \mathrm{probs} = \mathrm{softmax}\left(\mathrm{logits}\right)
     """
     rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made
+    staged = rt.staged(cache)  # the step writes here, the cache at the end
     T_new = u.shape[-1]
     T_past = m_tgt.shape[-1] - T_new
     B = u.shape[-2]
     V = params["E"].shape[-2]
     d_model = params["E"].shape[-1]
-    H_kv = rt.axis_size(cache, "decoder", "layers", 0, "self_attention", "K_past", axis=0)
+    H_kv = rt.axis_size(staged, "decoder", "layers", 0, "self_attention", "K_past", axis=0)
     d_k = d_model // H
     d_v = d_model // H
     d_ff = rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1", axis=-1)
@@ -652,7 +664,7 @@ def decode_step(
         Y_0,
         L_self[None],
         params["decoder"],
-        cache["decoder"],
+        staged["decoder"],
         H=H,
         eps=eps,
         rope_factor=rope_factor,
@@ -664,6 +676,7 @@ def decode_step(
     )  # B T_new d_model
     logits = rt.project(Y_dec, params["W_out"])  # B T_new V
     probs = rt.softmax(logits)  # B T_new V
+    rt.commit(staged, cache)  # every layer's new entries at once
     rt.record(trace, M_self=M_self, Y_0=Y_0, L_self=L_self, Y_dec=Y_dec, logits=logits, probs=probs)
     return logits, probs
 
@@ -680,7 +693,8 @@ def prefill(
     spec/transformer.tspec.
 
     The cache holds, for every layer, the keys and values decode_step appends to. Call decode_step
-    with the next positions' ids and this cache, which it extends in place.
+    with the next positions' ids and this cache, which it extends in place once every layer has its
+    new entries (a step that fails or is interrupted part way leaves it as it was).
     """
     recorder = rt.StateRecorder(CACHE_STATES)  # keeps what the states start as
     logits, probs = transformer(

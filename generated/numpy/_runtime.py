@@ -12,13 +12,16 @@ Tuple come from typing: beartype keys `X | None` and `tuple[...]` by their text,
 and CuPy's annotations share, and would check one backend's arrays against the other's.
 """
 
+import ast
 import functools
 import inspect
 import itertools
 import math
+import operator
 import os
 import sys
 import threading
+import typing
 import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +36,7 @@ try:
 except ImportError:
     resource = None
 
-VERSION = "1796ea5b11881907"  # of this runtime: the sha256 of its text without this line
+VERSION = "1f1b1b4931016eff"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -125,6 +128,42 @@ def check_cache(cache: dict, params: dict, starts: dict, path: str = "cache") ->
                                  f"{weights[0].dtype}: pass the cache prefill returned")
 
 
+def staged(cache: dict | list) -> dict | list:
+    """A copy of the cache's dicts and lists holding the same arrays: a decoding step writes
+    its layers' new entries here, and ``commit`` moves them into the cache once every layer
+    has them. A step that fails or is interrupted part way leaves the cache as it was."""
+    if isinstance(cache, dict):
+        return {key: staged(value) for key, value in cache.items()}
+    if isinstance(cache, list):
+        return [staged(value) for value in cache]
+    return cache
+
+
+def commit(staged: dict | list, cache: dict | list) -> None:
+    """Put every state of ``staged`` into ``cache`` (nested alike), in place. An interruption
+    that lands during the moves finishes them first, so no layer is left behind."""
+    moves = []
+
+    def gather(new, old) -> None:
+        pairs = new.items() if isinstance(new, dict) else enumerate(new)
+        for key, value in pairs:
+            if isinstance(value, (dict, list)):
+                gather(value, old[key])
+            elif old[key] is not value:
+                moves.append((old, key, value))
+
+    gather(staged, cache)
+    done = 0
+    try:
+        for target, key, value in moves:
+            target[key] = value
+            done += 1
+    except BaseException:
+        for target, key, value in moves[done:]:
+            target[key] = value
+        raise
+
+
 # A state a decoding step extends (the key-value cache: K_past <- concat(K_past, K_new)) lives
 # at the start of a buffer with room to grow: a step writes its new entries after the last
 # ones instead of copying them all, so decoding T positions copies O(T) numbers, not O(T^2).
@@ -186,6 +225,224 @@ def require_size(what: str, size: int, name: str, expected: int) -> None:
     if size != expected:
         raise ValueError(f"{what} is {size}, not {name} = {expected}: pass the cache prefill "
                          "made for these inputs, and the key mask of every position so far")
+
+
+def entry(rules: dict):
+    """Decorate a model's entry function: every call first checks, whatever TSPEC_TYPECHECK
+    says, that its arrays and parameters have the shapes its annotations give them, with each
+    dim the same wherever it occurs, one float dtype for the parameters, stacks of at least one
+    layer, keyword dims positive integers, settings (its float keywords) finite and positive,
+    and the spec's derived dims and constraints (``rules``: {"lets": {dim: expression},
+    "requires": {constraint: where}}, in the spec's notation, where ``/`` divides exactly)
+    wherever the arguments give their dims. One ValueError names the first argument that does
+    not fit."""
+
+    def decorate(function):
+        signature = inspect.signature(function)
+        hints = {name: parameter.annotation for name, parameter
+                 in signature.parameters.items()}
+
+        @functools.wraps(function)
+        def checked(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            _check_arguments(function.__name__, hints, bound.arguments, rules)
+            return function(*args, **kwargs)
+
+        return checked
+
+    return decorate
+
+
+class _Unknown(Exception):
+    """A dim no argument gives: what needs it cannot be checked at this call."""
+
+
+class _Dims:
+    """The dims one call binds: each at its first sight, every later sight compared."""
+
+    def __init__(self, function: str) -> None:
+        self.function = function
+        self.value: dict[str, int] = {}
+        self.seen: dict[str, str] = {}
+        self.lets: dict[str, str] = {}          # derived dims: computed when first read
+
+    def refuse(self, message: str):
+        return ValueError(f"{self.function}: {message}")
+
+    def bind(self, name: str, size: int, where: str) -> None:
+        if name not in self.value:
+            self.value[name] = size
+            self.seen[name] = where
+        elif self.value[name] != size:
+            raise self.refuse(f"{where} is {size}, but {name} is {self.value[name]} (from "
+                              f"{self.seen[name]})")
+
+
+def _check_arguments(function: str, hints: dict, arguments: dict, rules: dict) -> None:
+    dims = _Dims(function)
+    later: list[tuple[str, int, str, str]] = []    # (expression, size, where, its shape)
+    dtypes: dict = {}
+    for name, hint in hints.items():
+        value = arguments.get(name)
+        if hint is float:                   # a setting
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not math.isfinite(value) or value <= 0:
+                raise dims.refuse(f"{name} = {value!r}: a setting must be a finite number > 0")
+        elif hint is int:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise dims.refuse(f"{name} = {value!r}: a dim must be an integer >= 1")
+            dims.bind(name, value, f"the keyword argument {name}")
+        elif hasattr(hint, "dim_str"):
+            _check_array(value, hint, name, dims, later, None)
+        elif _is_params(hint):
+            _check_params(value, hint, f"{name}", dims, later, dtypes)
+    dims.lets = rules["lets"]
+    for require, where in rules["requires"].items():
+        try:
+            holds = _evaluate(require, dims, require)
+        except _Unknown:
+            continue
+        if not holds:
+            values = ", ".join(f"{n}={dims.value[n]}" for n in _names(require))
+            raise dims.refuse(f"the arguments break `require {require}` ({values}; {where})")
+    for name, expression in rules["lets"].items():
+        if name in dims.value and dims.seen[name] != f"{name} = {expression}":
+            try:                            # given by an argument: as the spec derives it?
+                expected = _evaluate(expression, dims, f"{name} = {expression}")
+            except _Unknown:
+                continue
+            if dims.value[name] != expected:
+                raise dims.refuse(f"{dims.seen[name]} is {dims.value[name]}, but {name} = "
+                                  f"{expression} is {expected}")
+    for expression, size, where, shape in later:
+        try:
+            expected = _evaluate(expression, dims, f"{where} ({shape})")
+        except _Unknown:
+            continue
+        if size != expected:
+            raise dims.refuse(f"{where} is {size}, but {expression} is {expected} ({shape})")
+
+
+def _is_params(hint) -> bool:
+    return isinstance(hint, type) and issubclass(hint, dict) and \
+        hasattr(hint, "__annotations__") and hasattr(hint, "__total__")
+
+
+def _check_params(value, hint, where: str, dims: _Dims, later: list, dtypes: dict) -> None:
+    if not isinstance(value, dict):
+        raise dims.refuse(f"{where} is a {type(value).__name__}, not a dict of parameters")
+    for key, field in _fields(hint):
+        inside = f"{where}[{key!r}]"
+        if key not in value:
+            raise dims.refuse(f"{inside} is missing")
+        item = value[key]
+        if typing.get_origin(field) is list:
+            (layer,) = typing.get_args(field)
+            if not isinstance(item, (list, tuple)) or not item:
+                raise dims.refuse(f"{inside} must be a non-empty list of layers, one dict "
+                                  "each")
+            for index, each in enumerate(item):
+                _check_params(each, layer, f"{inside}[{index}]", dims, later, dtypes)
+        elif hasattr(field, "dim_str"):
+            _check_array(item, field, inside, dims, later, dtypes)
+        elif _is_params(field):
+            _check_params(item, field, inside, dims, later, dtypes)
+
+
+@functools.cache
+def _fields(params_class) -> tuple:
+    """A parameter class's fields and their annotations (read once per class)."""
+    return tuple(typing.get_type_hints(params_class).items())
+
+
+def _check_array(value, hint, where: str, dims: _Dims, later: list, dtypes: dict | None) -> None:
+    if not isinstance(value, np.ndarray):
+        raise dims.refuse(f"{where} is a {type(value).__name__}, not a np.ndarray")
+    family = hint.__name__.partition("[")[0]
+    kind = {"Float": "f", "Int": "iu", "Bool": "b"}.get(family)
+    if kind is not None and value.dtype.kind not in kind:
+        kind = {"Float": "a float", "Int": "an integer", "Bool": "a boolean"}[family]
+        raise dims.refuse(f"{where} is {value.dtype}, not {kind} dtype")
+    if dtypes is not None:                 # the parameters: one float dtype
+        first = dtypes.setdefault("dtype", (value.dtype, where))
+        if value.dtype != first[0]:
+            raise dims.refuse(f"{where} is {value.dtype} but {first[1]} is {first[0]}: give "
+                              "every parameter one dtype")
+    tokens = hint.dim_str.split()
+    if any(token.startswith("*") or token == "..." for token in tokens):
+        return
+    if value.ndim != len(tokens):
+        raise dims.refuse(f"{where} has {value.ndim} axes, but its shape is {hint.dim_str} "
+                          f"({len(tokens)})")
+    for axis, (token, size) in enumerate(zip(tokens, value.shape)):
+        at = f"{where} axis {axis}"
+        token = token.lstrip("#")           # broadcastable: a size of 1 allowed
+        if token == "_" or size == 1 and token != tokens[axis]:
+            continue
+        if token.isidentifier():
+            dims.bind(token, int(size), at)
+        elif token.isdigit():
+            if int(size) != int(token):
+                raise dims.refuse(f"{at} is {size}, not {token}")
+        else:
+            later.append((token, int(size), at, hint.dim_str))
+
+
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+              ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
+              ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
+
+
+def _names(expression: str) -> list[str]:
+    return sorted({node.id for node in ast.walk(ast.parse(expression, mode="eval"))
+                   if isinstance(node, ast.Name)})
+
+
+def _evaluate(expression: str, dims: _Dims, what: str) -> int:
+    """The value of a dim expression or constraint of the spec (generated text, in the spec's
+    notation: ``/`` divides exactly), over the dims bound so far."""
+
+    def value(node):
+        if isinstance(node, ast.Expression):
+            return value(node.body)
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in dims.value and node.id in dims.lets:
+                let = f"{node.id} = {dims.lets[node.id]}"
+                dims.value[node.id] = _evaluate(dims.lets[node.id], dims, let)
+                dims.seen[node.id] = let
+            if node.id not in dims.value:
+                raise _Unknown(node.id)
+            return dims.value[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -value(node.operand)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            top, bottom = value(node.left), value(node.right)
+            if bottom == 0 or top % bottom:
+                raise dims.refuse(f"{what}: {top} is not divisible by {bottom}")
+            return top // bottom
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and right == 0:
+                raise dims.refuse(f"{what}: division by 0")
+            return _OPERATORS[type(node.op)](left, right)
+        if isinstance(node, ast.Compare):
+            left = value(node.left)
+            for op, right_node in zip(node.ops, node.comparators):
+                right = value(right_node)
+                if not _OPERATORS[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(node, ast.BoolOp):
+            results = [value(each) for each in node.values]
+            return all(results) if isinstance(node.op, ast.And) else any(results)
+        raise TypeError(f"{what}: {ast.dump(node)} is not a dim expression")
+
+    return value(ast.parse(expression, mode="eval"))
 
 
 @functools.cache

@@ -29,7 +29,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("1796ea5b11881907", __name__)  # the runtime this was generated with
+rt.require_version("1f1b1b4931016eff", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
@@ -42,12 +42,17 @@ MEMORY_LIMIT = None
 CACHE_STATES = {
     "decoder": {
         "layers": [{
-            "self_attention": {
-                "K_past": "K_h",
-                "V_past": "V_h",
-            },
+            "self_attention": {"K_past": "K_h", "V_past": "V_h"},
         }],
     },
+}
+
+
+# the spec's derived dims and constraints, in its notation: what the entry functions check their
+# arguments by (rt.entry)
+RULES = {
+    "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
+    "requires": {"d_model % H == 0": "spec/transformer.tspec:40"},
 }
 
 
@@ -289,6 +294,7 @@ def decoder(
     return Y_dec
 
 
+@rt.entry(RULES)
 @rt.typechecked
 def transformer(
     u: Int[np.ndarray, "B T_dec"],
@@ -474,6 +480,7 @@ def decoder_step(
     return Y_dec
 
 
+@rt.entry(RULES)
 @rt.typechecked
 def decode_step(
     u: Int[np.ndarray, "B T_new"],
@@ -504,12 +511,13 @@ def decode_step(
             \mathrm{probs} = \mathrm{softmax}\left(\mathrm{logits}\right)
     """
     rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made
+    staged = rt.staged(cache)  # the step writes here, the cache at the end
     T_new = u.shape[-1]
     T_past = m_tgt.shape[-1] - T_new
     d_model = params["E"].shape[-1]
     B = u.shape[-2]
     V = params["E"].shape[-2]
-    H = rt.axis_size(cache, "decoder", "layers", 0, "self_attention", "K_past", axis=0)
+    H = rt.axis_size(staged, "decoder", "layers", 0, "self_attention", "K_past", axis=0)
     d_k = d_model // H
     d_v = d_model // H
     d_ff = rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1", axis=-1)
@@ -536,12 +544,13 @@ def decode_step(
         Y_0,
         L_self[None],
         params["decoder"],
-        cache["decoder"],
+        staged["decoder"],
         eps=eps,
         trace=rt.subtrace(trace, "decoder"),
     )  # B T_new d_model
     logits = rt.project(Y_dec, params["W_out"])  # B T_new V
     probs = rt.softmax(logits)  # B T_new V
+    rt.commit(staged, cache)  # every layer's new entries at once
     rt.record(trace, M_self=M_self, X_dec=X_dec, P_dec=P_dec, Y_0=Y_0, L_self=L_self, Y_dec=Y_dec,
         logits=logits, probs=probs)
     return logits, probs
@@ -558,7 +567,8 @@ def prefill(
     spec/transformer.tspec.
 
     The cache holds, for every layer, the keys and values decode_step appends to. Call decode_step
-    with the next positions' ids and this cache, which it extends in place.
+    with the next positions' ids and this cache, which it extends in place once every layer has its
+    new entries (a step that fails or is interrupted part way leaves it as it was).
     """
     recorder = rt.StateRecorder(CACHE_STATES)  # keeps what the states start as
     logits, probs = transformer(u, m_tgt, params, H=H, eps=eps, trace=recorder)  # the full forward

@@ -19,8 +19,8 @@ KEYWORDS = frozenset({
 # The helpers sit behind `rt.` (its runtime module), so their names are free.
 CODE_NAMES = frozenset({
     "rt", "np", "cp", "math", "Bool", "Float", "Int", "Tuple", "TypedDict", "MEMORY_LIMIT",
-    "CACHE_STATES", "prefill", "decode_step", "params", "cache", "trace", "dtype", "layer", "i",
-    "member", "recorder",
+    "CACHE_STATES", "RULES", "prefill", "decode_step", "params", "cache", "trace", "dtype", "layer", "i",
+    "member", "recorder", "staged",
 })
 RESERVED = KEYWORDS | CODE_NAMES
 

@@ -930,6 +930,19 @@ class _Builder:
         return TensorDecl(name, role, parsed, dtype or "float", meaning, self.file, line,
                           unstated_family, implied_shape)
 
+    def require_instances_apart(self, raw: list, tensors: dict[str, int], where: str) -> None:
+        """An instance is a key of its scope's parameters and of its trace, beside the
+        scope's parameters and tensors: one named like them is refused."""
+        for s in raw:
+            if isinstance(s, When):
+                self.require_instances_apart(s.body, tensors, where)
+                self.require_instances_apart(s.otherwise, tensors, where)
+            elif isinstance(s, _RawEquation) and s.instance in tensors:
+                raise self.error(f"instance {s.instance} has the name of a tensor or parameter "
+                                 f"in {where} (line {tensors[s.instance]}): both would be "
+                                 f"params['{s.instance}'] and trace['{s.instance}']; name the "
+                                 "instance otherwise", s.line)
+
     def scope(self, raw: list, symbols: dict, blocks: set, inputs: list[TensorDecl], where: str,
               outputs: list[str]) -> list:
         """Lower one scope (the model or a block): its tensor names are known up front."""
@@ -958,6 +971,7 @@ class _Builder:
                     collect(s.body)
                     collect(s.otherwise)
         collect(raw)
+        self.require_instances_apart(raw, tensors, where)
         for name, line in tensors.items():
             if name in symbols:
                 raise self.error(f"{name} is both a dim and a tensor in {where}", line)

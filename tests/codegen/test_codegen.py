@@ -102,8 +102,8 @@ def test_the_generated_module_reads_like_the_spec():
 
 def test_every_step_of_every_function_carries_its_shape():
     """Every step that makes a tensor carries the spec's shape of it, which its comment
-    shows; the steps that make none are the trace's record, the return and the float16
-    patch, whose comment says what it does."""
+    shows; the steps that make none are the trace's record, the return, the float16 patch
+    and the decoding step's commit of its cache, whose comment says what it does."""
     def shape_of(step):
         if isinstance(step, (ir.Assign, ir.CallBlock)):
             return step.comment.shape
@@ -116,6 +116,9 @@ def test_every_step_of_every_function_carries_its_shape():
                 inner = step.steps if isinstance(step, ir.AttentionCore) else (step,)
                 for each in inner:
                     if isinstance(each, (ir.Record, ir.Return, ir.KeepMasked)):
+                        continue
+                    if isinstance(each, ir.Evaluate) and function.name == "decode_step":
+                        assert each.comment.after == "every layer's new entries at once"
                         continue
                     if function.name == "prefill":      # the full forward's call
                         continue
@@ -481,36 +484,59 @@ def test_token_ids_out_of_range_are_named():
 
 
 def test_token_ids_of_a_float_dtype_are_refused():
+    """By the entry function's check (rt.entry); the embedding's own check (rt.embed) says
+    the same of a block's function called directly."""
     module = generated(arch="encoder_only")
     t, keep, _, _ = encoder_decoder_inputs()
+    params = small_params({"arch": "encoder_only"})
+    with pytest.raises(ValueError, match=r"^transformer: t is float64, not an integer dtype$"):
+        module.transformer(t.astype(float), keep, params, H=2)
     with pytest.raises(TypeError, match=r"^t: ids into E must be integers, got dtype float64$"):
-        module.transformer(t.astype(float), keep, small_params({"arch": "encoder_only"}), H=2)
+        module.rt.embed(params["E"], t.astype(float), ids="t")
 
 
 def test_a_mask_that_is_not_boolean_is_refused():
     module = generated(arch="encoder_only")
     t, keep, _, _ = encoder_decoder_inputs()
-    with pytest.raises(TypeError, match=r"^a key mask must be boolean \(True = token\), got "
-                                         r"dtype int64$"):
+    with pytest.raises(ValueError, match=r"^transformer: m_src is int64, not a boolean dtype$"):
         module.transformer(t, keep.astype(np.int64), small_params({"arch": "encoder_only"}),
                            H=2)
+    with pytest.raises(TypeError, match=r"^a key mask must be boolean \(True = token\), got "
+                                         r"dtype int64$"):
+        module.rt.padding_mask(keep.astype(np.int64), 5)
+
+
+@pytest.mark.parametrize("typecheck", [False, True])
+def test_wrong_shapes_at_the_entry_are_refused_whatever_typecheck_says(typecheck):
+    module = generated(typecheck, arch="encoder_only")
+    t, keep, _, _ = encoder_decoder_inputs()
+    with pytest.raises(ValueError, match=r"^transformer: m_src axis 1 is 4, but T is 5 \(from t "
+                                         r"axis 1\)$"):
+        module.transformer(t, keep[:, :4], small_params({"arch": "encoder_only"}), H=2)
 
 
 def test_wrong_shapes_fail_under_typecheck_with_jaxtyping_naming_the_axes():
+    """A block's function called directly: jaxtyping checks it under TSPEC_TYPECHECK=1."""
     module = generated(True, arch="encoder_only")
-    t, keep, _, _ = encoder_decoder_inputs()
-    with pytest.raises(Exception, match=r"T=5") as error:
-        module.transformer(t, keep[:, :4], small_params({"arch": "encoder_only"}), H=2)
+    params = small_params({"arch": "encoder_only"})
+    layer = params["encoder"]["layers"][0]["feed_forward"]
+    X = np.zeros((2, 5, 7), np.float32)                 # d_model is 8
+    with pytest.raises(Exception, match=r"k=7") as error:      # rt.project: X @ W
+        module.feed_forward(X, layer)
     assert type(error.value).__name__ in ("TypeCheckError", "BeartypeCallHintParamViolation") \
         or "jaxtyping" in type(error.value).__module__ or "beartype" in \
         type(error.value).__module__
 
 
 def test_without_typecheck_the_functions_are_not_wrapped():
+    """Without TSPEC_TYPECHECK, a block's function is the plain function and the entry
+    function the entry check around it; with it, jaxtyping wraps both."""
     plain = generated(arch="encoder_only")
     checked = generated(True, arch="encoder_only")
-    assert not hasattr(plain.transformer, "__wrapped__")
-    assert hasattr(checked.transformer, "__wrapped__")
+    assert not hasattr(plain.feed_forward, "__wrapped__")
+    assert hasattr(checked.feed_forward, "__wrapped__")
+    assert not hasattr(plain.transformer.__wrapped__, "__wrapped__")
+    assert hasattr(checked.transformer.__wrapped__, "__wrapped__")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -217,7 +217,7 @@ PROSE = {("Function", "summary"), ("Function", "source"), ("Function", "where"),
          ("EquationDoc", "plain"), ("EquationDoc", "latex"), ("EquationDoc", "where"),
          ("Parameter", "meaning"), ("Field", "meaning"), ("ParamsClass", "doc"),
          ("Comment", "before"), ("Comment", "after"), ("AttentionStrategy", "note"),
-         ("ArrayType", "axes"), ("Constant", "comment"), ("Literal", "value"),
+         ("ArrayType", "axes"), ("Constant", "comment"), ("EntryRules", "requires"), ("Literal", "value"),
          ("Number", "spelling")}
 
 

@@ -85,8 +85,9 @@ def test_the_helpers_needs_and_imports_are_honest(backend):
 def test_a_runtime_imports_what_its_helpers_declare():
     text = render.render_runtime(BACKENDS["numpy"])
     imports = text[text.index('"""\n\n') + 5:text.index("VERSION = ")]
-    assert imports.splitlines()[:5] == ["import functools", "import inspect", "import itertools",
-                                        "import math", "import os"]
+    assert imports.splitlines()[:7] == ["import ast", "import functools", "import inspect",
+                                        "import itertools", "import math", "import operator",
+                                        "import os"]
     assert "from scipy.special import erf\n" in imports
     assert "erf" not in render.render_runtime(BACKENDS["cupy"]).split("VERSION = ")[0]
 

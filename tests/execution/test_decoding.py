@@ -802,3 +802,52 @@ def test_the_buffers_extend_keeps_are_forgotten_with_their_arrays():
     assert len(runtime.GROWING) == before + 1
     del grown
     assert len(runtime.GROWING) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# A step is atomic: it changes the cache only once every layer has its new entries
+
+def cached_states(cache):
+    """(layer, state) -> the array the cache holds there, for an identity comparison."""
+    return {(i, name): array for i, layer in enumerate(cache["decoder"]["layers"])
+            for name, array in layer["self_attention"].items()}
+
+
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt, MemoryError])
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_a_step_interrupted_in_any_layer_leaves_the_cache_as_it_was(arrays, interruption,
+                                                                   monkeypatch):
+    """decode_step interrupted at any of its 2 N + 1 LayerNorms (each layer's two, the last
+    after every layer has its new keys and values), by Ctrl-C or an error: every layer's cache
+    is the arrays prefill made, and the same step run again gives the logits an uninterrupted
+    step gives. (Before: layers 0 and 1 kept their new entries, layer 2 not.)"""
+    choices = DECODERS["gpt2"]
+    model = arrays.load(source(SPEC, choices, arrays.backend), private=True)
+    params = arrays.put(params_for(choices, np.float64, N=3))
+    u = arrays.put(np.random.default_rng(8).integers(0, SIZES["V"], (2, 6)))
+    mask = arrays.put(np.ones((2, 6), dtype=bool))
+    _, _, clean = model.prefill(u[:, :4], mask[:, :4], params, H=2)
+    expected = to_numpy(model.decode_step(u[:, 4:6], mask, params, clean)[0])
+    layer_norm = model.rt.layer_norm
+    for stop in range(7):
+        _, _, cache = model.prefill(u[:, :4], mask[:, :4], params, H=2)
+        before = cached_states(cache)
+        calls = []
+
+        def interrupted(*args, calls=calls, stop=stop, **kwargs):
+            calls.append(args)
+            if len(calls) > stop:
+                raise interruption()
+            return layer_norm(*args, **kwargs)
+
+        monkeypatch.setattr(model.rt, "layer_norm", interrupted)
+        with pytest.raises(interruption):
+            model.decode_step(u[:, 4:6], mask, params, cache)
+        monkeypatch.setattr(model.rt, "layer_norm", layer_norm)
+        assert len(calls) == stop + 1
+        after = cached_states(cache)
+        assert after.keys() == before.keys()
+        assert all(after[key] is before[key] for key in before), stop
+        logits = to_numpy(model.decode_step(u[:, 4:6], mask, params, cache)[0])
+        np.testing.assert_allclose(logits, expected, rtol=1e-12, atol=1e-12)
+        assert {array.shape[-2] for array in cached_states(cache).values()} == {6}

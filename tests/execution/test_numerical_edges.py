@@ -528,12 +528,18 @@ def test_token_ids_out_of_range_in_a_decoding_step(arrays, name):
 @pytest.mark.parametrize("arrays", BACKENDS)
 def test_a_sequence_longer_than_the_position_table_is_refused(arrays):
     """BERT's learned positions have max_len = 8 rows: 9 positions are refused by name (the
-    slice P_table[:9] would be 8 rows, and broadcast against a one-row table silently)."""
+    slice P_table[:9] would be 8 rows, and broadcast against a one-row table silently): by
+    the entry function's check of the spec's constraint, and by the table's own helper where
+    a block reads it."""
     module = model(arrays, "bert")
     P = params(arrays, "bert", "float32")
     run(arrays, module, inputs(module.transformer, 2, 8), P)
     with pytest.raises(ValueError) as error:
         run(arrays, module, inputs(module.transformer, 2, 9), P)
+    assert str(error.value) == ("transformer: the arguments break `require T <= max_len` (T=9, "
+                                "max_len=8; spec/transformer.tspec:59)")
+    with pytest.raises(ValueError) as error:
+        module.rt.table_rows(P["P_table"], "P_table", 0, 9)
     assert str(error.value) == ("P_table has 8 rows, but positions 0 to 8 need 9: a sequence, "
                                 "with any positions decoded before it, may be at most 8 long")
 

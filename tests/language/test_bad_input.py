@@ -757,3 +757,38 @@ def test_bad_conjunctions_in_when(condition, message):
     with raises((SpecError, SpecSyntaxError), message):
         parse(HEADER + f'choice act = relu | gelu\nchoice wide = no | yes\nwhen {condition}:\n'
                        '    input X "B T d"\n')
+
+
+INSTANCE_CLASH = """\
+spec clash "an instance named like a parameter"
+dim B "batch"
+dim d "width"
+
+block inner(X "B d") -> Y:
+    param W "d d" "weight"
+    Y "B d" "output" = X @ W
+
+block outer(X "B d") -> Z:
+    param W "d d" "weight"
+    Y "B d" "inner's output" = inner(X) as {instance}
+    Z "B d" "output" = Y @ W
+
+input X "B d" "input"
+Z "B d" "output" = outer(X) as {top}
+output Z
+"""
+
+
+@pytest.mark.parametrize("instance, top, line, message", [
+    ("W", "first", 11, ("instance W has the name of a tensor or parameter in block outer (line "
+     "10): both would be params['W'] and trace['W']; name the instance otherwise")),
+    ("Z", "first", 11, ("instance Z has the name of a tensor or parameter in block outer (line "
+     "12): both would be params['Z'] and trace['Z']; name the instance otherwise")),
+    ("inner", "X", 15, ("instance X has the name of a tensor or parameter in the model (line "
+     "14): both would be params['X'] and trace['X']; name the instance otherwise")),
+])
+def test_an_instance_named_like_a_tensor_of_its_scope_is_refused(instance, top, line, message):
+    """An instance named like a parameter of its block crashed `tspec run` (IndexError):
+    the two shared one key of the block's parameters."""
+    with raises(SpecError, f"t.tspec:{line}: {message}"):
+        parse(INSTANCE_CLASH.format(instance=instance, top=top))
