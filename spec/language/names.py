@@ -45,6 +45,10 @@ def check_name(name: str, what: str, *, file: str | None = None, line: int | Non
         raise SpecError(f"{what} name {name!r} is a Python keyword", file=file, line=line)
     if value_only:
         return name
+    from tspec.ops.catalogue import SETTINGS  # the ops' settings: the catalogue's own
+    if name in SETTINGS:
+        raise SpecError(f"{what} name {name!r} is a setting's, which generated functions take "
+                        "as a keyword argument; name it otherwise", file=file, line=line)
     if name in RESERVED:
         raise SpecError(f"{what} name {name!r} is reserved by the spec language and its generated code",
                         file=file, line=line)

@@ -792,3 +792,18 @@ def test_an_instance_named_like_a_tensor_of_its_scope_is_refused(instance, top, 
     the two shared one key of the block's parameters."""
     with raises(SpecError, f"t.tspec:{line}: {message}"):
         parse(INSTANCE_CLASH.format(instance=instance, top=top))
+
+
+@pytest.mark.parametrize("line, what, name", [
+    ('eps "B d" = X', "tensor", "eps"),
+    ('input theta "B d"', "tensor", "theta"),
+    ('dim rope_factor "a width"', "dim", "rope_factor"),
+])
+def test_a_name_of_a_setting_is_refused(line, what, name):
+    """A tensor named eps made generated code pass it as LayerNorm's epsilon (off by 6.5e-3,
+    with `tspec check` passing); a dim named eps made the epsilon a width: a setting's name
+    is refused until generated code keeps its names apart from the spec's."""
+    text = f'dim B "b"\ndim d "w"\ninput X "B d"\n{line}\noutput X\n'
+    with raises(SpecError, f"t.tspec:4: {what} name '{name}' is a setting's, which generated "
+                           "functions take as a keyword argument; name it otherwise"):
+        parse(text)
