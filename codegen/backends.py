@@ -156,7 +156,8 @@ RUNTIME_HELPERS = (
     Helper("batched_matmul", imports=("ctypes",), chosen=True),
     Helper("masked_softmax", needs=("kernel_support", "softmax"), imports=("math",),
            shared=True),
-    Helper("attend_fused", needs=("batched_matmul", "masked_softmax"), chosen=True),
+    Helper("attend_fused", needs=("kernel_support", "batched_matmul", "masked_softmax"),
+           imports=("functools", "math", "warnings"), chosen=True),
 )
 
 # What helpers may import, by the name their code uses: its import line (the standard
