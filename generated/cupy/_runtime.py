@@ -16,13 +16,15 @@ import ctypes
 import functools
 import math
 import os
+import threading
 import warnings
+import weakref
 from typing import Optional
 
 import cupy as cp
 from jaxtyping import Bool, Float, Int, jaxtyped
 
-VERSION = "b1e4b224ca014e67"  # of this runtime: the sha256 of its text without this line
+VERSION = "8faa5d19b885f467"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -112,6 +114,62 @@ def check_cache(cache: dict, params: dict, starts: dict, path: str = "cache") ->
             if weights and cache[key].dtype != weights[0].dtype:
                 raise ValueError(f"{where} is {cache[key].dtype} but the parameters are "
                                  f"{weights[0].dtype}: pass the cache prefill returned")
+
+
+# A state a decoding step extends (the key-value cache: K_past <- concat(K_past, K_new)) lives
+# at the start of a buffer with room to grow: a step writes its new entries after the last
+# ones instead of copying them all, so decoding T positions copies O(T) numbers, not O(T^2).
+# GROWING: id of such a buffer -> [a weak reference to it, how far along its axis it is filled]
+GROWING: dict[int, list] = {}
+GROWING_LOCK = threading.Lock()
+
+
+def extend(past: cp.ndarray, new: cp.ndarray, axis: int) -> cp.ndarray:
+    """cp.concatenate([past, new], axis), in the buffer ``past`` lies at the start of where
+    that buffer has room and ``past`` ends where it was filled to: the new entries are written
+    after past's, where no view of past sees them, and the result is a longer view of the
+    buffer. Otherwise (a first step, a full buffer, a state an earlier branch of decoding left
+    behind, which a later step has written past) a new buffer with room for half as many
+    again, the two copied in.
+
+    The states of every step share the buffer, so the views it returns are read-only where
+    the array library allows it (NumPy's; CuPy's arrays have no such flag): a caller that
+    writes into a cache (reordering its sequences in place) would otherwise change every other
+    state too; such a write raises instead (take a copy to change one; on CuPy, assign new
+    arrays instead of writing into the cache's)."""
+    if not -past.ndim <= axis < past.ndim or new.ndim != past.ndim:
+        return cp.concatenate([past, new], axis=axis)  # its error says what is wrong
+    at = axis % past.ndim
+    head = (slice(None),) * at
+    total = past.shape[at] + new.shape[at]
+    other = past.shape[:at] + past.shape[at + 1:]
+    with GROWING_LOCK:
+        buffer = past.base
+        known = GROWING.get(id(buffer)) if buffer is not None else None
+        if known is not None and known[0]() is buffer and known[1] == past.shape[at] and \
+                total <= buffer.shape[at] and past.dtype == buffer.dtype == new.dtype and \
+                past.data.ptr == buffer.data.ptr \
+                and past.strides == buffer.strides and \
+                buffer.shape[:at] + buffer.shape[at + 1:] == other and \
+                new.shape[:at] + new.shape[at + 1:] == other:
+            buffer[head + (slice(past.shape[at], total),)] = new
+            known[1] = total
+            return read_only(buffer[head + (slice(0, total),)])
+    if new.shape[:at] + new.shape[at + 1:] != other:
+        return cp.concatenate([past, new], axis=axis)  # its error names the shapes
+    room = past.shape[:at] + (total + max(total // 2, 1),) + past.shape[at + 1:]
+    buffer = cp.empty(room, cp.result_type(past, new))
+    buffer[head + (slice(0, past.shape[at]),)] = past
+    buffer[head + (slice(past.shape[at], total),)] = new
+    key = id(buffer)
+    with GROWING_LOCK:  # the entry goes with the buffer
+        GROWING[key] = [weakref.ref(buffer, lambda _: GROWING.pop(key, None)), total]
+    return read_only(buffer[head + (slice(0, total),)])
+
+
+def read_only(view: cp.ndarray) -> cp.ndarray:
+    """The view as it is: cupy's arrays cannot refuse writes."""
+    return view
 
 
 def require_size(what: str, size: int, name: str, expected: int) -> None:

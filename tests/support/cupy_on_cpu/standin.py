@@ -76,6 +76,13 @@ class ndarray(np.ndarray):
         return MemoryPointer(self)
 
     @property
+    def base(self):
+        """CuPy's: the device array whose memory this view is in, None for one that owns its
+        memory (never the NumPy array behind a stand-in array)."""
+        base = np.ndarray.base.__get__(self)
+        return base if isinstance(base, ndarray) else None
+
+    @property
     def device(self):
         return Device()
 
@@ -137,8 +144,8 @@ _allocations: dict[int, weakref.ref] = {}
 
 def _owner(array: np.ndarray) -> np.ndarray:
     """The array that owns the memory a view is in."""
-    while isinstance(array.base, np.ndarray):
-        array = array.base
+    while isinstance(np.ndarray.base.__get__(array), np.ndarray):
+        array = np.ndarray.base.__get__(array)
     return array
 
 
