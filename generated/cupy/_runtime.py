@@ -24,7 +24,7 @@ from typing import Optional
 import cupy as cp
 from jaxtyping import Bool, Float, Int, jaxtyped
 
-VERSION = "8faa5d19b885f467"  # of this runtime: the sha256 of its text without this line
+VERSION = "82068e7cb3f6d9a4"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -566,13 +566,16 @@ template <typename A> __device__ __forceinline__ A warp_max(A value) {
     return value;
 }
 
-// query rows a block takes (16; 8 for float64 at d > 128), and keys a tile (what fits)
-template <typename A, int D> constexpr int tile_rows() { return sizeof(A) == 8 && D > 128 ? 8 : 16; }
-template <typename A, int D> constexpr int tile_bytes(int keys) {
+// query rows a block takes (16; 8 for float64 at d > 128), and keys a tile (what fits); host
+// and device functions, as device code may call only those (constexpr ones too, in CUDA)
+template <typename A, int D> __host__ __device__ constexpr int tile_rows() {
+    return sizeof(A) == 8 && D > 128 ? 8 : 16;
+}
+template <typename A, int D> __host__ __device__ constexpr int tile_bytes(int keys) {
     return (tile_rows<A, D>() * (D + 1) + keys * (D + 1) + 3 * tile_rows<A, D>() +
             tile_rows<A, D>() * (keys + 1)) * (int)sizeof(A);
 }
-template <typename A, int D> constexpr int tile_keys() {
+template <typename A, int D> __host__ __device__ constexpr int tile_keys() {
     return tile_bytes<A, D>(64) <= SHARED_LIMIT ? 64 : tile_bytes<A, D>(32) <= SHARED_LIMIT ? 32
          : tile_bytes<A, D>(16) <= SHARED_LIMIT ? 16 : 8;
 }
@@ -806,11 +809,11 @@ __global__ void attend_combine(
 ATTEND_WMMA_SOURCE = r"""
 using namespace nvcuda;
 
-template <int D> constexpr int wmma_bytes(int keys) {
+template <int D> __host__ __device__ constexpr int wmma_bytes(int keys) {
     return 2 * (16 * (D + 8) + keys * (D + 8) + 16 * (keys + 8)) +
            4 * (16 * (keys + 4) + 16 * (D + 4) + 3 * 16);
 }
-template <int D> constexpr int wmma_keys() {
+template <int D> __host__ __device__ constexpr int wmma_keys() {
     return wmma_bytes<D>(64) <= SHARED_LIMIT ? 64 : wmma_bytes<D>(32) <= SHARED_LIMIT ? 32 : 16;
 }
 
