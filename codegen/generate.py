@@ -31,8 +31,8 @@ from tspec import api
 from tspec.codegen import ir
 from tspec.codegen.backends import BACKENDS
 from tspec.codegen.backends import backend as backend_named
-from tspec.codegen.lower import lower
-from tspec.codegen.render import render, render_runtime, runtime_named, runtime_version
+from tspec.codegen.lowering.lower import lower
+from tspec.codegen.rendering.render import render, render_runtime, runtime_named, runtime_version
 from tspec.errors import CodegenError, UsageError, quoted
 from tspec.files import inside, stale_diff, write_files
 from tspec.language.model import Spec
@@ -65,18 +65,18 @@ def with_defaults(module: ir.Module, values: Mapping[str, int | float]) -> ir.Mo
     names: a dim (an int keyword, else required) a positive integer, a setting (a float
     keyword, else the catalogue's default) a finite number; each keyword's meaning says so.
     Only numbers reach the code, written by Python (``repr``), never text as given."""
-    def keyword(record: ir.Keyword) -> ir.Keyword:
+    def keyword(record: ir.Parameter) -> ir.Parameter:
         value = values.get(record.name)
         if isinstance(value, bool) or value is None:
             return record
-        if record.annotation == "int" and isinstance(value, int) and value > 0:
+        if record.annotation == ir.PlainType("int") and isinstance(value, int) and value > 0:
             code = str(value)
-        elif record.annotation == "float" and isinstance(value, (int, float)) and \
-                math.isfinite(value):
+        elif record.annotation == ir.PlainType("float") and isinstance(value, (int, float)) \
+                and math.isfinite(value):
             code = repr(float(value))
         else:
             return record
-        return dataclasses.replace(record, default=code,
+        return dataclasses.replace(record, default=ir.Number(code),
                                    meaning=f"{record.meaning}; default {code}, the variant's")
 
     functions = [dataclasses.replace(f, keywords=tuple(keyword(k) for k in f.keywords))

@@ -156,9 +156,13 @@ class Report:
 
 
 def _is_config(path: Path) -> bool:
-    """A Hugging Face config: a .json file, or a folder holding config.json."""
-    return path.suffix == ".json" and _exists(path) or path.is_dir() and \
-        (path / "config.json").is_file()
+    """A Hugging Face config: a .json file, or a folder holding config.json (a path the
+    system cannot look at is none: reading it says why)."""
+    try:
+        return path.suffix == ".json" and _exists(path) or path.is_dir() and \
+            (path / "config.json").is_file()
+    except OSError:
+        return False
 
 
 def imported(config) -> Variant:

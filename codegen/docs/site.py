@@ -33,8 +33,8 @@ from tspec.checking.findings import display_path
 from tspec.checking.prove import evaluate as prove_evaluate
 from tspec.codegen.docs import diagram, markup
 from tspec.codegen.docs.comparisons import comparisons, grid_example
-from tspec.codegen.lower import step_choices
-from tspec.codegen.render import environment
+from tspec.codegen.lowering.lower import step_choices
+from tspec.codegen.rendering.render import environment
 from tspec.errors import UsageError
 from tspec.files import inside, shown, stale_diff, write_files
 from tspec.files import where as spec_line

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from tspec.codegen.render import runtime_named, runtime_version
+from tspec.codegen.rendering.render import runtime_named, runtime_version
 from tspec.errors import UsageError
 from tspec.files import write_atomic
 

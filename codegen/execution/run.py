@@ -16,8 +16,8 @@ from tspec.checking.prove import evaluate
 from tspec.codegen.backends import backend as backend_named
 from tspec.codegen.execution import weights
 from tspec.codegen.execution.loading import load_source
-from tspec.codegen.lower import DECODING, lower
-from tspec.codegen.render import render
+from tspec.codegen.lowering.lower import DECODING, lower
+from tspec.codegen.rendering.render import render
 from tspec.errors import RunError, TspecError, UsageError
 from tspec.language.model import (
     NEW,

@@ -29,7 +29,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("82068e7cb3f6d9a4", __name__)  # the runtime this was generated with
+rt.require_version("1ed33403083f48d8", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):

@@ -33,7 +33,7 @@ try:
 except ImportError:
     resource = None
 
-VERSION = "d4495b8fa7a0c2fd"  # of this runtime: the sha256 of its text without this line
+VERSION = "66c17b202c3020fb"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -819,7 +819,7 @@ def rms_norm(
 def rotary(
     x: Float[np.ndarray, "*batch T d"],
     theta: float,
-    scaling: tuple[float, float, float, float] = (1.0, 1.0, 4.0, 8192.0),
+    scaling: tuple | list = (1.0, 1.0, 4.0, 8192.0),
     offset: int = 0,
 ) -> Float[np.ndarray, "*batch T d"]:
     """RoPE: position p turns the feature pair (x_i, x_{i + d/2}) by the angle

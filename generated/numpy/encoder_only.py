@@ -28,7 +28,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("d4495b8fa7a0c2fd", __name__)  # the runtime this was generated with
+rt.require_version("66c17b202c3020fb", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):

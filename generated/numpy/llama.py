@@ -41,7 +41,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("d4495b8fa7a0c2fd", __name__)  # the runtime this was generated with
+rt.require_version("66c17b202c3020fb", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
@@ -230,10 +230,10 @@ def multi_head_attention(
     K_proj = rt.project(X_kv, params["W_K"])  # B T_kv H_kv*d_k
     V_proj = rt.project(X_kv, params["W_V"])  # B T_kv H_kv*d_v
     Q_u = rt.split_heads(Q_proj, H)  # [H] B T_q d_k
-    Q_h = rt.rotary(Q_u, theta, (rope_factor, rope_low, rope_high, rope_context))  # [H] B T_q d_k
+    Q_h = rt.rotary(Q_u, theta, [rope_factor, rope_low, rope_high, rope_context])  # [H] B T_q d_k
     K_gu = rt.split_heads(K_proj, H_kv)  # [H_kv] B T_kv d_k
     # [H_kv] B T_kv d_k
-    K_g = rt.rotary(K_gu, theta, (rope_factor, rope_low, rope_high, rope_context))
+    K_g = rt.rotary(K_gu, theta, [rope_factor, rope_low, rope_high, rope_context])
     V_g = rt.split_heads(V_proj, H_kv)  # [H_kv] B T_kv d_v
     K_h = rt.repeat_heads(K_g, H)  # [H] B T_kv d_k
     V_h = rt.repeat_heads(V_g, H)  # [H] B T_kv d_v
@@ -485,10 +485,10 @@ def cached_self_attention(
     V_proj = rt.project(X, params["W_V"])  # B T_x H_kv*d_v
     Q_u = rt.split_heads(Q_proj, H)  # [H] B T_x d_k
     # [H] B T_x d_k
-    Q_h = rt.rotary(Q_u, theta, (rope_factor, rope_low, rope_high, rope_context), offset=T_past)
+    Q_h = rt.rotary(Q_u, theta, [rope_factor, rope_low, rope_high, rope_context], offset=T_past)
     K_gu = rt.split_heads(K_proj, H_kv)  # [H_kv] B T_x d_k
     # [H_kv] B T_x d_k
-    K_g = rt.rotary(K_gu, theta, (rope_factor, rope_low, rope_high, rope_context), offset=T_past)
+    K_g = rt.rotary(K_gu, theta, [rope_factor, rope_low, rope_high, rope_context], offset=T_past)
     V_g = rt.split_heads(V_proj, H_kv)  # [H_kv] B T_x d_v
     K_all = rt.extend(cache["K_past"], K_g, axis=-2)  # [H_kv] B T_past+T_x d_k
     V_all = rt.extend(cache["V_past"], V_g, axis=-2)  # [H_kv] B T_past+T_x d_v

@@ -58,45 +58,68 @@ class Context(Protocol):
 
 @dataclass(frozen=True)
 class Operand:
-    """An argument as code generation sees it: its code, its value (shape, dtype), the
-    precedence of its outermost Python operator (100 for atoms and calls), and, when the code
-    is a call of a helper, the helper's name and arguments (so that an op can extend it)."""
-    code: str
+    """An argument as code generation sees it: its expression (a record of
+    ``tspec.codegen.ir``, built through the ``CodeContext``) and its value (shape, dtype)."""
+    expr: object
     value: Value
-    precedence: int = 100
-    call: tuple[str, tuple[str, ...]] | None = None
-
-
-def call(name: str, *arguments: str) -> tuple[str, int, tuple[str, tuple[str, ...]]]:
-    """An op's code that is a helper call: its text, precedence and the call itself."""
-    return f"{name}({', '.join(arguments)})", 100, (name, arguments)
 
 
 class CodeContext(Protocol):
-    """What an op's code rule may ask of the code generator."""
+    """What an op's code rule may ask of the code generator. A code rule builds an expression
+    record (``tspec.codegen.ir``) from its operands' expressions through these methods, never
+    Python text: the renderer prints it, parentheses and all."""
 
-    xp: str                                   # the array module's alias in generated code
     batched_matmul: str | None                # the helper for products of two stacks, if any
 
-    def helper(self, name: str) -> str:
-        """Use a helper function of the generated runtime (rendered from its template): the
-        name code calls it by (``rt.softmax``)."""
+    def helper(self, name: str) -> object:
+        """A helper function of the generated runtime (rendered from its template):
+        ``rt.softmax``."""
 
-    def array_function(self, name: str, op: str) -> str:
-        """Use a function of the array module for op ``op``: the name code calls it by
-        (``np.exp``); a CodegenError where the module has none of that name."""
+    def array_function(self, name: str, op: str) -> object:
+        """A function of the array module for op ``op`` (``np.exp``); a CodegenError where the
+        module has none of that name."""
 
-    def dim(self, expr: sympy.Basic) -> str:
-        """Code for an integer dim expression (``T_dec``, ``d_model // H``)."""
+    def dim(self, expr: sympy.Basic) -> object:
+        """An integer dim expression (``T_dec``, ``d_model // H``)."""
 
-    def scalar(self, expr: sympy.Basic) -> str:
-        """Code for a scalar expression over dims, a Python number (``math.sqrt(d_k)``)."""
+    def scalar(self, expr: sympy.Basic) -> object:
+        """A scalar expression over dims, a Python number (``math.sqrt(d_k)``)."""
 
-    def dtype(self) -> str:
-        """Code for the float dtype of the computation (taken from a float tensor in scope)."""
+    def dtype(self) -> object:
+        """The float dtype of the computation (taken from a float tensor in scope)."""
 
-    def runtime(self, name: str) -> str:
+    def runtime(self, name: str) -> object:
         """A run-time setting the function takes as a keyword argument (``eps``)."""
+
+    def call(self, function: object, *args: object, **keywords: object) -> object:
+        """``function(args, keywords)``."""
+
+    def operator(self, symbol: str, left: object, right: object) -> object:
+        """``left symbol right`` for a Python operator (+ - * / @ **)."""
+
+    def negate(self, operand: object) -> object:
+        """``-operand``."""
+
+    def index(self, value: object, *items: object) -> object:
+        """``value[items]``; ``ctx.literal(None)`` is a new axis, ``ctx.every()`` ``:``."""
+
+    def attribute(self, value: object, name: str) -> object:
+        """``value.name``."""
+
+    def literal(self, value: int | str | None) -> object:
+        """A constant: a number, a string, None, or ``...`` (Ellipsis)."""
+
+    def pattern(self, text: str) -> object:
+        """A string constant as Python's repr quotes it (an einsum pattern)."""
+
+    def every(self) -> object:
+        """``:`` in an index: every entry of an axis."""
+
+    def items(self, *values: object) -> object:
+        """A list, ``[a, b]``."""
+
+    def atomic(self, expr: object) -> bool:
+        """Whether the expression needs no brackets anywhere (a name, a call)."""
 
     def error(self, message: str) -> Exception:
         """An error at the equation being lowered (raise it)."""
@@ -117,18 +140,9 @@ class Setting:
 
 # where the ops are defined, the file to edit to add or change one
 CATALOGUE = "spec/ops/catalogue.py"
-# Python operator precedences, for parentheses in generated code
-ATOM, POWER, UNARY, PRODUCT, SUM = 100, 90, 80, 70, 60
 
 
-def wrap(operand: Operand, precedence: int, right: bool = False) -> str:
-    """The operand's code, parenthesised where the surrounding operator binds tighter."""
-    if operand.precedence < precedence or (right and operand.precedence == precedence):
-        return f"({operand.code})"
-    return operand.code
-
-
-def align(a: Operand, b: Operand) -> tuple[Operand, Operand]:
+def align(ctx: CodeContext, a: Operand, b: Operand) -> tuple[Operand, Operand]:
     """Line up a family (its members on a leading axis) with an operand of higher rank.
 
     Broadcasting aligns the last axes, so a family of rank-r members meeting a tensor of rank
@@ -138,23 +152,20 @@ def align(a: Operand, b: Operand) -> tuple[Operand, Operand]:
         return a, b
     shape_a, shape_b = a.value.shape, b.value.shape
     if shape_a.family is not None and shape_b.rank > shape_a.rank:
-        a = _unit_axes(a, shape_b.rank - shape_a.rank)
+        a = _unit_axes(ctx, a, shape_b.rank - shape_a.rank)
     elif shape_b.family is not None and shape_a.rank > shape_b.rank:
-        b = _unit_axes(b, shape_a.rank - shape_b.rank)
+        b = _unit_axes(ctx, b, shape_a.rank - shape_b.rank)
     return a, b
 
 
-def scalar_operand(ctx: CodeContext, expr: sympy.Basic) -> str:
-    """A scalar expression as an operand of ``*`` or ``/``: parenthesised unless atomic."""
-    code = ctx.scalar(expr)
-    atomic = (expr.is_Atom and not (expr.is_Rational and not expr.is_Integer)) or (
-        isinstance(expr, sympy.Pow) and expr.exp == sympy.Rational(1, 2))
-    return code if atomic else f"({code})"
+def _unit_axes(ctx: CodeContext, operand: Operand, count: int) -> Operand:
+    index = [ctx.every()] + [ctx.literal(None)] * count
+    return Operand(ctx.index(operand.expr, *index), operand.value)
 
 
-def _unit_axes(operand: Operand, count: int) -> Operand:
-    index = ", ".join([":"] + ["None"] * count)
-    return Operand(f"{wrap(operand, ATOM)}[{index}]", operand.value, ATOM)
+def operand_expr(ctx: CodeContext, operand: Operand) -> object:
+    """An operand's expression: a scalar's from its value over dims."""
+    return ctx.scalar(operand.value.scalar) if operand.value.is_scalar else operand.expr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,12 +324,12 @@ class Op:
     def latex(self, args: list[str], attrs: dict) -> str:
         raise NotImplementedError
 
-    def code(self, ctx: CodeContext, args: list[Operand], attrs: dict) -> tuple[str, int]:
-        """Python code for the op applied to its operands, and that code's precedence: by
+    def code(self, ctx: CodeContext, args: list[Operand], attrs: dict) -> object:
+        """The expression of the op applied to its operands (built through ``ctx``): by
         default, its function (``called``) applied to them."""
-        return f"{self.called(ctx)}({', '.join(a.code for a in args)})", ATOM
+        return ctx.call(self.called(ctx), *(a.expr for a in args))
 
-    def called(self, ctx: CodeContext) -> str:
+    def called(self, ctx: CodeContext) -> object:
         """The function the op's code calls: its runtime helper, or the array module's
         function; an op with neither (and no ``code`` of its own) is an error of the catalogue's,
         found when code for it is first generated."""

@@ -13,11 +13,6 @@ import sympy
 
 from tspec.language.shape import Shape
 from tspec.ops.base import (
-    ATOM,
-    POWER,
-    PRODUCT,
-    SUM,
-    UNARY,
     Context,
     Op,
     Setting,
@@ -25,16 +20,14 @@ from tspec.ops.base import (
     align,
     axis_index,
     broadcast,
-    call,
     join_family,
     normalised,
     numel,
+    operand_expr,
     operands,
     require_dtype,
     require_rank,
     result_dtype,
-    scalar_operand,
-    wrap,
 )
 
 SETTINGS: dict[str, Setting] = {
@@ -79,12 +72,8 @@ class Elementwise(Op):
         (x,) = args
         if self.name == "log" and x.value.dtype == "bool":
             # log of a 0/1 mask: 0 where kept, -inf where masked, in the float dtype
-            return f"{ctx.helper('log_mask')}({x.code}, {ctx.dtype()})", ATOM
-        if self.activation and x.call is not None and x.call[0] == ctx.helper("project") and \
-                not any(a.startswith("activation=") for a in x.call[1]):
-            # f(X @ W + b): applied in place to the product's fresh result, chunk by chunk
-            return call(x.call[0], *x.call[1], f"activation={self.called(ctx)}")
-        return f"{self.called(ctx)}({x.code})", ATOM
+            return ctx.call(ctx.helper("log_mask"), x.expr, ctx.dtype())
+        return ctx.call(self.called(ctx), x.expr)
 
 
 @dataclass(frozen=True)
@@ -120,17 +109,8 @@ class Binary(Op):
         return f"{args[0]} {self.latex_symbol} {args[1]}"
 
     def code(self, ctx, args, attrs):
-        a, b = align(*args)
-        if self.name == "add" and a.call is not None and a.call[0] == ctx.helper("project") and \
-                len(a.call[1]) == 2 and not b.value.is_scalar and b.value.shape.rank == 1 \
-                and b.value.shape.family is None:
-            # X @ W + b: the bias added in place to the product's fresh result
-            return call(a.call[0], *a.call[1], b.code)
-        precedence = SUM if self.name in ("add", "sub") else PRODUCT
-        left = scalar_operand(ctx, a.value.scalar) if a.value.is_scalar else wrap(a, precedence)
-        right = scalar_operand(ctx, b.value.scalar) if b.value.is_scalar else \
-            wrap(b, precedence, True)
-        return f"{left} {self.symbol} {right}", precedence
+        a, b = align(ctx, *args)
+        return ctx.operator(self.symbol, operand_expr(ctx, a), operand_expr(ctx, b))
 
 
 @dataclass(frozen=True)
@@ -151,11 +131,10 @@ class Maximum(Op):
         return f"\\max\\left({args[0]},\\, {args[1]}\\right)"
 
     def code(self, ctx, args, attrs):
-        a, b = align(*args)
+        a, b = align(ctx, *args)
         if a.value.is_scalar:          # max(0, x) reads best as maximum(x, 0)
             a, b = b, a
-        second = ctx.scalar(b.value.scalar) if b.value.is_scalar else b.code
-        return f"{self.called(ctx)}({a.code}, {second})", ATOM
+        return ctx.call(self.called(ctx), a.expr, operand_expr(ctx, b))
 
 
 @dataclass(frozen=True)
@@ -171,7 +150,7 @@ class Negate(Op):
         return f"-{args[0]}"
 
     def code(self, ctx, args, attrs):
-        return f"-{wrap(args[0], UNARY)}", UNARY
+        return ctx.negate(args[0].expr)
 
 
 @dataclass(frozen=True)
@@ -188,10 +167,13 @@ class Power(Op):
     def code(self, ctx, args, attrs):
         x, exponent = args
         power = exponent.value.scalar
-        if power.is_Integer and 2 <= int(power) <= 4 and x.precedence == ATOM:
+        if power.is_Integer and 2 <= int(power) <= 4 and ctx.atomic(x.expr):
             # repeated products of a name: x ** 3 is far slower than x * x * x on arrays
-            return " * ".join([x.code] * int(power)), PRODUCT
-        return f"{wrap(x, POWER, True)} ** ({ctx.scalar(power)})", POWER
+            product = x.expr
+            for _ in range(int(power) - 1):
+                product = ctx.operator("*", product, x.expr)
+            return product
+        return ctx.operator("**", x.expr, ctx.scalar(power))
 
 
 @dataclass(frozen=True)
@@ -225,16 +207,16 @@ class MatMul(Op):
         return "matmul"
 
     def code(self, ctx, args, attrs):
-        a, b = align(*args)
+        a, b = align(ctx, *args)
         left, right = a.value.shape, b.value.shape
         if right.rank == 2 and right.family is None and left.family is None and left.rank > 2:
             # a batch of vectors times one weight matrix: one product over all leading axes
-            return call(ctx.helper("project"), a.code, b.code)
+            return ctx.call(ctx.helper("project"), a.expr, b.expr)
         if ctx.batched_matmul and min(left.rank + (left.family is not None),
                                       right.rank + (right.family is not None)) > 2:
             # two stacks of matrices, where the backend has a helper for them
-            return call(ctx.helper(ctx.batched_matmul), a.code, b.code)
-        return f"{wrap(a, PRODUCT)} @ {wrap(b, PRODUCT, True)}", PRODUCT
+            return ctx.call(ctx.helper(ctx.batched_matmul), a.expr, b.expr)
+        return ctx.operator("@", a.expr, b.expr)
 
 
 @dataclass(frozen=True)
@@ -252,7 +234,8 @@ class Transpose(Op):
         return f"{args[0]}^\\top"
 
     def code(self, ctx, args, attrs):
-        return f"{wrap(args[0], ATOM)}.swapaxes(-1, -2)", ATOM
+        return ctx.call(ctx.attribute(args[0].expr, "swapaxes"), ctx.literal(-1),
+                        ctx.literal(-2))
 
 
 @dataclass(frozen=True)
@@ -276,9 +259,8 @@ class Scale(Op):
 
     def code(self, ctx, args, attrs):
         tensor, factor = args
-        scalar = scalar_operand(ctx, factor.value.scalar)
         symbol = "/" if self.fraction(attrs) else "*"
-        return f"{wrap(tensor, PRODUCT)} {symbol} {scalar}", PRODUCT
+        return ctx.operator(symbol, tensor.expr, ctx.scalar(factor.value.scalar))
 
 
 @dataclass(frozen=True)
@@ -296,8 +278,8 @@ class Softmax(Op):
         axis = attrs["axis"]
         if axis >= 0 and args[0].value.shape.family is not None:
             axis += 1           # past the family axis
-        axis_code = "" if axis == -1 else f", axis={axis}"
-        return f"{self.called(ctx)}({args[0].code}{axis_code})", ATOM
+        keywords = {} if axis == -1 else {"axis": ctx.literal(axis)}
+        return ctx.call(self.called(ctx), args[0].expr, **keywords)
 
 
 @dataclass(frozen=True)
@@ -319,8 +301,7 @@ class LayerNorm(Op):
 
     def code(self, ctx, args, attrs):
         x, gamma, beta = args
-        return (f"{self.called(ctx)}({x.code}, {gamma.code}, {beta.code}, "
-                f"{ctx.runtime('eps')})"), ATOM
+        return ctx.call(self.called(ctx), x.expr, gamma.expr, beta.expr, ctx.runtime("eps"))
 
 
 @dataclass(frozen=True)
@@ -343,7 +324,7 @@ class RMSNorm(Op):
 
     def code(self, ctx, args, attrs):
         x, gamma = args
-        return f"{self.called(ctx)}({x.code}, {gamma.code}, {ctx.runtime('eps')})", ATOM
+        return ctx.call(self.called(ctx), x.expr, gamma.expr, ctx.runtime("eps"))
 
 
 @dataclass(frozen=True)
@@ -377,10 +358,9 @@ class Rotary(Op):
         return f"\\mathrm{{RoPE}}{offset}\\left({args[0]}\\right)"
 
     def code(self, ctx, args, attrs):
-        offset = f", offset={ctx.dim(args[1].value.scalar)}" if len(args) > 1 else ""
-        scaling = ", ".join(ctx.runtime(name) for name in ROPE_SCALING)
-        return (f"{self.called(ctx)}({args[0].code}, {ctx.runtime('theta')}, ({scaling})"
-                f"{offset})"), ATOM
+        offset = {"offset": ctx.dim(args[1].value.scalar)} if len(args) > 1 else {}
+        scaling = ctx.items(*(ctx.runtime(name) for name in ROPE_SCALING))
+        return ctx.call(self.called(ctx), args[0].expr, ctx.runtime("theta"), scaling, **offset)
 
 
 @dataclass(frozen=True)
@@ -403,7 +383,7 @@ class RepeatHeads(Op):
 
     def code(self, ctx, args, attrs):
         x, heads = args
-        return f"{self.called(ctx)}({x.code}, {ctx.dim(heads.value.scalar)})", ATOM
+        return ctx.call(self.called(ctx), x.expr, ctx.dim(heads.value.scalar))
 
 
 @dataclass(frozen=True)
@@ -428,12 +408,12 @@ class Gather(Op):
 
     def code(self, ctx, args, attrs):
         table, ids = args
-        named = ""                                   # the table and the ids, for its errors
+        named = {}                                   # the table and the ids, for its errors
         if table.value.tensor not in (None, "E"):
-            named += f', table="{table.value.tensor}"'
+            named["table"] = ctx.literal(table.value.tensor)
         if ids.value.tensor not in (None, "t"):
-            named += f', ids="{ids.value.tensor}"'
-        return f"{self.called(ctx)}({table.code}, {ids.code}{named})", ATOM
+            named["ids"] = ctx.literal(ids.value.tensor)
+        return ctx.call(self.called(ctx), table.expr, ids.expr, **named)
 
 
 @dataclass(frozen=True)
@@ -468,11 +448,11 @@ class SliceRows(Op):
 
     def code(self, ctx, args, attrs):
         table, stop, *start = args
-        first = ctx.dim(start[0].value.scalar) if start else "0"
+        first = ctx.dim(start[0].value.scalar) if start else ctx.literal(0)
         name = table.value.tensor or "the table"
-        axis = ", axis=1" if table.value.shape.family is not None else ""
-        return (f'{self.called(ctx)}({table.code}, "{name}", {first}, '
-                f"{ctx.dim(stop.value.scalar)}{axis})"), ATOM
+        axis = {"axis": ctx.literal(1)} if table.value.shape.family is not None else {}
+        return ctx.call(self.called(ctx), table.expr, ctx.literal(name), first,
+                        ctx.dim(stop.value.scalar), **axis)
 
 
 @dataclass(frozen=True)
@@ -490,7 +470,7 @@ class FirstPosition(Op):
         return f"{{{args[0]}}}_{{:,\\,1}}"
 
     def code(self, ctx, args, attrs):
-        return f"{wrap(args[0], ATOM)}[..., 0, :]", ATOM
+        return ctx.index(args[0].expr, ctx.literal(...), ctx.literal(0), ctx.every())
 
 
 @dataclass(frozen=True)
@@ -512,7 +492,7 @@ class SplitHeads(Op):
 
     def code(self, ctx, args, attrs):
         x, heads = args
-        return f"{self.called(ctx)}({x.code}, {ctx.dim(heads.value.scalar)})", ATOM
+        return ctx.call(self.called(ctx), x.expr, ctx.dim(heads.value.scalar))
 
 
 @dataclass(frozen=True)
@@ -556,13 +536,13 @@ class Concat(Op):
         return f"\\left[{args[0]} \\,\\|\\, {args[1]}\\right]"
 
     def code(self, ctx, args, attrs):
-        a, b = align(*args)
+        a, b = align(ctx, *args)
         axis = attrs["axis"]
         if axis >= 0 and a.value.shape.family is not None:
             axis += 1           # past the family axis
         if ctx.grows(a):        # a decoding step's state: appended to, not copied
-            return call(ctx.helper("extend"), a.code, b.code, f"axis={axis}")
-        return f"{self.called(ctx)}([{a.code}, {b.code}], axis={axis})", ATOM
+            return ctx.call(ctx.helper("extend"), a.expr, b.expr, axis=ctx.literal(axis))
+        return ctx.call(self.called(ctx), ctx.items(a.expr, b.expr), axis=ctx.literal(axis))
 
 
 @dataclass(frozen=True)
@@ -586,7 +566,7 @@ class CausalMask(Op):
 
     def code(self, ctx, args, attrs):
         t_q, t_kv = (ctx.dim(a.value.scalar) for a in args)
-        return f"{self.called(ctx)}({t_q}, {t_kv})", ATOM
+        return ctx.call(self.called(ctx), t_q, t_kv)
 
 
 @dataclass(frozen=True)
@@ -613,7 +593,7 @@ class SlidingWindowMask(Op):
 
     def code(self, ctx, args, attrs):
         t_q, t_kv, window = (ctx.dim(a.value.scalar) for a in args)
-        return f"{self.called(ctx)}({t_q}, {t_kv}, {window})", ATOM
+        return ctx.call(self.called(ctx), t_q, t_kv, window)
 
 
 @dataclass(frozen=True)
@@ -633,7 +613,7 @@ class PaddingMask(Op):
 
     def code(self, ctx, args, attrs):
         keep, t_q = args
-        return f"{self.called(ctx)}({keep.code}, {ctx.dim(t_q.value.scalar)})", ATOM
+        return ctx.call(self.called(ctx), keep.expr, ctx.dim(t_q.value.scalar))
 
 
 @dataclass(frozen=True)
@@ -656,8 +636,8 @@ class Sinusoidal(Op):
 
     def code(self, ctx, args, attrs):
         length, width, *offset = (ctx.dim(a.value.scalar) for a in args)
-        shift = f", offset={offset[0]}" if offset else ""
-        return f"{self.called(ctx)}({length}, {width}, {ctx.dtype()}{shift})", ATOM
+        shift = {"offset": offset[0]} if offset else {}
+        return ctx.call(self.called(ctx), length, width, ctx.dtype(), **shift)
 
 
 @dataclass(frozen=True)
@@ -692,8 +672,8 @@ class RelativeBias(Op):
 
     def code(self, ctx, args, attrs):
         table, t_q, t_kv = args
-        return (f"{self.called(ctx)}({table.code}, "
-                f"{ctx.dim(t_q.value.scalar)}, {ctx.dim(t_kv.value.scalar)})"), ATOM
+        return ctx.call(self.called(ctx), table.expr, ctx.dim(t_q.value.scalar),
+                        ctx.dim(t_kv.value.scalar))
 
 
 @dataclass(frozen=True)
@@ -738,8 +718,7 @@ class Einsum(Op):
         return f"\\mathrm{{einsum}}_{{\\texttt{{{attrs['spec']}}}}}\\left({', '.join(args)}\\right)"
 
     def code(self, ctx, args, attrs):
-        operands = ", ".join(a.code for a in args)
-        return f"{self.called(ctx)}({attrs['spec']!r}, {operands})", ATOM
+        return ctx.call(self.called(ctx), ctx.pattern(attrs["spec"]), *(a.expr for a in args))
 
 
 def _parse_einsum(ctx: Context, spec: str, count: int) -> tuple[list[str], str]:

@@ -250,8 +250,9 @@ def test_a_rope_theta_alone_makes_two_variants_differ(capsys, tmp_path):
     data = json.loads(out)
     assert data["same"] is False
     assert data["settings"] == [{"name": "theta", "a": 10000.0, "b": 500000.0}]
-    assert data["a"]["settings"] == {"eps": 1e-5, "theta": 10000.0}
-    assert data["b"]["settings"] == {"eps": 1e-5, "theta": 500000.0}
+    defaults = {"rope_factor": 1.0, "rope_low": 1.0, "rope_high": 4.0, "rope_context": 8192.0}
+    assert data["a"]["settings"] == {"eps": 1e-5, "theta": 10000.0} | defaults
+    assert data["b"]["settings"] == {"eps": 1e-5, "theta": 500000.0} | defaults
 
 
 def test_settings_on_both_sides_and_eps_are_named_with_both_values(capsys, tmp_path):
@@ -279,11 +280,13 @@ def test_a_setting_new_to_the_catalogue_is_compared_with_no_change_to_diff(
         capsys, tmp_path, monkeypatch):
     from tspec.ops.base import Setting
     from tspec.ops.catalogue import SETTINGS
-    monkeypatch.setitem(SETTINGS, "rope_factor", Setting("1.0", "a test setting"))
-    a = llama_with(tmp_path, "scaled", "eps = 1e-5\ntheta = 500000.0\nrope_factor = 8.0")
+    monkeypatch.setitem(SETTINGS, "test_scale", Setting("1.0", "a test setting"))
+    a = llama_with(tmp_path, "scaled", "eps = 1e-5\ntheta = 500000.0\ntest_scale = 8.0")
     code, out, _ = run(capsys, "diff", str(a), "llama3_8b")
     assert code == 1
-    assert "\nsettings:\n  rope_factor  8.0 -> 1.0 (default)\n" in out
+    assert "\nsettings:\n  test_scale  8.0 -> 1.0 (default)\n" in out
     diff = tspec.diff(str(a), "llama3_8b")
-    assert [(c.name, c.a, c.b) for c in diff.settings] == [("rope_factor", 8.0, 1.0)]
-    assert diff.a.settings == {"eps": 1e-5, "theta": 500000.0, "rope_factor": 8.0}
+    assert [(c.name, c.a, c.b) for c in diff.settings] == [("test_scale", 8.0, 1.0)]
+    assert diff.a.settings == {"eps": 1e-5, "theta": 500000.0, "rope_factor": 1.0,
+                               "rope_low": 1.0, "rope_high": 4.0, "rope_context": 8192.0,
+                               "test_scale": 8.0}

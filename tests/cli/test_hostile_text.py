@@ -18,11 +18,11 @@ from support.refusals import raises
 
 from tspec import api
 from tspec.cli import main
-from tspec.codegen import render as render_module
 from tspec.codegen.docs import diagram, markup
 from tspec.codegen.docs import site as docs
 from tspec.codegen.execution import loading as runtime
 from tspec.codegen.generate import source
+from tspec.codegen.rendering import render as render_module
 from tspec.errors import (
     CodegenError,
     SpecError,

@@ -19,10 +19,10 @@ from support.refusals import raises
 
 from tspec import api
 from tspec.analysis.counts import costs
-from tspec.codegen import render
 from tspec.codegen.docs import site as docs
 from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import source
+from tspec.codegen.rendering import render
 from tspec.errors import CodegenError
 from tspec.ops import catalogue
 from tspec.ops.catalogue import Elementwise
@@ -75,7 +75,7 @@ def softplus(monkeypatch, tmp_path):
     # names find the op in OPS
     names_now, tables_now = module_state()
     assert [key for key in names_now if names_now[key] != names.get(key)] == [
-        ("tspec.codegen.render", "TEMPLATE_DIRS")]
+        ("tspec.codegen.rendering.render", "TEMPLATE_DIRS")]
     changed = [table for table, items in tables.items() if tables_now.get(table, items) != items]
     assert changed == [id(catalogue.OPS)]
     render.environment.cache_clear()         # it read TEMPLATE_DIRS

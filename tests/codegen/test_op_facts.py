@@ -10,9 +10,10 @@ import pytest
 from support.refusals import raises
 
 from tspec import api
-from tspec.codegen import backends, render
+from tspec.codegen import backends
 from tspec.codegen.backends import BACKENDS, IMPORTS, RUNTIME_HELPERS, helpers, runtime_order
 from tspec.codegen.generate import source
+from tspec.codegen.rendering import render
 from tspec.errors import CodegenError
 from tspec.ops import catalogue
 from tspec.ops.catalogue import FUNCTIONS, OPERATORS, OPS

@@ -105,15 +105,18 @@ def test_a_variant_is_written_as_a_package_of_its_module_runtime_and_init(capsys
     assert (out / "__init__.py").read_text() == generate.PACKAGE_DOC.format(backend="numpy")
     text = (out / "llama_tiny.py").read_text()
     # the variant's dims and settings are the keywords' defaults, and the docstring says so
-    assert "    *, H: int = 4, H_kv: int = 2, eps: float = 1e-06, theta: float = 500000.0,\n" \
-        in text
+    assert ("    *, H: int = 4, H_kv: int = 2, eps: float = 1e-06, rope_factor: float = 1.0,\n"
+            "    rope_low: float = 1.0, rope_high: float = 4.0, rope_context: float = 8192.0,\n"
+            "    theta: float = 500000.0, trace: dict | None = None,\n") in text
     assert "    H: number of attention heads; default 4, the variant's\n" in text
     # only choices and those defaults differ from the code the choices give
     assert text == generate.source(variant.spec, variant.choices, "numpy",
                                    {"H": 4, "H_kv": 2, "eps": 1e-6, "theta": 500000.0,
                                     "d_model": 32, "d_ff": 48, "N": 2, "V": 50})
     plain = generate.source(variant.spec, variant.choices, "numpy")
-    assert "    *, H: int, H_kv: int, eps: float = 1e-5, theta: float = 10000.0,\n" in plain
+    assert ("    *, H: int, H_kv: int, eps: float = 1e-5, rope_factor: float = 1.0, rope_low: "
+            "float = 1.0,\n    rope_high: float = 4.0, rope_context: float = 8192.0, theta: "
+            "float = 10000.0,\n") in plain
 
 
 def test_a_second_model_shares_the_folder_and_its_own_init_is_kept(capsys, tmp_path):
@@ -226,9 +229,8 @@ def test_check_says_current_then_stale_with_a_diff(capsys, tmp_path):
     code, printed, err = run(capsys, "generate", str(path), "--out", str(out), "--check")
     assert (code, err) == (1, stale)
     assert printed.startswith(f"--- {out}/llama_tiny.py\n+++ generated\n")
-    assert "-    *, H: int = 4, H_kv: int = 2, eps: float = 1e-06, theta: float = 500000.0,\n" \
-        "+    *, H: int = 4, H_kv: int = 2, eps: float = 1e-06, theta: float = 10000.0,\n" \
-        in printed
+    assert "-    theta: float = 500000.0, trace: dict | None = None,\n" \
+           "+    theta: float = 10000.0, trace: dict | None = None,\n" in printed
     path.write_text(TINY_LLAMA)
     # an edited runtime, and a missing __init__.py
     runtime = out / "_runtime.py"

@@ -28,7 +28,7 @@ from support.cupy_on_cpu import CompileError, KernelError, kernels, standin
 
 from tspec import api
 from tspec.codegen.generate import runtime_source, source
-from tspec.codegen.render import runtime_version, stamped
+from tspec.codegen.rendering.render import runtime_version, stamped
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 cp = cupy_on_cpu.cupy

@@ -21,8 +21,8 @@ from tspec.codegen.backends import backend
 from tspec.codegen.execution import weights
 from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import source
-from tspec.codegen.lower import lower
-from tspec.codegen.render import render, render_runtime
+from tspec.codegen.lowering.lower import lower
+from tspec.codegen.rendering.render import render, render_runtime
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 

@@ -2,28 +2,31 @@
 
 The Environment is built once (StrictUndefined, trim_blocks, lstrip_blocks,
 keep_trailing_newline). Everything a template places is prepared here as strings and lists of
-lines; the templates only loop and place them. The same templates serve every backend: the
-array module's name comes from the backend table. A model module calls its helpers in the
-runtime module of its backend (``render_runtime``), which it imports as ``rt``.
+lines: expressions by the printer (``printer``), lines broken by ``layout``, each step through
+its macro in ``steps.py.j2`` (``steps``); the templates only loop and place them. The same
+templates serve every backend: the array module's name comes from the backend table. A model
+module calls its helpers in the runtime module of its backend (``render_runtime``), which it
+imports as ``rt``; its imports are those the IR's records call for, never found in its text.
 """
 
 import ast
 import functools
 import hashlib
 import re
-import textwrap
 from pathlib import Path
 
 import jinja2
 
 from tspec.codegen import ir
 from tspec.codegen.backends import BACKENDS, IMPORTS, Backend, Helper, runtime_order
+from tspec.codegen.rendering import layout
+from tspec.codegen.rendering.layout import LINE_LENGTH
+from tspec.codegen.rendering.printer import Printer
+from tspec.codegen.rendering.steps import StepRenderer
 from tspec.errors import CodegenError, hidden
 
-LINE_LENGTH = 100
-TRACE_KEYWORDS = 256     # names a trace.update call records at most
 # the folders templates are looked up in, in this order (environment() reads it once)
-TEMPLATE_DIRS: list[Path] = [Path(__file__).resolve().parent / "templates"]
+TEMPLATE_DIRS: list[Path] = [Path(__file__).resolve().parents[1] / "templates"]
 # what the runtime's own code (runtime.py.j2, before its helpers) imports, beside its array
 # module and jaxtyping
 RUNTIME_IMPORTS = ("os", "warnings")
@@ -63,6 +66,9 @@ def render(module: ir.Module) -> str:
     docstrings and comments, through ``_docstring_text``; the result must parse."""
     title = _docstring_text(module.title, "the spec's title")
     spec_file = _docstring_text(module.spec_file, "the spec's path")
+    printer = Printer(module.backend.alias)
+    steps = StepRenderer(printer, environment().get_template("steps.py.j2").module)
+    functions = [_function_view(f, printer, steps, module.backend) for f in module.functions]
     context = {
         "module": module, "title": title, "spec_file": spec_file,
         "module_open": _docstring_open([title, spec_file]),
@@ -72,15 +78,13 @@ def render(module: ir.Module) -> str:
         "about_lines": _wrap(ABOUT.format(cache=CACHE if any(
             function.cache for function in module.functions) else ""), 96),
         "keyword_lines": _keyword_lines(module.functions),
-        "functions": [_function_view(f) for f in module.functions],
-        "params_classes": _params_views(module.params_classes),
+        "functions": functions,
+        "params_classes": _params_views(module.params_classes, printer, module.backend),
         "runtime_version": runtime_version(render_runtime(module.backend)),
-        "constants": [{"name": c.name, "comment": _wrap(c.comment, LINE_LENGTH, "# ", "# "),
-                       "first": c.lines[0], "rest": c.lines[1:]} for c in module.constants],
+        "constants": [_constant_view(c) for c in module.constants],
     }
     template = environment().get_template("module.py.j2")
-    draft = template.render(**context, imports=[])
-    text = template.render(**context, imports=_imports(draft, module.backend))
+    text = template.render(**context, imports=_imports(module, printer))
     _require_parsing(text, f"the code generated for {module.spec_name}")
     return text
 
@@ -195,37 +199,35 @@ def _docstring_open(lines: list[str]) -> str:
     return 'r"""' if any("\\" in line for line in lines) else '"""'
 
 
-def _imports(text: str, backend: Backend) -> list[str]:
-    """The imports of a module's text: the modules it uses, found in its code."""
-    # the code alone: docstrings (a parameter's description may say "math.") left out
-    body = re.sub(r'r?"""[\s\S]*?"""', "", text)
-    standard = [f"import {name}" for name in STANDARD_MODULES if re.search(rf"\b{name}\.", body)]
-    if "ThreadPoolExecutor(" in body:
-        standard.append("from concurrent.futures import ThreadPoolExecutor")
-    typing_names = [name for name, used in (("Optional", "Optional[" in body),
-                                            ("Tuple", "Tuple[" in body),
-                                            ("TypedDict", "(TypedDict)" in body)) if used]
+def _imports(module: ir.Module, printer: Printer) -> list[str]:
+    """A model module's imports, from what its records call for: the standard modules its
+    dims' code calls (math), typing's names for a tuple of results and the parameter classes,
+    jaxtyping's for the kinds of its arrays, and its array module."""
+    standard = [f"import {name}" for name in sorted(printer.modules)]
+    types = [record for record in ir.walk(module.functions + module.params_classes)
+             if isinstance(record, ir.ArrayType)]
+    typing_names = [name for name, used in (
+        ("Tuple", any(len(f.returns) > 1 for f in module.functions)),
+        ("TypedDict", any(view["alias"] is None for view in _params_views(
+            module.params_classes, printer, module.backend)))) if used]
     if typing_names:
         note = "  # noqa: UP035" if "Tuple" in typing_names else ""
         standard.append(f"from typing import {', '.join(typing_names)}{note}")
-    kinds = [k for k in ("Bool", "Float", "Int") if re.search(rf"\b{k}\[", body)]
-    kinds += ["jaxtyped"] if "jaxtyped(" in body else []
+    kinds = [k for k in ("Bool", "Float", "Int") if any(t.kind == k for t in types)]
+    backend = module.backend
     third = [f"import {backend.module} as {backend.alias}"]
     third += [f"from jaxtyping import {', '.join(kinds)}"] if kinds else []
-    if re.search(r"\berf\(", body):
-        third.append(backend.erf_import)
-    if re.search(r"\bresource\.", body):  # Unix only: memory_total() does without it
-        third += ["", "try:", "    import resource  # Unix only: memory_total() does without it",
-                  "except ImportError:", "    resource = None"]
     return standard + [""] + third
 
 
-# the standard library's modules generated code may use (imported where it does)
-STANDARD_MODULES = ("ctypes", "functools", "inspect", "itertools", "math", "os", "sys",
-                    "threading", "warnings", "weakref")
+def _constant_view(constant: ir.Constant) -> dict:
+    lines = layout.literal(constant.value)
+    return {"name": constant.name, "comment": _wrap(constant.comment, LINE_LENGTH, "# ", "# "),
+            "first": lines[0], "rest": lines[1:]}
 
 
-def _params_views(classes: list[ir.ParamsClass]) -> list[dict]:
+def _params_views(classes: list[ir.ParamsClass], printer: Printer,
+                  backend: Backend) -> list[dict]:
     """Each parameter class as the module defines it: one whose fields are an earlier one's
     (a decoding step's block that takes the full model's parameters) is that one, by name."""
     first: dict[tuple, str] = {}
@@ -233,20 +235,16 @@ def _params_views(classes: list[ir.ParamsClass]) -> list[dict]:
     for params in classes:
         same = first.setdefault(params.fields, params.name)
         views.append({"name": params.name, "alias": same} if same != params.name else
-                     _params_view(params))
+                     _params_view(params, printer, backend))
     return views
 
 
-def _params_view(params: ir.ParamsClass) -> dict:
+def _params_view(params: ir.ParamsClass, printer: Printer, backend: Backend) -> dict:
     lines = []
     for field in params.fields:
         meaning = _docstring_text(field.meaning, f"the meaning of {field.name}")
-        line = f"{field.name}: {field.annotation}  # {meaning}"
-        if len(line) + 4 <= LINE_LENGTH:
-            lines.append(line)
-        else:
-            lines += _wrap(meaning, LINE_LENGTH - 6, "# ", "# ")
-            lines.append(f"{field.name}: {field.annotation}")
+        annotation = printer.type(field.annotation, backend.array_type)
+        lines += layout.explained(f"{field.name}: {annotation}", meaning, LINE_LENGTH - 4)
     return {"name": params.name, "alias": None, "doc": params.doc, "lines": lines}
 
 
@@ -259,18 +257,23 @@ def _keyword_lines(functions: list[ir.Function]) -> list[str]:
                               96, "    ", "        ")]
 
 
-def _function_view(function: ir.Function) -> dict:
-    signature = [f"{a.name}: {a.annotation}," for a in function.arguments]
+def _function_view(function: ir.Function, printer: Printer, steps: StepRenderer,
+                   backend: Backend) -> dict:
+    def annotation(type_: ir.Type) -> str:
+        return printer.type(type_, backend.array_type)
+
+    signature = [f"{a.name}: {annotation(a.annotation)}," for a in function.arguments]
     if function.params_class:
         signature.append(f"params: {function.params_class},")
     if function.cache:
         signature.append("cache: dict,")
-    keywords = [f"{k.name}: {k.annotation}{'' if k.default is None else ' = ' + k.default},"
+    keywords = [f"{k.name}: {annotation(k.annotation)}"
+                f"{'' if k.default is None else ' = ' + printer(k.default)},"
                 for k in function.keywords]
     if function.traces:
         keywords.append("trace: dict | None = None,")
     if keywords:                         # the keyword-only arguments on as few lines as fit
-        signature += _packed(["*,", *keywords], LINE_LENGTH - 4)
+        signature += layout.packed(["*,", *keywords], LINE_LENGTH - 4)
 
     summary = _docstring_text(function.summary, f"the summary of {function.name}")
     source = f"From {function.source} ({function.where})." if function.source else \
@@ -288,37 +291,15 @@ def _function_view(function: ir.Function) -> dict:
         doc += [""] + _wrap(note, 96)
     doc = [_docstring_text(line, f"the docstring of {function.name}") for line in doc]
 
-    body = list(function.prologue)
-    for step in function.steps:
-        body += list(step.lines)
-    # calls of at most TRACE_KEYWORDS keywords: CPython's compiler checks a call's keywords
-    # for repeats pairwise, 5 s for one call of 25,000
-    for start in range(0, len(function.traced), TRACE_KEYWORDS):
-        names = function.traced[start:start + TRACE_KEYWORDS]
-        items = ", ".join(f"{name}={name}" for name in names)
-        body += _wrap(f"rt.record(trace, {items})", LINE_LENGTH - 4, "", "    ")
-    body.append(f"return {function.result}")
-    returns = function.returns
-    if returns.startswith("Tuple["):
-        returns += ":  # noqa: UP006"
+    body = steps.lines(function.prologue) + steps.lines(function.steps)
+    results = [annotation(r) for r in function.returns]
+    if len(results) > 1:
+        returns = f"Tuple[{', '.join(results)}]:  # noqa: UP006"
     else:
-        returns += ":"
+        returns = (results[0] if results else "None") + ":"
     return {"name": function.name, "signature": signature, "returns": returns,
             "docstring_open": _docstring_open([lead[0], *doc]),
             "summary": lead[0].removeprefix("    "), "doc_lines": doc, "body": body}
 
 
-def _packed(items: list[str], width: int) -> list[str]:
-    """Items joined by spaces into lines of at most ``width`` (an item longer has its own)."""
-    lines: list[str] = []
-    for item in items:
-        if lines and len(lines[-1]) + 1 + len(item) <= width:
-            lines[-1] += " " + item
-        else:
-            lines.append(item)
-    return lines
-
-
-def _wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
-    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest,
-                         break_long_words=False, break_on_hyphens=False) or [first]
+_wrap = layout.prose

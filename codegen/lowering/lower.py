@@ -1,0 +1,84 @@
+"""Lowering: a proved spec, under one choice of options, to the IR the templates render.
+
+Each block becomes a function (``body``) and the model becomes the entry function; a model
+that decodes incrementally also gets its decoding step and ``prefill`` (``decoding``). The
+result is the spec's semantics alone; ``lower`` then applies the passes
+(``codegen.passes``): attention's strategy, the float16 masked scores, bias-and-activation
+fusion and the memory guard.
+"""
+
+from tspec.checking.check import check
+from tspec.codegen import ir, passes
+from tspec.codegen.backends import Backend
+from tspec.codegen.lowering.body import Lowerer
+from tspec.codegen.lowering.decoding import cache_starts, describe, with_decoding
+from tspec.errors import CodegenError, SpecError
+from tspec.language.model import (
+    DECODING,
+    Spec,
+    bodies_consulting,
+    bodies_deriving,
+    step_choices,
+    step_function,
+    under,
+)
+from tspec.language.names import check_name
+
+
+def lower(spec: Spec, choices: dict[str, str], backend: Backend,
+          rewrites: tuple | None = None) -> ir.Module:
+    """The IR of ``spec`` under ``choices`` (the rest at their defaults) for ``backend``, after
+    the passes ``rewrites`` (by default ``passes.PASSES``, every one; ``()``: the semantics
+    alone).
+
+    A model that can decode incrementally (the spec has the choice ``decoding = full |
+    step``, and under ``step`` the model keeps states) also gets ``decode_step``, the model
+    under ``decoding=step`` (its functions that differ named ``..._step``), and ``prefill``:
+    the full forward, whose keys and values start the cache."""
+    module = _lowered(spec, choices, backend)
+    for rewrite in passes.PASSES if rewrites is None else rewrites:
+        module = rewrite(module)
+    return module
+
+
+def _lowered(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module:
+    chosen = spec.choice_values(choices)
+    _require_code_name(spec)
+    _require_proved(spec, chosen)
+    module = Lowerer(spec, chosen, backend).module()
+    reading = [f.name for f in module.functions if f.cache]
+    if reading and chosen.get(DECODING) != "step":
+        raise CodegenError(f"{reading[0]} reads states (a cache) under {describe(chosen)}: "
+                           "a model's full forward keeps none; declare states in the blocks "
+                           f"its decoding step calls (under `{DECODING} = step`)",
+                           file=spec.file)
+    step = step_choices(spec, chosen)
+    if step is None:
+        return module
+    # the parser refuses a block named as one of these (spec.language)
+    stepped = under(spec, step)
+    renamed = {name: step_function(name) for name in
+               bodies_consulting(stepped, step, DECODING) | bodies_deriving(stepped, DECODING)}
+    _require_proved(spec, step)
+    stepping = Lowerer(spec, step, backend, renamed).module()
+    if not any(function.cache for function in stepping.functions):
+        return module                       # nothing to keep between steps: no decoder
+    return with_decoding(module, stepping, cache_starts(spec, step, chosen))
+
+
+def _require_code_name(spec: Spec) -> None:
+    """A spec without a `spec NAME` line is named after its file, whose name need not be one
+    generated code can use (``my-spec.tspec``, ``class.tspec``): refused, saying so."""
+    try:
+        check_name(spec.name, "spec")
+    except SpecError as error:
+        raise CodegenError(f"{error.message}; it is the spec's file name, as the spec has no "
+                           '`spec NAME "title"` line: give it one', file=spec.file) from None
+
+
+def _require_proved(spec: Spec, chosen: dict[str, str]) -> None:
+    result = check(spec, chosen)
+    if result.findings:
+        raise CodegenError(f"spec {spec.name} is not proved under {describe(chosen)}: "
+                           f"{len(result.findings)} finding(s); run `tspec check`",
+                           file=spec.file)
