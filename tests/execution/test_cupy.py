@@ -613,3 +613,46 @@ def test_fused_attention_falls_back_with_one_warning_where_its_kernels_do_not_co
 def test_fused_attention_sweep(device, dtype, d_k, mask, T_q, T_kv):
     kernel_checks.attention_kernel_matches_numpy(device, dtype, d_k, T_q, T_kv, mask, H=2,
                                                  d_v=d_k + 1 if d_k < 256 else d_k)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_models_attention_runs_in_the_fused_kernels(device, dtype):
+    """Untraced, every attention of an encoder-decoder (padding, causal and cross masks) and
+    of a Llama-like decoder's prefill and decoding steps (one query row against the cache,
+    grouped heads) runs in attend_fused's kernels, never the fallback, and gives the traced
+    path's numbers (the equations as written)."""
+    tolerance = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-2}[dtype]
+
+    def close(ours, theirs):
+        ours, theirs = (to_numpy(x).astype(np.float64) for x in (ours, theirs))
+        np.testing.assert_allclose(ours, theirs, atol=tolerance * np.abs(theirs).max(), rtol=0)
+
+    rng = np.random.default_rng(11)
+    choices = {"arch": "encoder_decoder"}
+    module = generated(device, **choices)
+    sizes = {"d_model": 16, "H": 2, "d_ff": 24, "N": 2, "V": 13}
+    params = device.put(weights.random_params(weights.expected_shapes(SPEC, choices, sizes), 3,
+                                              np.dtype(dtype)))
+    t, u = device.put((rng.integers(0, 13, (2, 21)), rng.integers(0, 13, (2, 18))))
+    m_src = np.ones((2, 21), dtype=bool)
+    m_src[1, 15:] = False
+    inputs = device.put((t, m_src, u, np.ones((2, 18), dtype=bool)))
+    with kernel_checks.FusedOnly(module):
+        fused = module.transformer(*inputs, params, H=2)[0]
+    close(fused, module.transformer(*inputs, params, H=2, trace={})[0])
+    choices = {"arch": "decoder_only", "positional": "rotary", "key_value_heads": "grouped",
+               "normalization": "rms_norm"}
+    module = generated(device, **choices)
+    sizes = {"d_model": 16, "H": 4, "H_kv": 2, "d_ff": 24, "N": 2, "V": 13}
+    params = device.put(weights.random_params(weights.expected_shapes(SPEC, choices, sizes), 4,
+                                              np.dtype(dtype)))
+    u = device.put(rng.integers(0, 13, (2, 20)))
+    m = device.put(np.ones((2, 20), dtype=bool))
+    full = module.transformer(u, m, params, H=4, H_kv=2, trace={})[0]
+    with kernel_checks.FusedOnly(module):
+        logits, _, cache = module.prefill(u[:, :17], m[:, :17], params, H=4, H_kv=2)
+        steps = [module.decode_step(u[:, i:i + 1], m[:, :i + 1], params, cache, H=4)[0]
+                 for i in range(17, 20)]
+    close(logits, full[:, :17])
+    for i, step in zip(range(17, 20), steps):
+        close(step[:, 0], full[:, i])
