@@ -41,8 +41,7 @@ class Backend:
     # about 20 ns an element on the CPU); off where erf is a fast kernel of its own
     float32_gelu: bool
     # a state a decoding step extends (the key-value cache) kept in a buffer with room to grow
-    # (the extend helper), so that a step appends instead of copying the whole state; off for
-    # CuPy, where it has not run on a GPU yet
+    # (the extend helper), so that a step appends instead of copying the whole state
     growing_states: bool
     # the memory a function's tensors may take at most when MEMORY_LIMIT is None, in bytes:
     # the body of memory_total(), lines that return it (the process's for NumPy: the
@@ -52,6 +51,12 @@ class Backend:
     memory_owner: str      # whose memory that is, as the error says
     # the helper for a product of two stacks of matrices (None: the @ operator)
     batched_matmul: str | None = None
+    # the address of an array's first element, "{}" standing for the array (extend compares
+    # a state's with its buffer's)
+    data_address: str = '{}.__array_interface__["data"][0]'
+    # whether a view can be made read-only (NumPy's flags.writeable; CuPy has no such flag):
+    # extend's states, which share one buffer
+    read_only_views: bool = True
     # helpers whose template this backend replaces: helper name -> template under templates/
     helpers: dict[str, str] = field(default_factory=dict)
     # the helpers and the imports of the backend's own templates (of those in ``helpers``),
@@ -93,7 +98,7 @@ BACKENDS: dict[str, Backend] = {
         "CuPy on an NVIDIA GPU", attention="attend_fused",
         attention_note="the equations below, the scores and weights in one kernel",
         thread_pool=False, float32_gelu=False,
-        growing_states=False,
+        growing_states=True, data_address="{}.data.ptr", read_only_views=False,
         memory_total=("return cp.cuda.Device().mem_info[1]",), memory_owner="the GPU's memory",
         batched_matmul="batched_matmul",
         helpers={name: f"helpers/cupy/{name}.py.j2"
@@ -157,7 +162,8 @@ RUNTIME_HELPERS = (
     Helper("batched_matmul", imports=("ctypes",), chosen=True),
     Helper("masked_softmax", needs=("kernel_support", "softmax"), imports=("math",),
            shared=True),
-    Helper("attend_fused", needs=("batched_matmul", "masked_softmax"), chosen=True),
+    Helper("attend_fused", needs=("kernel_support", "batched_matmul", "masked_softmax"),
+           imports=("functools", "math", "warnings"), chosen=True),
 )
 
 # What helpers may import, by the name their code uses: its import line (the standard

@@ -19,14 +19,16 @@ import inspect
 import math
 import operator
 import os
+import threading
 import typing
 import warnings
+import weakref
 from typing import Optional
 
 import cupy as cp
 from jaxtyping import Bool, Float, Int, jaxtyped
 
-VERSION = "ca23c67d670817f5"  # of this runtime: the sha256 of its text without this line
+VERSION = "17c045b48fc3f453"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -152,6 +154,62 @@ def commit(staged: dict | list, cache: dict | list) -> None:
         for target, key, value in moves[done:]:
             target[key] = value
         raise
+
+
+# A state a decoding step extends (the key-value cache: K_past <- concat(K_past, K_new)) lives
+# at the start of a buffer with room to grow: a step writes its new entries after the last
+# ones instead of copying them all, so decoding T positions copies O(T) numbers, not O(T^2).
+# GROWING: id of such a buffer -> [a weak reference to it, how far along its axis it is filled]
+GROWING: dict[int, list] = {}
+GROWING_LOCK = threading.Lock()
+
+
+def extend(past: cp.ndarray, new: cp.ndarray, axis: int) -> cp.ndarray:
+    """cp.concatenate([past, new], axis), in the buffer ``past`` lies at the start of where
+    that buffer has room and ``past`` ends where it was filled to: the new entries are written
+    after past's, where no view of past sees them, and the result is a longer view of the
+    buffer. Otherwise (a first step, a full buffer, a state an earlier branch of decoding left
+    behind, which a later step has written past) a new buffer with room for half as many
+    again, the two copied in.
+
+    The states of every step share the buffer, so the views it returns are read-only where
+    the array library allows it (NumPy's; CuPy's arrays have no such flag): a caller that
+    writes into a cache (reordering its sequences in place) would otherwise change every other
+    state too; such a write raises instead (take a copy to change one; on CuPy, assign new
+    arrays instead of writing into the cache's)."""
+    if not -past.ndim <= axis < past.ndim or new.ndim != past.ndim:
+        return cp.concatenate([past, new], axis=axis)  # its error says what is wrong
+    at = axis % past.ndim
+    head = (slice(None),) * at
+    total = past.shape[at] + new.shape[at]
+    other = past.shape[:at] + past.shape[at + 1:]
+    with GROWING_LOCK:
+        buffer = past.base
+        known = GROWING.get(id(buffer)) if buffer is not None else None
+        if known is not None and known[0]() is buffer and known[1] == past.shape[at] and \
+                total <= buffer.shape[at] and past.dtype == buffer.dtype == new.dtype and \
+                past.data.ptr == buffer.data.ptr \
+                and past.strides == buffer.strides and \
+                buffer.shape[:at] + buffer.shape[at + 1:] == other and \
+                new.shape[:at] + new.shape[at + 1:] == other:
+            buffer[head + (slice(past.shape[at], total),)] = new
+            known[1] = total
+            return read_only(buffer[head + (slice(0, total),)])
+    if new.shape[:at] + new.shape[at + 1:] != other:
+        return cp.concatenate([past, new], axis=axis)  # its error names the shapes
+    room = past.shape[:at] + (total + max(total // 2, 1),) + past.shape[at + 1:]
+    buffer = cp.empty(room, cp.result_type(past, new))
+    buffer[head + (slice(0, past.shape[at]),)] = past
+    buffer[head + (slice(past.shape[at], total),)] = new
+    key = id(buffer)
+    with GROWING_LOCK:  # the entry goes with the buffer
+        GROWING[key] = [weakref.ref(buffer, lambda _: GROWING.pop(key, None)), total]
+    return read_only(buffer[head + (slice(0, total),)])
+
+
+def read_only(view: cp.ndarray) -> cp.ndarray:
+    """The view as it is: cupy's arrays cannot refuse writes."""
+    return view
 
 
 def require_size(what: str, size: int, name: str, expected: int) -> None:
@@ -716,6 +774,497 @@ def masked_softmax(
     return y.reshape(shape)
 
 
+ATTEND_SOURCE = r"""
+// softmax(q k^T + mask) v, tile by tile with the online softmax: the scores are never stored
+// in global memory. Every operand is read through its strides: four leading (batch) axes,
+// each a stride (0 where it broadcasts), then the row stride (and the mask's column stride;
+// q, k and v are contiguous along their last axis). Sums in float32 for float16 and float32,
+// in float64 for float64. Scores past float16's range are not rounded to it: they stay
+// float32, whose online maximum keeps them from overflowing.
+//
+// A score is q.k + mask; in float16 a masked key (mask -inf) is -inf whatever q.k is, as
+// attention's S = X + L is there (above float16 the equations hold: +inf or NaN at a masked
+// key makes the row NaN). A row whose keys are all -inf gets 0; a row holding +inf gets the
+// limit (an entry equal to the running maximum weighs exp(0) = 1, without inf - inf); a NaN
+// makes its row NaN.
+constexpr int ATTEND_THREADS = 128;          // four warps a block
+constexpr int SHARED_LIMIT = 48 * 1024;      // static shared memory a block may have
+
+__device__ __forceinline__ long long batch_offset(long long b, long long lead1, long long lead2,
+                                                  long long lead3, long long s0, long long s1,
+                                                  long long s2, long long s3) {
+    const long long i3 = b % lead3;
+    b /= lead3;
+    const long long i2 = b % lead2;
+    b /= lead2;
+    const long long i1 = b % lead1;
+    b /= lead1;
+    return b * s0 + i1 * s1 + i2 * s2 + i3 * s3;
+}
+
+template <typename T, typename A> __device__ __forceinline__ A masked_score(A score, A mask) {
+    return sizeof(T) == 2 && mask == negative_infinity(A(0)) ? mask : score + mask;
+}
+
+// the weight of score s in a row whose running maximum is peak (0 for -inf: masked)
+template <typename A> __device__ __forceinline__ A weight(A s, A peak) {
+    return s == negative_infinity(A(0)) ? A(0) : (s == peak ? A(1) : exp(s - peak));
+}
+
+// what the sums over a row so far are multiplied by when its maximum grows from old to peak
+template <typename A> __device__ __forceinline__ A rescale(A old, A peak) {
+    return old == peak ? A(1) : exp(old - peak);
+}
+
+template <typename A> __device__ __forceinline__ A warp_max(A value) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+        const A other = __shfl_xor_sync(0xffffffffu, value, offset);
+        value = other > value ? other : value;
+    }
+    return value;
+}
+
+// query rows a block takes (16; 8 for float64 at d > 128), and keys a tile (what fits); host
+// and device functions, as device code may call only those (constexpr ones too, in CUDA)
+template <typename A, int D> __host__ __device__ constexpr int tile_rows() {
+    return sizeof(A) == 8 && D > 128 ? 8 : 16;
+}
+template <typename A, int D> __host__ __device__ constexpr int tile_bytes(int keys) {
+    return (tile_rows<A, D>() * (D + 1) + keys * (D + 1) + 3 * tile_rows<A, D>() +
+            tile_rows<A, D>() * (keys + 1)) * (int)sizeof(A);
+}
+template <typename A, int D> __host__ __device__ constexpr int tile_keys() {
+    return tile_bytes<A, D>(64) <= SHARED_LIMIT ? 64 : tile_bytes<A, D>(32) <= SHARED_LIMIT ? 32
+         : tile_bytes<A, D>(16) <= SHARED_LIMIT ? 16 : 8;
+}
+
+// A block: tile_rows query rows of one batch entry against every key, tile_keys keys at a
+// time. Warp w owns rows w, w + 4, ...; lane l owns keys l, l + 32 of a tile: it reads their
+// mask, forms their scores and their weights; thread t owns output entries t, t + 128, ... of
+// the rows x D output tile, kept in registers. A tile every mask entry of which hides its key
+// is skipped in float16 (its keys are -inf whatever the scores); in every dtype the product
+// with v is skipped where every weight of the tile is 0.
+template <typename T, int D>
+__global__ void attend_tiles(
+        const T* q, const T* k, const T* v, const T* mask, T* out, long long count,
+        long long t_q, long long t_kv, long long d_k, long long d_v, long long lead1,
+        long long lead2, long long lead3, long long q0, long long q1, long long q2,
+        long long q3, long long q_row, long long k0, long long k1, long long k2, long long k3,
+        long long k_row, long long v0, long long v1, long long v2, long long v3,
+        long long v_row, long long m0, long long m1, long long m2, long long m3,
+        long long m_row, long long m_col) {
+    typedef typename Accumulate<T>::type A;
+    constexpr int ROWS = tile_rows<A, D>(), KEYS = tile_keys<A, D>();
+    constexpr int LD = D + 1, SLD = KEYS + 1, WARPS = ATTEND_THREADS / 32;
+    constexpr int ROWS_EACH = ROWS / WARPS, KEYS_EACH = (KEYS + 31) / 32;
+    constexpr int OUTS = ROWS * D / ATTEND_THREADS;
+    __shared__ A sq[ROWS * LD];
+    __shared__ A skv[KEYS * LD];
+    __shared__ A ss[ROWS * SLD];
+    __shared__ A peak_of[ROWS], total_of[ROWS], scale_of[ROWS];
+    static_assert(sizeof(sq) + sizeof(skv) + sizeof(ss) + 3 * sizeof(peak_of) <= SHARED_LIMIT,
+                  "attend_tiles: shared memory past 48 KiB");
+    const A none = negative_infinity(A(0));
+    const long long tiles = (t_q + ROWS - 1) / ROWS;
+    const long long b = blockIdx.x / tiles;
+    const long long first = (long long)(blockIdx.x % tiles) * ROWS;
+    const int rows = (int)(t_q - first < ROWS ? t_q - first : ROWS);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const T* qb = q + batch_offset(b, lead1, lead2, lead3, q0, q1, q2, q3) + first * q_row;
+    const T* kb = k + batch_offset(b, lead1, lead2, lead3, k0, k1, k2, k3);
+    const T* vb = v + batch_offset(b, lead1, lead2, lead3, v0, v1, v2, v3);
+    const T* mb = mask + batch_offset(b, lead1, lead2, lead3, m0, m1, m2, m3) + first * m_row;
+    for (int e = tid; e < ROWS * D; e += ATTEND_THREADS) {
+        const int r = e / D, c = e % D;
+        sq[r * LD + c] = r < rows && c < d_k ? load(qb + r * q_row + c) : A(0);
+    }
+    if (tid < ROWS) {
+        peak_of[tid] = none;
+        total_of[tid] = A(0);
+    }
+    A o[OUTS];
+    for (int i = 0; i < OUTS; ++i) o[i] = A(0);
+    for (long long j0 = 0; j0 < t_kv; j0 += KEYS) {
+        const int keys = (int)(t_kv - j0 < KEYS ? t_kv - j0 : KEYS);
+        A add[ROWS_EACH][KEYS_EACH];
+        int visible = 0;
+        for (int i = 0; i < ROWS_EACH; ++i) {
+            const int r = warp + WARPS * i;
+            for (int t = 0; t < KEYS_EACH; ++t) {
+                const int j = lane + 32 * t;
+                add[i][t] = r < rows && j < keys ? load(mb + r * m_row + (j0 + j) * m_col) : none;
+                visible |= add[i][t] != none;
+            }
+        }
+        // (also the barrier after the last tile's product, before its buffers are written)
+        if (!__syncthreads_or(visible) && sizeof(T) == 2) continue;
+        for (int e = tid; e < KEYS * D; e += ATTEND_THREADS) {
+            const int j = e / D, c = e % D;
+            skv[j * LD + c] = j < keys && c < d_k ? load(kb + (j0 + j) * k_row + c) : A(0);
+        }
+        __syncthreads();
+        int live = 0;
+        for (int i = 0; i < ROWS_EACH; ++i) {
+            const int r = warp + WARPS * i;
+            A s[KEYS_EACH];
+            A top = none;
+            for (int t = 0; t < KEYS_EACH; ++t) {
+                const int j = lane + 32 * t;
+                s[t] = none;
+                if (r < rows && j < keys) {
+                    A dot = A(0);
+                    for (int c = 0; c < d_k; ++c) dot += sq[r * LD + c] * skv[j * LD + c];
+                    s[t] = masked_score<T>(dot, add[i][t]);
+                }
+                top = s[t] > top ? s[t] : top;
+            }
+            const A old = peak_of[r];
+            top = warp_max(top);
+            const A peak = top > old ? top : old;
+            A sum = A(0);
+            for (int t = 0; t < KEYS_EACH; ++t) {
+                const int j = lane + 32 * t;
+                const A w = weight(s[t], peak);
+                if (j < KEYS) ss[r * SLD + j] = w;
+                sum += w;
+                live |= w != A(0);
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) {
+                const A scale = rescale(old, peak);
+                scale_of[r] = scale;
+                total_of[r] = total_of[r] * scale + sum;
+                peak_of[r] = peak;
+            }
+        }
+        // every weight 0: the maximum did not move (scale 1) and the product adds nothing
+        if (!__syncthreads_or(live)) continue;
+        for (int e = tid; e < KEYS * D; e += ATTEND_THREADS) {
+            const int j = e / D, c = e % D;
+            skv[j * LD + c] = j < keys && c < d_v ? load(vb + (j0 + j) * v_row + c) : A(0);
+        }
+        __syncthreads();
+        for (int i = 0; i < OUTS; ++i) {
+            const int e = tid + ATTEND_THREADS * i, r = e / D, c = e % D;
+            if (c >= d_v) continue;
+            A sum = o[i] * scale_of[r];
+            for (int j = 0; j < keys; ++j) sum += ss[r * SLD + j] * skv[j * LD + c];
+            o[i] = sum;
+        }
+    }
+    __syncthreads();
+    T* ob = out + (b * t_q + first) * d_v;
+    for (int i = 0; i < OUTS; ++i) {
+        const int e = tid + ATTEND_THREADS * i, r = e / D, c = e % D;
+        if (r >= rows || c >= d_v) continue;
+        const A total = total_of[r];
+        store(ob + r * d_v + c, total == A(0) ? A(0) : o[i] / total);
+    }
+}
+
+// One query row (decoding) against a long cache: block (b, split) takes keys [split * chunk,
+// (split + 1) * chunk), warp w keys w, w + 4, ... of them, its lanes splitting d_k and d_v;
+// the warps' maxima, sums and outputs are merged, and the split's (unnormalised output,
+// maximum, sum) written for attend_combine.
+template <typename T, int D>
+__global__ void attend_split(
+        const T* q, const T* k, const T* v, const T* mask,
+        typename Accumulate<T>::type* part, typename Accumulate<T>::type* stats,
+        long long count, long long t_kv, long long d_k, long long d_v, long long lead1,
+        long long lead2, long long lead3, long long q0, long long q1, long long q2,
+        long long q3, long long k0, long long k1, long long k2, long long k3, long long k_row,
+        long long v0, long long v1, long long v2, long long v3, long long v_row, long long m0,
+        long long m1, long long m2, long long m3, long long m_col, long long chunk,
+        long long splits) {
+    typedef typename Accumulate<T>::type A;
+    constexpr int EACH = D / 32, WARPS = ATTEND_THREADS / 32;
+    __shared__ A warp_peak[WARPS], warp_total[WARPS];
+    __shared__ A warp_out[WARPS * D];
+    const A none = negative_infinity(A(0));
+    const long long b = blockIdx.x / splits, split = blockIdx.x % splits;
+    const long long begin = split * chunk;
+    const long long end = t_kv < begin + chunk ? t_kv : begin + chunk;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const T* qb = q + batch_offset(b, lead1, lead2, lead3, q0, q1, q2, q3);
+    const T* kb = k + batch_offset(b, lead1, lead2, lead3, k0, k1, k2, k3);
+    const T* vb = v + batch_offset(b, lead1, lead2, lead3, v0, v1, v2, v3);
+    const T* mb = mask + batch_offset(b, lead1, lead2, lead3, m0, m1, m2, m3);
+    A qr[EACH], o[EACH];
+    for (int i = 0; i < EACH; ++i) {
+        const int c = lane + 32 * i;
+        qr[i] = c < d_k ? load(qb + c) : A(0);
+        o[i] = A(0);
+    }
+    A peak = none, total = A(0);
+    for (long long j = begin + warp; j < end; j += WARPS) {
+        const A m = load(mb + j * m_col);
+        if (sizeof(T) == 2 && m == none) continue;        // the same for the whole warp
+        A dot = A(0);
+        for (int i = 0; i < EACH; ++i) {
+            const int c = lane + 32 * i;
+            if (c < d_k) dot += qr[i] * load(kb + j * k_row + c);
+        }
+        const A s = masked_score<T>(warp_sum(dot), m);
+        const A top = s > peak ? s : peak;
+        const A w = weight(s, top), scale = rescale(peak, top);
+        peak = top;
+        total = total * scale + w;
+        if (w == A(0)) continue;                           // then scale is 1 too
+        for (int i = 0; i < EACH; ++i) {
+            const int c = lane + 32 * i;
+            if (c < d_v) o[i] = o[i] * scale + w * load(vb + j * v_row + c);
+        }
+    }
+    if (lane == 0) {
+        warp_peak[warp] = peak;
+        warp_total[warp] = total;
+    }
+    for (int i = 0; i < EACH; ++i) warp_out[warp * D + lane + 32 * i] = o[i];
+    __syncthreads();
+    A top = none;
+    for (int w = 0; w < WARPS; ++w) top = warp_peak[w] > top ? warp_peak[w] : top;
+    const long long at = b * splits + split;
+    for (int c = tid; c < d_v; c += ATTEND_THREADS) {
+        A sum = A(0);
+        for (int w = 0; w < WARPS; ++w) sum += warp_out[w * D + c] * rescale(warp_peak[w], top);
+        part[at * d_v + c] = sum;
+    }
+    if (tid == 0) {
+        A sum = A(0);
+        for (int w = 0; w < WARPS; ++w) sum += warp_total[w] * rescale(warp_peak[w], top);
+        stats[2 * at] = top;
+        stats[2 * at + 1] = sum;
+    }
+}
+
+// The splits of each row merged: out = sum of part * exp(peak - top) / the same of the sums
+template <typename T>
+__global__ void attend_combine(
+        const typename Accumulate<T>::type* part, const typename Accumulate<T>::type* stats,
+        T* out, long long count, long long d_v, long long splits) {
+    typedef typename Accumulate<T>::type A;
+    const long long b = blockIdx.x;
+    A top = negative_infinity(A(0));
+    for (long long s = 0; s < splits; ++s) {
+        const A peak = stats[2 * (b * splits + s)];
+        top = peak > top ? peak : top;
+    }
+    for (long long c = threadIdx.x; c < d_v; c += blockDim.x) {
+        A sum = A(0), total = A(0);
+        for (long long s = 0; s < splits; ++s) {
+            const long long at = b * splits + s;
+            const A scale = rescale(stats[2 * at], top);
+            sum += part[at * d_v + c] * scale;
+            total += stats[2 * at + 1] * scale;
+        }
+        store(out + b * d_v + c, total == A(0) ? A(0) : sum / total);
+    }
+}
+"""
+# float16 products on the tensor cores: attend_tiles with its two products as warp matrix
+# multiplies (16 x 16 x 16 fragments, float32 sums), the weights rounded to float16 for the
+# second (the row sums add the rounded weights, so they divide what was multiplied)
+ATTEND_WMMA_SOURCE = r"""
+using namespace nvcuda;
+
+template <int D> __host__ __device__ constexpr int wmma_bytes(int keys) {
+    return 2 * (16 * (D + 8) + keys * (D + 8) + 16 * (keys + 8)) +
+           4 * (16 * (keys + 4) + 16 * (D + 4) + 3 * 16);
+}
+template <int D> __host__ __device__ constexpr int wmma_keys() {
+    return wmma_bytes<D>(64) <= SHARED_LIMIT ? 64 : wmma_bytes<D>(32) <= SHARED_LIMIT ? 32 : 16;
+}
+
+// As attend_tiles, 16 query rows a block: scores = q k^T by warp w for keys 16w.., the output
+// tile (16 x D, float32) in shared memory, each warp rescaling and adding to its own 16
+// columns at a time.
+template <int D>
+__global__ void attend_tiles_wmma(
+        const unsigned short* q, const unsigned short* k, const unsigned short* v,
+        const unsigned short* mask, unsigned short* out, long long count, long long t_q,
+        long long t_kv, long long d_k, long long d_v, long long lead1, long long lead2,
+        long long lead3, long long q0, long long q1, long long q2, long long q3,
+        long long q_row, long long k0, long long k1, long long k2, long long k3,
+        long long k_row, long long v0, long long v1, long long v2, long long v3,
+        long long v_row, long long m0, long long m1, long long m2, long long m3,
+        long long m_row, long long m_col) {
+    typedef unsigned short T;
+    constexpr int ROWS = 16, KEYS = wmma_keys<D>(), WARPS = ATTEND_THREADS / 32;
+    constexpr int LD = D + 8, PLD = KEYS + 8, SLD = KEYS + 4, OLD = D + 4;
+    constexpr int ROWS_EACH = ROWS / WARPS, KEYS_EACH = (KEYS + 31) / 32;
+    __shared__ __align__(32) __half sq[ROWS * LD];
+    __shared__ __align__(32) __half skv[KEYS * LD];
+    __shared__ __align__(32) __half sp[ROWS * PLD];
+    __shared__ __align__(32) float ss[ROWS * SLD];
+    __shared__ __align__(32) float so[ROWS * OLD];
+    __shared__ float peak_of[ROWS], total_of[ROWS], scale_of[ROWS];
+    static_assert(sizeof(sq) + sizeof(skv) + sizeof(sp) + sizeof(ss) + sizeof(so) +
+                  3 * sizeof(peak_of) <= SHARED_LIMIT, "attend_tiles_wmma: shared memory "
+                  "past 48 KiB");
+    const float none = negative_infinity(0.0f);
+    const __half zero = __float2half(0.0f);
+    const long long tiles = (t_q + ROWS - 1) / ROWS;
+    const long long b = blockIdx.x / tiles;
+    const long long first = (long long)(blockIdx.x % tiles) * ROWS;
+    const int rows = (int)(t_q - first < ROWS ? t_q - first : ROWS);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int dk16 = (int)(d_k + 15) / 16 * 16, dv16 = (int)(d_v + 15) / 16 * 16;
+    const T* qb = q + batch_offset(b, lead1, lead2, lead3, q0, q1, q2, q3) + first * q_row;
+    const T* kb = k + batch_offset(b, lead1, lead2, lead3, k0, k1, k2, k3);
+    const T* vb = v + batch_offset(b, lead1, lead2, lead3, v0, v1, v2, v3);
+    const T* mb = mask + batch_offset(b, lead1, lead2, lead3, m0, m1, m2, m3) + first * m_row;
+    for (int e = tid; e < ROWS * D; e += ATTEND_THREADS) {
+        const int r = e / D, c = e % D;
+        sq[r * LD + c] = r < rows && c < d_k ? __ushort_as_half(qb[r * q_row + c]) : zero;
+        so[r * OLD + c] = 0.0f;
+    }
+    if (tid < ROWS) {
+        peak_of[tid] = none;
+        total_of[tid] = 0.0f;
+    }
+    for (long long j0 = 0; j0 < t_kv; j0 += KEYS) {
+        const int keys = (int)(t_kv - j0 < KEYS ? t_kv - j0 : KEYS);
+        float add[ROWS_EACH][KEYS_EACH];
+        int visible = 0;
+        for (int i = 0; i < ROWS_EACH; ++i) {
+            const int r = warp + WARPS * i;
+            for (int t = 0; t < KEYS_EACH; ++t) {
+                const int j = lane + 32 * t;
+                add[i][t] = r < rows && j < keys ? load(mb + r * m_row + (j0 + j) * m_col) : none;
+                visible |= add[i][t] != none;
+            }
+        }
+        if (!__syncthreads_or(visible)) continue;          // every key masked: -inf scores
+        for (int e = tid; e < KEYS * D; e += ATTEND_THREADS) {
+            const int j = e / D, c = e % D;
+            skv[j * LD + c] = j < keys && c < d_k ? __ushort_as_half(kb[(j0 + j) * k_row + c])
+                                                 : zero;
+        }
+        __syncthreads();
+        for (int n = warp; n < KEYS / 16; n += WARPS) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> scores;
+            wmma::fill_fragment(scores, 0.0f);
+            for (int c = 0; c < dk16; c += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> kt;
+                wmma::load_matrix_sync(a, sq + c, LD);
+                wmma::load_matrix_sync(kt, skv + n * 16 * LD + c, LD);
+                wmma::mma_sync(scores, a, kt, scores);
+            }
+            wmma::store_matrix_sync(ss + n * 16, scores, SLD, wmma::mem_row_major);
+        }
+        __syncthreads();
+        int live = 0;
+        for (int i = 0; i < ROWS_EACH; ++i) {
+            const int r = warp + WARPS * i;
+            float s[KEYS_EACH];
+            float top = none;
+            for (int t = 0; t < KEYS_EACH; ++t) {
+                const int j = lane + 32 * t;
+                s[t] = r < rows && j < keys ? masked_score<T>(ss[r * SLD + j], add[i][t]) : none;
+                top = s[t] > top ? s[t] : top;
+            }
+            const float old = peak_of[r];
+            top = warp_max(top);
+            const float peak = top > old ? top : old;
+            float sum = 0.0f;
+            for (int t = 0; t < KEYS_EACH; ++t) {
+                const int j = lane + 32 * t;
+                const __half w = __float2half(weight(s[t], peak));
+                if (j < KEYS) sp[r * PLD + j] = w;
+                sum += __half2float(w);
+                live |= __half2float(w) != 0.0f;
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) {
+                const float scale = rescale(old, peak);
+                scale_of[r] = scale;
+                total_of[r] = total_of[r] * scale + sum;
+                peak_of[r] = peak;
+            }
+        }
+        if (!__syncthreads_or(live)) continue;
+        for (int e = tid; e < KEYS * D; e += ATTEND_THREADS) {
+            const int j = e / D, c = e % D;
+            skv[j * LD + c] = j < keys && c < d_v ? __ushort_as_half(vb[(j0 + j) * v_row + c])
+                                                 : zero;
+        }
+        __syncthreads();
+        for (int n = warp; n < dv16 / 16; n += WARPS) {
+            for (int e = lane; e < 16 * 16; e += 32) so[(e / 16) * OLD + n * 16 + e % 16] *=
+                scale_of[e / 16];
+            __syncwarp();
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> sums;
+            wmma::load_matrix_sync(sums, so + n * 16, OLD, wmma::mem_row_major);
+            for (int j = 0; j < KEYS; j += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> p;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> values;
+                wmma::load_matrix_sync(p, sp + j, PLD);
+                wmma::load_matrix_sync(values, skv + j * LD + n * 16, LD);
+                wmma::mma_sync(sums, p, values, sums);
+            }
+            wmma::store_matrix_sync(so + n * 16, sums, OLD, wmma::mem_row_major);
+        }
+    }
+    __syncthreads();
+    T* ob = out + (b * t_q + first) * d_v;
+    for (int e = tid; e < ROWS * D; e += ATTEND_THREADS) {
+        const int r = e / D, c = e % D;
+        if (r >= rows || c >= d_v) continue;
+        const float total = total_of[r];
+        store(ob + r * d_v + c, total == 0.0f ? 0.0f : so[r * OLD + c] / total);
+    }
+}
+"""
+ATTEND_WIDTHS = (32, 64, 128, 256)  # the kernels' d (a template argument): d_k, d_v at most
+ATTEND_BLOCKS = 256   # blocks a decoding step's splits aim at, to fill the GPU
+ATTEND_SPLIT_KEYS = 64  # keys a split takes at least
+# what CuPy raises where a kernel cannot be built: NVRTC's errors, and the driver's on loading
+COMPILE_ERRORS = tuple(getattr(getattr(cp.cuda, module, None), name)
+                       for module, name in (("compiler", "CompileException"),
+                                            ("driver", "CUDADriverError"))
+                       if hasattr(getattr(cp.cuda, module, None), name))
+
+
+@functools.cache
+def attend_kernels(dtype_name: str, width: int, tensor_cores: bool) -> dict | None:
+    """The fused attention kernels for ``dtype_name`` arrays and d_k, d_v <= ``width``, by
+    name (attend_tiles, attend_split, attend_combine; attend_tiles alone, by the warp matrix
+    multiply API, for ``tensor_cores``), compiled on first use; None, with one warning, where
+    they do not compile (then attention runs as masked_softmax and batched_matmul)."""
+    storage = STORAGE[dtype_name]
+    if tensor_cores:
+        code = "#include <mma.h>\n" + ROWS_PRELUDE + ATTEND_SOURCE + ATTEND_WMMA_SOURCE
+        names = {"attend_tiles": f"attend_tiles_wmma<{width}>"}
+    else:
+        code = ROWS_PRELUDE + ATTEND_SOURCE
+        names = {"attend_tiles": f"attend_tiles<{storage}, {width}>",
+                 "attend_split": f"attend_split<{storage}, {width}>",
+                 "attend_combine": f"attend_combine<{storage}>"}
+    try:
+        module = cp.RawModule(code=code, options=("--std=c++14",),
+                                    name_expressions=tuple(names.values()))
+        return {name: module.get_function(expression) for name, expression in names.items()}
+    except COMPILE_ERRORS as error:
+        reason = str(error).strip().splitlines()
+        warnings.warn(f"attend_fused: {names['attend_tiles']} does not compile "
+                      f"({reason[0] if reason else type(error).__name__}); attention on "
+                      f"{dtype_name} arrays runs as masked_softmax and batched_matmul instead",
+                      RuntimeWarning, stacklevel=3)
+        return None
+
+
+def attend_layout(x: cp.ndarray, batch: tuple, matrix: int) -> tuple[cp.ndarray, tuple]:
+    """x broadcast to batch + its last two axes, contiguous along its last axis, and its
+    strides in elements: four leading ones (0 where an axis broadcasts), then the last
+    ``matrix`` ones (the row's; the column's too for the mask)."""
+    x = cp.broadcast_to(x, batch + x.shape[-2:])
+    if matrix == 1 and x.shape[-1] > 1 and x.strides[-1] != x.itemsize:
+        x = cp.ascontiguousarray(x)
+    steps = tuple(s // x.itemsize for s in x.strides)
+    return x, (0,) * (6 - x.ndim) + steps[:-2] + steps[-2:][:matrix]
+
+
 @typechecked
 def attend_fused(
     q: Float[cp.ndarray, "*#batch T_q d_k"],
@@ -723,11 +1272,62 @@ def attend_fused(
     v: Float[cp.ndarray, "*#batch T_kv d_v"],
     L: Float[cp.ndarray, "*#batch T_q T_kv"],
 ) -> Float[cp.ndarray, "*#batch T_q d_v"]:
-    """Attention, softmax(q @ k.T + L) @ v, the scores q @ k.T + L and the weights in one
-    kernel (masked_softmax): the scores with L are never stored. Products of two stacks of
-    matrices are batched_matmul's, as the equations' code computes them."""
-    A = masked_softmax(_product(q, k.swapaxes(-1, -2)), L)  # *batch T_q T_kv
-    return _product(A, v)  # *batch T_q d_v
+    """Attention, softmax(q @ k.T + L) @ v, in one kernel that never stores the scores: tiles
+    of 16 query rows against tiles of keys with the online softmax (attend_tiles; float16's
+    products on the tensor cores, attend_tiles_wmma), or for one query row (decoding) the
+    keys split among blocks and the splits combined (attend_split, attend_combine). L is read
+    through its strides (a broadcast padding or causal mask is never copied).
+
+    The numbers of softmax(S) @ v for S = q @ k.T + L formed in float32 (float16, float32) or
+    float64: a row whose keys L masks all gets 0; in float16 a masked key is -inf whatever its
+    score. float16 scores are not rounded to float16 (no overflow past 65504). Where the
+    kernels do not compile (warned once), d_k or d_v is over 256, or the dtype is none of
+    float16, float32 and float64: the scores and weights by masked_softmax, the products by
+    batched_matmul."""
+    dtype = cp.result_type(q, k, v, L)
+    T_q, T_kv, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    widths = [n for n in ATTEND_WIDTHS if n >= max(d_k, d_v)]
+    kernels = None
+    if dtype.name in STORAGE and widths:
+        kernels = attend_kernels(dtype.name, widths[0], dtype.name == "float16" and T_q > 1)
+    if kernels is None:
+        A = masked_softmax(_product(q, k.swapaxes(-1, -2)), L)  # *batch T_q T_kv
+        return _product(A, v)  # *batch T_q d_v
+    ends = (q[..., :1, :1], k[..., :1, :1], v[..., :1, :1], L[..., :1, :1])
+    shape = cp.broadcast(*ends).shape[:-2]  # *batch
+    batch = shape if len(shape) <= 4 else (math.prod(shape[:-3]),) + shape[-3:]
+    out = cp.empty(batch + (T_q, d_v), dtype=dtype)  # *batch T_q d_v
+    count = math.prod(batch)
+    if out.size == 0:
+        out[...] = 0
+        return out.reshape(shape + (T_q, d_v))
+    operands = []
+    for x, matrix in ((q, 1), (k, 1), (v, 1), (L, 2)):
+        x = x.astype(dtype, copy=False)
+        if len(shape) > 4:  # the kernels follow four leading axes: the first ones become one
+            x = cp.ascontiguousarray(cp.broadcast_to(x, shape + x.shape[-2:]))
+            x = x.reshape(batch + x.shape[-2:])
+        operands.append(attend_layout(x, batch, matrix))
+    (q, q_steps), (k, k_steps), (v, v_steps), (L, L_steps) = operands
+    L = cp.broadcast_to(L, batch + (T_q, T_kv))
+    L_steps = L_steps[:4] + tuple(s // L.itemsize for s in L.strides[-2:])
+    lead = (1,) * (4 - len(batch)) + batch
+    if T_q == 1 and "attend_split" in kernels:
+        splits = max(1, min(-(-T_kv // ATTEND_SPLIT_KEYS), -(-ATTEND_BLOCKS // count)))
+        chunk = -(-T_kv // splits)
+        wide = cp.float64 if dtype.name == "float64" else cp.float32
+        part = cp.empty((count * splits, d_v), dtype=wide)
+        stats = cp.empty((count * splits, 2), dtype=wide)
+        kernels["attend_split"]((count * splits,), (128,), (
+            q, k, v, L, part, stats, count, T_kv, d_k, d_v, *lead[1:], *q_steps[:4],
+            *k_steps, *v_steps, *L_steps[:4], L_steps[5], chunk, splits))
+        kernels["attend_combine"]((count,), (128,), (part, stats, out, count, d_v, splits))
+    else:
+        rows = 8 if dtype.name == "float64" and widths[0] > 128 else 16
+        kernels["attend_tiles"]((count * -(-T_q // rows),), (128,), (
+            q, k, v, L, out, count, T_q, T_kv, d_k, d_v, *lead[1:], *q_steps, *k_steps,
+            *v_steps, *L_steps))
+    return out.reshape(shape + (T_q, d_v))
 
 
 def _product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:

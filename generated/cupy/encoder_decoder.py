@@ -29,7 +29,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("ca23c67d670817f5", __name__)  # the runtime this was generated with
+rt.require_version("17c045b48fc3f453", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
@@ -556,8 +556,8 @@ def cached_self_attention(
     Q_h = rt.split_heads(Q_proj, H)  # [H] B T_x d_k
     K_n = rt.split_heads(K_proj, H)  # [H] B T_x d_k
     V_n = rt.split_heads(V_proj, H)  # [H] B T_x d_v
-    K_h = cp.concatenate([cache["K_past"], K_n], axis=-2)  # [H] B T_past+T_x d_k
-    V_h = cp.concatenate([cache["V_past"], V_n], axis=-2)  # [H] B T_past+T_x d_v
+    K_h = rt.extend(cache["K_past"], K_n, axis=-2)  # [H] B T_past+T_x d_k
+    V_h = rt.extend(cache["V_past"], V_n, axis=-2)  # [H] B T_past+T_x d_v
     O_h = scaled_dot_product_attention(
         Q_h, K_h, V_h, L_h, trace=rt.subtrace(trace, "attention")
     )  # [H] B T_x d_v
@@ -744,7 +744,7 @@ def decode_step(
         + T_new*d_model) * params["E"].dtype.itemsize + B*T*T_new + B*T_new*(T_new + T_past)
         + max(
             (4*B*H*T_new*d_k + 4*B*H*T_new*d_v + 2*B*H*T_new*(T_new + T_past)
-            + B*H*d_k*(T_new + T_past) + B*H*d_v*(T_new + T_past)
+            + (3/2)*B*H*d_k*(T_new + T_past) + (3/2)*B*H*d_v*(T_new + T_past)
             + B*T_new*d_model) * params["E"].dtype.itemsize,
             (2*B*H*T*T_new + 2*B*H*T_new*d_k + 2*B*H*T_new*d_v
             + B*T_new*d_model) * params["E"].dtype.itemsize,

@@ -41,7 +41,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("ca23c67d670817f5", __name__)  # the runtime this was generated with
+rt.require_version("17c045b48fc3f453", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
@@ -500,8 +500,8 @@ def cached_self_attention(
     # [H_kv] B T_x d_k
     K_g = rt.rotary(K_gu, theta, [rope_factor, rope_low, rope_high, rope_context], offset=T_past)
     V_g = rt.split_heads(V_proj, H_kv)  # [H_kv] B T_x d_v
-    K_all = cp.concatenate([cache["K_past"], K_g], axis=-2)  # [H_kv] B T_past+T_x d_k
-    V_all = cp.concatenate([cache["V_past"], V_g], axis=-2)  # [H_kv] B T_past+T_x d_v
+    K_all = rt.extend(cache["K_past"], K_g, axis=-2)  # [H_kv] B T_past+T_x d_k
+    V_all = rt.extend(cache["V_past"], V_g, axis=-2)  # [H_kv] B T_past+T_x d_v
     K_h = rt.repeat_heads(K_all, H)  # [H] B T_past+T_x d_k
     V_h = rt.repeat_heads(V_all, H)  # [H] B T_past+T_x d_v
     O_h = scaled_dot_product_attention(
@@ -651,7 +651,8 @@ def decode_step(
         + max(
             (3*B*H*T_new*d_k + 2*B*H*T_new*d_v + 2*B*H*T_new*(T_new + T_past)
             + B*H*d_k*(T_new + T_past) + B*H*d_v*(T_new + T_past) + 3*B*H_kv*T_new*d_k
-            + 2*B*H_kv*T_new*d_v + B*H_kv*d_k*(T_new + T_past) + B*H_kv*d_v*(T_new + T_past)
+            + 2*B*H_kv*T_new*d_v + (3/2)*B*H_kv*d_k*(T_new + T_past)
+            + (3/2)*B*H_kv*d_v*(T_new + T_past)
             + 3*B*T_new*d_model) * params["E"].dtype.itemsize,
             (B*T_new*d_ff + 3*B*T_new*d_model) * params["E"].dtype.itemsize,
         ),

@@ -36,7 +36,7 @@ try:
 except ImportError:
     resource = None
 
-VERSION = "1f1b1b4931016eff"  # of this runtime: the sha256 of its text without this line
+VERSION = "99b6f16e9a0e88c6"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -180,9 +180,11 @@ def extend(past: np.ndarray, new: np.ndarray, axis: int) -> np.ndarray:
     behind, which a later step has written past) a new buffer with room for half as many
     again, the two copied in.
 
-    The states of every step share the buffer, so the views it returns are read-only: a
-    caller that writes into a cache (reordering its sequences in place) would otherwise change
-    every other state too; such a write raises instead (take a copy to change one)."""
+    The states of every step share the buffer, so the views it returns are read-only where
+    the array library allows it (NumPy's; CuPy's arrays have no such flag): a caller that
+    writes into a cache (reordering its sequences in place) would otherwise change every other
+    state too; such a write raises instead (take a copy to change one; on CuPy, assign new
+    arrays instead of writing into the cache's)."""
     if not -past.ndim <= axis < past.ndim or new.ndim != past.ndim:
         return np.concatenate([past, new], axis=axis)  # its error says what is wrong
     at = axis % past.ndim

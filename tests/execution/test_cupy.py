@@ -453,3 +453,206 @@ def test_batched_matmul_reads_every_layout(device, dtype, tolerance):
         assert result.dtype == np.dtype(dtype), name
         np.testing.assert_allclose(to_numpy(result), expected,
                                    atol=tolerance * np.abs(expected).max(), err_msg=name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused attention: attend_fused's kernels (attend_tiles, float16's attend_tiles_wmma on the
+# tensor cores, attend_split and attend_combine for one query row) against NumPy float64
+
+ATTENTION_TOLERANCES = {"float64": 1e-13, "float32": 2e-6, "float16": 2e-3}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("d_k", [1, 3, 17, 64, 65, 128, 256])
+def test_fused_attention_at_every_head_width(device, dtype, d_k):
+    """Odd widths (a tile's last columns zero-padded), each of the kernels' widths (32, 64,
+    128, 256: d_k 65 runs in the 128-wide kernel), d_v other than d_k, a tile of query rows
+    cut short (20 = 16 + 4) and keys that end inside a tile (45)."""
+    kernel_checks.attention_kernel_matches_numpy(device, dtype, d_k, 20, 45, "random",
+                                                 d_v=max(1, d_k - 1) if d_k > 64 else d_k)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("mask", ["padding", "causal", "none"])
+@pytest.mark.parametrize("T_q, T_kv", [(19, 19), (7, 70), (33, 12)])
+def test_fused_attention_follows_padding_and_causal_masks(device, dtype, mask, T_q, T_kv):
+    """A padding mask as the models pass it (a view, stride 0 over queries; one sequence all
+    padding: its rows attend to nothing, 0), a causal mask bottom-right aligned (T_q > T_kv:
+    the first queries see no key, 0), no mask; tiles of keys every entry of which is masked
+    are skipped (float16) or add nothing."""
+    O = kernel_checks.attention_kernel_matches_numpy(device, dtype, 16, T_q, T_kv, mask)
+    if mask == "padding":
+        assert not O[:, -1].any()                                 # the sequence of padding
+    if mask == "causal" and T_q > T_kv:
+        assert not O[:, :, :T_q - T_kv].any()
+
+
+@pytest.mark.parametrize("L_shape", [(3, 2, 6, 40), (1, 2, 6, 40), (3, 1, 6, 40), (6, 40),
+                                     (2, 1, 40), (1, 1, 1, 40)])
+def test_fused_attention_reads_every_broadcast_of_the_mask(device, L_shape):
+    """L of each shape that broadcasts to the scores', read through its strides (0 where it
+    broadcasts); q, k and v broadcast too (one batch entry of k and v for every head)."""
+    rng = np.random.default_rng(len(L_shape))
+    q = rng.standard_normal((3, 2, 6, 8))
+    k, v = rng.standard_normal((1, 2, 40, 8)), rng.standard_normal((1, 2, 40, 5))
+    L = np.where(rng.random(L_shape) < 0.4, -np.inf, rng.standard_normal(L_shape))
+    module = generated(device)
+    with kernel_checks.FusedOnly(module):
+        O = module.rt.attend_fused(*(on_device(device, x, "float32") for x in (q, k, v, L)))
+    expected = kernel_checks.attention_reference(*(x.astype(np.float32) for x in (q, k, v, L)))
+    assert O.shape == (3, 2, 6, 5)
+    np.testing.assert_allclose(to_numpy(O), expected, atol=2e-6, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_fused_attention_of_grouped_heads_as_the_models_pass_them(device, dtype):
+    """Grouped-query attention: 2 key-value heads for 6 query heads, repeated by the runtime's
+    repeat_heads (each group of 3 query heads shares one), the step's keys a view of the cache."""
+    rng = np.random.default_rng(4)
+    module = generated(device)
+    q = rng.standard_normal((6, 2, 9, 16)) / 4
+    K_g, V_g = rng.standard_normal((2, 2, 9, 16)), rng.standard_normal((2, 2, 9, 16))
+    L = np.where(np.tri(9, 9) == 1, 0.0, -np.inf)[None, None]
+    k = module.rt.repeat_heads(on_device(device, K_g, dtype), 6)
+    v = module.rt.repeat_heads(on_device(device, V_g, dtype), 6)
+    with kernel_checks.FusedOnly(module):
+        O = module.rt.attend_fused(on_device(device, q, dtype), k, v, on_device(device, L, dtype))
+    K, V = np.repeat(K_g, 3, axis=0), np.repeat(V_g, 3, axis=0)
+    expected = kernel_checks.attention_reference(*(x.astype(dtype) for x in (q, K, V, L)))
+    np.testing.assert_allclose(to_numpy(O).astype(np.float64), expected,
+                               atol=ATTENTION_TOLERANCES[dtype], rtol=0)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("T_kv", [0, 1, 63, 64, 65, 700])
+def test_fused_attention_of_one_query_row_splits_the_keys(device, dtype, T_kv):
+    """Decoding: one query row against a cache of T_kv keys, split among blocks (64 keys at
+    least a split) and the splits combined; an empty cache gives 0, a padded one skips (or
+    weighs 0) its padding."""
+    if T_kv:
+        kernel_checks.attention_kernel_matches_numpy(device, dtype, 24, 1, T_kv, "padding")
+    kernel_checks.attention_kernel_matches_numpy(device, dtype, 24, 1, T_kv, "none")
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_fused_attention_on_long_and_empty_rows(device, dtype):
+    """Rows of 600 keys (ten tiles and more), and of none: softmax over no key is 0."""
+    kernel_checks.attention_kernel_matches_numpy(device, dtype, 32, 18, 600, "causal", H=1)
+    O = kernel_checks.attention_kernel_matches_numpy(device, dtype, 32, 18, 0, "none", H=1)
+    assert O.shape == (1, 2, 18, 32) and not O.any()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("T_q", [1, 5, 40])
+def test_fused_attention_of_fully_masked_rows_is_zero(device, dtype, T_q):
+    rng = np.random.default_rng(T_q)
+    q, k, v = (rng.standard_normal((2, 1, n, 8)) for n in (T_q, 70, 70))
+    L = np.full((2, 1, T_q, 70), -np.inf)
+    L[0, 0, T_q // 2:, 3] = 0.0                        # head 0's later rows see key 3 alone
+    module = generated(device)
+    with kernel_checks.FusedOnly(module):
+        O = to_numpy(module.rt.attend_fused(*(on_device(device, x, dtype) for x in (q, k, v, L))))
+    assert not np.isnan(O).any() and not O[1].any() and not O[0, 0, :T_q // 2].any()
+    np.testing.assert_allclose(O[0, 0, T_q // 2:].astype(np.float64),
+                               np.broadcast_to(v[0, 0, 3].astype(dtype), O[0, 0, T_q // 2:].shape),
+                               atol=ATTENTION_TOLERANCES[dtype])
+
+
+@pytest.mark.parametrize("T_q", [1, 20])
+def test_float16_fused_attention_of_scores_past_float16s_range(device, T_q):
+    """Scores past float16's 65504 (up to 7e4) are float32 in the kernels: the online
+    maximum keeps them from overflowing, and the weights are float64's (the stored path
+    rounded them to +inf, one-hot rows); keys masked where the score is largest too."""
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((2, 2, T_q, 32)) * 60
+    k = rng.standard_normal((2, 2, 50, 32)) * 60
+    v = rng.standard_normal((2, 2, 50, 32))
+    scores = q @ k.swapaxes(-1, -2)
+    assert np.abs(scores).max() > 65504
+    L = np.where(rng.random((2, 2, T_q, 50)) < 0.3, -np.inf, 0.0)
+    q16, k16, v16, L16 = (x.astype(np.float16) for x in (q, k, v, L))
+    # the scores' differences are in the thousands: rows are one-hot up to float16's rounding,
+    # which moves a score by up to 2^-11 of 7e4; the reference takes the float16 inputs
+    module = generated(device)
+    with kernel_checks.FusedOnly(module):
+        O = to_numpy(module.rt.attend_fused(*(device.xp.asarray(x) for x in (q16, k16, v16, L16))))
+    assert O.dtype == np.float16 and np.isfinite(O).all()
+    expected = kernel_checks.attention_reference(q16, k16, v16, L16)
+    np.testing.assert_allclose(O.astype(np.float64), expected, atol=2e-3, rtol=0)
+
+
+def test_fused_attention_falls_back_with_one_warning_where_its_kernels_do_not_compile(device):
+    """A kernel source NVRTC refuses (here made to fail with #error): attend_fused warns
+    once, naming the kernel, and computes attention by masked_softmax and batched_matmul,
+    the same numbers; later calls do not warn again."""
+    module = device.load(source(SPEC, {}, "cupy"), private=True)
+    module.rt.ATTEND_SOURCE += "\n#error made not to compile\n"
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((2, 3, n, 8)) for n in (6, 9, 9))
+    L = np.where(rng.random((1, 3, 6, 9)) < 0.3, -np.inf, 0.0)
+    arguments = [device.xp.asarray(x.astype(np.float32)) for x in (q, k, v, L)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = module.rt.attend_fused(*arguments)
+        again = module.rt.attend_fused(*arguments)
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1, messages
+    assert messages[0].startswith("attend_fused: attend_tiles<float, 32> does not compile (")
+    assert messages[0].endswith("); attention on float32 arrays runs as masked_softmax and "
+                                "batched_matmul instead")
+    expected = kernel_checks.attention_reference(*(x.astype(np.float32) for x in (q, k, v, L)))
+    for O in (first, again):
+        np.testing.assert_allclose(to_numpy(O), expected, atol=2e-6, rtol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("d_k", [1, 3, 17, 64, 65, 128, 256])
+@pytest.mark.parametrize("mask", ["padding", "causal", "random"])
+@pytest.mark.parametrize("T_q, T_kv", [(1, 2000), (47, 130), (130, 47)])
+def test_fused_attention_sweep(device, dtype, d_k, mask, T_q, T_kv):
+    kernel_checks.attention_kernel_matches_numpy(device, dtype, d_k, T_q, T_kv, mask, H=2,
+                                                 d_v=d_k + 1 if d_k < 256 else d_k)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_models_attention_runs_in_the_fused_kernels(device, dtype):
+    """Untraced, every attention of an encoder-decoder (padding, causal and cross masks) and
+    of a Llama-like decoder's prefill and decoding steps (one query row against the cache,
+    grouped heads) runs in attend_fused's kernels, never the fallback, and gives the traced
+    path's numbers (the equations as written)."""
+    tolerance = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-2}[dtype]
+
+    def close(ours, theirs):
+        ours, theirs = (to_numpy(x).astype(np.float64) for x in (ours, theirs))
+        np.testing.assert_allclose(ours, theirs, atol=tolerance * np.abs(theirs).max(), rtol=0)
+
+    rng = np.random.default_rng(11)
+    choices = {"arch": "encoder_decoder"}
+    module = generated(device, **choices)
+    sizes = {"d_model": 16, "H": 2, "d_ff": 24, "N": 2, "V": 13}
+    params = device.put(weights.random_params(weights.expected_shapes(SPEC, choices, sizes), 3,
+                                              np.dtype(dtype)))
+    t, u = device.put((rng.integers(0, 13, (2, 21)), rng.integers(0, 13, (2, 18))))
+    m_src = np.ones((2, 21), dtype=bool)
+    m_src[1, 15:] = False
+    inputs = device.put((t, m_src, u, np.ones((2, 18), dtype=bool)))
+    with kernel_checks.FusedOnly(module):
+        fused = module.transformer(*inputs, params, H=2)[0]
+    close(fused, module.transformer(*inputs, params, H=2, trace={})[0])
+    choices = {"arch": "decoder_only", "positional": "rotary", "key_value_heads": "grouped",
+               "normalization": "rms_norm"}
+    module = generated(device, **choices)
+    sizes = {"d_model": 16, "H": 4, "H_kv": 2, "d_ff": 24, "N": 2, "V": 13}
+    params = device.put(weights.random_params(weights.expected_shapes(SPEC, choices, sizes), 4,
+                                              np.dtype(dtype)))
+    u = device.put(rng.integers(0, 13, (2, 20)))
+    m = device.put(np.ones((2, 20), dtype=bool))
+    full = module.transformer(u, m, params, H=4, H_kv=2, trace={})[0]
+    with kernel_checks.FusedOnly(module):
+        logits, _, cache = module.prefill(u[:, :17], m[:, :17], params, H=4, H_kv=2)
+        steps = [module.decode_step(u[:, i:i + 1], m[:, :i + 1], params, cache, H=4)[0]
+                 for i in range(17, 20)]
+    close(logits, full[:, :17])
+    for i, step in zip(range(17, 20), steps):
+        close(step[:, 0], full[:, i])

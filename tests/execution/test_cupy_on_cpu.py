@@ -11,7 +11,7 @@ a GPU would get wrong, and that the stand-in for CuPy keeps CuPy's rules.
   so there they check the harness's expectations against the hardware.
 - Launches that touch memory outside their arguments, diverge in a warp-synchronous call, trap
   or take arguments of the wrong kind or size stop with a KernelError that says so; sources
-  that do not compile, inline PTX without a CPU stand-in and WMMA are refused by name.
+  that do not compile and inline PTX without a CPU stand-in are refused by name.
 - The stand-in refuses host (NumPy) arrays where CuPy does, and its cuBLAS call reads memory
   by the pointers, leading dimensions and strides it is given.
 """
@@ -54,7 +54,22 @@ KERNEL_CHECKS = {
               {"dtype": "float64", "tolerance": 1e-15})],
     "gelu_tanh": [(kernel_checks.gelu_kernels_against_the_normal_cdf,
                    {"dtype": "float64", "tolerance": 1e-15})],
+    "attend_tiles": [
+        (kernel_checks.attention_kernel_matches_numpy,
+         {"dtype": "float32", "d_k": d_k, "T_q": T_q, "T_kv": T_kv, "mask": mask})
+        for d_k, T_q, T_kv, mask in [(17, 20, 45, "random"), (64, 33, 70, "padding"),
+                                     (8, 19, 19, "causal"), (256, 17, 20, "none")]],
+    "attend_tiles_wmma": [
+        (kernel_checks.attention_kernel_matches_numpy,
+         {"dtype": "float16", "d_k": d_k, "T_q": T_q, "T_kv": T_kv, "mask": mask})
+        for d_k, T_q, T_kv, mask in [(17, 20, 45, "random"), (64, 33, 70, "padding"),
+                                     (8, 19, 19, "causal"), (128, 17, 20, "none")]],
+    "attend_split": [
+        (kernel_checks.attention_kernel_matches_numpy,
+         {"dtype": "float32", "d_k": d_k, "T_q": 1, "T_kv": T_kv, "mask": mask})
+        for d_k, T_kv, mask in [(24, 300, "padding"), (40, 65, "none"), (1, 7, "random")]],
 }
+KERNEL_CHECKS["attend_combine"] = KERNEL_CHECKS["attend_split"]
 
 
 def kernel_names(text: str) -> set[str]:
@@ -121,6 +136,31 @@ MUTANTS = {
         "T* out = y + row * (n - 1);\n    for"),
     "layer_norm: the variance over n - 1": (
         "layer_norm_rows", "warp_sum(squares) / A(n)", "warp_sum(squares) / A(n - 1)"),
+    "attend_tiles: the key tile's stride one too short": (
+        "attend_tiles", "load(kb + (j0 + j) * k_row + c)", "load(kb + (j0 + j) * (k_row - 1) + c)"),
+    "attend_tiles: the mask's row and column strides swapped": (
+        "attend_tiles", "load(mb + r * m_row + (j0 + j) * m_col) : none;\n                visible",
+        "load(mb + r * m_col + (j0 + j) * m_row) : none;\n                visible"),
+    "attend_tiles: the running sum not rescaled": (     # (attend_tiles' comes first)
+        "attend_tiles", "total_of[r] = total_of[r] * scale + sum;",
+        "total_of[r] = total_of[r] + sum;"),
+    "attend_tiles: the output not rescaled": (
+        "attend_tiles", "A sum = o[i] * scale_of[r];", "A sum = o[i];"),
+    "attend_tiles_wmma: k read as row-major (k, not k^T)": (
+        "attend_tiles_wmma", "wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> kt;",
+        "wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> kt;"),
+    "attend_tiles_wmma: the output's leading dimension one row short": (
+        "attend_tiles_wmma", "wmma::store_matrix_sync(so + n * 16, sums, OLD,",
+        "wmma::store_matrix_sync(so + n * 16, sums, OLD - 4,"),
+    "attend_tiles_wmma: the output not rescaled": (
+        "attend_tiles_wmma", "so[(e / 16) * OLD + n * 16 + e % 16] *=\n                scale_of[e / 16];",
+        "so[(e / 16) * OLD + n * 16 + e % 16] *=\n                1.0f;"),
+    "attend_split: a warp's keys four apart counted as three": (
+        "attend_split", "j < end; j += WARPS)", "j < end; j += WARPS - 1)"),
+    "attend_split: the last split's end past the keys": (
+        "attend_split", "t_kv < begin + chunk ? t_kv : begin + chunk", "begin + chunk"),
+    "attend_combine: the splits' sums not rescaled": (
+        "attend_combine", "total += stats[2 * at + 1] * scale;", "total += stats[2 * at + 1];"),
     "gelu: 1/sqrt(2) to 9 digits": ("gelu", "erf(v * A(0.7071067811865475))",
                                     "erf(v * A(0.707106781))"),
     "gelu_tanh: the cubic's coefficient to 6 digits": (
@@ -286,6 +326,62 @@ def test_half_precision_rounds_as_cuda_does(device):
 # ---------------------------------------------------------------------------------------------
 # What a GPU would get wrong, stopped and said
 
+WMMA = r"""
+#include <mma.h>
+using namespace nvcuda;
+// d = a b + c for 16 x 16 matrices, a and c row by row, b column by column (b^T's rows),
+// through shared memory; one warp
+extern "C" __global__ void products(const __half* a, const __half* b, const float* c,
+                                    float* d, int offset) {
+    __shared__ __align__(32) float tile[16 * 20 + 8];
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    wmma::load_matrix_sync(fa, a, 16);
+    wmma::load_matrix_sync(fb, b, 16);
+    wmma::load_matrix_sync(fc, c, 16, wmma::mem_row_major);
+    wmma::mma_sync(fc, fa, fb, fc);
+    wmma::store_matrix_sync(tile + offset, fc, 20, wmma::mem_row_major);
+    __syncwarp();
+    for (int e = threadIdx.x; e < 256; e += 32) d[e] = tile[offset + (e / 16) * 20 + e % 16];
+}
+"""
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_warp_matrix_multiplies_sum_in_the_accumulators_type(device):
+    """nvcuda::wmma (the harness's include/mma.h): a 16 x 16 x 16 product of float16
+    matrices, b read column by column, added to c, summed in float32, stored row by row with
+    a leading dimension of 20 into shared memory: a float16 product of every pair is exact in
+    float32, so the sums are float64's up to float32's rounding."""
+    xp = device.xp
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((16, 16)).astype(np.float16) for _ in range(2))
+    c = rng.standard_normal((16, 16)).astype(np.float32)
+    d = xp.zeros(256, dtype=xp.float32)
+    launch(device, WMMA, "products", (1,), (32,), xp.asarray(a),
+           xp.asarray(np.ascontiguousarray(b.T)), xp.asarray(c), d, np.int32(0))
+    expected = a.astype(np.float64) @ b.astype(np.float64) + c
+    np.testing.assert_allclose(to_numpy(d).reshape(16, 16), expected, rtol=1e-6, atol=1e-5)
+
+
+@needs_compiler
+def test_a_warp_matrix_multiply_off_256_bits_is_refused():
+    with pytest.raises(KernelError, match=r"^store_matrix_sync: pointer 0x[0-9a-f]+ is not "
+                                          r"aligned to 256 bits$"):
+        run_on_cpu(WMMA, "products", (1,), (32,), *(cp.zeros(256, t) for t in (cp.float16,
+                   cp.float16, cp.float32, cp.float32)), np.int32(4))
+
+
+@needs_compiler
+def test_a_warp_matrix_multiply_some_lanes_skip_is_refused():
+    code = WMMA.replace("    wmma::mma_sync(fc, fa, fb, fc);",
+                        "    if (threadIdx.x < 16) wmma::mma_sync(fc, fa, fb, fc);")
+    with pytest.raises(KernelError, match=r"^lane \d+ of warp 0 waits in __syncwarp"):
+        run_on_cpu(code, "products", (1,), (32,), *(cp.zeros(256, t) for t in (cp.float16,
+                   cp.float16, cp.float32, cp.float32)), np.int32(0))
+
+
 def run_on_cpu(code, name, grid, block, *arguments):
     launch(CUPY_ON_CPU, code, name, grid, block, *arguments)
 
@@ -438,8 +534,6 @@ def test_an_invalid_launch_configuration_is_refused(grid, block):
      'return r; }\nextern "C" __global__ void k(float* y) { y[0] = f(1.0f); }'),
      (r"^k: no CPU stand-in for the inline PTX in `__device__ float f\(float x\)`; add one to "
      r"PTX_STAND_INS$")),
-    ('#include <mma.h>\nextern "C" __global__ void k(float* y) {}',
-     r"^k: the CPU harness does not emulate warp matrix-multiply fragments \(WMMA\)$"),
 ])
 def test_sources_the_harness_cannot_run_are_refused_by_name(code, message):
     with pytest.raises(CompileError, match=message):

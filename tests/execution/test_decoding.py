@@ -709,21 +709,27 @@ def test_an_encoder_decoder_step_with_another_source_length_is_refused(arrays):
 # ---------------------------------------------------------------------------------------------
 # The cache grows in place (NumPy's extend)
 
-def test_extend_appends_in_place_and_never_writes_over_a_state_still_held():
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_extend_appends_in_place_and_never_writes_over_a_state_still_held(arrays):
     """extend is concatenate along the axis: a first call copies into a buffer with room for
     half as many again, later calls write only the new entries after the last ones (a longer
     view of the same buffer); a state an earlier branch left behind is copied, so a view
-    someone still holds never changes."""
-    extend = module(**DECODERS["seeds"]).rt.extend
+    someone still holds never changes. On CuPy as on NumPy (its arrays' base, data.ptr and
+    weak references), but CuPy's views cannot be made read-only."""
+    extend = module(arrays, **DECODERS["seeds"]).rt.extend
+    xp = arrays.xp
     rng = np.random.default_rng(0)
-    past = rng.standard_normal((2, 3, 4, 5))                       # H B T d, T = 4
+    past = arrays.put(rng.standard_normal((2, 3, 4, 5)))           # H B T d, T = 4
 
     def new(n=1):
-        return rng.standard_normal((2, 3, n, 5))
+        return arrays.put(rng.standard_normal((2, 3, n, 5)))
+
+    def same(x, y):
+        np.testing.assert_array_equal(to_numpy(x), to_numpy(y))
 
     a = new()
     one = extend(past, a, axis=-2)                                 # a buffer for 7 positions
-    np.testing.assert_array_equal(one, np.concatenate([past, a], axis=-2))
+    same(one, xp.concatenate([past, a], axis=-2))
     assert one.base is not None and one.base.shape == (2, 3, 7, 5)
     b = new()
     two = extend(one, b, axis=-2)                                  # in place: the same buffer
@@ -732,29 +738,27 @@ def test_extend_appends_in_place_and_never_writes_over_a_state_still_held():
     c = new()
     branch = extend(one, c, axis=-2)                               # from the older state: a copy
     assert branch.base is not one.base
-    np.testing.assert_array_equal(two, kept)                       # two is untouched
-    np.testing.assert_array_equal(branch, np.concatenate([past, a, c], axis=-2))
+    same(two, kept)                                                # two is untouched
+    same(branch, xp.concatenate([past, a, c], axis=-2))
     d = new(2)
     full = extend(two, d, axis=-2)                                 # 8 > 7: a new buffer
     assert full.base is not one.base and full.base.shape == (2, 3, 12, 5)
-    np.testing.assert_array_equal(full, np.concatenate([past, a, b, d], axis=-2))
+    same(full, xp.concatenate([past, a, b, d], axis=-2))
     # not the start of a known buffer, or another dtype: concatenate's result
-    np.testing.assert_array_equal(extend(two[:, :, 1:], b, axis=-2),
-                                  np.concatenate([two[:, :, 1:], b], axis=-2))
+    same(extend(two[:, :, 1:], b, axis=-2), xp.concatenate([two[:, :, 1:], b], axis=-2))
     widened = extend(two, b.astype(np.float32), axis=-2)
     assert widened.dtype == np.float64 and widened.base is not one.base
     with pytest.raises(ValueError, match="dimensions except for the concatenation axis"):
         extend(two, new()[:, :2], axis=-2)
     with pytest.raises(np.exceptions.AxisError):
         extend(two, b, axis=4)
-    # the states share the buffer: a write into one is refused, not made into all of them
-    with pytest.raises(ValueError, match="read-only"):
-        one[0, 0, 0, 0] = 1.0
     # the same memory seen as another dtype is not the buffer's state
     as_integers = extend(two.view(np.int64), b.view(np.int64), axis=-2)
-    np.testing.assert_array_equal(as_integers, np.concatenate([two.view(np.int64),
-                                                               b.view(np.int64)], axis=-2))
-    np.testing.assert_array_equal(two, kept)
+    same(as_integers, xp.concatenate([two.view(np.int64), b.view(np.int64)], axis=-2))
+    same(two, kept)
+    if arrays is NUMPY:     # the states share the buffer: a write into one is refused
+        with pytest.raises(ValueError, match="read-only"):
+            one[0, 0, 0, 0] = 1.0
 
 
 @pytest.mark.parametrize("arrays", BACKENDS)
@@ -795,13 +799,37 @@ def test_two_continuations_of_one_cache_decode_as_each_alone(arrays):
     np.testing.assert_array_equal(again, alone([x, y, x])[2])
 
 
-def test_the_buffers_extend_keeps_are_forgotten_with_their_arrays():
-    runtime = module(**DECODERS["seeds"]).rt
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_the_buffers_extend_keeps_are_forgotten_with_their_arrays(arrays):
+    runtime = module(arrays, **DECODERS["seeds"]).rt
     before = len(runtime.GROWING)
-    grown = runtime.extend(np.zeros((2, 3, 4)), np.ones((2, 1, 4)), axis=-2)
+    grown = runtime.extend(*arrays.put((np.zeros((2, 3, 4)), np.ones((2, 1, 4)))), axis=-2)
     assert len(runtime.GROWING) == before + 1
     del grown
     assert len(runtime.GROWING) == before
+
+
+@pytest.mark.parametrize("arrays", BACKENDS)
+def test_a_decoding_step_appends_to_the_cache_in_place(arrays):
+    """decode_step's keys and values grow in their buffer (NumPy and CuPy alike): after the
+    first step extends the prefill's cache into a buffer with room, the next steps write
+    their positions into that same buffer, until it is full."""
+    choices = DECODERS["llama"]
+    model = module(arrays, **choices)
+    params = arrays.put(params_for(choices, np.float64, H_kv=1))
+    rng = np.random.default_rng(6)
+    u = arrays.put(rng.integers(0, SIZES["V"], (2, 9)))
+    m = arrays.put(np.ones((2, 9), dtype=bool))
+    _, _, cache = model.prefill(u[:, :4], m[:, :4], params, H=2, H_kv=1)
+    buffers = []
+    for t in range(4, 9):
+        model.decode_step(u[:, t:t + 1], m[:, :t + 1], params, cache, H=2)
+        keys = cache["decoder"]["layers"][0]["self_attention"]["K_past"]
+        assert keys.shape[-2] == t + 1
+        buffers.append(keys.base)
+    # 4 + 1 positions: a buffer for 5 + 2; the steps to 6 and 7 write into it; 8 needs another
+    assert buffers[0] is buffers[1] is buffers[2] and buffers[3] is not buffers[0]
+    assert buffers[0].shape[-2] == 7 and buffers[3] is buffers[4]
 
 
 # ---------------------------------------------------------------------------------------------

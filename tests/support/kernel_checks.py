@@ -105,3 +105,79 @@ def gelu_kernels_against_the_normal_cdf(device, dtype, tolerance):
     scale = np.maximum(1, np.abs(xs))
     assert np.max(np.abs(to_numpy(y) - exact) / scale) <= tolerance
     assert np.max(np.abs(to_numpy(y_tanh) - tanh_form) / scale) <= tolerance
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused attention (attend_fused's kernels)
+
+def attention_reference(q, k, v, L) -> np.ndarray:
+    """softmax(q @ k.T + L) @ v in float64, a row whose keys are all masked giving 0."""
+    q, k, v, L = (np.asarray(x, dtype=np.float64) for x in (q, k, v, L))
+    S = q @ k.swapaxes(-1, -2) + L
+    peak = S.max(-1, keepdims=True, initial=-np.inf)
+    weights = np.exp(S - np.where(np.isfinite(peak), peak, 0.0))
+    total = weights.sum(-1, keepdims=True)
+    return (np.where(total > 0, weights / np.where(total > 0, total, 1.0), 0.0)) @ v
+
+
+class FusedOnly:
+    """Within the block, the fused kernels must run: the fallback (masked_softmax) raises."""
+
+    def __init__(self, module):
+        self.runtime = module.rt
+
+    def __enter__(self):
+        def refused(*args, **kwargs):
+            raise AssertionError("attend_fused fell back to masked_softmax")
+        self.saved = self.runtime.masked_softmax
+        self.runtime.masked_softmax = refused
+        return self
+
+    def __exit__(self, *exc):
+        self.runtime.masked_softmax = self.saved
+        return False
+
+
+def mask_of(kind: str, shape: tuple, rng) -> np.ndarray:
+    """An additive mask L (0 keeps a key, -inf masks it) for scores of ``shape`` (H, B, T_q,
+    T_kv): "padding" (B, 1, T_kv) over every query, the last sequence all padding; "causal"
+    (T_q, T_kv), bottom-right aligned; "random" (H, B, T_q, T_kv), finite biases among the
+    masked keys, every key of query 0 masked; "none" (1, 1, 1, T_kv) zeros."""
+    _, B, T_q, T_kv = shape
+    if kind == "padding":
+        keep = rng.random((B, 1, T_kv)) < 0.8
+        keep[:, :, :1] = True
+        keep[-1] = False
+        return np.where(keep, 0.0, -np.inf)
+    if kind == "causal":
+        return np.where(np.tri(T_q, T_kv, k=T_kv - T_q) == 1, 0.0, -np.inf)
+    if kind == "random":
+        L = np.where(rng.random(shape) < 0.3, -np.inf, rng.standard_normal(shape))
+        L[..., :1, :] = -np.inf
+        return L
+    return np.zeros((1, 1, 1, T_kv))
+
+
+def attention_kernel_matches_numpy(device, dtype, d_k, T_q, T_kv, mask="random", d_v=None,
+                                   H=3, B=2, scale=1.0):
+    """attend_fused (its kernels, never the fallback) against float64 on inputs rounded to
+    ``dtype``, the mask given as the models give it: a broadcast view of its own shape."""
+    rng = np.random.default_rng(d_k * 1000 + T_q * 10 + T_kv)
+    d_v = d_k if d_v is None else d_v
+    q = rng.standard_normal((H, B, T_q, d_k)) * scale / max(1, d_k) ** 0.5
+    k = rng.standard_normal((H, B, T_kv, d_k))
+    v = rng.standard_normal((H, B, T_kv, d_v))
+    L = mask_of(mask, (H, B, T_q, T_kv), rng)
+    module = generated(device)
+    arguments = [on_device(device, x, dtype) for x in (q, k, v, L)]
+    if mask == "padding":                     # (B, 1, T_kv) as padding_mask's view: stride 0
+        arguments[3] = device.xp.broadcast_to(arguments[3][None], (1, B, T_q, T_kv))
+    with FusedOnly(module):
+        O = module.rt.attend_fused(*arguments)
+    expected = attention_reference(*(np.asarray(x).astype(dtype) for x in (q, k, v, L)))
+    tolerance = {"float64": 1e-13, "float32": 2e-6, "float16": 2e-3}[dtype]
+    assert O.dtype == np.dtype(dtype) and O.shape == (H, B, T_q, d_v)
+    np.testing.assert_allclose(to_numpy(O).astype(np.float64), expected,
+                               atol=tolerance * max(1.0, np.abs(expected).max(initial=0.0)),
+                               rtol=0)
+    return to_numpy(O)

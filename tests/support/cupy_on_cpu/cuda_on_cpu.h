@@ -13,8 +13,8 @@
 //
 // This checks a kernel's logic (its indices, reductions, masks and accumulation types), not its
 // speed, its memory access pattern, races between blocks, or what a GPU's math library rounds
-// differently (exp, erf, tanh within a few ulp). Warp matrix-multiply fragments (WMMA) are not
-// emulated.
+// differently (exp, erf, tanh within a few ulp). Warp matrix-multiply fragments (WMMA) are
+// include/mma.h's: whole matrices in every lane, products in the accumulator's type.
 #ifndef TSPEC_CUDA_ON_CPU_H
 #define TSPEC_CUDA_ON_CPU_H
 
@@ -43,6 +43,7 @@
 #define __noinline__ __attribute__((noinline))
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 
 struct uint3 {
     unsigned int x, y, z;

@@ -5,6 +5,8 @@ A kernel's text is compiled unchanged behind cuda_on_cpu.h, which supplies CUDA'
 precision) with every CUDA thread as a fiber. The one thing replaced is inline PTX, which only
 a GPU runs: each function whose body holds an ``asm`` statement is swapped, by its exact
 signature, for a CPU body from PTX_STAND_INS, and a source with any other is refused by name.
+CUDA's headers are include/'s: cuda_fp16.h (the prelude's __half) and mma.h (the warp matrix
+multiply API, nvcuda::wmma, emulated on the fibers).
 
 A launch marshals its arguments as CuPy does (an array as its data pointer, a Python int as
 an int64, a float as a float64, a NumPy scalar as its bytes; the kernel reads each with its
@@ -159,9 +161,6 @@ def _top_level_bodies(plain: str):
 def cpu_source(code: str, name: str) -> str:
     """``code`` with each function that holds inline PTX given its CPU body."""
     plain = _blank_comments_and_strings(code)
-    if re.search(r"\bwmma\b|<mma\.h>", plain):
-        raise CompileError(f"{name}: the CPU harness does not emulate warp matrix-multiply "
-                           "fragments (WMMA)")
     pieces, last = [], 0
     for start, opened, end in _top_level_bodies(plain):
         if not re.search(r"\basm\b", plain[opened:end]):

@@ -76,6 +76,13 @@ class ndarray(np.ndarray):
         return MemoryPointer(self)
 
     @property
+    def base(self):
+        """CuPy's: the device array whose memory this view is in, None for one that owns its
+        memory (never the NumPy array behind a stand-in array)."""
+        base = np.ndarray.base.__get__(self)
+        return base if isinstance(base, ndarray) else None
+
+    @property
     def device(self):
         return Device()
 
@@ -137,8 +144,8 @@ _allocations: dict[int, weakref.ref] = {}
 
 def _owner(array: np.ndarray) -> np.ndarray:
     """The array that owns the memory a view is in."""
-    while isinstance(array.base, np.ndarray):
-        array = array.base
+    while isinstance(np.ndarray.base.__get__(array), np.ndarray):
+        array = np.ndarray.base.__get__(array)
     return array
 
 
@@ -353,6 +360,10 @@ class CUDARuntimeError(RuntimeError):
     pass
 
 
+class CUDADriverError(RuntimeError):
+    pass
+
+
 class Device:
     """The one device: the CPU, with the machine's memory as its own."""
 
@@ -462,8 +473,9 @@ def _make_modules() -> dict[str, types.ModuleType]:
     runtime = _module("cupy.cuda.runtime", getDeviceCount=lambda: 1,
                       CUDARuntimeError=CUDARuntimeError)
     compiler = _module("cupy.cuda.compiler", CompileException=kernels.CompileError)
+    driver = _module("cupy.cuda.driver", CUDADriverError=CUDADriverError)
     cuda = _module("cupy.cuda", Device=Device, device=device, cublas=cublas, runtime=runtime,
-                   compiler=compiler, is_available=lambda: True)
+                   compiler=compiler, driver=driver, is_available=lambda: True)
     cupy = _module("cupy", ndarray=ndarray, cuda=cuda, asarray=asarray, array=array,
                    empty=empty, empty_like=empty_like, asnumpy=asnumpy,
                    get_array_module=get_array_module, RawModule=RawModule, RawKernel=RawKernel,
@@ -480,8 +492,8 @@ def _make_modules() -> dict[str, types.ModuleType]:
     cupyx = _module("cupyx", scipy=scipy_module)
     return {"cupy": cupy, "cupy.cuda": cuda, "cupy.cuda.device": device,
             "cupy.cuda.cublas": cublas, "cupy.cuda.runtime": runtime,
-            "cupy.cuda.compiler": compiler, "cupyx": cupyx, "cupyx.scipy": scipy_module,
-            "cupyx.scipy.special": special}
+            "cupy.cuda.compiler": compiler, "cupy.cuda.driver": driver, "cupyx": cupyx,
+            "cupyx.scipy": scipy_module, "cupyx.scipy.special": special}
 
 
 MODULES = _make_modules()
