@@ -255,8 +255,8 @@ def main() -> None:
     y_torch = torch.tensor(y)
     if baseline:
         against_baseline("GPT-2-small causal stack (B=1, T=1024)",
-                         lambda: module.encoder(y, L_causal, params["decoder"], H=H),
-                         lambda: baseline["causal"].encoder(y, L_causal, params["decoder"], H=H))
+                         lambda: module.decoder(y, L_causal, params["decoder"], H=H),
+                         lambda: baseline["causal"].decoder(y, L_causal, params["decoder"], H=H))
         print(f"\nthis tree against {args.baseline}, in one process: {args.rounds} rounds of "
               "five calls each, in turn\n")
         print(f"{'shape':<48} {'ours':>9} {'baseline':>9} {'ratio':>6} {'rounds':>6} "
@@ -269,12 +269,12 @@ def main() -> None:
         return
     with torch.inference_mode():
         reference = stack(y_torch, mask=causal, is_causal=True).numpy()
-        times = times_in_turn([lambda: module.encoder(y, L_causal, params["decoder"], H=H),
+        times = times_in_turn([lambda: module.decoder(y, L_causal, params["decoder"], H=H),
                                lambda: stack(y_torch, mask=causal, is_causal=True),
                                lambda: handwritten.causal_stack(y, params["decoder"], H)],
                               max(1, args.repeat // 2), rounds=2)
     differences = (
-        np.abs(reference - module.encoder(y, L_causal, params["decoder"], H=H)).max(),
+        np.abs(reference - module.decoder(y, L_causal, params["decoder"], H=H)).max(),
         np.abs(reference - handwritten.causal_stack(y, params["decoder"], H)).max())
     rows.append(("GPT-2-small causal stack (B=1, T=1024)", *times,
                  N * layer_flops(B, T, T, d, d_ff), sgemm_rate(B * T, d, d_ff), *differences))

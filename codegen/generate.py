@@ -36,6 +36,7 @@ from tspec.codegen.rendering.render import render, render_runtime, runtime_named
 from tspec.errors import CodegenError, UsageError, quoted
 from tspec.files import inside, stale_diff, write_files
 from tspec.language.model import Spec
+from tspec.language.names import module_name_like
 from tspec.language.variant import Variant
 
 # generated/<backend>/<name>.py: the choices each file is generated under
@@ -135,11 +136,7 @@ def module_name(variant: Variant) -> str:
     if _MODULE_NAME.match(name) and not keyword.iskeyword(name):
         return name
     why = "a Python keyword" if keyword.iskeyword(name) else "not a Python module name"
-    suggestion = re.sub(r"[^A-Za-z0-9_]", "_", name)       # ASCII alone, as _MODULE_NAME
-    if not suggestion[:1].isalpha():
-        suggestion = f"model_{suggestion}"
-    if keyword.iskeyword(suggestion):
-        suggestion += "_"
+    suggestion = module_name_like(name)
     what = "spec" if variant.is_spec else "variant"
     how = "rename the spec" if variant.is_spec or not variant.file else \
         f"rename {quoted(variant.file)}"

@@ -24,6 +24,7 @@ from tspec.checking.findings import Finding
 from tspec.checking.prove import Prover
 from tspec.errors import CodegenError, UsageError, quoted
 from tspec.language.model import Note, Spec
+from tspec.language.names import module_name_like
 from tspec.language.parser import parse_file
 from tspec.language.shape import Shape
 from tspec.language.variant import Variant, load_variant, parse_setting, variant_from_text
@@ -125,6 +126,10 @@ def load(target: str | Path, settings: list[str] | None = None) -> Variant:
     elif target in specs:
         variant = Variant(target, read_spec(specs[target]), file=str(specs[target]),
                           is_spec=True)
+    elif _is_folder(path):
+        raise UsageError(f"{target} is a folder without config.json: give a spec (.tspec), a "
+                         "variant (.toml) or a Hugging Face config (config.json, or a folder "
+                         "holding one)")
     elif _exists(path):
         if path.suffix == ".toml":
             variant = load_variant(path, resolve_spec)
@@ -155,6 +160,13 @@ class Report:
         return self.proof.notes
 
 
+def _is_folder(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def _is_config(path: Path) -> bool:
     """A Hugging Face config: a .json file, or a folder holding config.json (a path the
     system cannot look at is none: reading it says why)."""
@@ -168,7 +180,8 @@ def _is_config(path: Path) -> bool:
 def imported(config) -> Variant:
     """The variant of a Hugging Face config (``tspec.from_hf``'s TOML, read in memory): a
     ``config.json``, a folder holding one, a dict or a ``PretrainedConfig``; named after the
-    folder of its file, else its ``_name_or_path``, else its ``model_type``."""
+    folder of its file, else its ``_name_or_path``, else its ``model_type``, as a module name
+    (``Meta-Llama-3.1-8B/``: ``Meta_Llama_3_1_8B``), which generated code takes."""
     from tspec.importing import from_hf
     text = from_hf(config)
     if isinstance(config, (str, Path)):
@@ -180,7 +193,7 @@ def imported(config) -> Variant:
         data = config if isinstance(config, dict) else config.to_dict()
         name = Path(str(data.get("_name_or_path") or "")).name or str(data["model_type"])
         file = f"<{name} config>"
-    return variant_from_text(text, Path(file), resolve_spec, called=name)
+    return variant_from_text(text, Path(file), resolve_spec, called=module_name_like(name))
 
 
 def _variant(target, settings: list[str] | None) -> Variant:

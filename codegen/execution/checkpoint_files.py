@@ -107,15 +107,17 @@ class Weights(dict):
 
 # The families whose Hugging Face names a map places, by the variant's choices
 FAMILIES = ("GPT-2 (arch=decoder_only, positional=learned, normalization=layer_norm), "
-            "BERT (encoder_io=bert), Llama, Mistral, Qwen2 (arch=decoder_only, "
+            "BERT (encoder_io=bert or bert_unpooled), Llama, Mistral, Qwen2 (arch=decoder_only, "
             "positional=rotary, normalization=rms_norm)")
 
 
 def family(choices: dict[str, str]):
     """The family name and map for a variant's choices (every choice, defaults included), or
     None where no map fits them."""
-    if choices.get("encoder_io") == "bert" and choices.get("arch") == "encoder_only":
-        return "BERT", checkpoints.from_bert
+    if choices.get("encoder_io") in ("bert", "bert_unpooled") and \
+            choices.get("arch") == "encoder_only":
+        pooler = choices.get("encoder_io") == "bert"
+        return "BERT", lambda state: checkpoints.from_bert(state, pooler=pooler)
     if choices.get("arch") == "decoder_only":
         tied = {"output_embedding": choices.get("output_embedding", "separate")}
         if choices.get("positional") == "learned" and \
@@ -284,6 +286,8 @@ def open_checkpoint(path: Path) -> Checkpoint:
         is_folder = path.is_dir()
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror}") from None
+    if not is_folder and path.name.endswith(".safetensors.index.json"):   # a shards' index
+        return Checkpoint(path.parent, _shards(path.parent, path.name))
     if not is_folder:
         if path.suffix != ".safetensors":
             raise UsageError(f"{path}: weights are a .safetensors or .npz file, or a folder "
@@ -360,10 +364,10 @@ def _header(path: Path) -> dict[str, Entry]:
     return entries
 
 
-def _shards(folder: Path) -> dict[str, Entry]:
+def _shards(folder: Path, index_name: str = INDEX) -> dict[str, Entry]:
     """A sharded checkpoint: its index's weight_map (name -> shard file in the folder), each
     shard's header, and every name where the index says it is."""
-    index = folder / INDEX
+    index = folder / index_name
     try:
         with open_regular(index) as stream:
             text = stream.read(MAX_INDEX + 1)

@@ -265,8 +265,10 @@ def from_gpt2(state: dict, *, output_embedding: str = "tied") -> dict[str, np.nd
     return read.finish(flat)
 
 
-def from_bert(state: dict) -> dict[str, np.ndarray]:
-    """Hugging Face ``BertModel`` (with its pooler) to the spec, every parameter.
+def from_bert(state: dict, *, pooler: bool = True) -> dict[str, np.ndarray]:
+    """Hugging Face ``BertModel`` to the spec, every parameter; ``pooler=False`` for the
+    variant without one (encoder_io=bert_unpooled), which names a pooler the checkpoint holds
+    as unused.
 
     The spec's encoder-only model with encoder_io=bert, norm=post, activation=gelu,
     positional=learned, attention_bias=all (the bert_base variant; run it with eps=1e-12):
@@ -274,13 +276,21 @@ def from_bert(state: dict) -> dict[str, np.ndarray]:
     embedding LayerNorm (``gamma_emb``, ``beta_emb``), the encoder's layers and the pooler's
     dense layer (``W_pool``, ``b_pool``). A ``BertFor...`` model's state (keys under
     ``bert.``) gives its BertModel part; its ``cls.`` heads are not in the spec and are left
-    out. A BertModel built without its pooler lacks ``pooler.dense.weight``: an error.
+    out. A BertModel built without its pooler (and a ``BertForMaskedLM``) lacks
+    ``pooler.dense.weight``: under ``pooler=True`` an error saying so.
     """
     prefix = _bert_prefix(state)
-    read = _Source(state, "BERT", {
+    ignored = {
         r"cls\..*": "a pre-training head, not part of BertModel",
         rf"{re.escape(prefix)}embeddings\.position_ids": "a buffer of the positions 0, 1, ...",
-        rf"{re.escape(prefix)}embeddings\.token_type_ids": "a buffer of zero token types"})
+        rf"{re.escape(prefix)}embeddings\.token_type_ids": "a buffer of zero token types"}
+    if not pooler:
+        ignored[rf"{re.escape(prefix)}pooler\..*"] = "a pooler the variant has not"
+    read = _Source(state, "BERT", ignored)
+    if pooler and not read.has(f"{prefix}pooler.dense.weight"):
+        raise WeightsError(f"BERT: checkpoint has no pooler ({prefix}pooler.dense.weight), "
+                           "which the variant has (encoder_io=bert): import the config with "
+                           "--no-pooler (encoder_io=bert_unpooled)")
     at = f"{prefix}embeddings"
     flat = {"E": read(f"{at}.word_embeddings.weight"),
             "P_table": read(f"{at}.position_embeddings.weight"),
@@ -288,7 +298,8 @@ def from_bert(state: dict) -> dict[str, np.ndarray]:
             "gamma_emb": read(f"{at}.LayerNorm.weight"),
             "beta_emb": read(f"{at}.LayerNorm.bias")}
     _bert_layers(read, prefix, flat)
-    _linear(read, f"{prefix}pooler.dense", "W_pool", "b_pool", flat)
+    if pooler:
+        _linear(read, f"{prefix}pooler.dense", "W_pool", "b_pool", flat)
     return read.finish(flat)
 
 

@@ -55,3 +55,13 @@ def check_name(name: str, what: str, *, file: str | None = None, line: int | Non
     if hasattr(builtins, name):
         raise SpecError(f"{what} name {name!r} shadows a Python builtin", file=file, line=line)
     return name
+
+
+def module_name_like(text: str) -> str:
+    """``text`` as a Python module name: every character but ASCII letters, digits and
+    underscores an underscore, ``model_`` before one that does not start with a letter, an
+    underscore after a keyword (``Meta-Llama-3.1-8B``: ``Meta_Llama_3_1_8B``)."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", text)
+    if not name[:1].isalpha():
+        name = f"model_{name}"
+    return name + "_" if keyword.iskeyword(name) else name

@@ -124,3 +124,19 @@ def test_a_config_that_cannot_be_imported_stops_every_command_in_one_line(capsys
         assert (code, out) == (2, "")
         assert err == (f'tspec: error: {folder}/config.json: rope_parameters.rope_type = "yarn" '
                        "is not supported\n"), command
+
+
+def test_a_folder_named_as_hugging_face_names_is_a_module_name(capsys, tmp_path):
+    """Meta-Llama-3.1-8B/ is variant Meta_Llama_3_1_8B, whose module `generate` writes
+    (before: refused, with advice to rename config.json); a folder without config.json is
+    named as such."""
+    folder = _saved(tmp_path / "Meta-Llama-3.1-8B")
+    code, out, err = run(capsys, "generate", folder, "--out", str(tmp_path / "models"))
+    assert (code, err) == (0, "")
+    assert (tmp_path / "models" / "Meta_Llama_3_1_8B.py").is_file()
+    (tmp_path / "empty").mkdir()
+    code, out, err = run(capsys, "check", str(tmp_path / "empty"))
+    assert (code, out) == (2, "")
+    assert err == (f"tspec: error: {tmp_path / 'empty'} is a folder without config.json: give "
+                   "a spec (.tspec), a variant (.toml) or a Hugging Face config (config.json, "
+                   "or a folder holding one)\n")

@@ -79,3 +79,46 @@ def test_a_saved_checkpoint_runs_from_its_folder_alone(name, tmp_path):
         theirs = model(torch.tensor(ids), attention_mask=torch.tensor(keep)).logits.numpy()
     np.testing.assert_allclose(ours[0], theirs[0], rtol=0, atol=5e-5)
     np.testing.assert_allclose(ours[1, :4], theirs[1, :4], rtol=0, atol=5e-5)
+
+
+@pytest.mark.reference
+def test_a_bert_without_its_pooler_loads_into_the_unpooled_variant(tmp_path, capsys):
+    """BertModel(add_pooling_layer=False), imported with --no-pooler, loads and runs (before:
+    no family mapped its names); a pooled checkpoint loads into it with the pooler named as
+    unused, and into the pooled variant an unpooled one is refused, saying how to import it.
+    Shards are found by their folder or by their index."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from support.command_line import run
+
+    from tspec.codegen.execution.weights import WeightsError
+    torch.manual_seed(3)
+    config = transformers.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=24,
+                                     max_position_embeddings=16)
+    model = transformers.BertModel(config, add_pooling_layer=False).eval()
+    model.save_pretrained(tmp_path / "bert", max_shard_size="20KB")
+    variant = tmp_path / "bert_unpooled.toml"
+    tspec.from_hf(tmp_path / "bert", out=variant, pooler=False)
+    for weights in (tmp_path / "bert", tmp_path / "bert" / "model.safetensors.index.json"):
+        params = tspec.load_weights(variant, weights)
+        ids = np.random.default_rng(4).integers(0, 64, (2, 6))
+        keep = np.ones(ids.shape, dtype=bool)
+        ours = tspec.compile(variant).transformer(ids, keep, np.zeros_like(ids), params)
+        with torch.no_grad():
+            theirs = model(torch.tensor(ids)).last_hidden_state.numpy()
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=5e-5)
+    with pytest.raises(WeightsError) as raised:
+        tspec.load_weights(tmp_path / "bert", tmp_path / "bert")
+    assert str(raised.value).endswith(
+        "BERT: checkpoint has no pooler (pooler.dense.weight), which the variant has "
+        "(encoder_io=bert): import the config with --no-pooler (encoder_io=bert_unpooled)")
+    transformers.BertModel(config).save_pretrained(tmp_path / "pooled")
+    params = tspec.load_weights(variant, tmp_path / "pooled")
+    capsys.readouterr()                             # transformers' progress bars
+    assert params.unused == {"pooler.dense.bias": "a pooler the variant has not",
+                             "pooler.dense.weight": "a pooler the variant has not"}
+    code, out, err = run(capsys, "run", str(variant), "--weights", str(tmp_path / "pooled"),
+                         "--set", "T=4")
+    assert (code, err) == (0, "")
+    assert f"weights from {tmp_path / 'pooled'}" in out
