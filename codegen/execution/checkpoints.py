@@ -288,7 +288,7 @@ def from_bert(state: dict, *, pooler: bool = True) -> dict[str, np.ndarray]:
         ignored[rf"{re.escape(prefix)}pooler\..*"] = "a pooler the variant has not"
     read = _Source(state, "BERT", ignored)
     if pooler and not read.has(f"{prefix}pooler.dense.weight"):
-        raise WeightsError(f"BERT: checkpoint has no pooler ({prefix}pooler.dense.weight), "
+        raise WeightsError(f"BERT: {read.noun} has no pooler ({prefix}pooler.dense.weight), "
                            "which the variant has (encoder_io=bert): import the config with "
                            "--no-pooler (encoder_io=bert_unpooled)")
     at = f"{prefix}embeddings"

@@ -410,9 +410,13 @@ def test_bert_map_names_what_it_cannot_place():
                                      num_attention_heads=H, intermediate_size=d_ff,
                                      max_position_embeddings=16)
     state = transformers.BertModel(config, add_pooling_layer=False).state_dict()
-    with pytest.raises(weights.WeightsError, match=r"^BERT: state dict has no entry "
-                                                   r"'pooler\.dense\.weight'$"):
+    with pytest.raises(weights.WeightsError, match=r"^BERT: state dict has no pooler "
+                                                   r"\(pooler\.dense\.weight\), which the "
+                                                   r"variant has \(encoder_io=bert\): import "
+                                                   r"the config with --no-pooler "
+                                                   r"\(encoder_io=bert_unpooled\)$"):
         checkpoints.from_bert(state)
+    assert "W_pool" not in checkpoints.from_bert(state, pooler=False)
     with pytest.raises(weights.WeightsError, match=r"^BERT: no place in the spec for extra$"):
         checkpoints.from_bert({**transformers.BertModel(config).state_dict(),
                                "extra": torch.zeros(1)})
