@@ -309,6 +309,11 @@ class _Body:
                 f"{name_latex(update.state)} \\leftarrow {name_latex(update.value)}",
                 where(update)))
         outputs = [block.output] if block else model_outputs(spec, self.lowerer.choices)
+        for name in outputs:            # a parameter or state returned as it is: named first
+            operand = self.values.get(name)
+            if operand is not None and ir.unwrap(operand.expr) != ir.Name(name):
+                self.steps.append(ir.Assign((ir.Name(name),), operand.expr,
+                                            ir.Comment(shape=operand.value.shape)))
         return self.finish(arguments, outputs)
 
     def attention_form(self, core: AttentionCore, scores: Equation,

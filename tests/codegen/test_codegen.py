@@ -969,3 +969,14 @@ def test_spec_names_may_be_the_runtime_helpers_names():
     result = module.helpers(X, {"project": {"workspace": W}}, trace=trace)
     np.testing.assert_allclose(result, np.maximum(X @ W, 0), rtol=1e-13, atol=1e-13)
     np.testing.assert_array_equal(trace["project"]["extend"], result)
+
+
+def test_a_parameter_the_model_outputs_is_returned():
+    """`output W` of a parameter W: the generated code raised NameError (issue 23)."""
+    text = ('spec outparam "a parameter as output"\ndim B "b"\ndim d "w"\nparam W "d d"\n'
+            'input X "B d"\nY "B d" = X @ W\noutput Y\noutput W\n')
+    module = load_source(source(parse(text, file="o.tspec"), {}))
+    X, W = np.ones((2, 3)), np.arange(9.0).reshape(3, 3)
+    Y, returned = module.outparam(X, {"W": W})
+    np.testing.assert_array_equal(Y, X @ W)
+    assert returned is W
