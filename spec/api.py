@@ -201,9 +201,7 @@ def _variant(target, settings: list[str] | None) -> Variant:
     Face config, imported), with ``NAME=VALUE`` settings applied."""
     if isinstance(target, Spec):
         target = Variant(target.name, target, file=target.file, is_spec=True)
-    elif isinstance(target, dict) or hasattr(target, "to_dict") and callable(target.to_dict):
-        target = imported(target)
-    elif not isinstance(target, Variant):
+    elif not isinstance(target, Variant):        # load imports a config object too
         target = load(target)
     return target.with_settings(settings) if settings else target
 
