@@ -366,9 +366,12 @@ class MemoryGuard(Step):
 
 @dataclass(frozen=True)
 class Record(Step):
-    """``rt.record(trace, X=X, ...)``: the named intermediates, into the caller's trace."""
+    """``rt.record(trace, X=X, ...)``: the named intermediates, into the caller's trace, each
+    under its spec name (``keys``), held by its code name (``names``: the same, but where the
+    spec's name is one the code has of its own, ``codegen.lowering.spelling``)."""
+    keys: tuple[str, ...]
     names: tuple[str, ...]
-    identifiers: ClassVar = ("names",)
+    identifiers: ClassVar = ("keys", "names")
     helper: ClassVar = "record"
 
 
@@ -453,9 +456,12 @@ class Function(Named):
 class EntryRules:
     """What the entry functions check their arguments by, besides their annotations
     (``rt.entry``): the spec's derived dims and its constraints, each with where it is
-    written; the renderer prints them in the spec's notation, which the runtime evaluates."""
+    written; the renderer prints them in the spec's notation, which the runtime evaluates;
+    and the spec's names code spells otherwise (code name, spec name), by which a keyword dim
+    spelt so is known."""
     lets: tuple[tuple[str, sympy.Basic], ...]
     requires: tuple[tuple[sympy.Basic, str], ...]
+    spelled: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

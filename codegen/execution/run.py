@@ -17,6 +17,7 @@ from tspec.codegen.backends import backend as backend_named
 from tspec.codegen.execution import weights
 from tspec.codegen.execution.loading import load_source
 from tspec.codegen.lowering.lower import DECODING, lower
+from tspec.codegen.lowering.spelling import Spelling
 from tspec.codegen.rendering.render import render
 from tspec.errors import RunError, TspecError, UsageError
 from tspec.language.model import (
@@ -243,14 +244,15 @@ def _keywords(prepared: _Prepared, name: str, sizes: dict[str, int]) -> dict:
     """The keyword arguments generated function ``name`` needs: dims no array reveals, and
     the variant's run-time settings."""
     function = next(f for f in prepared.lowered.functions if f.name == name)
+    dim = Spelling(prepared.spec).spec_name    # a keyword dim's name in the spec
     required = [k.name for k in function.keywords if k.default is None]
-    missing = [k for k in required if k not in sizes]
+    missing = [dim(k) for k in required if dim(k) not in sizes]
     if missing:
         raise UsageError(f"{', '.join(missing)} must have a value to run: --set {missing[0]}=...")
     # a function with no float array to take its dtype from takes it as a keyword
     dtype = {"dtype": np.dtype(prepared.dtype)} if any(
         k.name == "dtype" for k in function.keywords) else {}
-    return {k: sizes[k] for k in required} | dtype | {
+    return {k: sizes[dim(k)] for k in required} | dtype | {
         k.name: prepared.settings[k.name] for k in function.keywords
         if k.name in prepared.settings}
 
@@ -267,7 +269,7 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
     if decode_steps is not None:
         _can_decode(prepared, variant.name, decode_steps)
     spec = prepared.spec
-    entry = getattr(prepared.module, spec.name)
+    entry = getattr(prepared.module, prepared.lowered.entry)
     keywords = _keywords(prepared, prepared.lowered.entry, prepared.sizes)
     trace: dict = {}
     limits.doing(f"running the forward pass of {variant.name}")
@@ -294,7 +296,7 @@ def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
     position a step; the steps' logits against the full forward's at the same positions."""
     prepared = _prepare(variant, backend, seed, dtype, typecheck, max_memory, weights_path)
     _can_decode(prepared, variant.name, steps)
-    entry = getattr(prepared.module, prepared.spec.name)
+    entry = getattr(prepared.module, prepared.lowered.entry)
     keywords = _keywords(prepared, prepared.lowered.entry, prepared.sizes)
     with _generated(prepared, variant.name):
         full_logits = _first(entry(*prepared.inputs.values(),

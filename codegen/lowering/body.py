@@ -25,6 +25,7 @@ from tspec.analysis.counts import BOOL_BYTES, INT_BYTES, Activations
 from tspec.checking.check import topological
 from tspec.codegen import ir
 from tspec.codegen.backends import Backend, runtime_order
+from tspec.codegen.lowering.spelling import Spelling
 from tspec.errors import CodegenError
 from tspec.files import shown, where
 from tspec.language.latex import name_latex
@@ -56,10 +57,12 @@ PARAMS, CACHE, TRACE = ir.Name("params"), ir.Name("cache"), ir.Name("trace")
 
 class Lowerer:
     def __init__(self, spec: Spec, choices: dict, backend: Backend,
-                 rename: dict[str | None, str] | None = None):
+                 rename: dict[str | None, str] | None = None,
+                 spelling: Spelling | None = None):
         self.spec = under(spec, choices)    # the blocks and tensors renamed under the choices
         self.choices = choices
         self.backend = backend
+        self.spelling = spelling or Spelling(spec)  # the spec's names as code writes them
         self.rename = rename or {}          # function names other than the block's (None: the
         #                                     model's entry)
         symbols = spec.symbols()
@@ -71,7 +74,8 @@ class Lowerer:
         self.active: list[str] = []
 
     def module(self) -> ir.Module:
-        entry, _ = self.lower_body(self.rename.get(None, self.spec.name), None)
+        entry, _ = self.lower_body(
+            self.rename.get(None) or self.spelling.function(self.spec.name), None)
         functions = [f for f, _ in self.functions.values()]
         return ir.Module(
             spec_name=self.spec.name, title=self.spec.title,
@@ -82,7 +86,7 @@ class Lowerer:
             params_classes=self.params_classes, functions=functions, entry=entry.name)
 
     def function(self, block: Block) -> tuple[ir.Function, "_Signature"]:
-        name = self.rename.get(block.name, block.name)
+        name = self.rename.get(block.name) or self.spelling.function(block.name)
         if name not in self.functions:
             self.lower_body(name, block)
         return self.functions[name]
@@ -126,6 +130,7 @@ class _Body:
     def __init__(self, lowerer: Lowerer, name: str, block: Block | None):
         self.lowerer = lowerer
         self.spec = lowerer.spec
+        self.code = lowerer.spelling        # a spec name as code writes it
         self.name = name
         self.block = block
         self.batched_matmul = lowerer.backend.batched_matmul
@@ -175,12 +180,12 @@ class _Body:
     def dim(self, expr) -> ir.Expr:
         expr = sympy.sympify(expr)
         self.need(expr)
-        return ir.Dim(expr)
+        return ir.Dim(self.code.dims(expr))
 
     def scalar(self, expr) -> ir.Expr:
         expr = sympy.sympify(expr)
         self.need(expr)
-        return ir.Scalar(expr)
+        return ir.Scalar(self.code.dims(expr))
 
     def dtype(self) -> ir.Expr:
         if self.float_source is None:       # no float array to take it from: the caller's
@@ -256,10 +261,10 @@ class _Body:
         self.bound: set[str] = set()       # dim names the arguments so far bind in jaxtyping
         for decl in inputs:
             shape = self.require_shape(decl)
-            ref = ir.Name(decl.name)
+            ref = ir.Name(self.code(decl.name))
             self.values[decl.name] = Operand(ir.Tensor(ref, shape, decl.dtype),
                                              Value(shape, decl.dtype, tensor=decl.name))
-            arguments.append(ir.Argument(decl.name, self.annotation(decl, shape, self.bound),
+            arguments.append(ir.Argument(ref.id, self.annotation(decl, shape, self.bound),
                                          shape))
             self.bound |= {str(d) for d in shape.dims + (shape.family,)
                            if isinstance(d, sympy.Symbol)}
@@ -298,12 +303,13 @@ class _Body:
                 self.block_call(record)
         if core is not None:
             self.steps = [ir.AttentionCore(
-                core.scores, core.weights, block.output, self.values[core.mask].expr,
+                self.code(core.scores), self.code(core.weights), self.code(block.output),
+                self.values[core.mask].expr,
                 tuple(self.steps), self.attention_form(core, producers[core.scores],
                                                        producers[block.output]))]
         for update in (s for s in statements if isinstance(s, Update)):
             shape = self.values[update.value].value.shape
-            self.steps.append(ir.CacheUpdate(update.state, update.value, shape))
+            self.steps.append(ir.CacheUpdate(update.state, self.code(update.value), shape))
             self.equations.append(ir.EquationDoc(
                 f"{update.state} <- {update.value} (the next step's)",
                 f"{name_latex(update.state)} \\leftarrow {name_latex(update.value)}",
@@ -311,8 +317,8 @@ class _Body:
         outputs = [block.output] if block else model_outputs(spec, self.lowerer.choices)
         for name in outputs:            # a parameter or state returned as it is: named first
             operand = self.values.get(name)
-            if operand is not None and ir.unwrap(operand.expr) != ir.Name(name):
-                self.steps.append(ir.Assign((ir.Name(name),), operand.expr,
+            if operand is not None and ir.unwrap(operand.expr) != ir.Name(self.code(name)):
+                self.steps.append(ir.Assign((ir.Name(self.code(name)),), operand.expr,
                                             ir.Comment(shape=operand.value.shape)))
         return self.finish(arguments, outputs)
 
@@ -442,7 +448,8 @@ class _Body:
             for dtype in ("float", "int", "bool"):
                 if getattr(each, dtype) != 0:
                     self.need(getattr(each, dtype))
-        return ir.Footprint(own, tuple(largest), itemsize, INT_BYTES, BOOL_BYTES)
+        return ir.Footprint(self.code.dims(own), tuple(map(self.code.dims, largest)),
+                            itemsize, INT_BYTES, BOOL_BYTES)
 
     def knows(self, symbol, seen: frozenset = frozenset()) -> bool:
         """Whether a dim's value is at hand in the function without a keyword argument."""
@@ -512,7 +519,7 @@ class _Body:
 
     def assign(self, name: str, expr: ir.Expr | None, shape: Shape, dtype: str,
                step: ir.Step | None = None) -> None:
-        ref = ir.Name(name)
+        ref = ir.Name(self.code(name))
         self.values[name] = Operand(ir.Tensor(ref, shape, dtype),
                                     Value(shape, dtype, tensor=name))
         self.steps.append(step or ir.Assign((ref,), expr, ir.Comment(shape)))
@@ -546,7 +553,7 @@ class _Body:
             if symbol not in local and (symbol not in self.deep or
                                         _lists(found) < _lists(self.deep[symbol])):
                 self.deep[symbol] = found
-        keywords = [ir.Keyword(str(d), self.dim(d)) for d in signature.dims]
+        keywords = [ir.Keyword(self.code(str(d)), self.dim(d)) for d in signature.dims]
         keywords += [ir.Keyword(r, self.runtime(r)) for r in signature.runtime]
         if signature.takes_dtype:
             keywords.append(ir.Keyword("dtype", self.dtype()))
@@ -557,6 +564,7 @@ class _Body:
             shape = Shape(shape.dims, family.value.shape.family)
         dtype = signature.output.dtype
         instance = record.instance
+        output = self.code(record.output)
         has_params = signature.params_class is not None
         self.cache |= signature.cache
         subtrace = self.helper("subtrace")
@@ -567,28 +575,28 @@ class _Body:
             call = ir.CallBlock((), function.name, tuple(args + params),
                                 tuple(keywords) + (trace,))
             self.assign(record.output, None, shape, dtype,
-                        ir.EachMember(record.output, family.expr, call, shape))
+                        ir.EachMember(output, family.expr, call, shape))
         elif record.repeat is None:
             params = [ir.item(PARAMS, instance)] if has_params else []
             params += [ir.item(CACHE, instance)] if signature.cache else []
             trace = ir.Keyword("trace", ir.call(subtrace, TRACE, here))
             self.assign(record.output, None, shape, dtype, ir.CallBlock(
-                (record.output,), function.name, tuple(args + params),
+                (output,), function.name, tuple(args + params),
                 tuple(keywords) + (trace,), ir.Comment(shape)))
         else:
             first, rest = args[0], args[1:]
             i = ir.Name("i")
             trace = ir.Keyword("trace", ir.call(subtrace, TRACE, here, i))
-            positional = [ir.Name(record.output)] + rest + \
+            positional = [ir.Name(output)] + rest + \
                 ([ir.Name("layer")] if has_params else []) + \
                 ([ir.Subscript(ir.item(CACHE, instance), (i,))] if signature.cache else [])
             layers = None if has_params else self.dim(record.repeat)
-            call = ir.CallBlock((record.output,), function.name, tuple(positional),
+            call = ir.CallBlock((output,), function.name, tuple(positional),
                                 tuple(keywords) + (trace,))
-            ref = ir.Name(record.output)
+            ref = ir.Name(output)
             self.values[record.output] = Operand(ir.Tensor(ref, shape, dtype),
                                                  Value(shape, dtype, tensor=record.output))
-            self.steps.append(ir.StackLoop(record.output, first, shape, instance, layers, call))
+            self.steps.append(ir.StackLoop(output, first, shape, instance, layers, call))
             self.traced.append(record.output)
         if has_params:
             kind = ir.PlainType("list", signature.params_class) if record.repeat is not None \
@@ -609,7 +617,7 @@ class _Body:
             if symbol in done:
                 return
             done.add(symbol)
-            name = (ir.Name(str(symbol)),)
+            name = (ir.Name(self.code(str(symbol))),)
             if symbol in self.sources:
                 prologue.append(ir.Assign(name, self.sources[symbol]))
             elif symbol in self.lowerer.lets:
@@ -640,7 +648,7 @@ class _Body:
             index += 1
         prologue += checks
         dims = self.spec.dims
-        keyword_records = [ir.Parameter(str(s), ir.PlainType("int"), None, dims[str(s)].meaning
+        keyword_records = [ir.Parameter(self.code(str(s)), ir.PlainType("int"), None, dims[str(s)].meaning
                                         if str(s) in dims else "") for s in keywords]
         keyword_records += [ir.Parameter(r, ir.PlainType("float"),
                                          ir.Number(SETTINGS[r].default), SETTINGS[r].meaning)
@@ -657,7 +665,7 @@ class _Body:
         # a model with no `output` statement computes its tensors and returns nothing
         params_class = None
         if self.fields:
-            params_class = "".join(part.capitalize() for part in self.name.split("_")) + "Params"
+            params_class = self.code.params_class(self.name)
             self.lowerer.params_classes.append(ir.ParamsClass(
                 params_class, f"Parameters of {self.name}, keyed by the spec's names.",
                 tuple(self.fields)))
@@ -670,8 +678,10 @@ class _Body:
             arguments=tuple(arguments), params_class=params_class, cache=self.cache,
             keywords=tuple(keyword_records), returns=tuple(annotations),
             prologue=tuple(prologue),
-            steps=(*self.steps, *((ir.Record(tuple(self.traced)),) if self.traced else ()),
-                   ir.Return(tuple(outputs))), footprint=footprint)
+            steps=(*self.steps, *((ir.Record(tuple(self.traced),
+                                             tuple(map(self.code, self.traced))),)
+                                  if self.traced else ()),
+                   ir.Return(tuple(map(self.code, outputs)))), footprint=footprint)
         own = self.own()
         signature = _Signature(tuple(keywords), tuple(self.runtimes), params_class,
                                output_decls[0] if output_decls else None, self.cache,

@@ -14,6 +14,7 @@ from tspec.codegen import ir, passes
 from tspec.codegen.backends import Backend
 from tspec.codegen.lowering.body import Lowerer
 from tspec.codegen.lowering.decoding import cache_starts, describe, with_decoding
+from tspec.codegen.lowering.spelling import ENTRY_STEP, Spelling
 from tspec.errors import CodegenError, SpecError
 from tspec.files import where
 from tspec.language.model import (
@@ -24,7 +25,6 @@ from tspec.language.model import (
     bodies_deriving,
     select,
     step_choices,
-    step_function,
     under,
 )
 from tspec.language.model import lets as derived_dims
@@ -51,7 +51,8 @@ def _lowered(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module
     chosen = spec.choice_values(choices)
     _require_code_name(spec)
     _require_proved(spec, chosen)
-    module = Lowerer(spec, chosen, backend).module()
+    spelling = Spelling(spec)
+    module = Lowerer(spec, chosen, backend, spelling=spelling).module()
     reading = [f.name for f in module.functions if f.cache]
     if reading and chosen.get(DECODING) != "step":
         raise CodegenError(f"{reading[0]} reads states (a cache) under {describe(chosen)}: "
@@ -60,27 +61,29 @@ def _lowered(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module
                            file=spec.file)
     step = step_choices(spec, chosen)
     if step is None:
-        return _checking_entries(module, spec, [chosen])
+        return _checking_entries(module, spec, [chosen], spelling)
     # the parser refuses a block named as one of these (spec.language)
     stepped = under(spec, step)
-    renamed = {name: step_function(name) for name in
-               bodies_consulting(stepped, step, DECODING) | bodies_deriving(stepped, DECODING)}
+    renamed = {name: ENTRY_STEP if name is None else spelling.function(name, step=True)
+               for name in bodies_consulting(stepped, step, DECODING) |
+               bodies_deriving(stepped, DECODING)}
     _require_proved(spec, step)
-    stepping = Lowerer(spec, step, backend, renamed).module()
+    stepping = Lowerer(spec, step, backend, renamed, spelling).module()
     if not any(function.cache for function in stepping.functions):
-        return _checking_entries(module, spec, [chosen])    # nothing to keep: no decoder
+        return _checking_entries(module, spec, [chosen], spelling)  # nothing to keep
     return _checking_entries(with_decoding(module, stepping, cache_starts(spec, step, chosen)),
-                             spec, [chosen, step])
+                             spec, [chosen, step], spelling)
 
 
 ENTRIES = ("decode_step",)      # besides the model's entry function
 
 
-def _checking_entries(module: ir.Module, spec: Spec, choices: list[dict]) -> ir.Module:
+def _checking_entries(module: ir.Module, spec: Spec, choices: list[dict],
+                      spelling: Spelling) -> ir.Module:
     """The module with its entry functions (the model's, the decoding step's) checking their
     arguments on every call, ``rt.entry(RULES)``, and RULES: the spec's derived dims and its
     top-level constraints under these choices, which the runtime evaluates over the dims the
-    arguments give."""
+    arguments give, and the names code spells otherwise than the spec (a keyword dim's)."""
     lets, requires = {}, {}
     for chosen in choices:
         lets |= {let.dim: let.expr for let in derived_dims(spec, chosen)}
@@ -88,7 +91,8 @@ def _checking_entries(module: ir.Module, spec: Spec, choices: list[dict]) -> ir.
                      for c in select(spec.body, chosen) if isinstance(c, Constraint)}
     rules = ir.Constant("RULES", "the spec's derived dims and constraints, in its notation: "
                         "what the entry functions check their arguments by (rt.entry)",
-                        ir.EntryRules(tuple(lets.items()), tuple(requires.items())))
+                        ir.EntryRules(tuple(lets.items()), tuple(requires.items()),
+                                      tuple(spelling.respelt(spec.dims).items())))
     functions = [dataclasses.replace(f, checked=True)
                  if f.name == module.entry or f.name in ENTRIES else f
                  for f in module.functions]

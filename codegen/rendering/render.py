@@ -225,7 +225,8 @@ def _constant_view(constant: ir.Constant) -> dict:
     value = constant.value
     if isinstance(value, ir.EntryRules):        # in the spec's notation, / dividing exactly
         value = {"lets": {name: dim_text(expr) for name, expr in value.lets},
-                 "requires": {dim_text(relation): at for relation, at in value.requires}}
+                 "requires": {dim_text(relation): at for relation, at in value.requires}} | (
+            {"spelled": dict(value.spelled)} if value.spelled else {})
     lines = layout.literal(value)
     return {"name": constant.name, "comment": _wrap(constant.comment, LINE_LENGTH, "# ", "# "),
             "first": lines[0], "rest": lines[1:]}

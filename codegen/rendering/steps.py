@@ -138,9 +138,9 @@ class StepRenderer:
         # calls of at most TRACE_KEYWORDS keywords: CPython's compiler checks a call's keywords
         # for repeats pairwise, 5 s for one call of 25,000
         calls = []
-        for start in range(0, len(step.names), TRACE_KEYWORDS):
-            names = step.names[start:start + TRACE_KEYWORDS]
-            items = ", ".join(f"{name}={name}" for name in names)
+        pairs = list(zip(step.keys, step.names))
+        for start in range(0, len(pairs), TRACE_KEYWORDS):
+            items = ", ".join(f"{key}={name}" for key, name in pairs[start:start + TRACE_KEYWORDS])
             calls.append(layout.prose(f"rt.{step.helper}(trace, {items})", width, "", "    "))
         return {"calls": calls}
 

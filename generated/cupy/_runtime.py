@@ -28,7 +28,7 @@ from typing import Optional
 import cupy as cp
 from jaxtyping import Bool, Float, Int, jaxtyped
 
-VERSION = "17c045b48fc3f453"  # of this runtime: the sha256 of its text without this line
+VERSION = "58ec2e8599ee1faf"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -51,7 +51,7 @@ def require_version(version: str, model: str) -> None:
                           f"is {VERSION}: regenerate both with tspec generate")
 
 
-def record(trace: dict | None, **tensors) -> None:
+def record(trace: dict | None, /, **tensors) -> None:
     """Record a call's named tensors in its trace (nothing where it has none)."""
     if trace is not None:
         trace.update(**tensors)
@@ -226,7 +226,8 @@ def entry(rules: dict):
     dim the same wherever it occurs, one float dtype for the parameters, stacks of at least one
     layer, keyword dims positive integers, settings (its float keywords) finite and positive,
     and the spec's derived dims and constraints (``rules``: {"lets": {dim: expression},
-    "requires": {constraint: where}}, in the spec's notation, where ``/`` divides exactly)
+    "requires": {constraint: where}}, in the spec's notation, where ``/`` divides exactly;
+    "spelled": {keyword: dim} where a keyword dim is spelt otherwise than the spec's dim)
     wherever the arguments give their dims. One ValueError names the first argument that does
     not fit."""
 
@@ -285,7 +286,8 @@ def _check_arguments(function: str, hints: dict, arguments: dict, rules: dict) -
         elif hint is int:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise dims.refuse(f"{name} = {value!r}: a dim must be an integer >= 1")
-            dims.bind(name, value, f"the keyword argument {name}")
+            dims.bind(rules.get("spelled", {}).get(name, name), value,
+                      f"the keyword argument {name}")
         elif hasattr(hint, "dim_str"):
             _check_array(value, hint, name, dims, later, None)
         elif _is_params(hint):

@@ -14,15 +14,10 @@ KEYWORDS = frozenset({
     "param", "tensor", "output", "block", "as", "in", "repeat", "float", "int", "bool", "reused",
     "state", "update", "rename",
 })
-# The names a generated model module binds beside the spec's own (its imports, constants and
-# functions; in its functions, their arguments and locals), which a spec name must not shadow.
-# The helpers sit behind `rt.` (its runtime module), so their names are free.
-CODE_NAMES = frozenset({
-    "rt", "np", "cp", "math", "Bool", "Float", "Int", "Tuple", "TypedDict", "MEMORY_LIMIT",
-    "CACHE_STATES", "RULES", "prefill", "decode_step", "params", "cache", "trace", "dtype", "layer", "i",
-    "member", "recorder", "staged",
-})
-RESERVED = KEYWORDS | CODE_NAMES
+# Generated code keeps its own names (settings, locals, constants, its helpers behind `rt.`) out
+# of the spec's: a spec name like one of them is spelt otherwise there
+# (tspec.codegen.lowering.spelling), so the language reserves only its own words.
+RESERVED = KEYWORDS
 
 
 def check_name(name: str, what: str, *, file: str | None = None, line: int | None = None,
@@ -45,12 +40,8 @@ def check_name(name: str, what: str, *, file: str | None = None, line: int | Non
         raise SpecError(f"{what} name {name!r} is a Python keyword", file=file, line=line)
     if value_only:
         return name
-    from tspec.ops.catalogue import SETTINGS  # the ops' settings: the catalogue's own
-    if name in SETTINGS:
-        raise SpecError(f"{what} name {name!r} is a setting's, which generated functions take "
-                        "as a keyword argument; name it otherwise", file=file, line=line)
     if name in RESERVED:
-        raise SpecError(f"{what} name {name!r} is reserved by the spec language and its generated code",
+        raise SpecError(f"{what} name {name!r} is a word of the spec language",
                         file=file, line=line)
     if hasattr(builtins, name):
         raise SpecError(f"{what} name {name!r} shadows a Python builtin", file=file, line=line)

@@ -28,9 +28,9 @@ from tspec.codegen.execution import weights
 from tspec.codegen.execution.loading import load_module, load_source
 from tspec.codegen.generate import source
 from tspec.codegen.lowering.lower import lower
+from tspec.codegen.lowering.spelling import CODE_NAMES
 from tspec.errors import CodegenError, SpecError, UsageError
 from tspec.language.model import BlockCall, Equation, TensorDecl, When, outputs, step_function
-from tspec.language.names import CODE_NAMES
 from tspec.language.parser import parse
 from tspec.language.shape import Shape
 from tspec.ops.catalogue import SETTINGS

@@ -336,8 +336,7 @@ def test_renamed_code_runs_as_the_blocks_it_renames():
      "in block encoder or the spec")),
     ("rename encoder as decoder (Z_0 as Y, Z_0 as V)", ("t.tspec:18: rename encoder: Z_0 is "
      "listed twice")),
-    ("rename encoder as prefill", ("t.tspec:18: block name 'prefill' is reserved by the spec language "
-     "and its generated code")),
+    ("rename encoder as spec", "t.tspec:18: block name 'spec' is a word of the spec language"),
     ("rename encoder as E", ("t.tspec:18: rename encoder as E: E is a dim or a tensor of this "
      "spec; a block takes a name of its own")),
     ("rename encoder as Z_1", ("t.tspec:18: rename encoder as Z_1: Z_1 is a dim or a tensor of "
@@ -388,8 +387,7 @@ def test_a_rename_in_a_block_or_onto_a_called_block_is_refused():
 
 
 def test_rename_is_a_reserved_word():
-    with raises(SpecError, "t.tspec:4: tensor name 'rename' is reserved by the spec language "
-                "and its generated code"):
+    with raises(SpecError, "t.tspec:4: tensor name 'rename' is a word of the spec language"):
         parse(HEADER + 'input rename "B T d"\n')
 
 
