@@ -941,8 +941,9 @@ def test_every_name_generated_code_reads_is_bound():
 
 def test_a_model_binds_only_its_spec_names_and_the_code_names():
     """Every name a model module binds (at module level, and in its functions: arguments and
-    locals) is one of its spec's or one of CODE_NAMES (tspec.language.names), which the language
-    reserves; and every code name is bound by some model, so that the list holds no more."""
+    locals) is one of its spec's or one of CODE_NAMES (tspec.codegen.lowering.spelling), which a
+    spec name is spelt apart from; and every code name is bound by some model, so that the list
+    holds no more."""
     used = set()
     for name, text, names in generated_models():
         bound = {s.get_name() for table in _tables(symtable.symtable(text, name, "exec"))
