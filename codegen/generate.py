@@ -32,6 +32,7 @@ from tspec.codegen import ir
 from tspec.codegen.backends import BACKENDS
 from tspec.codegen.backends import backend as backend_named
 from tspec.codegen.lowering.lower import lower
+from tspec.codegen.lowering.spelling import Spelling
 from tspec.codegen.rendering.render import render, render_runtime, runtime_named, runtime_version
 from tspec.errors import CodegenError, UsageError, quoted
 from tspec.files import inside, stale_diff, write_files
@@ -63,7 +64,7 @@ def source(spec: Spec, choices: dict[str, str], backend: str = "numpy",
 
 def with_defaults(module: ir.Module, values: Mapping[str, int | float]) -> ir.Module:
     """The module with ``values`` as the defaults of its functions' keyword arguments of those
-    names: a dim (an int keyword, else required) a positive integer, a setting (a float
+    names (as code spells them, ``codegen.lowering.spelling``): a dim (an int keyword, else required) a positive integer, a setting (a float
     keyword, else the catalogue's default) a finite number; each keyword's meaning says so.
     Only numbers reach the code, written by Python (``repr``), never text as given."""
     def keyword(record: ir.Parameter) -> ir.Parameter:
@@ -158,7 +159,11 @@ def variant_source(variant: Variant, backend: str = "numpy") -> str:
         raise CodegenError(f"{len(findings)} finding(s) in {variant.name}: no code generated "
                            f"(the first: {first.where}: {first.kind}: {first.message}); run "
                            f"`tspec check`")
-    return source(variant.spec, variant.choices, chosen, {**variant.dims, **variant.settings})
+    # keyed as the keywords are spelt: a dim named like a setting (eps) is spelt apart (eps_)
+    spelt = Spelling(variant.spec)
+    return source(variant.spec, variant.choices, chosen,
+                  {spelt(name): value for name, value in variant.dims.items()} |
+                  dict(variant.settings))
 
 
 def variant_dir(backend: str, out: Path | None) -> Path:

@@ -19,12 +19,13 @@ from support.specs import TINY
 from tspec import api
 from tspec.codegen.execution import weights
 from tspec.codegen.execution.loading import load_source
-from tspec.codegen.generate import files, source
+from tspec.codegen.generate import files, source, variant_source
 from tspec.codegen.lowering.spelling import Spelling
 from tspec.errors import SpecError
 from tspec.language.expr import tokenize
 from tspec.language.names import check_name
 from tspec.language.parser import parse
+from tspec.language.variant import Variant
 from tspec.ops.catalogue import FUNCTIONS, OPS, SCALAR_FUNCTIONS, SETTINGS
 
 SPEC_TEXT = api.BUILTIN_SPEC.read_text()
@@ -220,3 +221,15 @@ def test_a_tensor_named_like_a_step_function_computes_the_same_numbers(new):
         outputs.append((first, step))
     for expected, got in zip(*outputs):
         np.testing.assert_array_equal(got, expected)
+
+
+def test_a_variants_dim_named_like_a_setting_is_the_default_of_its_own_keyword():
+    """`tspec generate` of a variant whose head count is named eps, with eps the setting in
+    [settings]: each value the default of its own keyword (they once shared one name)."""
+    spec = parse(renamed(SPEC_TEXT, "H", "eps"), file="renamed.tspec")
+    variant = Variant("renamed", spec, {"d_model": 8, "eps": 2, "H_kv": 1, "d_ff": 12,
+                                        "N": 2, "V": 11, "max_len": 12},
+                      dict(MODELS["llama"]), settings={"eps": 1e-6})
+    module = load_source(variant_source(variant, "numpy"), private=True)
+    keywords = inspect.signature(module.decode_step).parameters
+    assert (keywords["eps_"].default, keywords["eps"].default) == (2, 1e-6)
