@@ -355,7 +355,7 @@ def load_weights(target: Variant | Spec | str, path: str | Path,
     from tspec.codegen.execution import checkpoint_files
     variant = _variant(target, settings)
     return checkpoint_files.load_variant(path, variant.spec, variant.choices, variant.dims,
-                                         variant.name, dtype)
+                                         variant.name, dtype, variant.settings)
 
 
 def concrete_substitution(spec: Spec, result: Result, dims: dict[str, int]) -> dict:

@@ -129,13 +129,17 @@ def family(choices: dict[str, str]):
 
 
 def load_variant(path: str | Path, spec, choices: dict[str, str], dims: dict[str, int],
-                 variant: str, dtype=None) -> Weights:
+                 variant: str, dtype=None, settings: dict[str, float] | None = None) -> Weights:
     """A variant's parameters from ``path``: a .npz file of the spec's names (``weights.load``)
-    or a checkpoint (``load``), at the shapes the spec gives them at ``dims``."""
+    or a checkpoint (``load``), at the shapes the spec gives them at ``dims``; a checkpoint
+    beside a Hugging Face config.json must be of the model it describes (``require_described``:
+    the variant's ``settings``, the rest at the catalogue's defaults)."""
     path = Path(path)
     shapes = weights.expected_shapes(spec, choices, dims)
     if path.suffix != ".npz":
-        return load(path, shapes, spec.choice_values(choices), variant, dtype)
+        chosen = spec.choice_values(choices)
+        require_described(path, chosen, dims, settings or {}, variant)
+        return load(path, shapes, chosen, variant, dtype)
     params = weights.load(path, shapes)
     flat = weights.flatten(params)
     stored = sorted({str(array.dtype) for array in flat.values()})
@@ -146,6 +150,38 @@ def load_variant(path: str | Path, spec, choices: dict[str, str], dims: dict[str
     else:
         dtype = np.dtype(stored[0]) if stored else np.dtype("float32")
     return Weights(params, path, "tspec", dtype, stored, {})
+
+
+def require_described(path: Path, choices: dict[str, str], dims: dict[str, int],
+                      settings: dict[str, float], variant: str) -> None:
+    """Refuse a checkpoint whose folder's config.json (Hugging Face's, beside the file or the
+    shards) describes a model other than the variant: one of the same shapes (16 heads for 12,
+    another epsilon, rotary base or rope scaling, tied for untied) would load and run to wrong
+    numbers. Every dim both give, every choice and every setting the config sets is compared;
+    a config tspec does not import (another model_type, unreadable) says nothing to compare."""
+    from tspec.errors import ConfigError
+    from tspec.importing.convert import imported
+    from tspec.ops.catalogue import SETTINGS
+    config = (path if path.is_dir() else path.parent) / "config.json"
+    if not config.is_file():
+        return
+    try:
+        described, _ = imported(config, pooler=choices.get("encoder_io") != "bert_unpooled")
+    except (ConfigError, UsageError):
+        return
+    ours = {**{name: float(SETTINGS[name].default) for name in described.settings},
+            **settings, **choices, **dims}
+    theirs = {**described.settings, **described.choices, **described.dims}
+    differ = [f"{name} = {_value(value)} there, {_value(ours[name])} in {variant}"
+              for name, value in theirs.items() if name in ours and ours[name] != value]
+    if differ:
+        raise WeightsError(f"{path}: the config.json beside it describes another model than "
+                           f"{variant} ({'; '.join(differ)}); run its own variant: tspec run "
+                           f"{config.parent} --weights {path}")
+
+
+def _value(value) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def load(path: str | Path, shapes: dict[str, tuple], choices: dict[str, str], variant: str,

@@ -219,7 +219,7 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
         from tspec.codegen.execution import checkpoint_files
         limits.doing(f"loading the weights of {variant.name}", str(weights_path))
         params = checkpoint_files.load_variant(weights_path, spec, choices, sizes,
-                                               variant.name, dtype)
+                                               variant.name, dtype, variant.settings)
     rng = np.random.default_rng(seed + 1)
     inputs = {}
     for name, shape, kind, rows in _inputs(spec, choices, sizes):

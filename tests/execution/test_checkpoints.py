@@ -4,6 +4,7 @@ used or named as unused, every parameter found, every shape checked before a ten
 bfloat16 and float16 converted after their memory is counted; pickles refused. And the name
 maps themselves: an untied GPT-2 lm_head, and layers numbered with a gap."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -30,7 +31,8 @@ d_model, H, d_ff, N, V = 16, 4, 24, 2, 13
 GPT2 = ["N=2", f"d_model={d_model}", f"H={H}", f"d_ff={4 * d_model}", f"V={V}", "max_len=16"]
 BERT = ["N=2", f"d_model={d_model}", f"H={H}", f"d_ff={d_ff}", f"V={V}", "max_len=16",
         "V_type=2"]
-LLAMA = ["N=2", f"d_model={d_model}", f"H={H}", "H_kv=2", f"d_ff={d_ff}", f"V={V}"]
+LLAMA = ["N=2", f"d_model={d_model}", f"H={H}", "H_kv=2", f"d_ff={d_ff}", f"V={V}",
+         "eps=1e-6", "theta=10000"]      # LlamaConfig's: its config.json is compared
 
 
 def _moved(model):
@@ -512,3 +514,55 @@ def test_a_gigabyte_checkpoint_loads_within_its_own_size_of_memory(tmp_path):
         assert loaded == model_bytes and room < model_bytes + largest + (65 << 20)
     finally:
         path.unlink()
+
+
+# ---------------------------------------------------------------------------------------------
+# A checkpoint beside its config.json is the model that config describes
+
+def test_a_checkpoint_of_another_model_of_the_same_shapes_is_refused_by_its_config(tmp_path):
+    """A GPT-2 of 4 heads loaded for one of 2 (every shape the same: d_model 16 either way)
+    once ran to other logits without a word; its config.json says so before a tensor is
+    read. Dims set in the variant, the settings' defaults and the choices are all compared."""
+    folder = tmp_path / "gpt2"
+    gpt2().save_pretrained(folder)
+    two_heads = [size.replace(f"H={H}", "H=2") for size in GPT2]
+    with raises(WeightsError, f"{folder}: the config.json beside it describes another model "
+                              "than gpt2_small (H = 4 there, 2 in gpt2_small); run its own "
+                              f"variant: tspec run {folder} --weights {folder}"):
+        tspec.load_weights("gpt2_small", folder, two_heads)
+    single = folder / "model.safetensors"
+    with raises(WeightsError, f"{single}: the config.json beside it describes another model "
+                              "than gpt2_small (eps = 1e-05 there, 1e-06 in gpt2_small; H = 4 "
+                              "there, 2 in gpt2_small); run its own variant: tspec run "
+                              f"{folder} --weights {single}"):
+        tspec.load_weights("gpt2_small", single, [*two_heads, "eps=1e-6"])
+    small = tspec.load("gpt2_small")
+    with raises(WeightsError, f"{folder}: the config.json beside it describes another model "
+                              "than gpt2_small (output_embedding = tied there, separate in "
+                              "gpt2_small); run its own variant: tspec run "
+                              f"{folder} --weights {folder}"):
+        tspec.load_weights(dataclasses.replace(small, choices=small.choices | {
+            "output_embedding": "separate"}), folder, GPT2)
+    loaded = tspec.load_weights("gpt2_small", folder, GPT2)     # its own: loads
+    assert loaded.names == "GPT-2"
+
+
+def test_run_with_the_weights_of_another_model_exits_2_in_one_line(tmp_path, capsys):
+    folder = tmp_path / "gpt2"
+    gpt2().save_pretrained(folder)
+    capsys.readouterr()                 # save_pretrained's progress bar
+    sizes = [arg for size in GPT2 for arg in ("--set", size.replace(f"H={H}", "H=2"))]
+    code, out, err = run(capsys, "run", "gpt2_small", *sizes, "--set", "T_dec=4", "--weights",
+                         str(folder))
+    assert (code, out) == (2, "")
+    assert err == (f"tspec: error: {folder}: the config.json beside it describes "
+                             "another model than gpt2_small (H = 4 there, 2 in gpt2_small); "
+                             f"run its own variant: tspec run {folder} --weights {folder}\n")
+
+
+def test_a_config_tspec_does_not_import_beside_a_checkpoint_is_not_compared(tmp_path):
+    """A config.json of a model_type tspec does not import says nothing it can compare."""
+    folder = tmp_path / "gpt2"
+    gpt2().save_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps({"model_type": "t5", "num_heads": 3}))
+    assert tspec.load_weights("gpt2_small", folder, GPT2).names == "GPT-2"
