@@ -100,6 +100,10 @@ class StepRenderer:
                                      width - 4)}
         return view
 
+    def _Fused(self, step: ir.Fused, width: int) -> dict:
+        return {"note": step.note, "fused": self.lines(step.fused, width - 4),
+                "steps": self.lines(step.steps, width - 4)}
+
     def _MemoryGuard(self, step: ir.MemoryGuard, width: int) -> dict:
         footprint = step.footprint
         sizes = {"float": self.printer(footprint.itemsize), "int": str(footprint.int_bytes),

@@ -180,7 +180,7 @@ def add_and_layer_norm(
         Z = layer_norm(X + Y, gamma, beta)
             Z = \mathrm{LayerNorm}\left(X + Y;\, \gamma, \beta\right)
     """
-    Z = rt.layer_norm(X + Y, params["gamma"], params["beta"], eps)  # B T_x d_model
+    Z = rt.layer_norm(X, params["gamma"], params["beta"], eps, residual=Y)  # B T_x d_model
     rt.record(trace, Z=Z)
     return Z
 

@@ -315,10 +315,15 @@ def decoder_layer(
         theta=theta,
         trace=rt.subtrace(trace, "self_attention"),
     )  # B T_x d_model
-    Y_1 = Y + A  # B T_x d_model
-    Y_1n = normalize(
-        Y_1, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
-    )  # B T_x d_model
+    if trace is None:  # Y_1 and Y_1n, its norm, in one kernel
+        Y_1 = cp.empty_like(Y)  # B T_x d_model
+        # B T_x d_model
+        Y_1n = rt.rms_norm(Y, params["norm_2"]["gamma"], eps, residual=A, total=Y_1)
+    else:
+        Y_1 = Y + A  # B T_x d_model
+        Y_1n = normalize(
+            Y_1, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+        )  # B T_x d_model
     F = feed_forward(
         Y_1n, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
     )  # B T_x d_model
@@ -554,10 +559,15 @@ def decoder_layer_step(
         theta=theta,
         trace=rt.subtrace(trace, "self_attention"),
     )  # B T_x d_model
-    Y_1 = Y + A  # B T_x d_model
-    Y_1n = normalize(
-        Y_1, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
-    )  # B T_x d_model
+    if trace is None:  # Y_1 and Y_1n, its norm, in one kernel
+        Y_1 = cp.empty_like(Y)  # B T_x d_model
+        # B T_x d_model
+        Y_1n = rt.rms_norm(Y, params["norm_2"]["gamma"], eps, residual=A, total=Y_1)
+    else:
+        Y_1 = Y + A  # B T_x d_model
+        Y_1n = normalize(
+            Y_1, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+        )  # B T_x d_model
     F = feed_forward(
         Y_1n, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
     )  # B T_x d_model
