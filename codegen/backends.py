@@ -108,16 +108,16 @@ BACKENDS: dict[str, Backend] = {
         helpers={name: f"helpers/cupy/{name}.py.j2"
                  for name in ("kernel_support", "softmax", "masked_softmax", "attend_fused",
                               "layer_norm", "rms_norm", "relu", "silu", "gelu", "gelu_tanh",
-                              "batched_matmul", "project")},
+                              "batched_matmul", "project", "glu")},
         helper_needs={"softmax": ("kernel_support", "checked_axis"),
                       **{name: ("kernel_support",)
                          for name in ("layer_norm", "rms_norm", "relu", "silu", "gelu",
-                                      "gelu_tanh", "project")}},
-        # memory_total() asks the GPU; the kernels need neither erf nor math; project caches
-        # its epilogue kernels
+                                      "gelu_tanh", "project", "glu")}},
+        # memory_total() asks the GPU; the kernels need neither erf nor math; project and glu
+        # cache their kernels, one an activation
         helper_imports={"require_memory": ("functools",), "gelu": ("Optional",),
                         "gelu_tanh": ("Optional",), "silu": ("Optional",),
-                        "project": ("Optional", "functools")},
+                        "project": ("Optional", "functools"), "glu": ("functools",)},
         fused_residual=True),
 }
 
@@ -163,6 +163,7 @@ RUNTIME_HELPERS = (
     Helper("checked_axis", shared=True),
     Helper("log_mask"),
     Helper("project", imports=("Optional",), pool_needs=("parallel",)),
+    Helper("glu"),
     Helper("keep_masked"),
     # the attention strategies (Backend.attention) and what they are made of
     Helper("query_blocks", needs=("softmax", "workspace"), shared=True),

@@ -6,7 +6,8 @@ from a module to a module that changes how a computation is done, never what it 
   query rows at a time, or the scores and weights in one kernel);
 - ``attention.keep_masked``: after the scores, float16's +inf at masked keys set back to -inf;
 - ``fusion.fuse_projections``: a bias added to, and an activation applied to, a product's
-  fresh result in place (``rt.project(X, W, b, activation=rt.gelu)``);
+  fresh result in place (``rt.project(X, W, b, activation=rt.gelu)``), and a gated unit's
+  activation and product in one pass (``rt.glu(gate, x, activation=rt.silu)``);
 - ``residual.fuse_residuals``: where the backend fuses them (``Backend.fused_residual``), a
   residual sum added in the kernel of the LayerNorm or RMSNorm that reads it
   (``rt.layer_norm(X, gamma, beta, eps, residual=Y)``), a named sum the residual stream uses

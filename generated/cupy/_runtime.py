@@ -28,7 +28,7 @@ from typing import Optional
 import cupy as cp
 from jaxtyping import Bool, Float, Int, jaxtyped
 
-VERSION = "ee5d391624cd3978"  # of this runtime: the sha256 of its text without this line
+VERSION = "848d1be2b2845272"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -626,6 +626,38 @@ def project(
         if activation is not None:
             activation(product, out=product)
     return product.reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
+
+
+@functools.cache
+def glu_kernel(function: str, source: str) -> cp.ElementwiseKernel:
+    """A gated unit's product for the activation whose CUDA formula is ``function`` in
+    ``source`` (its helper's ``device_function``): one pass, y = f(g) * x, in float32 for
+    float16, f(g) rounded to the dtype first, as the activation's own kernel stores it."""
+    return cp.ElementwiseKernel(
+        "T g, T x", "T y",
+        """
+        typedef typename Accumulate<T>::type A;
+        y = T(A(T(""" + function + """(A(g)))) * A(x));
+        """,
+        "glu", preamble=ACCUMULATE + source)
+
+
+@typechecked
+def glu(
+    gate: Float[cp.ndarray, "*shape"],
+    x: Float[cp.ndarray, "*shape"],
+    activation,
+) -> Float[cp.ndarray, "*shape"]:
+    """activation(gate) * x, a gated unit's product (SwiGLU's silu(X W_1) * X W_3): one kernel
+    (``glu_kernel``) that reads both and writes into gate's array, which the caller hands over
+    (a product's fresh result), instead of the activation's pass and the product's; the
+    numbers of activation(gate) * x. An activation without a CUDA formula
+    (``device_function``), or operands of two shapes or dtypes, run as written."""
+    formula = getattr(activation, "device_function", None)
+    if formula is None or gate.shape != x.shape or gate.dtype != x.dtype:
+        return activation(gate) * x  # *shape
+    glu_kernel(*formula)(gate, x, gate)
+    return gate  # *shape
 
 
 def keep_masked(S: cp.ndarray, L: cp.ndarray) -> None:

@@ -28,7 +28,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("ee5d391624cd3978", __name__)  # the runtime this was generated with
+rt.require_version("848d1be2b2845272", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):

@@ -29,7 +29,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("98a0d411f83b2e7a", __name__)  # the runtime this was generated with
+rt.require_version("271854b673663223", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):

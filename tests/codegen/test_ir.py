@@ -192,6 +192,23 @@ def test_numpy_and_what_is_no_residual_sum_of_a_norm_stay_as_written():
     assert residual.fuse_residuals(twice) == twice
 
 
+def test_a_gated_product_is_one_pass_over_its_two_products():
+    gate = ir.Tensor(ir.call(PROJECT, X, W, activation=ir.Runtime("silu")), Shape((B, T, F)),
+                     "float")
+    other = ir.Tensor(ir.call(PROJECT, X, param("V", D, F)), Shape((B, T, F)), "float")
+    for value in (ir.BinOp("*", gate, other), ir.BinOp("*", other, gate)):
+        out = fusion.fuse_projections(module_of(assign("U", value)))
+        assert rendered(out) == '# B T d_ff\nU = rt.glu(rt.project(X, params["W"]), ' \
+            'rt.project(X, params["V"]), activation=rt.silu)'
+    wider = ir.Tensor(ir.call(PROJECT, X, param("V", D, D)), Shape((B, T, D)), "float")
+    steps = (assign("U1", ir.BinOp("*", gate, wider)),             # two shapes: broadcast
+             assign("U2", ir.BinOp("*", gate, gate)),              # both activated
+             assign("U3", ir.BinOp("*", other, other)),            # neither
+             assign("U4", ir.BinOp("*", gate, b)),                 # no product
+             assign("U5", ir.BinOp("+", gate, other)))
+    assert only_steps(fusion.fuse_projections(module_of(*steps))) == steps
+
+
 def core(form: bool = True) -> ir.AttentionCore:
     q, k = tensor("Q_h", B, T, D, family=H), tensor("K_h", B, T, D, family=H)
     v, mask = tensor("V_h", B, T, D, family=H), tensor("L_h", B, T, T, family=H)

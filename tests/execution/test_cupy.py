@@ -145,6 +145,13 @@ def test_the_bias_and_activation_are_one_kernel_after_the_product(device, name, 
     kernel_checks.epilogue_matches_numpy(device, name, dtype, n)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", [1, 7, 33, 1000])
+@pytest.mark.parametrize("name", ["relu", "silu", "gelu", "gelu_tanh"])
+def test_a_gated_product_is_one_kernel(device, name, dtype, n):
+    kernel_checks.glu_matches_numpy(device, name, dtype, n)
+
+
 def test_an_activation_without_a_cuda_formula_runs_after_the_bias(device):
     xp, rt = device.xp, generated(device).rt
     rng = np.random.default_rng(6)

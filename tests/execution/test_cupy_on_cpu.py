@@ -63,6 +63,8 @@ KERNEL_CHECKS = {
              for dtype in ("float32", "float16")],
     "silu": [(kernel_checks.activation_kernel_matches_numpy, {"name": "silu", "dtype": dtype})
              for dtype in ("float32", "float16")],
+    "glu": [(kernel_checks.glu_matches_numpy, {"name": name, "dtype": dtype, "n": n})
+            for name in ("silu", "gelu") for dtype in ("float32", "float16") for n in (1, 33)],
     "bias_activation": [
         (kernel_checks.epilogue_matches_numpy, {"name": name, "dtype": dtype, "n": n})
         for name in ("relu", "silu", "gelu", "gelu_tanh") for dtype in ("float32", "float16")
@@ -185,6 +187,7 @@ MUTANTS = {
         "        }\n        squares")),
     "bias_activation: the bias not added": (
         "bias_activation", "(A(T(A(p) + A(b))))", "(A(T(A(p))))"),
+    "glu: the gate times itself": ("glu", "(A(g)))) * A(x));", "(A(g)))) * A(g));"),
     "silu: sigmoid's denominator off by one": (
         "silu", "/ (A(1) + e))", "/ (A(2) + e))"),
     "relu: negative values kept": ("relu", "v < A(0) ? A(0) : v", "v < A(-1) ? A(0) : v"),

@@ -320,6 +320,24 @@ def test_each_helper_takes_the_same_arguments_on_numpy_and_cupy():
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_a_gated_product_has_the_numbers_of_its_two_passes(implementation, dtype):
+    """glu(g, x, silu) is silu(g) * x exactly, on every backend (one kernel on CuPy, in place
+    on NumPy), written into g's array; operands of two shapes run as written."""
+    rng = np.random.default_rng(4)
+    g = (rng.standard_normal((4, 6, 33)) * 4).astype(dtype)
+    x = (rng.standard_normal((4, 6, 33)) * 3).astype(dtype)
+    xp, rt = implementation.xp, implementation.module("silu").rt
+    expected = to_numpy(rt.silu(xp.asarray(g))) * x
+    gate = xp.asarray(g)
+    y = rt.glu(gate, xp.asarray(x), rt.silu)
+    assert y is gate and y.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(to_numpy(y), expected)
+    row = rt.glu(xp.asarray(g), xp.asarray(x[0, 0]), rt.silu)
+    np.testing.assert_array_equal(to_numpy(row), to_numpy(rt.silu(xp.asarray(g))) * x[0, 0])
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("helper", ["layer_norm", "rms_norm"])
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_a_norm_with_a_residual_normalises_the_sum_and_writes_it_to_total(implementation,

@@ -275,6 +275,45 @@ def epilogue_matches_numpy(device, name, dtype, n):
                                atol=tolerance * scale.max())
 
 
+def glu_matches_numpy(device, name, dtype, n):
+    """glu(g, x, activation=rt.<name>): activation(g) * x in one kernel (glu_kernel, never the
+    activation's own pass), exactly the numbers of the activation's kernel times x in the
+    dtype, and within the dtype's rounding of float64; NaN, +-inf and float16 products past
+    65504 (inf) as the separate passes give them."""
+    rng = np.random.default_rng(n * 3 + len(name))
+    g = rng.standard_normal((2, 5, n)) * 4
+    x = rng.standard_normal((2, 5, n)) * 3
+    g[0, 0, :3], x[0, 0, :3] = [np.nan, np.inf, -np.inf][:n], 1.0
+    if dtype == "float16":
+        g[1, 0], x[1, 0] = 300.0, 400.0                 # 300 * 400 > 65504
+    g, x = g.astype(dtype), x.astype(dtype)
+    xp, rt = device.xp, generated(device).rt
+    activation = getattr(rt, name)
+    used = []
+    kernel = rt.glu_kernel
+    try:
+        rt.glu_kernel = lambda *formula: used.append(formula) or kernel(*formula)
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = rt.glu(xp.asarray(g), xp.asarray(x), type("Formula", (), {
+                "device_function": activation.device_function,
+                "__call__": lambda *a, **k: (_ for _ in ()).throw(
+                    AssertionError(f"glu applied {name} as a pass of its own"))})())
+            apart = to_numpy(activation(xp.asarray(g))) * x
+    finally:
+        rt.glu_kernel = kernel
+    assert used == [activation.device_function]
+    assert y.dtype == np.dtype(dtype) and y.shape == g.shape
+    ours = to_numpy(y)
+    np.testing.assert_array_equal(ours, apart)
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = activation_reference(name, g) * x.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(expected))
+    finite = np.isfinite(expected) & np.isfinite(ours)
+    scale = np.maximum(1.0, np.abs(expected[finite]))
+    assert (np.abs(ours[finite] - expected[finite]) / scale <= 2 * ACTIVATION_TOLERANCES[dtype]
+            * np.maximum(1.0, np.abs(x[finite]))).all()
+
+
 # ---------------------------------------------------------------------------------------------
 # Fused attention (attend_fused's kernels)
 
