@@ -1,6 +1,7 @@
 """The generated CuPy forward pass against PyTorch eager on one NVIDIA GPU, side by side.
 
     python benchmarks/gpu_speed.py [--dtype float32 float16] [--repeat 20] [--reference]
+    python benchmarks/gpu_speed.py --cpu    # a smoke run on the CPU harness, tiny shapes
 
 Three shapes at B=8, T=1024, the same weights on both sides, in float32 and float16: the base
 encoder layer (d_model 512, 8 heads, d_ff 2048), the base encoder-decoder stacks (N=6, source
@@ -16,14 +17,23 @@ compared. Prints the times, their ratio, the achieved TFLOP/s of the matrix prod
 device's own matrix-product rate measured in the same run for the same dtype, and the largest
 difference from PyTorch's output relative to its scale. ``--reference`` also times the
 generated code's traced path, which computes attention as the equations are written (the
-scores stored, then the softmax) instead of the fused masked softmax, and keeps every
-intermediate.
+scores stored, then the softmax) instead of the fused kernel, a pre-norm layer's residual sum
+apart from its norm, and keeps every intermediate.
+
+The untraced path runs the fused kernels: attention (attend_fused), each product's bias and
+activation in one kernel after cuBLAS (project's epilogue: ReLU in the base shapes, tanh GELU
+in GPT-2's), the residual sums added in the LayerNorm kernels (add_and_layer_norm in the post-LN
+shapes; in GPT-2's pre-LN layers the attention residual written by the norm's kernel too).
+``--cpu`` runs every row on the CPU harness (tests/support/cupy_on_cpu) and PyTorch on the CPU
+at tiny sizes: it checks that the benchmark runs and agrees with PyTorch, not speed.
 """
 
 import argparse
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 
 def main() -> None:
@@ -36,24 +46,40 @@ def main() -> None:
                         help="also time the generated code's plain (unfused) path")
     parser.add_argument("--shapes", nargs="+", default=["layer", "stacks", "gpt2"],
                         choices=["layer", "stacks", "gpt2"])
+    parser.add_argument("--cpu", action="store_true",
+                        help="run on the CPU harness (tests/support/cupy_on_cpu), tiny shapes")
     args = parser.parse_args()
 
-    import cupy as cp
     import numpy as np
     import torch
 
     from tspec import api
     from tspec.codegen.execution import checkpoints, weights
-    from tspec.codegen.execution.loading import load_source
     from tspec.codegen.generate import source
 
     spec = api.read_spec(api.BUILTIN_SPEC)
-    device = torch.device("cuda")
-    B, T = 8, 1024
+    if args.cpu:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from support import cupy_on_cpu
+        cp = cupy_on_cpu.cupy
+        load_source = cupy_on_cpu.load_source
+        device = torch.device("cpu")
+        B, T = 2, 16
+        # (d_model, H, d_ff, N) of the base shapes and of GPT-2 small's, shrunk
+        base, gpt2 = (32, 4, 64, 2), (48, 4, 96, 2)
+        args.repeat, args.rounds = 1, 1
+    else:
+        import cupy as cp
+
+        from tspec.codegen.execution.loading import load_source
+        device = torch.device("cuda")
+        B, T = 8, 1024
+        base, gpt2 = (512, 8, 2048, 6), (768, 12, 3072, 12)
 
     def synchronise():
-        torch.cuda.synchronize()
-        cp.cuda.Device().synchronize()
+        if not args.cpu:
+            torch.cuda.synchronize()
+            cp.cuda.Device().synchronize()
 
     def block_time(function, repeat):
         synchronise()
@@ -75,8 +101,9 @@ def main() -> None:
         return [statistics.median(t) for t in times]
 
     def matmul_rate(dtype, n=8192):
-        a = cp.random.default_rng(0).standard_normal((n, n), dtype=cp.float32).astype(dtype)
-        b = cp.random.default_rng(1).standard_normal((n, n), dtype=cp.float32).astype(dtype)
+        n = 64 if args.cpu else n
+        a, b = (cp.asarray(np.random.default_rng(seed).standard_normal((n, n), dtype=np.float32)
+                           .astype(dtype)) for seed in (0, 1))
         seconds = statistics.median(block_time(lambda: a @ b, 5) for _ in range(5))
         return 2 * n ** 3 / seconds / 1e12
 
@@ -93,11 +120,11 @@ def main() -> None:
         return float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-30))
 
     def generated(choices):
-        return load_source(source(spec, choices, "cupy"))
+        return load_source(source(spec, choices, "cupy"), private=True)
 
     def encoder_layer_row(dtype, peak):
         torch.manual_seed(0)
-        d, H, d_ff = 512, 8, 2048
+        d, H, d_ff, _ = base
         layer = torch.nn.TransformerEncoderLayer(d, H, d_ff, dropout=0.0, batch_first=True)
         layer = layer.eval().to(device, getattr(torch, dtype.name))
         module = generated({"arch": "encoder_only", "attention_bias": "all"})
@@ -118,7 +145,7 @@ def main() -> None:
 
     def encoder_decoder_row(dtype, peak):
         torch.manual_seed(1)
-        d, H, d_ff, N = 512, 8, 2048, 6
+        d, H, d_ff, N = base
         torch_dtype = getattr(torch, dtype.name)
         model = torch.nn.Transformer(d, H, N, N, d_ff, dropout=0.0, batch_first=True)
         model.encoder.norm = None
@@ -131,8 +158,8 @@ def main() -> None:
         src, tgt = (cp.asarray(rng.standard_normal((B, T, d)).astype(dtype)) for _ in range(2))
         keep = np.ones((B, T), dtype=bool)
         keep[-1, T // 2:] = False
-        L_enc = module.log_mask(module.padding_mask(cp.asarray(keep), T), dtype)[None]
-        L_self = module.log_mask(cp.tri(T, T, dtype=bool)[None].repeat(B, 0), dtype)[None]
+        L_enc = module.rt.log_mask(module.rt.padding_mask(cp.asarray(keep), T), dtype)[None]
+        L_self = module.rt.log_mask(cp.tri(T, T, dtype=bool)[None].repeat(B, 0), dtype)[None]
 
         def ours(trace=None):
             memory = module.encoder(src, L_enc, params["encoder"], H=H, trace=trace)
@@ -158,7 +185,7 @@ def main() -> None:
 
     def gpt2_row(dtype, peak):
         torch.manual_seed(2)
-        d, H, d_ff, N = 768, 12, 3072, 12
+        d, H, d_ff, N = gpt2
         torch_dtype = getattr(torch, dtype.name)
         layer = torch.nn.TransformerEncoderLayer(
             d, H, d_ff, dropout=0.0, batch_first=True, norm_first=True,
@@ -174,22 +201,22 @@ def main() -> None:
         params = ours_params({k.replace("encoder.", "decoder.", 1): v for k, v in flat.items()},
                              dtype)
         y = cp.asarray(np.random.default_rng(2).standard_normal((B, T, d)).astype(dtype))
-        L_causal = module.log_mask(cp.tri(T, T, dtype=bool)[None], dtype)[None]
+        L_causal = module.rt.log_mask(cp.tri(T, T, dtype=bool)[None], dtype)[None]
         causal = torch.nn.Transformer.generate_square_subsequent_mask(T, device=device,
                                                                       dtype=torch_dtype)
         y_torch = torch.as_tensor(y, device=device)
-        sides = [lambda: module.encoder(y, L_causal, params["decoder"], H=H),
+        sides = [lambda: module.decoder(y, L_causal, params["decoder"], H=H),
                  lambda: stack(y_torch, mask=causal, is_causal=True)]
         if args.reference:
-            sides.append(lambda: module.encoder(y, L_causal, params["decoder"], H=H, trace={}))
+            sides.append(lambda: module.decoder(y, L_causal, params["decoder"], H=H, trace={}))
         with torch.inference_mode():
             difference = relative(sides[0](), sides[1]())
             times = paired_times(sides, max(4, args.repeat // 4))
         return (f"GPT-2-small causal stack, {dtype.name}", times,
                 N * layer_flops(B, T, T, d, d_ff), peak, difference)
 
-    name = torch.cuda.get_device_name()
-    print(f"device: {name}, CUDA {torch.version.cuda}, cupy {cp.__version__}, torch "
+    name = "the CPU harness" if args.cpu else torch.cuda.get_device_name()
+    print(f"device: {name}, CUDA {torch.version.cuda}, cupy {getattr(cp, '__version__', '-')}, torch "
           f"{torch.__version__}, numpy {np.__version__}, CPython {platform.python_version()}")
     measure = {"layer": encoder_layer_row, "stacks": encoder_decoder_row, "gpt2": gpt2_row}
     rows = []
@@ -201,7 +228,7 @@ def main() -> None:
             print(f"measured {rows[-1][0]}", flush=True)
 
     print()
-    head = f"{'shape (B=8, T=1024)':<40} {'cupy':>9} {'torch':>9} {'ratio':>6}"
+    head = f"{f'shape (B={B}, T={T})':<40} {'cupy':>9} {'torch':>9} {'ratio':>6}"
     if args.reference:
         head += f" {'plain':>9} {'ratio':>6}"
     print(head + f" {'TFLOP/s':>8} {'peak':>6} {'of peak':>7} {'rel diff':>9}")
@@ -213,7 +240,8 @@ def main() -> None:
         rate = flops / ours / 1e12
         print(line + f" {rate:8.1f} {peak:6.1f} {rate / peak:7.0%} {difference:9.1e}")
     print("\nratio: generated CuPy time / PyTorch eager time (below 1 is faster); TFLOP/s counts "
-          "matrix products only; peak: an 8192^3 matrix product in the same dtype, same run.")
+          f"matrix products only; peak: an {64 if args.cpu else 8192}^3 matrix product in the "
+          "same dtype, same run.")
 
 
 if __name__ == "__main__":

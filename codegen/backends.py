@@ -57,6 +57,10 @@ class Backend:
     # whether a view can be made read-only (NumPy's flags.writeable; CuPy has no such flag):
     # extend's states, which share one buffer
     read_only_views: bool = True
+    # a residual sum that feeds a LayerNorm or RMSNorm added in the norm's kernel, which
+    # reads both summands (and writes the sum where it is used again): residual= and total=
+    # of the norms' helpers (codegen.passes.residual)
+    fused_residual: bool = False
     # helpers whose template this backend replaces: helper name -> template under templates/
     helpers: dict[str, str] = field(default_factory=dict)
     # the helpers and the imports of the backend's own templates (of those in ``helpers``),
@@ -103,13 +107,18 @@ BACKENDS: dict[str, Backend] = {
         batched_matmul="batched_matmul",
         helpers={name: f"helpers/cupy/{name}.py.j2"
                  for name in ("kernel_support", "softmax", "masked_softmax", "attend_fused",
-                              "layer_norm", "gelu", "gelu_tanh", "batched_matmul")},
+                              "layer_norm", "rms_norm", "relu", "silu", "gelu", "gelu_tanh",
+                              "batched_matmul", "project", "glu")},
         helper_needs={"softmax": ("kernel_support", "checked_axis"),
-                      "layer_norm": ("kernel_support",), "gelu": ("kernel_support",),
-                      "gelu_tanh": ("kernel_support",)},
-        # memory_total() asks the GPU; the kernels need neither erf nor math
+                      **{name: ("kernel_support",)
+                         for name in ("layer_norm", "rms_norm", "relu", "silu", "gelu",
+                                      "gelu_tanh", "project", "glu")}},
+        # memory_total() asks the GPU; the kernels need neither erf nor math; project and glu
+        # cache their kernels, one an activation
         helper_imports={"require_memory": ("functools",), "gelu": ("Optional",),
-                        "gelu_tanh": ("Optional",)}),
+                        "gelu_tanh": ("Optional",), "silu": ("Optional",),
+                        "project": ("Optional", "functools"), "glu": ("functools",)},
+        fused_residual=True),
 }
 
 
@@ -154,6 +163,7 @@ RUNTIME_HELPERS = (
     Helper("checked_axis", shared=True),
     Helper("log_mask"),
     Helper("project", imports=("Optional",), pool_needs=("parallel",)),
+    Helper("glu"),
     Helper("keep_masked"),
     # the attention strategies (Backend.attention) and what they are made of
     Helper("query_blocks", needs=("softmax", "workspace"), shared=True),

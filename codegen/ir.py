@@ -343,6 +343,16 @@ class AttentionCore(Step):
 
 
 @dataclass(frozen=True)
+class Fused(Step):
+    """Steps a backend computes another way where no trace is asked for: ``if trace is None:``
+    the ``fused`` steps, else the ``steps`` as written (``codegen.passes.residual``: a residual
+    sum and the norm that reads it in one kernel). Both assign the same names."""
+    note: str
+    fused: tuple[Step, ...]
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True)
 class Footprint:
     """What a function's tensors take at once: the elements of its own and of the largest of
     its calls' (each call's own and its largest call's, down the tree), by dtype class

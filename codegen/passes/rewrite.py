@@ -12,11 +12,14 @@ NESTED = (tuple, ir.Expr, ir.Keyword, ir.Step, ir.AttentionForm, ir.AttentionStr
 
 def map_steps(module: ir.Module, rule: Callable[[ir.Step], ir.Step]) -> ir.Module:
     """The module with ``rule`` applied to every step of every function (its prologue's and
-    its body's, and the steps inside an attention core, inner ones first)."""
+    its body's, and the steps inside an attention core or a fused step, inner ones first)."""
 
     def each(step: ir.Step) -> ir.Step:
         if isinstance(step, ir.AttentionCore):
             step = dataclasses.replace(step, steps=tuple(each(s) for s in step.steps))
+        if isinstance(step, ir.Fused):
+            step = dataclasses.replace(step, fused=tuple(each(s) for s in step.fused),
+                                       steps=tuple(each(s) for s in step.steps))
         return rule(step)
 
     functions = [dataclasses.replace(f, prologue=tuple(each(s) for s in f.prologue),

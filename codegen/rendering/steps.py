@@ -44,7 +44,14 @@ class StepRenderer:
     def _Assign(self, step: ir.Assign, width: int) -> dict:
         targets = ", ".join(self.printer(t) for t in step.targets)
         statement = f"{targets} = {self.printer(step.value)}"
-        return {"lines": layout.commented(statement, comment_text(step.comment), width)}
+        lines = layout.commented(statement, comment_text(step.comment), width)
+        value = ir.unwrap(step.value)
+        if isinstance(value, ir.Call) and any(len(line) > width for line in lines):
+            # a call too long for a line (a fused norm's): its arguments on lines of their own
+            lines = layout.call(f"{targets} = {self.printer.wrap(value.function, ir.ATOM)}",
+                                self.printer.arguments(value), comment_text(step.comment),
+                                width)
+        return {"lines": lines}
 
     def _Evaluate(self, step: ir.Evaluate, width: int) -> dict:
         value = step.value
@@ -99,6 +106,10 @@ class StepRenderer:
                                      self.printer.arguments(call), strategy.shape.text(),
                                      width - 4)}
         return view
+
+    def _Fused(self, step: ir.Fused, width: int) -> dict:
+        return {"note": step.note, "fused": self.lines(step.fused, width - 4),
+                "steps": self.lines(step.steps, width - 4)}
 
     def _MemoryGuard(self, step: ir.MemoryGuard, width: int) -> dict:
         footprint = step.footprint

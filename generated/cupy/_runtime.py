@@ -28,7 +28,7 @@ from typing import Optional
 import cupy as cp
 from jaxtyping import Bool, Float, Int, jaxtyped
 
-VERSION = "58ec2e8599ee1faf"  # of this runtime: the sha256 of its text without this line
+VERSION = "10a1b190be808d60"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -484,6 +484,123 @@ def log_mask(M: Bool[cp.ndarray, " *shape"], dtype) -> Float[cp.ndarray, " *shap
     return L
 
 
+# What the kernels share. Arithmetic in float32 for float16 and float32 arrays, in float64 for
+# float64 ones (Accumulate<T>::type); the row kernels store float16 as its 16 bits.
+ACCUMULATE = """
+template <typename T> struct Accumulate { typedef float type; };
+template <> struct Accumulate<double> { typedef double type; };
+"""
+ROWS_PRELUDE = ACCUMULATE + r"""
+__device__ __forceinline__ float load(const float* p) { return *p; }
+__device__ __forceinline__ double load(const double* p) { return *p; }
+__device__ __forceinline__ float load(const unsigned short* p) {
+    float value;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(*p));
+    return value;
+}
+__device__ __forceinline__ void store(float* p, float value) { *p = value; }
+__device__ __forceinline__ void store(double* p, double value) { *p = value; }
+__device__ __forceinline__ void store(unsigned short* p, float value) {
+    unsigned short bits;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(value));
+    *p = bits;
+}
+
+// a sum formed in A as T would store it (float16: rounded to its 16 bits)
+__device__ __forceinline__ float rounded(float value, const float*) { return value; }
+__device__ __forceinline__ double rounded(double value, const double*) { return value; }
+__device__ __forceinline__ float rounded(float value, const unsigned short*) {
+    unsigned short bits;
+    store(&bits, value);
+    return load(&bits);
+}
+
+__device__ __forceinline__ float negative_infinity(float) { return -__int_as_float(0x7f800000); }
+__device__ __forceinline__ double negative_infinity(double) {
+    return -__longlong_as_double(0x7ff0000000000000LL);
+}
+
+template <typename A> __device__ __forceinline__ A warp_sum(A value) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+        value += __shfl_xor_sync(0xffffffffu, value, offset);
+    }
+    return value;
+}
+"""
+ROWS_PER_BLOCK = 4  # one warp of 32 threads per row
+STORAGE = {"float16": "unsigned short", "float32": "float", "float64": "double"}
+
+
+@functools.cache
+def rows_kernel(source: str, name: str, dtype, *flags: bool) -> cp.RawKernel:
+    """Kernel ``name`` of the CUDA ``source`` for arrays of ``dtype`` (and the template's
+    bool arguments after the type, ``flags``), compiled on first use."""
+    dtype = cp.dtype(dtype)
+    if dtype.name not in STORAGE:
+        raise TypeError(f"{name} runs on float16, float32 or float64 arrays, got {dtype}")
+    arguments = (STORAGE[dtype.name], *("true" if flag else "false" for flag in flags))
+    expression = f"{name}<{', '.join(arguments)}>"
+    module = cp.RawModule(code=ROWS_PRELUDE + source, options=("--std=c++14",),
+                                name_expressions=(expression,))
+    return module.get_function(expression)
+
+
+def rows_of(x: cp.ndarray) -> tuple[int, int]:
+    """How many rows x's last axis makes, and their length (0 rows when it is empty)."""
+    n = x.shape[-1]
+    return (x.size // n if n else 0), n
+
+
+def residual_rows(x: cp.ndarray, residual: cp.ndarray | None, total: cp.ndarray | None):
+    """What a normalising row kernel reads and writes: x (contiguous), the residual it adds
+    to x (x itself where there is none: the kernel then reads no second summand), where it
+    writes their sum (``total`` where that is a contiguous array of x's shape and dtype, else
+    an array the caller copies into total), its output y (new), and whether it adds. A
+    residual of another shape or dtype (a broadcast or promoted sum) is added first, as
+    written."""
+    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
+        x, residual = x + residual, None
+    x = cp.ascontiguousarray(x)  # *batch d
+    y = cp.empty_like(x)  # *batch d
+    if residual is None:
+        return x, x, x, y, False
+    usable = total is not None and total.flags.c_contiguous and total.shape == x.shape and \
+        total.dtype == x.dtype
+    sums = total if usable else cp.empty_like(x) if total is not None else y  # *batch d
+    return x, cp.ascontiguousarray(residual), sums, y, True
+
+
+def launch_rows(kernel: cp.RawKernel, rows: int, *arguments) -> None:
+    """Run a row kernel on ``rows`` rows, one warp each."""
+    blocks = (rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
+    if blocks:
+        kernel((blocks,), (32 * ROWS_PER_BLOCK,), arguments)
+
+
+def result_into(out: cp.ndarray | None, y: cp.ndarray) -> cp.ndarray:
+    """A row kernel's result y, copied into ``out`` when given (the kernel wrote a new array,
+    so out may be its input)."""
+    if out is None:
+        return y
+    out[...] = y
+    return out
+
+
+@functools.cache
+def epilogue_kernel(function: str, source: str) -> cp.ElementwiseKernel:
+    """The bias-and-activation epilogue of a product, for the activation whose CUDA formula is
+    ``function`` in ``source`` (its helper's ``device_function``): one pass, y = f(p + b),
+    the sum and the activation in float32 for float16 (float64 for float64), the sum rounded
+    to the product's dtype first, as ``p += b`` would leave it."""
+    return cp.ElementwiseKernel(
+        "T p, T b", "T y",
+        """
+        typedef typename Accumulate<T>::type A;
+        y = T(""" + function + """(A(T(A(p) + A(b)))));
+        """,
+        "bias_activation", preamble=ACCUMULATE + source)
+
+
 @typechecked
 def project(
     X: Float[cp.ndarray, "*batch k"],
@@ -492,19 +609,57 @@ def project(
     activation=None,
 ) -> Float[cp.ndarray, "*batch n"]:
     """X @ W (+ b), then activation(...) if given, for one weight matrix W: a single matrix
-    product over all of X's leading axes, the bias added and the activation applied in place.
+    product over all of X's leading axes (cuBLAS), then the bias and the activation in one
+    kernel over the product in place (``epilogue_kernel``; an activation without a CUDA
+    formula, ``device_function``, is applied after the bias sum).
 
     The same numbers as activation(X @ W + b); written so because @ on a stack of matrices
-    runs one small product per leading index, and a separate bias sum or activation makes one
-    more pass over the result, and a new array as large.
+    runs one small product per leading index, and a separate bias sum and activation make two
+    more passes over the result, and a new array as large.
     """
     rows = X.reshape(-1, X.shape[-1])  # (*batch) k
     product = rows @ W  # (*batch) n
-    if b is not None:
-        product += b
-    if activation is not None:
-        activation(product, out=product)
+    formula = getattr(activation, "device_function", None)
+    if b is not None and formula is not None and b.dtype == product.dtype:
+        epilogue_kernel(*formula)(product, b, product)
+    else:
+        if b is not None:
+            product += b
+        if activation is not None:
+            activation(product, out=product)
     return product.reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
+
+
+@functools.cache
+def glu_kernel(function: str, source: str) -> cp.ElementwiseKernel:
+    """A gated unit's product for the activation whose CUDA formula is ``function`` in
+    ``source`` (its helper's ``device_function``): one pass, y = f(g) * x, in float32 for
+    float16, f(g) rounded to the dtype first, as the activation's own kernel stores it."""
+    return cp.ElementwiseKernel(
+        "T g, T x", "T y",
+        """
+        typedef typename Accumulate<T>::type A;
+        y = T(A(T(""" + function + """(A(g)))) * A(x));
+        """,
+        "glu", preamble=ACCUMULATE + source)
+
+
+@typechecked
+def glu(
+    gate: Float[cp.ndarray, "*shape"],
+    x: Float[cp.ndarray, "*shape"],
+    activation,
+) -> Float[cp.ndarray, "*shape"]:
+    """activation(gate) * x, a gated unit's product (SwiGLU's silu(X W_1) * X W_3): one kernel
+    (``glu_kernel``) that reads both and writes into gate's array, which the caller hands over
+    (a product's fresh result), instead of the activation's pass and the product's; the
+    numbers of activation(gate) * x. An activation without a CUDA formula
+    (``device_function``), or operands of two shapes or dtypes, run as written."""
+    formula = getattr(activation, "device_function", None)
+    if formula is None or gate.shape != x.shape or gate.dtype != x.dtype:
+        return activation(gate) * x  # *shape
+    glu_kernel(*formula)(gate, x, gate)
+    return gate  # *shape
 
 
 def keep_masked(S: cp.ndarray, L: cp.ndarray) -> None:
@@ -571,78 +726,6 @@ def batched_matmul(
         a.data.ptr, data_type, m if a_by_columns else k, m * k,
         ctypes.addressof(zero), c.data.ptr, data_type, n, m * n, count, compute_type, -1)
     return c
-
-
-# What the kernels share. Arithmetic in float32 for float16 and float32 arrays, in float64 for
-# float64 ones (Accumulate<T>::type); the row kernels store float16 as its 16 bits.
-ACCUMULATE = """
-template <typename T> struct Accumulate { typedef float type; };
-template <> struct Accumulate<double> { typedef double type; };
-"""
-ROWS_PRELUDE = ACCUMULATE + r"""
-__device__ __forceinline__ float load(const float* p) { return *p; }
-__device__ __forceinline__ double load(const double* p) { return *p; }
-__device__ __forceinline__ float load(const unsigned short* p) {
-    float value;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(*p));
-    return value;
-}
-__device__ __forceinline__ void store(float* p, float value) { *p = value; }
-__device__ __forceinline__ void store(double* p, double value) { *p = value; }
-__device__ __forceinline__ void store(unsigned short* p, float value) {
-    unsigned short bits;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(value));
-    *p = bits;
-}
-
-__device__ __forceinline__ float negative_infinity(float) { return -__int_as_float(0x7f800000); }
-__device__ __forceinline__ double negative_infinity(double) {
-    return -__longlong_as_double(0x7ff0000000000000LL);
-}
-
-template <typename A> __device__ __forceinline__ A warp_sum(A value) {
-    for (int offset = 16; offset > 0; offset /= 2) {
-        value += __shfl_xor_sync(0xffffffffu, value, offset);
-    }
-    return value;
-}
-"""
-ROWS_PER_BLOCK = 4  # one warp of 32 threads per row
-STORAGE = {"float16": "unsigned short", "float32": "float", "float64": "double"}
-
-
-@functools.cache
-def rows_kernel(source: str, name: str, dtype) -> cp.RawKernel:
-    """Kernel ``name`` of the CUDA ``source`` for arrays of ``dtype``, compiled on first use."""
-    dtype = cp.dtype(dtype)
-    if dtype.name not in STORAGE:
-        raise TypeError(f"{name} runs on float16, float32 or float64 arrays, got {dtype}")
-    expression = f"{name}<{STORAGE[dtype.name]}>"
-    module = cp.RawModule(code=ROWS_PRELUDE + source, options=("--std=c++14",),
-                                name_expressions=(expression,))
-    return module.get_function(expression)
-
-
-def rows_of(x: cp.ndarray) -> tuple[int, int]:
-    """How many rows x's last axis makes, and their length (0 rows when it is empty)."""
-    n = x.shape[-1]
-    return (x.size // n if n else 0), n
-
-
-def launch_rows(kernel: cp.RawKernel, rows: int, *arguments) -> None:
-    """Run a row kernel on ``rows`` rows, one warp each."""
-    blocks = (rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
-    if blocks:
-        kernel((blocks,), (32 * ROWS_PER_BLOCK,), arguments)
-
-
-def result_into(out: cp.ndarray | None, y: cp.ndarray) -> cp.ndarray:
-    """A row kernel's result y, copied into ``out`` when given (the kernel wrote a new array,
-    so out may be its input)."""
-    if out is None:
-        return y
-    out[...] = y
-    return out
 
 
 def checked_axis(x: cp.ndarray, axis, helper: str) -> int:
@@ -1337,31 +1420,48 @@ def _product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     return batched_matmul(a, b) if min(a.ndim, b.ndim) > 2 else a @ b
 
 
+# ReLU's formula, once: the kernel below and project's epilogue use it (NaN stays NaN)
+RELU_FUNCTION = r"""
+template <typename A> __device__ __forceinline__ A relu_of(A v) {
+    return v < A(0) ? A(0) : v;
+}
+"""
+RELU_KERNEL = cp.ElementwiseKernel(
+    "T x", "T y",
+    """
+    typedef typename Accumulate<T>::type A;
+    y = T(relu_of(A(x)));
+    """,
+    "relu", preamble=ACCUMULATE + RELU_FUNCTION)
+
+
 @typechecked
 def relu(
     x: Float[cp.ndarray, "*shape"],
     out: Optional[Float[cp.ndarray, "*shape"]] = None,  # noqa: UP045
 ) -> Float[cp.ndarray, "*shape"]:
-    """ReLU(x) = max(x, 0), into ``out`` when given (which may be x itself)."""
-    return cp.maximum(x, 0, out=out)  # *shape
+    """ReLU(x) = max(x, 0): one kernel; into ``out`` when given (which may be x itself)."""
+    return RELU_KERNEL(x) if out is None else RELU_KERNEL(x, out)  # *shape
 
 
-def widened(x: cp.ndarray, out: cp.ndarray | None) -> tuple[cp.ndarray, cp.ndarray | None]:
-    """An element-wise helper's argument as it computes it, and where its result goes: a
-    float16 x in float32, the result rounded into ``out`` or a new float16 array (float16 in,
-    float16 out); any other as it is."""
-    if x.dtype != cp.float16:
-        return x, out
-    return x.astype(cp.float32), cp.empty_like(x) if out is None else out
+relu.device_function = ("relu_of", RELU_FUNCTION)  # for project's epilogue
 
 
-def rounded_to_float16(work: cp.ndarray, out: cp.ndarray | None) -> cp.ndarray:
-    """A float16 argument's result, computed in float32 (``work``), rounded to float16 once:
-    into ``out`` when given."""
-    if out is None:
-        return work.astype(cp.float16)  # *shape
-    out[...] = work
-    return out
+# SiLU's formula, once: the kernel below and project's epilogue use it. sigmoid(v) is
+# e / (1 + e) below 0 and 1 / (1 + e) from 0 up, e = exp(-|v|), which never overflows
+SILU_FUNCTION = r"""
+template <typename A> __device__ __forceinline__ A silu_of(A v) {
+    const A e = exp(-fabs(v));
+    return v * ((v >= A(0) ? A(1) : e) / (A(1) + e));
+}
+"""
+SILU_KERNEL = cp.ElementwiseKernel(
+    "T x", "T y",
+    """
+    typedef typename Accumulate<T>::type A;
+    y = T(silu_of(A(x)));
+    """,
+    "silu", preamble=ACCUMULATE + SILU_FUNCTION)
 
 
 @typechecked
@@ -1369,30 +1469,27 @@ def silu(
     x: Float[cp.ndarray, "*shape"],
     out: Optional[Float[cp.ndarray, "*shape"]] = None,  # noqa: UP045
 ) -> Float[cp.ndarray, "*shape"]:
-    """SiLU(x) = x * sigmoid(x), into ``out`` when given (which may be x itself).
-
-    sigmoid(x) is e / (1 + e) below 0 and 1 / (1 + e) from 0 up, with e = exp(-|x|), which
-    never overflows (exp(-x) would, for x below about -88 in float32): within a few roundings
-    of x * sigmoid(x) relative to itself, in the negative tail too, where 1 + tanh(x / 2) is 0.
-    float16 is computed in float32 and rounded to float16 once: float16 in, float16 out."""
-    x, out = widened(x, out)
-    e = abs(x)  # *shape
-    cp.negative(e, out=e)
-    cp.exp(e, out=e)  # exp(-|x|), in [0, 1]
-    gate = e + 1.0  # *shape
-    cp.maximum(e, x >= 0, out=e)  # e below 0, 1 from 0 up (NaN stays NaN)
-    cp.divide(e, gate, out=gate)  # sigmoid(x)
-    return cp.multiply(x, gate, out=gate if out is None else out)  # *shape
+    """SiLU(x) = x * sigmoid(x): one kernel, in float32 for float16, sigmoid from exp(-|x|),
+    which never overflows; into ``out`` when given (which may be x itself)."""
+    return SILU_KERNEL(x) if out is None else SILU_KERNEL(x, out)  # *shape
 
 
+silu.device_function = ("silu_of", SILU_FUNCTION)  # for project's epilogue
+
+
+# GELU's formula, once: the kernel below and project's bias-and-activation epilogue use it
+GELU_FUNCTION = r"""
+template <typename A> __device__ __forceinline__ A gelu_of(A v) {
+    return A(0.5) * v * (A(1) + erf(v * A(0.7071067811865475)));
+}
+"""
 GELU_KERNEL = cp.ElementwiseKernel(
     "T x", "T y",
     """
     typedef typename Accumulate<T>::type A;
-    const A v = x;
-    y = T(A(0.5) * v * (A(1) + erf(v * A(0.7071067811865475))));
+    y = T(gelu_of(A(x)));
     """,
-    "gelu", preamble=ACCUMULATE)
+    "gelu", preamble=ACCUMULATE + GELU_FUNCTION)
 
 
 @typechecked
@@ -1405,15 +1502,23 @@ def gelu(
     return GELU_KERNEL(x) if out is None else GELU_KERNEL(x, out)  # *shape
 
 
+gelu.device_function = ("gelu_of", GELU_FUNCTION)  # for project's epilogue
+
+
+# the tanh form's formula, once: the kernel below and project's epilogue use it
+GELU_TANH_FUNCTION = r"""
+template <typename A> __device__ __forceinline__ A gelu_tanh_of(A v) {
+    const A inner = v * (A(0.7978845608028654) + A(0.035677408136300125) * v * v);
+    return A(0.5) * v * (A(1) + tanh(inner));
+}
+"""
 GELU_TANH_KERNEL = cp.ElementwiseKernel(
     "T x", "T y",
     """
     typedef typename Accumulate<T>::type A;
-    const A v = x;
-    const A inner = v * (A(0.7978845608028654) + A(0.035677408136300125) * v * v);
-    y = T(A(0.5) * v * (A(1) + tanh(inner)));
+    y = T(gelu_tanh_of(A(x)));
     """,
-    "gelu_tanh", preamble=ACCUMULATE)
+    "gelu_tanh", preamble=ACCUMULATE + GELU_TANH_FUNCTION)
 
 
 @typechecked
@@ -1426,39 +1531,51 @@ def gelu_tanh(
     return GELU_TANH_KERNEL(x) if out is None else GELU_TANH_KERNEL(x, out)  # *shape
 
 
+gelu_tanh.device_function = ("gelu_tanh_of", GELU_TANH_FUNCTION)  # for project's epilogue
+
+
 LAYER_NORM_SOURCE = r"""
-// y = (x - mean) / sqrt(variance + eps) * gamma + beta over each row of n entries (biased
+// y = (s - mean) / sqrt(variance + eps) * gamma + beta over each row of n entries s (biased
 // variance), a warp per row: a pass for the mean, one for the variance about it, one to write.
+// s is x's row, or under ADD the residual sum x + r, rounded to T as a stored sum would be,
+// which the first pass writes to total and the later passes read back (each lane its own).
 // A constant row's mean is its value exactly (not the sum's rounding), so it gives beta
 // exactly, under eps 0 too (the scale of a row with no spread and no eps is 0, not inf).
-template <typename T>
-__global__ void layer_norm_rows(const T* x, const T* gamma, const T* beta, T* y,
-                                long long rows, long long n, double eps) {
+template <typename T, bool ADD>
+__global__ void layer_norm_rows(const T* x, const T* r, const T* gamma, const T* beta, T* y,
+                                T* total, long long rows, long long n, double eps) {
     typedef typename Accumulate<T>::type A;
     const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= rows) return;
     const int lane = threadIdx.x % 32;
     const T* in = x + row * n;
-    const A first = load(in);
-    A total = 0;
+    const T* add = r + row * n;
+    T* sums = total + row * n;
+    const A first = ADD ? rounded(load(in) + load(add), in) : load(in);
+    A part = 0;
     bool same = true;
     for (long long j = lane; j < n; j += 32) {
-        const A v = load(in + j);
-        total += v;
+        A v = load(in + j);
+        if (ADD) {
+            v = rounded(v + load(add + j), in);
+            store(sums + j, v);
+        }
+        part += v;
         same = same && v == first;
     }
-    const A sum = warp_sum(total);
+    const T* s = ADD ? sums : in;
+    const A sum = warp_sum(part);
     const A mean = __all_sync(0xffffffffu, same) ? first : sum / A(n);
     A squares = 0;
     for (long long j = lane; j < n; j += 32) {
-        const A centred = load(in + j) - mean;
+        const A centred = load(s + j) - mean;
         squares += centred * centred;
     }
     const A root = sqrt(warp_sum(squares) / A(n) + A(eps));
     const A scale = root > A(0) ? A(1) / root : A(0);
     T* out = y + row * n;
     for (long long j = lane; j < n; j += 32) {
-        store(out + j, (load(in + j) - mean) * scale * load(gamma + j) + load(beta + j));
+        store(out + j, (load(s + j) - mean) * scale * load(gamma + j) + load(beta + j));
     }
 }
 """
@@ -1471,24 +1588,66 @@ def layer_norm(
     beta: Float[cp.ndarray, " d"],
     eps: float,
     out: Optional[Float[cp.ndarray, "*batch d"]] = None,  # noqa: UP045
+    residual: Optional[Float[cp.ndarray, "*batch d"]] = None,  # noqa: UP045
+    total: Optional[Float[cp.ndarray, "*batch d"]] = None,  # noqa: UP045
 ) -> Float[cp.ndarray, "*batch d"]:
     """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance):
     one kernel (layer_norm_rows), a warp per row, sums in float32 for float16; copied into
     ``out`` when given (which may be x itself).
+
+    With a ``residual``, the normalised residual sum x + residual in the same kernel, which
+    reads both summands and writes the sum into ``total`` when given (a pre-norm residual
+    stream keeps it): the numbers of layer_norm(x + residual) (``codegen.passes.residual``).
 
     A constant row (zero variance) gives beta exactly, under any eps >= 0 (0 too). float16 is
     read into float32, normalised there and rounded to float16 once: float16 in, float16 out.
     gamma and beta are read as x's last axis holds them (broadcast to its width, as x * gamma
     would be; one of another width is refused, never read past its end).
     """
-    x = cp.ascontiguousarray(x)  # *batch d
-    y = cp.empty_like(x)  # *batch d
+    x, residual, sums, y, adds = residual_rows(x, residual, total)
     count, n = rows_of(x)
     gamma, beta = (cp.ascontiguousarray(cp.broadcast_to(p, (n,)), dtype=x.dtype)
                    for p in (gamma, beta))  # d each
-    kernel = rows_kernel(LAYER_NORM_SOURCE, "layer_norm_rows", x.dtype)
-    launch_rows(kernel, count, x, gamma, beta, y, count, n, float(eps))
+    kernel = rows_kernel(LAYER_NORM_SOURCE, "layer_norm_rows", x.dtype, adds)
+    launch_rows(kernel, count, x, residual, gamma, beta, y, sums, count, n, float(eps))
+    if total is not None and sums is not total:
+        total[...] = sums
     return result_into(out, y)  # *batch d
+
+
+RMS_NORM_SOURCE = r"""
+// y = s / sqrt(mean(s^2) + eps) * gamma over each row of n entries s, a warp per row: a pass
+// for the mean square, one to write. s is x's row, or under ADD the residual sum x + r, rounded
+// to T as a stored sum would be, which the first pass writes to total and the second reads
+// back (each lane its own). A row whose root is 0 (zeros under eps 0) is kept as it is.
+template <typename T, bool ADD>
+__global__ void rms_norm_rows(const T* x, const T* r, const T* gamma, T* y, T* total,
+                              long long rows, long long n, double eps) {
+    typedef typename Accumulate<T>::type A;
+    const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= rows) return;
+    const int lane = threadIdx.x % 32;
+    const T* in = x + row * n;
+    const T* add = r + row * n;
+    T* sums = total + row * n;
+    A squares = 0;
+    for (long long j = lane; j < n; j += 32) {
+        A v = load(in + j);
+        if (ADD) {
+            v = rounded(v + load(add + j), in);
+            store(sums + j, v);
+        }
+        squares += v * v;
+    }
+    const T* s = ADD ? sums : in;
+    const A root = sqrt(warp_sum(squares) / A(n) + A(eps));
+    const A scale = A(1) / (root == A(0) ? A(1) : root);
+    T* out = y + row * n;
+    for (long long j = lane; j < n; j += 32) {
+        store(out + j, load(s + j) * scale * load(gamma + j));
+    }
+}
+"""
 
 
 @typechecked
@@ -1497,22 +1656,29 @@ def rms_norm(
     gamma: Float[cp.ndarray, " d"],
     eps: float,
     out: Optional[Float[cp.ndarray, "*batch d"]] = None,  # noqa: UP045
+    residual: Optional[Float[cp.ndarray, "*batch d"]] = None,  # noqa: UP045
+    total: Optional[Float[cp.ndarray, "*batch d"]] = None,  # noqa: UP045
 ) -> Float[cp.ndarray, "*batch d"]:
-    """x / sqrt(mean(x^2) + eps) * gamma over the last axis (no centring, no bias), into
-    ``out`` when given (which may be x itself).
+    """x / sqrt(mean(x^2) + eps) * gamma over the last axis (no centring, no bias): one kernel
+    (rms_norm_rows), a warp per row, sums in float32 for float16; copied into ``out`` when
+    given (which may be x itself).
 
-    A row of zeros gives zeros, under any eps >= 0 (0 too). float16 is computed in float32
-    (the mean square and the normalised values: a square of 256 or more would overflow
-    float16) and rounded to float16 once: float16 in, float16 out.
+    With a ``residual``, the normalised residual sum x + residual in the same kernel, which
+    reads both summands and writes the sum into ``total`` when given (a pre-norm residual
+    stream keeps it): the numbers of rms_norm(x + residual) (``codegen.passes.residual``).
+
+    A row of zeros gives zeros, under any eps >= 0 (0 too). float16 is read into float32,
+    normalised there and rounded to float16 once: float16 in, float16 out. gamma is read as
+    x's last axis holds it (broadcast to its width; one of another width is refused).
     """
-    wide = x.dtype == cp.float16
-    work = x.astype(cp.float32) if wide else x  # *batch d
-    mean_square = cp.square(work).mean(axis=-1, keepdims=True)  # *batch 1
-    root = cp.sqrt(mean_square + eps)  # *batch 1
-    root[root == 0] = 1  # a row of zeros under eps 0
-    normalised = cp.multiply(work, 1.0 / root, out=work if wide else out)  # *batch d
-    normalised *= gamma
-    return rounded_to_float16(normalised, out) if wide else normalised  # *batch d
+    x, residual, sums, y, adds = residual_rows(x, residual, total)
+    count, n = rows_of(x)
+    gamma = cp.ascontiguousarray(cp.broadcast_to(gamma, (n,)), dtype=x.dtype)  # d
+    kernel = rows_kernel(RMS_NORM_SOURCE, "rms_norm_rows", x.dtype, adds)
+    launch_rows(kernel, count, x, residual, gamma, y, sums, count, n, float(eps))
+    if total is not None and sums is not total:
+        total[...] = sums
+    return result_into(out, y)  # *batch d
 
 
 @typechecked

@@ -28,7 +28,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("58ec2e8599ee1faf", __name__)  # the runtime this was generated with
+rt.require_version("10a1b190be808d60", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
@@ -193,7 +193,7 @@ def add_and_layer_norm(
         Z = layer_norm(X + Y, gamma, beta)
             Z = \mathrm{LayerNorm}\left(X + Y;\, \gamma, \beta\right)
     """
-    Z = rt.layer_norm(X + Y, params["gamma"], params["beta"], eps)  # B T_x d_model
+    Z = rt.layer_norm(X, params["gamma"], params["beta"], eps, residual=Y)  # B T_x d_model
     rt.record(trace, Z=Z)
     return Z
 
@@ -326,7 +326,8 @@ def transformer(
     Z_0 = X + P  # B T d_model
     L_enc = rt.log_mask(M_src, params["E"].dtype)  # B T T
     X_type = rt.embed(params["E_type"], s, table="E_type", ids="s")  # B T d_model
-    Z_emb = rt.layer_norm(Z_0 + X_type, params["gamma_emb"], params["beta_emb"], eps)  # B T d_model
+    # B T d_model
+    Z_emb = rt.layer_norm(Z_0, params["gamma_emb"], params["beta_emb"], eps, residual=X_type)
     Z_enc = encoder(
         Z_emb, L_enc[None], params["encoder"], H=H, eps=eps, trace=rt.subtrace(trace, "encoder")
     )  # B T d_model

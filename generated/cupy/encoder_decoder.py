@@ -29,7 +29,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("58ec2e8599ee1faf", __name__)  # the runtime this was generated with
+rt.require_version("10a1b190be808d60", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
@@ -247,7 +247,7 @@ def add_and_layer_norm(
         Z = layer_norm(X + Y, gamma, beta)
             Z = \mathrm{LayerNorm}\left(X + Y;\, \gamma, \beta\right)
     """
-    Z = rt.layer_norm(X + Y, params["gamma"], params["beta"], eps)  # B T_x d_model
+    Z = rt.layer_norm(X, params["gamma"], params["beta"], eps, residual=Y)  # B T_x d_model
     rt.record(trace, Z=Z)
     return Z
 

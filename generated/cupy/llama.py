@@ -41,7 +41,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("58ec2e8599ee1faf", __name__)  # the runtime this was generated with
+rt.require_version("10a1b190be808d60", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
@@ -271,7 +271,7 @@ def feed_forward(
             F = U W_{2}
     """
     # B T_x d_ff
-    U = rt.project(X, params["W_1"], activation=rt.silu) * rt.project(X, params["W_3"])
+    U = rt.glu(rt.project(X, params["W_1"]), rt.project(X, params["W_3"]), activation=rt.silu)
     F = rt.project(U, params["W_2"])  # B T_x d_model
     rt.record(trace, U=U, F=F)
     return F
@@ -315,10 +315,15 @@ def decoder_layer(
         theta=theta,
         trace=rt.subtrace(trace, "self_attention"),
     )  # B T_x d_model
-    Y_1 = Y + A  # B T_x d_model
-    Y_1n = normalize(
-        Y_1, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
-    )  # B T_x d_model
+    if trace is None:  # Y_1 and Y_1n, its norm, in one kernel
+        Y_1 = cp.empty_like(Y)  # B T_x d_model
+        # B T_x d_model
+        Y_1n = rt.rms_norm(Y, params["norm_2"]["gamma"], eps, residual=A, total=Y_1)
+    else:
+        Y_1 = Y + A  # B T_x d_model
+        Y_1n = normalize(
+            Y_1, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+        )  # B T_x d_model
     F = feed_forward(
         Y_1n, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
     )  # B T_x d_model
@@ -554,10 +559,15 @@ def decoder_layer_step(
         theta=theta,
         trace=rt.subtrace(trace, "self_attention"),
     )  # B T_x d_model
-    Y_1 = Y + A  # B T_x d_model
-    Y_1n = normalize(
-        Y_1, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
-    )  # B T_x d_model
+    if trace is None:  # Y_1 and Y_1n, its norm, in one kernel
+        Y_1 = cp.empty_like(Y)  # B T_x d_model
+        # B T_x d_model
+        Y_1n = rt.rms_norm(Y, params["norm_2"]["gamma"], eps, residual=A, total=Y_1)
+    else:
+        Y_1 = Y + A  # B T_x d_model
+        Y_1n = normalize(
+            Y_1, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+        )  # B T_x d_model
     F = feed_forward(
         Y_1n, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
     )  # B T_x d_model

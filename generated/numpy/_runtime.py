@@ -36,7 +36,7 @@ try:
 except ImportError:
     resource = None
 
-VERSION = "c01f98d0b602ce90"  # of this runtime: the sha256 of its text without this line
+VERSION = "28d8c8eff25c9047"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -650,7 +650,8 @@ def in_row_chunks(function):
     helper alone would, where pieces could differ from it: fewer than two axes, no elements,
     or not floats (the result's dtype may not be x's); an ``axis`` that is not the last one
     (the helper reduces along it, or names its error); an ``out`` that is not a contiguous
-    array of the argument's shape, or that overlaps the argument without being it."""
+    array of the argument's shape, or that overlaps the argument without being it; a norm's
+    ``residual`` or ``total`` (the norm adds the residual, then calls itself without)."""
     signature = inspect.signature(function)
     first = next(iter(signature.parameters))  # the rows' array
 
@@ -664,7 +665,8 @@ def in_row_chunks(function):
         last = isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) and \
             axis in (-1, getattr(x, "ndim", 0) - 1)
         if not (isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.ndim >= 2 and
-                x.size and last and (out is None or in_place_or_apart(out, x))):
+                x.size and last and (out is None or in_place_or_apart(out, x)) and
+                given.get("residual") is None and given.get("total") is None):
             return function(*args, **kwargs)
         rows = x.reshape(-1, x.shape[-1])  # (*batch) last
         result = workspace(rows.shape, rows.dtype) if out is None else out.reshape(rows.shape)
@@ -720,6 +722,22 @@ def project(
 
     in_parallel(chunk, row_chunks(len(rows), rows.size * W.shape[-1]))
     return product.reshape(X.shape[:-1] + (W.shape[-1],))  # *batch n
+
+
+@typechecked
+def glu(
+    gate: Float[np.ndarray, "*shape"],
+    x: Float[np.ndarray, "*shape"],
+    activation,
+) -> Float[np.ndarray, "*shape"]:
+    """activation(gate) * x, a gated unit's product (SwiGLU's silu(X W_1) * X W_3), written
+    into gate's array, which the caller hands over (a product's fresh result): the numbers of
+    activation(gate) * x without a new array."""
+    if gate.shape != x.shape or gate.dtype != x.dtype:
+        return activation(gate) * x  # *shape, broadcast or promoted as written
+    activation(gate, out=gate)
+    gate *= x
+    return gate  # *shape
 
 
 def keep_masked(S: np.ndarray, L: np.ndarray) -> None:
@@ -1021,6 +1039,8 @@ def layer_norm(
     beta: Float[np.ndarray, " d"],
     eps: float,
     out: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
+    residual: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
+    total: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
 ) -> Float[np.ndarray, "*batch d"]:
     """(x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (biased variance),
     into ``out`` when given (which may be x itself).
@@ -1029,7 +1049,16 @@ def layer_norm(
     rounding error of its mean is not scaled up to +-gamma. float16 is computed in float32
     (the mean, the variance, the normalised values: a square of 256 or more would overflow
     float16) and rounded to float16 once: float16 in, float16 out.
+
+    With a ``residual``, of x + residual, the sum written into ``total`` when given: the
+    backends' one signature (CuPy adds the residual in its kernel; the models pass one only
+    there, codegen.passes.residual).
     """
+    if residual is not None or total is not None:
+        x = x if residual is None else x + residual  # *batch d
+        if total is not None:
+            total[...] = x
+        return layer_norm(x, gamma, beta, eps, out)  # *batch d
     wide = x.dtype == np.float16
     work = x.astype(np.float32) if wide else x  # *batch d
     mean = work.mean(axis=-1, keepdims=True)  # *batch 1
@@ -1056,6 +1085,8 @@ def rms_norm(
     gamma: Float[np.ndarray, " d"],
     eps: float,
     out: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
+    residual: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
+    total: Optional[Float[np.ndarray, "*batch d"]] = None,  # noqa: UP045
 ) -> Float[np.ndarray, "*batch d"]:
     """x / sqrt(mean(x^2) + eps) * gamma over the last axis (no centring, no bias), into
     ``out`` when given (which may be x itself).
@@ -1063,7 +1094,16 @@ def rms_norm(
     A row of zeros gives zeros, under any eps >= 0 (0 too). float16 is computed in float32
     (the mean square and the normalised values: a square of 256 or more would overflow
     float16) and rounded to float16 once: float16 in, float16 out.
+
+    With a ``residual``, of x + residual, the sum written into ``total`` when given: the
+    backends' one signature (CuPy adds the residual in its kernel; the models pass one only
+    there, codegen.passes.residual).
     """
+    if residual is not None or total is not None:
+        x = x if residual is None else x + residual  # *batch d
+        if total is not None:
+            total[...] = x
+        return rms_norm(x, gamma, eps, out)  # *batch d
     wide = x.dtype == np.float16
     work = x.astype(np.float32) if wide else x  # *batch d
     mean_square = np.square(work).mean(axis=-1, keepdims=True)  # *batch 1

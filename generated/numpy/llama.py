@@ -41,7 +41,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("c01f98d0b602ce90", __name__)  # the runtime this was generated with
+rt.require_version("28d8c8eff25c9047", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
@@ -271,7 +271,7 @@ def feed_forward(
             F = U W_{2}
     """
     # B T_x d_ff
-    U = rt.project(X, params["W_1"], activation=rt.silu) * rt.project(X, params["W_3"])
+    U = rt.glu(rt.project(X, params["W_1"]), rt.project(X, params["W_3"]), activation=rt.silu)
     F = rt.project(U, params["W_2"])  # B T_x d_model
     rt.record(trace, U=U, F=F)
     return F

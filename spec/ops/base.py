@@ -305,6 +305,10 @@ class Op:
     needs: tuple[str, ...] = ()    # the runtime's helpers its helper calls
     row_wise: bool = False     # its helper works row by row: on a thread pool, in chunks of rows
     activation: bool = False   # may be applied in place to a product's fresh result
+    # normalises the rows of its first argument: on a backend that fuses residual sums into
+    # norms (codegen.backends.Backend.fused_residual), its helper also takes ``residual=``, a
+    # tensor it adds to the first argument, and ``total=``, where it writes that sum
+    normalises: bool = False
 
     def arity(self) -> str:
         """How many positional arguments the op takes, in words ("1 or 2 arguments")."""

@@ -4,6 +4,7 @@ data and never Python text, one macro per step kind, and unknown kinds refused."
 
 import ast
 import dataclasses
+import functools
 import typing
 
 import pytest
@@ -15,7 +16,7 @@ from tspec.analysis.counts import Activations
 from tspec.codegen import generate, ir, passes
 from tspec.codegen.backends import backend
 from tspec.codegen.lowering.lower import lower
-from tspec.codegen.passes import attention, fusion, memory
+from tspec.codegen.passes import attention, fusion, memory, residual
 from tspec.codegen.rendering import render as render_module
 from tspec.codegen.rendering.printer import Printer
 from tspec.codegen.rendering.steps import StepRenderer
@@ -85,6 +86,122 @@ def test_fusion_leaves_what_it_cannot_do_in_place():
              assign("Y3", ir.BinOp("+", PRODUCT, ir.Scalar(D))),
              assign("Y4", ir.BinOp("-", PRODUCT, b)),
              assign("Y5", not_activation), assign("Y6", twice))
+    assert only_steps(fusion.fuse_projections(module_of(*steps))) == steps
+
+
+# the residual sums a norm reads (codegen.passes.residual)
+Y, A = tensor("Y", B, T, D), tensor("A", B, T, D)
+GAMMA, BETA, EPS = param("gamma", D), param("beta", D), ir.Name("eps")
+
+
+def residual_sum(left: ir.Expr = Y, right: ir.Expr = A) -> ir.Tensor:
+    return ir.Tensor(ir.BinOp("+", left, right), Shape((B, T, D)), "float")
+
+
+def norm(helper: str, x: ir.Expr, *weights: ir.Expr) -> ir.Tensor:
+    return ir.Tensor(ir.call(ir.Runtime(helper), x, *weights, EPS), Shape((B, T, D)), "float")
+
+
+def rendered(module: ir.Module) -> str:
+    steps = StepRenderer(Printer(module.backend.alias),
+                         render_module.environment().get_template("steps.py.j2").module)
+    return "\n".join(steps.lines(module.functions[0].steps))
+
+
+@functools.cache
+def normalize_block() -> ir.Function:
+    """The built-in spec's ``normalize`` under RMSNorm as lowering makes it: a block that is
+    its argument's norm alone."""
+    module = lower(SPEC, generate.BUILTIN_MODELS["llama"], backend("cupy"), rewrites=())
+    return next(f for f in module.functions if f.name == "normalize")
+
+
+def pre_norm_layer(*keywords: ir.Keyword, traces: bool = True) -> ir.Module:
+    """Z_1 = Y + A, then Z_1n = normalize(Z_1), then Z_1 again."""
+    call = ir.CallBlock(("Z_1n",), "normalize", (tensor("Z_1", B, T, D),
+                                                  ir.item(ir.Name("params"), "norm_2")),
+                        keywords, ir.Comment(Shape((B, T, D))))
+    layer = module_of(ir.Assign((ir.Name("Z_1"),), residual_sum(), ir.Comment(Shape((B, T, D)))),
+                      call, ir.Assign((ir.Name("Z_out"),), ir.BinOp("+", ir.Name("Z_1"),
+                                                                    ir.Name("F"))),
+                      backend_name="cupy")
+    layer.functions[0] = dataclasses.replace(layer.functions[0], traces=traces)
+    layer.functions.append(normalize_block())
+    return layer
+
+
+def test_a_norm_of_a_residual_sum_reads_both_summands_on_cupy():
+    post = module_of(assign("Z", norm("layer_norm", residual_sum(), GAMMA, BETA)),
+                     backend_name="cupy")
+    assert rendered(residual.fuse_residuals(post)) == \
+        'Z = rt.layer_norm(Y, params["gamma"], params["beta"], eps, residual=A)  # B T d_ff'
+    fused = residual.fuse_residuals(post)
+    assert residual.fuse_residuals(fused) == fused                        # once
+
+
+def test_a_named_sum_the_stream_keeps_is_written_by_the_norm_untraced():
+    layer = pre_norm_layer(ir.Keyword("eps", EPS),
+                           ir.Keyword("trace", ir.call(ir.Runtime("subtrace"), ir.Name("trace"),
+                                                       ir.Literal("norm_2"))))
+    out = residual.fuse_residuals(layer)
+    assert rendered(out) == """\
+if trace is None:  # Z_1 and Z_1n, its norm, in one kernel
+    Z_1 = cp.empty_like(Y)  # B T d
+    Z_1n = rt.rms_norm(Y, params["norm_2"]["gamma"], eps, residual=A, total=Z_1)  # B T d
+else:
+    Z_1 = Y + A  # B T d
+    Z_1n = normalize(
+        Z_1, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+    )  # B T d
+Z_out = Z_1 + F"""
+    assert out.functions[1] == layer.functions[1]                        # the block as it was
+    assert residual.fuse_residuals(out) == out                           # once
+
+
+def test_a_function_without_a_trace_fuses_at_once_and_a_keyword_left_out_takes_its_default():
+    out = residual.fuse_residuals(pre_norm_layer(traces=False))
+    assert rendered(out) == """\
+Z_1 = cp.empty_like(Y)  # B T d
+Z_1n = rt.rms_norm(Y, params["norm_2"]["gamma"], 1e-5, residual=A, total=Z_1)  # B T d
+Z_out = Z_1 + F"""
+
+
+def test_numpy_and_what_is_no_residual_sum_of_a_norm_stay_as_written():
+    post = module_of(assign("Z", norm("layer_norm", residual_sum(), GAMMA, BETA)))
+    assert residual.fuse_residuals(post) == post                          # NumPy: unfused
+    row = param("r", D)                                                   # broadcast: copied
+    scalar = ir.Tensor(ir.BinOp("+", Y, ir.Scalar(D)), Shape((B, T, D)), "float")
+    steps = (assign("Z1", norm("layer_norm", residual_sum(Y, row), GAMMA, BETA)),
+             assign("Z2", norm("rms_norm", scalar, GAMMA)),
+             assign("Z3", norm("softmax", residual_sum())),
+             assign("Z4", ir.call(ir.Runtime("rms_norm"), ir.BinOp("-", Y, A), GAMMA, EPS)))
+    assert only_steps(residual.fuse_residuals(module_of(*steps, backend_name="cupy"))) == steps
+    # a sum that the next step does not normalise, or that the norm reads twice
+    apart = pre_norm_layer()
+    body = apart.functions[0].steps
+    apart.functions[0] = dataclasses.replace(apart.functions[0],
+                                             steps=(body[0], body[2], body[1]))
+    assert residual.fuse_residuals(apart).functions[0].steps == (body[0], body[2], body[1])
+    twice = module_of(ir.Assign((ir.Name("Z_1"),), residual_sum()),
+                      assign("Z", norm("rms_norm", ir.Name("Z_1"), ir.Name("Z_1"))),
+                      backend_name="cupy")
+    assert residual.fuse_residuals(twice) == twice
+
+
+def test_a_gated_product_is_one_pass_over_its_two_products():
+    gate = ir.Tensor(ir.call(PROJECT, X, W, activation=ir.Runtime("silu")), Shape((B, T, F)),
+                     "float")
+    other = ir.Tensor(ir.call(PROJECT, X, param("V", D, F)), Shape((B, T, F)), "float")
+    for value in (ir.BinOp("*", gate, other), ir.BinOp("*", other, gate)):
+        out = fusion.fuse_projections(module_of(assign("U", value)))
+        assert rendered(out) == '# B T d_ff\nU = rt.glu(rt.project(X, params["W"]), ' \
+            'rt.project(X, params["V"]), activation=rt.silu)'
+    wider = ir.Tensor(ir.call(PROJECT, X, param("V", D, D)), Shape((B, T, D)), "float")
+    steps = (assign("U1", ir.BinOp("*", gate, wider)),             # two shapes: broadcast
+             assign("U2", ir.BinOp("*", gate, gate)),              # both activated
+             assign("U3", ir.BinOp("*", other, other)),            # neither
+             assign("U4", ir.BinOp("*", gate, b)),                 # no product
+             assign("U5", ir.BinOp("+", gate, other)))
     assert only_steps(fusion.fuse_projections(module_of(*steps))) == steps
 
 
@@ -216,7 +333,7 @@ PROSE = {("Function", "summary"), ("Function", "source"), ("Function", "where"),
          ("Function", "notes"),
          ("EquationDoc", "plain"), ("EquationDoc", "latex"), ("EquationDoc", "where"),
          ("Parameter", "meaning"), ("Field", "meaning"), ("ParamsClass", "doc"),
-         ("Comment", "before"), ("Comment", "after"), ("AttentionStrategy", "note"),
+         ("Comment", "before"), ("Comment", "after"), ("AttentionStrategy", "note"), ("Fused", "note"),
          ("ArrayType", "axes"), ("Constant", "comment"), ("EntryRules", "requires"), ("Literal", "value"),
          ("Number", "spelling")}
 

@@ -98,6 +98,68 @@ def test_gelu_kernels_against_the_normal_cdf(device, dtype, tolerance):
     kernel_checks.gelu_kernels_against_the_normal_cdf(device, dtype, tolerance)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", [1, 7, 33, 1000])
+@pytest.mark.parametrize("name", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("keep_sum", [True, False])
+def test_a_residual_sum_is_normalised_in_the_norms_kernel(device, name, dtype, n, keep_sum):
+    kernel_checks.residual_norm_matches_numpy(device, name, dtype, n, keep_sum)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", [1, 7, 33, 1000])
+def test_rms_norm_kernel_matches_numpy(device, dtype, n):
+    kernel_checks.rms_norm_kernel_matches_numpy(device, dtype, n)
+
+
+def test_a_residual_the_kernel_cannot_read_as_it_is_is_added_first(device):
+    """A residual broadcast along rows, or of another dtype, is added as x + residual would
+    be, and the sum written into total; without a residual, total gets x."""
+    xp, rt = device.xp, generated(device).rt
+    rng = np.random.default_rng(5)
+    x, r, gamma = rng.standard_normal((3, 9)), rng.standard_normal(9), rng.standard_normal(9)
+    total = xp.zeros((3, 9))
+    y = rt.rms_norm(xp.asarray(x), xp.asarray(gamma), 1e-5, residual=xp.asarray(r),
+                    total=total)
+    np.testing.assert_array_equal(to_numpy(total), x + r)
+    np.testing.assert_allclose(to_numpy(y), to_numpy(rt.rms_norm(xp.asarray(x + r),
+                                                                  xp.asarray(gamma), 1e-5)))
+    narrow = rt.layer_norm(xp.asarray(x), xp.asarray(gamma), xp.asarray(gamma), 1e-5,
+                           residual=xp.asarray(x.astype(np.float32)), total=total)
+    assert narrow.dtype == np.float64
+    np.testing.assert_array_equal(to_numpy(total), x + x.astype(np.float32))
+    rt.layer_norm(xp.asarray(x), xp.asarray(gamma), xp.asarray(gamma), 1e-5, total=total)
+    np.testing.assert_array_equal(to_numpy(total), x)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", ["relu", "silu"])
+def test_relu_and_silu_kernels_match_numpy(device, name, dtype):
+    kernel_checks.activation_kernel_matches_numpy(device, name, dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", [1, 7, 33, 1000])
+@pytest.mark.parametrize("name", ["relu", "silu", "gelu", "gelu_tanh"])
+def test_the_bias_and_activation_are_one_kernel_after_the_product(device, name, dtype, n):
+    kernel_checks.epilogue_matches_numpy(device, name, dtype, n)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", [1, 7, 33, 1000])
+@pytest.mark.parametrize("name", ["relu", "silu", "gelu", "gelu_tanh"])
+def test_a_gated_product_is_one_kernel(device, name, dtype, n):
+    kernel_checks.glu_matches_numpy(device, name, dtype, n)
+
+
+def test_an_activation_without_a_cuda_formula_runs_after_the_bias(device):
+    xp, rt = device.xp, generated(device).rt
+    rng = np.random.default_rng(6)
+    X, W, b = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5)), rng.standard_normal(5)
+    y = rt.project(xp.asarray(X), xp.asarray(W), xp.asarray(b), activation=xp.tanh)
+    np.testing.assert_allclose(to_numpy(y), np.tanh(X @ W + b), rtol=1e-12)
+
+
 def test_kernels_refuse_integer_arrays(device):
     with pytest.raises(TypeError, match=r"^softmax_rows runs on float16, float32 or float64 "
                                         r"arrays, got int32$"):

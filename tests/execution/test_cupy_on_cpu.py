@@ -49,7 +49,26 @@ KERNEL_CHECKS = {
     "layer_norm_rows": [
         (kernel_checks.layer_norm_kernel_matches_numpy, {"dtype": "float32",
                                                           "tolerance": 1e-5}),
-        (kernel_checks.layer_norm_kernel_edge_cases, {"dtype": "float32"})],
+        (kernel_checks.layer_norm_kernel_edge_cases, {"dtype": "float32"})] + [
+        (kernel_checks.residual_norm_matches_numpy, {"name": "layer_norm", "dtype": dtype,
+                                                     "n": n})
+        for dtype in ("float32", "float16") for n in (1, 7, 33, 1000)],
+    "rms_norm_rows": [
+        (kernel_checks.rms_norm_kernel_matches_numpy, {"dtype": dtype, "n": n})
+        for dtype in ("float32", "float16") for n in (1, 7, 33, 1000)] + [
+        (kernel_checks.residual_norm_matches_numpy, {"name": "rms_norm", "dtype": dtype,
+                                                     "n": n, "keep_sum": n % 2 == 1})
+        for dtype in ("float32", "float16") for n in (1, 7, 33, 1000)],
+    "relu": [(kernel_checks.activation_kernel_matches_numpy, {"name": "relu", "dtype": dtype})
+             for dtype in ("float32", "float16")],
+    "silu": [(kernel_checks.activation_kernel_matches_numpy, {"name": "silu", "dtype": dtype})
+             for dtype in ("float32", "float16")],
+    "glu": [(kernel_checks.glu_matches_numpy, {"name": name, "dtype": dtype, "n": n})
+            for name in ("silu", "gelu") for dtype in ("float32", "float16") for n in (1, 33)],
+    "bias_activation": [
+        (kernel_checks.epilogue_matches_numpy, {"name": name, "dtype": dtype, "n": n})
+        for name in ("relu", "silu", "gelu", "gelu_tanh") for dtype in ("float32", "float16")
+        for n in (1, 7, 33, 1000)],
     "gelu": [(kernel_checks.gelu_kernels_against_the_normal_cdf,
               {"dtype": "float64", "tolerance": 1e-15})],
     "gelu_tanh": [(kernel_checks.gelu_kernels_against_the_normal_cdf,
@@ -129,13 +148,49 @@ MUTANTS = {
         "return;\n    const int lane = threadIdx.x % 32;\n    const T* in = x + row * n;\n    "
         "const T* add")),
     "layer_norm: a row's stride one too long when reading": (
-        "layer_norm_rows", "const T* in = x + row * n;\n    const A first",
-        "const T* in = x + row * (n + 1);\n    const A first"),
+        "layer_norm_rows", ("const T* in = x + row * n;\n    const T* add = r + row * n;\n    "
+        "T* sums = total + row * n;\n    const A first"),
+        ("const T* in = x + row * (n + 1);\n    const T* add = r + row * n;\n    "
+        "T* sums = total + row * n;\n    const A first")),
     "layer_norm: a row's stride one too short when writing": (
-        "layer_norm_rows", "T* out = y + row * n;\n    for",
-        "T* out = y + row * (n - 1);\n    for"),
+        "layer_norm_rows", ("T* out = y + row * n;\n    for (long long j = lane; j < n; j += 32) "
+        "{\n        store(out + j, (load(s + j) - mean)"),
+        ("T* out = y + row * (n - 1);\n    for (long long j = lane; j < n; j += 32) "
+        "{\n        store(out + j, (load(s + j) - mean)")),
     "layer_norm: the variance over n - 1": (
-        "layer_norm_rows", "warp_sum(squares) / A(n)", "warp_sum(squares) / A(n - 1)"),
+        "layer_norm_rows", "warp_sum(squares) / A(n) + A(eps));\n    const A scale = root >",
+        "warp_sum(squares) / A(n - 1) + A(eps));\n    const A scale = root >"),
+    "layer_norm: the residual's row stride one too short": (
+        "layer_norm_rows", ("const T* add = r + row * n;\n    T* sums = total + row * n;\n    "
+        "const A first"), ("const T* add = r + row * (n - 1);\n    T* sums = total + row * n;"
+        "\n    const A first")),
+    "layer_norm: the sum's later passes read x, not the sum": (
+        "layer_norm_rows", "const T* s = ADD ? sums : in;\n    const A sum",
+        "const T* s = in;\n    const A sum"),
+    "rms_norm: a row's stride one too long when reading": (
+        "rms_norm_rows", ("const T* in = x + row * n;\n    const T* add = r + row * n;\n    "
+        "T* sums = total + row * n;\n    A squares"),
+        ("const T* in = x + row * (n + 1);\n    const T* add = r + row * n;\n    "
+        "T* sums = total + row * n;\n    A squares")),
+    "rms_norm: the mean square over n - 1": (
+        "rms_norm_rows", "warp_sum(squares) / A(n) + A(eps));\n    const A scale = A(1)",
+        "warp_sum(squares) / A(n - 1) + A(eps));\n    const A scale = A(1)"),
+    "rms_norm: the sum written one row short": (
+        "rms_norm_rows", "T* sums = total + row * n;\n    A squares",
+        "T* sums = total + row * (n - 1);\n    A squares"),
+    "rms_norm: a lane's stride 31": (
+        "rms_norm_rows", ("j < n; j += 32) {\n        A v = load(in + j);\n        if (ADD) {\n"
+        "            v = rounded(v + load(add + j), in);\n            store(sums + j, v);\n"
+        "        }\n        squares"),
+        ("j < n; j += 31) {\n        A v = load(in + j);\n        if (ADD) {\n"
+        "            v = rounded(v + load(add + j), in);\n            store(sums + j, v);\n"
+        "        }\n        squares")),
+    "bias_activation: the bias not added": (
+        "bias_activation", "(A(T(A(p) + A(b))))", "(A(T(A(p))))"),
+    "glu: the gate times itself": ("glu", "(A(g)))) * A(x));", "(A(g)))) * A(g));"),
+    "silu: sigmoid's denominator off by one": (
+        "silu", "/ (A(1) + e))", "/ (A(2) + e))"),
+    "relu: negative values kept": ("relu", "v < A(0) ? A(0) : v", "v < A(-1) ? A(0) : v"),
     "attend_tiles: the key tile's stride one too short": (
         "attend_tiles", "load(kb + (j0 + j) * k_row + c)", "load(kb + (j0 + j) * (k_row - 1) + c)"),
     "attend_tiles: the mask's row and column strides swapped": (

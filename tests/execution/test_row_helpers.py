@@ -314,8 +314,58 @@ def test_each_helper_takes_the_same_arguments_on_numpy_and_cupy():
     numpy_helpers = signatures("numpy")
     assert numpy_helpers["softmax"] == [("x", None), ("axis", "-1"), ("out", "None")]
     assert numpy_helpers["layer_norm"] == [("x", None), ("gamma", None), ("beta", None),
-                                           ("eps", None), ("out", "None")]
+                                           ("eps", None), ("out", "None"),
+                                           ("residual", "None"), ("total", "None")]
     assert signatures("cupy") == numpy_helpers
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_a_gated_product_has_the_numbers_of_its_two_passes(implementation, dtype):
+    """glu(g, x, silu) is silu(g) * x exactly, on every backend (one kernel on CuPy, in place
+    on NumPy), written into g's array; operands of two shapes run as written."""
+    rng = np.random.default_rng(4)
+    g = (rng.standard_normal((4, 6, 33)) * 4).astype(dtype)
+    x = (rng.standard_normal((4, 6, 33)) * 3).astype(dtype)
+    xp, rt = implementation.xp, implementation.module("silu").rt
+    expected = to_numpy(rt.silu(xp.asarray(g))) * x
+    gate = xp.asarray(g)
+    y = rt.glu(gate, xp.asarray(x), rt.silu)
+    assert y is gate and y.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(to_numpy(y), expected)
+    row = rt.glu(xp.asarray(g), xp.asarray(x[0, 0]), rt.silu)
+    np.testing.assert_array_equal(to_numpy(row), to_numpy(rt.silu(xp.asarray(g))) * x[0, 0])
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("helper", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_a_norm_with_a_residual_normalises_the_sum_and_writes_it_to_total(implementation,
+                                                                          helper, dtype):
+    """norm(x, ..., residual=r, total=t): the numbers of norm(x + r, ...), t = x + r in the
+    dtype, on every backend (CuPy adds r in its kernel; NumPy adds it, then runs in pieces);
+    into ``out`` too; total alone gets x."""
+    rng = np.random.default_rng(len(helper))
+    x = (rng.standard_normal((5, 7, 33)) * 3).astype(dtype)
+    r = (rng.standard_normal((5, 7, 33)) * 2).astype(dtype)
+    weights = [rng.standard_normal(33).astype(dtype)
+               for _ in range(2 if helper == "layer_norm" else 1)]
+    xp, rt = implementation.xp, implementation.module(helper).rt
+    norm = getattr(rt, helper)
+    on = [xp.asarray(w) for w in weights]
+    expected = to_numpy(norm(xp.asarray(x + r), *on, EPS))
+    total, out = xp.zeros(x.shape, dtype=dtype), xp.zeros(x.shape, dtype=dtype)
+    y = norm(xp.asarray(x), *on, EPS, residual=xp.asarray(r), total=total)
+    assert y.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(to_numpy(total), x + r)
+    tolerance = TOLERANCES[dtype] * max(1.0, np.abs(expected.astype(np.float64)).max())
+    np.testing.assert_allclose(to_numpy(y).astype(np.float64), expected.astype(np.float64),
+                               rtol=0, atol=tolerance)
+    assert norm(xp.asarray(x), *on, EPS, out=out, residual=xp.asarray(r)) is out
+    np.testing.assert_allclose(to_numpy(out).astype(np.float64), expected.astype(np.float64),
+                               rtol=0, atol=tolerance)
+    norm(xp.asarray(x), *on, EPS, total=total)
+    np.testing.assert_array_equal(to_numpy(total), x)
 
 
 # ---------------------------------------------------------------------------------------------
