@@ -161,6 +161,7 @@ RUNTIME_HELPERS = (
                          "threading")),
     Helper("float16", shared=True),
     Helper("checked_axis", shared=True),
+    Helper("residual_sum", shared=True),
     Helper("log_mask"),
     Helper("project", imports=("Optional",), pool_needs=("parallel",)),
     Helper("glu"),

@@ -36,7 +36,7 @@ try:
 except ImportError:
     resource = None
 
-VERSION = "28d8c8eff25c9047"  # of this runtime: the sha256 of its text without this line
+VERSION = "2d470870cc6c3f14"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -1031,6 +1031,17 @@ def gelu_tanh(
     return np.multiply(inner, x, out=inner if out is None else out)  # *shape
 
 
+def residual_sum(x: np.ndarray, residual: np.ndarray | None,
+                 total: np.ndarray | None) -> np.ndarray:
+    """x + residual (x itself where there is none), also written into ``total`` when given: a
+    norm's input where the norm does not add its residual in a kernel of its own (the norms'
+    one signature across backends; codegen.passes.residual passes one only where it does)."""
+    x = x if residual is None else x + residual  # *batch d
+    if total is not None:
+        total[...] = x
+    return x
+
+
 @in_row_chunks
 @typechecked
 def layer_norm(
@@ -1055,10 +1066,7 @@ def layer_norm(
     there, codegen.passes.residual).
     """
     if residual is not None or total is not None:
-        x = x if residual is None else x + residual  # *batch d
-        if total is not None:
-            total[...] = x
-        return layer_norm(x, gamma, beta, eps, out)  # *batch d
+        return layer_norm(residual_sum(x, residual, total), gamma, beta, eps, out)  # *batch d
     wide = x.dtype == np.float16
     work = x.astype(np.float32) if wide else x  # *batch d
     mean = work.mean(axis=-1, keepdims=True)  # *batch 1
@@ -1100,10 +1108,7 @@ def rms_norm(
     there, codegen.passes.residual).
     """
     if residual is not None or total is not None:
-        x = x if residual is None else x + residual  # *batch d
-        if total is not None:
-            total[...] = x
-        return rms_norm(x, gamma, eps, out)  # *batch d
+        return rms_norm(residual_sum(x, residual, total), gamma, eps, out)  # *batch d
     wide = x.dtype == np.float16
     work = x.astype(np.float32) if wide else x  # *batch d
     mean_square = np.square(work).mean(axis=-1, keepdims=True)  # *batch 1

@@ -28,7 +28,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("28d8c8eff25c9047", __name__)  # the runtime this was generated with
+rt.require_version("2d470870cc6c3f14", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):

@@ -796,10 +796,11 @@ OPS: dict[str, Op] = _ops(
             needs=("checked_axis", "float16"), row_wise=True),
     LayerNorm("layer_norm", "normalise the last axis, then scale and shift",
               ("tensor", "tensor", "tensor"), spelling="layer_norm", helper="layer_norm",
-              imports=("Optional",), needs=("float16",), row_wise=True, normalises=True),
+              imports=("Optional",), needs=("float16", "residual_sum"), row_wise=True,
+              normalises=True),
     RMSNorm("rms_norm", "divide the last axis by its root mean square, then scale",
             ("tensor", "tensor"), spelling="rms_norm", helper="rms_norm", imports=("Optional",),
-            needs=("float16",), row_wise=True, normalises=True),
+            needs=("float16", "residual_sum"), row_wise=True, normalises=True),
     Rotary("rotary", "turn each position's feature pairs by angles proportional to the "
            "position (RoPE), positions counted from an optional offset", ("tensor", "dim"),
            optional=1, spelling="rotary", helper="rotary"),

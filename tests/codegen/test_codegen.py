@@ -190,13 +190,14 @@ def test_the_numpy_and_cupy_trees_differ_only_where_the_backend_table_says(arch,
     # templates the table decides: a backend's own, one that branches on a table field
     # (thread_pool, float32_gelu), the attention strategy's (attend_in_blocks, over
     # query_blocks), the thread pool's workspace (only its helpers use it), growing states
-    # (extend) and float16's rounding (only the shared softmax and LayerNorm, which CuPy
-    # replaces, use it there)
+    # (extend), float16's rounding and the residual sum (only the shared softmax and norms,
+    # which CuPy replaces, use them there)
     folder = Path(codegen.__file__).parent / "templates" / "helpers"
     decided = [path.read_text(encoding="utf-8") for path in folder.rglob("*.py.j2")
                if path.parent.name == "cupy"
                or path.name in ("attend_in_blocks.py.j2", "query_blocks.py.j2",
-                                "workspace.py.j2", "extend.py.j2", "float16.py.j2")
+                                "workspace.py.j2", "extend.py.j2", "float16.py.j2",
+                                "residual_sum.py.j2")
                or "{% if backend." in path.read_text(encoding="utf-8")]
     templates = "".join(decided)
     branching = {path.name.removesuffix(".py.j2") for path in folder.glob("*.py.j2")
