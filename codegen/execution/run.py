@@ -388,13 +388,15 @@ def _decode(prepared: _Prepared, steps: int, full_logits, variant_name: str
     logits = outputs[0]
     prefill_seconds = time.perf_counter() - start
     step = next(f for f in prepared.lowered.functions if f.name == "decode_step")
+    spec_name = Spelling(prepared.spec).spec_name     # an input's name as the spec gives it
+    step_inputs = [spec_name(a.name) for a in step.arguments]
     axis = _new_positions_axis(prepared, stepping)
     differences = [_difference(logits, full_logits, axis, 0, prompt)]
     step_seconds = []
     for position in range(prompt, length):
         at = sizes | {PAST: position, NEW: 1}
-        arguments = [_positions(prepared, stepping, a.name, prepared.inputs[a.name], position,
-                                position + 1, at) for a in step.arguments]
+        arguments = [_positions(prepared, stepping, name, prepared.inputs[name], position,
+                                position + 1, at) for name in step_inputs]
         keywords = _keywords(prepared, "decode_step", at)
         start = time.perf_counter()
         with _generated(prepared, variant_name):

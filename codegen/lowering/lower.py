@@ -64,7 +64,8 @@ def _lowered(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module
         return _checking_entries(module, spec, [chosen], spelling)
     # the parser refuses a block named as one of these (spec.language)
     stepped = under(spec, step)
-    renamed = {name: ENTRY_STEP if name is None else spelling.function(name, step=True)
+    functions = {spelling.function(name) for name in stepped.blocks}
+    renamed = {name: ENTRY_STEP if name is None else spelling.function(name, True, functions)
                for name in bodies_consulting(stepped, step, DECODING) |
                bodies_deriving(stepped, DECODING)}
     _require_proved(spec, step)

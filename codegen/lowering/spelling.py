@@ -65,7 +65,17 @@ class Spelling:
         # against those, the functions and the parameter classes they make
         module_level = CODE_NAMES | set(SETTINGS)
         self.functions = {name: spelt(name, module_level) for name in functions}
-        made = {self.function(name, step) for name in functions for step in (False, True)}
+        # a block's decoding step: <block>_step, or where a block the module makes a function
+        # of has that name itself, with underscores after it
+        self.steps: dict[str, str] = {}
+        for name in functions:
+            candidate = step_function(self.functions[name])
+            while candidate in module_level or candidate in self.functions.values() or \
+                    candidate in self.steps.values():
+                candidate += "_"
+            self.steps[name] = candidate
+        made = {self.function(name, step, clashes) for name in functions
+                for step, clashes in ((False, ()), (True, ()), (True, self.functions.values()))}
         made |= {ENTRY_STEP, "prefill"}
         self.classes: dict[str, str] = {}
         for function in sorted(made):
@@ -84,11 +94,15 @@ class Spelling:
         """A spec name (a tensor's, dim's, input's, state's, block's) as code writes it."""
         return self.spelt.get(name, name)
 
-    def function(self, block: str, step: bool = False) -> str:
+    def function(self, block: str, step: bool = False, clashes=()) -> str:
         """The function generated for a block (or the model, named as the spec), or its
-        decoding step's (``<block>_step``)."""
+        decoding step's: ``<block>_step``, or ``<block>_step_`` where that is the name of a
+        function among ``clashes`` (a block the same module makes a function of)."""
         name = self.functions.get(block, block)
-        return step_function(name) if step else name
+        if not step:
+            return name
+        plain = step_function(name)
+        return self.steps.get(block, plain) if plain in clashes else plain
 
     def params_class(self, function: str) -> str:
         """The parameters' class of a generated function."""

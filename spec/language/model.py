@@ -805,25 +805,12 @@ def _renamed_text(text: str, names: dict[str, str], used: list[str]) -> str:
 
 
 def require_function_names(spec: Spec) -> None:
-    """Generated code makes a function of each block, of the model (the spec's name), and
-    under ``decoding = full | step`` of the decoding step of each body that consults
-    ``decoding`` (NAME_step): a block may take none of the others' names."""
+    """Generated code makes a function of each block and of the model (the spec's name): a
+    block may not take the spec's name. (The decoding steps' functions, ``<block>_step`` and
+    ``decode_step``, are the code's own: a block named so is spelt apart in generated code,
+    codegen.lowering.spelling.)"""
     if spec.name in spec.blocks:
         block = spec.blocks[spec.name]
         raise SpecError(f"block {spec.name} has the spec's name, which the model's own "
                         "function takes in generated code; rename one", file=block.file,
                         line=block.line)
-    if not decodes(spec):
-        return
-    for body in sorted(bodies_consulting(spec, None, DECODING) |
-                       bodies_deriving(spec, DECODING), key=str):
-        clash = spec.blocks.get(step_function(body))
-        if clash is not None:
-            raise SpecError(f"block {clash.name} has the name code generation gives the "
-                            f"decoding step's function of {body}; rename it", file=clash.file,
-                            line=clash.line)
-        if step_function(body) == spec.name:
-            block = spec.blocks[body]
-            raise SpecError(f"the spec's name {spec.name} is the name code generation gives "
-                            f"the decoding step's function of {body}; rename one",
-                            file=block.file, line=block.line)

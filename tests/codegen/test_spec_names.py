@@ -134,6 +134,9 @@ NAMES = generated_names()
 @example(model="llama", old="d_k", new="RULES")
 @example(model="llama", old="H", new="eps")           # a keyword dim: spelt eps_
 @example(model="gpt2", old="H", new="dtype")
+@example(model="gpt2", old="transformer", new="decode_step")     # the spec's own name
+@example(model="llama", old="feed_forward", new="decode_step")   # a block's
+@example(model="llama", old="feed_forward", new="normalize_step")
 @example(model="gpt2", old="logits", new="params")
 @example(model="llama", old="Q", new="trace")
 @example(model="llama", old="K_h", new="cache")
@@ -233,3 +236,14 @@ def test_a_variants_dim_named_like_a_setting_is_the_default_of_its_own_keyword()
     module = load_source(variant_source(variant, "numpy"), private=True)
     keywords = inspect.signature(module.decode_step).parameters
     assert (keywords["eps_"].default, keywords["eps"].default) == (2, 1e-6)
+
+
+@pytest.mark.parametrize("old, new", [("u", "i"), ("m_tgt", "dtype"), ("u", "cache")])
+def test_tspec_run_decodes_a_spec_whose_input_is_named_like_code(old, new):
+    """`tspec run --decode` passed the decoding step its inputs by their code names (a
+    KeyError, 'i_', where an input was named i)."""
+    sizes = [*SIZES_TO_SET, "arch=decoder_only"]
+    expected = api.decode(parse(SPEC_TEXT, file="transformer.tspec"), 2, sizes)
+    got = api.decode(parse(renamed(SPEC_TEXT, old, new), file="renamed.tspec"), 2, sizes)
+    assert (got.prompt, got.steps, got.cache, got.difference, got.scale) == (
+        expected.prompt, expected.steps, expected.cache, expected.difference, expected.scale)
