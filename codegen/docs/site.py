@@ -311,9 +311,14 @@ def _published(variant: Variant, ours: int) -> list[str]:
     return lines
 
 
+SCALING_DIMS = ("T_dec", "d_model", "N", "H", "d_k", "d_ff", "V", "B")
+
+
 def _scaling_rows(spec, choices, model, number, values) -> list[Row]:
-    """Kaplan et al. (2020) and Hoffmann et al. (2022) forward FLOPs, decoder-only only."""
-    if choices.get("arch") != "decoder_only" or "T_dec" not in values:
+    """Kaplan et al. (2020) and Hoffmann et al. (2022) forward FLOPs, decoder-only only, over
+    the built-in spec's dims (a spec that names them otherwise has none of these rows)."""
+    if choices.get("arch") != "decoder_only" or \
+            not all(name in values for name in SCALING_DIMS):
         return []
     d, layers, ctx = values["d_model"], values["N"], values["T_dec"]
     d_attn = values["H"] * values["d_k"]

@@ -221,3 +221,17 @@ def test_a_spec_without_a_batch_or_a_sequence_has_no_per_token_figures(tmp_path)
     page = docs.files([api.load(path)], "md")["s.md"]
     assert "| matrix products | $2 m^{2} n$ | 294 | — |\n" in page
     assert "| total | $2 m^{2} n$ | 294 | — |\n" in page
+
+
+def test_a_decoder_only_spec_with_the_head_count_named_otherwise_has_no_scaling_rows(tmp_path):
+    """The Kaplan and Chinchilla rows read the built-in spec's dims by name: a spec naming H
+    otherwise made tspec docs a KeyError ('H'); its page has the rest and not these rows."""
+    text = re.sub(r"\bH\b", "heads", api.BUILTIN_SPEC.read_text())
+    (tmp_path / "heads.tspec").write_text(text)
+    path = tmp_path / "heads_v.toml"
+    path.write_text('spec = "heads.tspec"\n[choices]\narch = "decoder_only"\n[dims]\n'
+                    'd_model = 16\nheads = 2\nd_ff = 8\nN = 1\nV = 11\nmax_len = 16\n')
+    page = docs.files([api.load(str(path))], "md")["heads_v.md"]
+    assert "| $\\mathrm{heads}$ | number of attention heads | 2 | the variant |" in page
+    assert "Kaplan" not in page
+    assert "Kaplan" in docs.files([api.load("gpt2_small")], "md")["gpt2_small.md"]
