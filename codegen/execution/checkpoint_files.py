@@ -15,6 +15,7 @@ import itertools
 import json
 import math
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ import numpy as np
 
 from tspec.codegen.execution import checkpoints, weights
 from tspec.codegen.execution.weights import FLOAT_DTYPES, WeightsError
-from tspec.errors import UsageError
+from tspec.errors import UsageError, quoted
 from tspec.files import open_regular
 
 INDEX = "model.safetensors.index.json"
@@ -138,7 +139,7 @@ def load_variant(path: str | Path, spec, choices: dict[str, str], dims: dict[str
     shapes = weights.expected_shapes(spec, choices, dims)
     if path.suffix != ".npz":
         chosen = spec.choice_values(choices)
-        require_described(path, chosen, dims, settings or {}, variant)
+        require_described(path, spec, chosen, dims, settings or {}, variant)
         return load(path, shapes, chosen, variant, dtype)
     params = weights.load(path, shapes)
     flat = weights.flatten(params)
@@ -152,36 +153,54 @@ def load_variant(path: str | Path, spec, choices: dict[str, str], dims: dict[str
     return Weights(params, path, "tspec", dtype, stored, {})
 
 
-def require_described(path: Path, choices: dict[str, str], dims: dict[str, int],
+def require_described(path: Path, spec, choices: dict[str, str], dims: dict[str, int],
                       settings: dict[str, float], variant: str) -> None:
     """Refuse a checkpoint whose folder's config.json (Hugging Face's, beside the file or the
     shards) describes a model other than the variant: one of the same shapes (16 heads for 12,
     another epsilon, rotary base or rope scaling, tied for untied) would load and run to wrong
-    numbers. Every dim both give, every choice and every setting the config sets is compared;
-    a config tspec does not import (another model_type, unreadable) says nothing to compare."""
+    numbers. The config is imported as tspec imports it (``tspec import``), in the built-in
+    spec's names: each dim it gives must be a dim of the variant's spec with the variant's
+    value, each choice the variant's, each setting the variant's (the catalogue's default
+    where the variant sets none). A config of a model_type tspec does not import says
+    nothing to compare; one of a family it imports that it cannot read or run is refused."""
     from tspec.errors import ConfigError
     from tspec.importing.convert import imported
+    from tspec.importing.families import FAMILIES
+    from tspec.importing.source import read_config
     from tspec.ops.catalogue import SETTINGS
     config = (path if path.is_dir() else path.parent) / "config.json"
     if not config.is_file():
         return
+    beside = f"{path}: the config.json beside it"
     try:
-        described, _ = imported(config, pooler=choices.get("encoder_io") != "bert_unpooled")
-    except (ConfigError, UsageError):
-        return
-    ours = {**{name: float(SETTINGS[name].default) for name in described.settings},
-            **settings, **choices, **dims}
-    theirs = {**described.settings, **described.choices, **described.dims}
-    differ = [f"{name} = {_value(value)} there, {_value(ours[name])} in {variant}"
-              for name, value in theirs.items() if name in ours and ours[name] != value]
+        data, _ = read_config(config)
+        if data.get("model_type") not in FAMILIES:
+            return
+        described, _ = imported(data, pooler=choices.get("encoder_io") != "bert_unpooled")
+    except (ConfigError, UsageError) as error:
+        why = error.message.replace(f"{quoted(str(config))}: ", "").removeprefix(
+            "a config dict: ")
+        raise WeightsError(f"{beside} is not one tspec can compare with {variant} ({why}); "
+                           "move it away to load the tensors unchecked") from None
+    differ = []
+    for name, value in described.dims.items():
+        if name not in spec.dims:
+            differ.append(f"{name} = {value} there, no dim {name} in {variant}")
+        elif name in dims and dims[name] != value:
+            differ.append(f"{name} = {value} there, {dims[name]} in {variant}")
+    for name, option in described.choices.items():
+        if choices.get(name) != option:
+            differ.append(f"{name} = {option} there, {choices.get(name, 'no such choice')} "
+                          f"in {variant}")
+    for name, value in described.settings.items():
+        ours = float(settings.get(name, SETTINGS[name].default))
+        if ours != value:
+            differ.append(f"{name} = {value!r} there, {ours!r} in {variant}")
     if differ:
-        raise WeightsError(f"{path}: the config.json beside it describes another model than "
-                           f"{variant} ({'; '.join(differ)}); run its own variant: tspec run "
-                           f"{config.parent} --weights {path}")
-
-
-def _value(value) -> str:
-    return repr(value) if isinstance(value, float) else str(value)
+        raise WeightsError(f"{beside} describes another model than {variant} "
+                           f"({'; '.join(differ)}); run the variant it describes, setting "
+                           f"none of these: tspec run {shlex.quote(str(config.parent))} "
+                           f"--weights {shlex.quote(str(path))}")
 
 
 def load(path: str | Path, shapes: dict[str, tuple], choices: dict[str, str], variant: str,

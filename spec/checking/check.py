@@ -2389,7 +2389,13 @@ def _step_outputs(spec: Spec, prover: Prover, step: tuple, full: tuple,
                     wanted = [whole]
                 if mine not in wanted and not any(prover.equal(mine, w).proved
                                                   for w in wanted):
-                    shown = " nor ".join(format_expr(w) for w in wanted) or "none"
+                    if not wanted:
+                        problem = (f" as {shape.text()}, whose axis {axis} the full model's "
+                                   f"{theirs.text()} has as its positions, and the spec "
+                                   f"declares no dim {NEW}: a decoding step's new positions "
+                                   f"are {NEW}, after the {PAST} it keeps")
+                        break
+                    shown = " nor ".join(format_expr(w) for w in wanted)
                     problem = (f" as {shape.text()}, whose axis {axis} is neither {shown} of "
                                f"the full model's {theirs.text()}")
                     break
@@ -2482,8 +2488,13 @@ def _step_inputs(spec: Spec, prover: Prover, step: list[TensorDecl], full: list[
                     wanted = [theirs]
                 if mine in wanted or any(prover.equal(mine, w).proved for w in wanted):
                     continue
-                if theirs == sequence:
-                    shown = " nor ".join(format_expr(w) for w in wanted) or "none"
+                if theirs == sequence and not wanted:
+                    problem = (f" as {decl.shape.text()}, whose axis {axis} the full model's "
+                               f"{other.shape.text()} has as its positions, and the spec "
+                               f"declares no dim {NEW}: a decoding step's new positions are "
+                               f"{NEW}, after the {PAST} it keeps")
+                elif theirs == sequence:
+                    shown = " nor ".join(format_expr(w) for w in wanted)
                     problem = (f" as {decl.shape.text()}, whose axis {axis} takes neither "
                                f"{shown} of the full model's {other.shape.text()}")
                 else:

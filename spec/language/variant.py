@@ -63,6 +63,13 @@ class Variant:
             seen.add(name)
             if name in self.spec.choices:
                 choices[name] = _choice_value(self.spec, name, value, where)
+            elif name in self.spec.dims and name in SETTINGS:
+                try:
+                    dims[name] = dim_value(value, where)
+                except VariantError as error:
+                    raise VariantError(f"{error.message}: {name} is a dim of this spec, which "
+                                       f"--set sets; set the setting {name} in a variant's "
+                                       "[settings]") from None
             elif name in self.spec.dims:
                 dims[name] = dim_value(value, where)
             elif name in SETTINGS:

@@ -21,7 +21,7 @@ from tspec.codegen.execution import weights
 from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import files, source, variant_source
 from tspec.codegen.lowering.spelling import Spelling
-from tspec.errors import SpecError
+from tspec.errors import SpecError, VariantError
 from tspec.language.expr import tokenize
 from tspec.language.names import check_name
 from tspec.language.parser import parse
@@ -247,3 +247,13 @@ def test_tspec_run_decodes_a_spec_whose_input_is_named_like_code(old, new):
     got = api.decode(parse(renamed(SPEC_TEXT, old, new), file="renamed.tspec"), 2, sizes)
     assert (got.prompt, got.steps, got.cache, got.difference, got.scale) == (
         expected.prompt, expected.steps, expected.cache, expected.difference, expected.scale)
+
+
+def test_set_of_a_dim_named_like_a_setting_says_where_the_setting_is_set():
+    spec = parse(renamed(SPEC_TEXT, "H", "eps"), file="renamed.tspec")
+    variant = Variant("renamed", spec)
+    assert variant.with_settings(["eps=4"]).dims == {"eps": 4}
+    with raises(VariantError, "--set eps=1e-6: dim values are positive integers, got '1e-6': "
+                              "eps is a dim of this spec, which --set sets; set the setting "
+                              "eps in a variant's [settings]"):
+        variant.with_settings(["eps=1e-6"])

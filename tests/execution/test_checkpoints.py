@@ -7,6 +7,7 @@ maps themselves: an untied GPT-2 lm_head, and layers numbered with a gap."""
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -519,6 +520,8 @@ def test_a_gigabyte_checkpoint_loads_within_its_own_size_of_memory(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # A checkpoint beside its config.json is the model that config describes
 
+NONE_OF_THESE = "setting none of these: tspec run"
+
 def test_a_checkpoint_of_another_model_of_the_same_shapes_is_refused_by_its_config(tmp_path):
     """A GPT-2 of 4 heads loaded for one of 2 (every shape the same: d_model 16 either way)
     once ran to other logits without a word; its config.json says so before a tensor is
@@ -527,20 +530,20 @@ def test_a_checkpoint_of_another_model_of_the_same_shapes_is_refused_by_its_conf
     gpt2().save_pretrained(folder)
     two_heads = [size.replace(f"H={H}", "H=2") for size in GPT2]
     with raises(WeightsError, f"{folder}: the config.json beside it describes another model "
-                              "than gpt2_small (H = 4 there, 2 in gpt2_small); run its own "
-                              f"variant: tspec run {folder} --weights {folder}"):
+                              "than gpt2_small (H = 4 there, 2 in gpt2_small); run the "
+                              f"variant it describes, {NONE_OF_THESE} {folder} --weights {folder}"):
         tspec.load_weights("gpt2_small", folder, two_heads)
     single = folder / "model.safetensors"
     with raises(WeightsError, f"{single}: the config.json beside it describes another model "
-                              "than gpt2_small (eps = 1e-05 there, 1e-06 in gpt2_small; H = 4 "
-                              "there, 2 in gpt2_small); run its own variant: tspec run "
-                              f"{folder} --weights {single}"):
+                              "than gpt2_small (H = 4 there, 2 in gpt2_small; eps = 1e-05 "
+                              "there, 1e-06 in gpt2_small); run the variant it describes, "
+                              f"{NONE_OF_THESE} {folder} --weights {single}"):
         tspec.load_weights("gpt2_small", single, [*two_heads, "eps=1e-6"])
     small = tspec.load("gpt2_small")
     with raises(WeightsError, f"{folder}: the config.json beside it describes another model "
                               "than gpt2_small (output_embedding = tied there, separate in "
-                              "gpt2_small); run its own variant: tspec run "
-                              f"{folder} --weights {folder}"):
+                              "gpt2_small); run the variant it describes, "
+                              f"{NONE_OF_THESE} {folder} --weights {folder}"):
         tspec.load_weights(dataclasses.replace(small, choices=small.choices | {
             "output_embedding": "separate"}), folder, GPT2)
     loaded = tspec.load_weights("gpt2_small", folder, GPT2)     # its own: loads
@@ -557,7 +560,8 @@ def test_run_with_the_weights_of_another_model_exits_2_in_one_line(tmp_path, cap
     assert (code, out) == (2, "")
     assert err == (f"tspec: error: {folder}: the config.json beside it describes "
                              "another model than gpt2_small (H = 4 there, 2 in gpt2_small); "
-                             f"run its own variant: tspec run {folder} --weights {folder}\n")
+                             f"run the variant it describes, {NONE_OF_THESE} {folder} "
+                             f"--weights {folder}\n")
 
 
 def test_a_config_tspec_does_not_import_beside_a_checkpoint_is_not_compared(tmp_path):
@@ -566,3 +570,60 @@ def test_a_config_tspec_does_not_import_beside_a_checkpoint_is_not_compared(tmp_
     gpt2().save_pretrained(folder)
     (folder / "config.json").write_text(json.dumps({"model_type": "t5", "num_heads": 3}))
     assert tspec.load_weights("gpt2_small", folder, GPT2).names == "GPT-2"
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("scale_attn_by_inverse_layer_idx", True,
+     "scale_attn_by_inverse_layer_idx = true is not supported"),
+    ("quantum", 3, 'quantum = 3 is not a field tspec knows for model_type "gpt2"'),
+])
+def test_a_config_of_a_model_tspec_cannot_run_beside_a_checkpoint_is_refused(
+        tmp_path, field, value, why):
+    """A GPT-2 whose config says its scores are scaled by the layer's index loaded and ran
+    to other logits (2e-3 off): its config was one tspec could not import, so it was not
+    compared. Now it is refused, saying why and how to load the tensors regardless."""
+    folder = tmp_path / "gpt2"
+    gpt2().save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {field: value}))
+    with raises(WeightsError, f"{folder}: the config.json beside it is not one tspec can "
+                              f"compare with gpt2_small ({why}); move it away to load the "
+                              "tensors unchecked"):
+        tspec.load_weights("gpt2_small", folder, GPT2)
+    (folder / "config.json").write_text("{not json")
+    with pytest.raises(WeightsError, match="config.json beside it is not one tspec can compare"):
+        tspec.load_weights("gpt2_small", folder, GPT2)
+
+
+def test_a_spec_naming_the_config_dims_otherwise_is_compared_by_the_config_names(tmp_path):
+    """A spec whose head count is `heads` once let a 4-head checkpoint run as 8 heads (its H
+    was not compared), and one whose head count is `eps` was refused against the config's
+    epsilon: dims, choices and settings are compared each with their own kind, and a dim the
+    config gives that the spec lacks is named."""
+    folder = tmp_path / "gpt2"
+    gpt2().save_pretrained(folder)
+    for name in ("heads", "eps"):
+        text = re.sub(r"\bH\b", name, tspec.api.BUILTIN_SPEC.read_text())
+        path = tmp_path / f"{name}.tspec"
+        path.write_text(text)
+        variant = tspec.load(path)
+        sizes = [size.replace(f"H={H}", f"{name}={H}") for size in GPT2] + [
+            f"{choice}={option}" for choice, option in tspec.load("gpt2_small").choices.items()]
+        with raises(WeightsError, f"{folder}: the config.json beside it describes another "
+                                  "model than transformer (H = 4 there, no dim H in "
+                                  "transformer); run "
+                                  f"the variant it describes, {NONE_OF_THESE} {folder} "
+                                  f"--weights {folder}"):
+            tspec.load_weights(variant, folder, sizes)
+
+
+def test_the_command_to_run_instead_is_quoted_for_the_shell(tmp_path):
+    folder = tmp_path / "with space"
+    gpt2().save_pretrained(folder)
+    quoted = f"'{folder}'"
+    with raises(WeightsError, f"{folder}: the config.json beside it describes another model "
+                              f"than gpt2_small (H = 4 there, 2 in gpt2_small); run the "
+                              f"variant it describes, {NONE_OF_THESE} {quoted} --weights "
+                              f"{quoted}"):
+        tspec.load_weights("gpt2_small", folder,
+                           [size.replace(f"H={H}", "H=2") for size in GPT2])

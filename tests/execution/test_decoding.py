@@ -903,3 +903,18 @@ def test_a_step_interrupted_in_any_layer_leaves_the_cache_as_it_was(arrays, inte
         logits = to_numpy(model.decode_step(u[:, 4:6], mask, params, cache)[0])
         np.testing.assert_allclose(logits, expected, rtol=1e-12, atol=1e-12)
         assert {array.shape[-2] for array in cached_states(cache).values()} == {6}
+
+
+def test_a_decoding_step_without_a_dim_T_new_is_told_its_name():
+    """The decoding step's dims are named T_past and T_new; a spec calling the new positions
+    otherwise was told its axis 'takes neither none of' the full model's."""
+    text = re.sub(r"\bT_new\b", "T_step", TINY)
+    tail = ("the full model's B T d has as its positions, and the spec declares no dim "
+            "T_new: a decoding step's new positions are T_new, after the T_past it keeps")
+    assert decoding_findings(text) == [
+        ("tiny.tspec:28", "decoding-mismatch",
+         f"the decoding step takes X as B T_step d, whose axis 1 {tail}", None,
+         "decoding=step"),
+        ("tiny.tspec:30", "decoding-mismatch",
+         f"the decoding step returns Y as B T_step d, whose axis 1 {tail}", None,
+         "decoding=step")]
