@@ -160,7 +160,7 @@ def variant_source(variant: Variant, backend: str = "numpy") -> str:
                            f"(the first: {first.where}: {first.kind}: {first.message}); run "
                            f"`tspec check`")
     # keyed as the keywords are spelt: a dim named like a setting (eps) is spelt apart (eps_)
-    spelt = Spelling(variant.spec)
+    spelt = Spelling.of(variant.spec)
     return source(variant.spec, variant.choices, chosen,
                   {spelt(name): value for name, value in variant.dims.items()} |
                   dict(variant.settings))

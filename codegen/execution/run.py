@@ -244,7 +244,7 @@ def _keywords(prepared: _Prepared, name: str, sizes: dict[str, int]) -> dict:
     """The keyword arguments generated function ``name`` needs: dims no array reveals, and
     the variant's run-time settings."""
     function = next(f for f in prepared.lowered.functions if f.name == name)
-    dim = Spelling(prepared.spec).spec_name    # a keyword dim's name in the spec
+    dim = Spelling.of(prepared.spec).spec_name    # a keyword dim's name in the spec
     required = [k.name for k in function.keywords if k.default is None]
     missing = [dim(k) for k in required if dim(k) not in sizes]
     if missing:
@@ -388,7 +388,7 @@ def _decode(prepared: _Prepared, steps: int, full_logits, variant_name: str
     logits = outputs[0]
     prefill_seconds = time.perf_counter() - start
     step = next(f for f in prepared.lowered.functions if f.name == "decode_step")
-    spec_name = Spelling(prepared.spec).spec_name     # an input's name as the spec gives it
+    spec_name = Spelling.of(prepared.spec).spec_name     # an input's name as the spec gives it
     step_inputs = [spec_name(a.name) for a in step.arguments]
     axis = _new_positions_axis(prepared, stepping)
     differences = [_difference(logits, full_logits, axis, 0, prompt)]

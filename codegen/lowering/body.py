@@ -62,7 +62,7 @@ class Lowerer:
         self.spec = under(spec, choices)    # the blocks and tensors renamed under the choices
         self.choices = choices
         self.backend = backend
-        self.spelling = spelling or Spelling(spec)  # the spec's names as code writes them
+        self.spelling = spelling or Spelling.of(spec)  # the spec's names as code writes them
         self.rename = rename or {}          # function names other than the block's (None: the
         #                                     model's entry)
         symbols = spec.symbols()

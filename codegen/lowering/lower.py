@@ -51,7 +51,7 @@ def _lowered(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module
     chosen = spec.choice_values(choices)
     _require_code_name(spec)
     _require_proved(spec, chosen)
-    spelling = Spelling(spec)
+    spelling = Spelling.of(spec)
     module = Lowerer(spec, chosen, backend, spelling=spelling).module()
     reading = [f.name for f in module.functions if f.cache]
     if reading and chosen.get(DECODING) != "step":
@@ -62,7 +62,7 @@ def _lowered(spec: Spec, choices: dict[str, str], backend: Backend) -> ir.Module
     step = step_choices(spec, chosen)
     if step is None:
         return _checking_entries(module, spec, [chosen], spelling)
-    # the parser refuses a block named as one of these (spec.language)
+    # a block named as one of these steps' functions is spelt apart (spelling)
     stepped = under(spec, step)
     functions = {spelling.function(name) for name in stepped.blocks}
     renamed = {name: ENTRY_STEP if name is None else spelling.function(name, True, functions)

@@ -90,6 +90,13 @@ class Spelling:
         self.back = {code: name for name, code in self.spelt.items()}
         self._symbols: dict = {}
 
+    @classmethod
+    def of(cls, spec: Spec) -> "Spelling":
+        """The spec's spelling, made once (memoised on the spec, as ``under`` memoises)."""
+        if "_spelling" not in spec.__dict__:
+            spec.__dict__["_spelling"] = cls(spec)
+        return spec.__dict__["_spelling"]
+
     def __call__(self, name: str) -> str:
         """A spec name (a tensor's, dim's, input's, state's, block's) as code writes it."""
         return self.spelt.get(name, name)
