@@ -271,10 +271,15 @@ def test_a_block_using_a_derived_dim_that_decoding_changes_gets_a_step_function(
     np.testing.assert_allclose(Y, X[:, :4] @ W * 9 + X[:, :4])          # q = 3 d, d = 3
     np.testing.assert_allclose(model.decode_step(X[:, 4:], params, cache),
                                X[:, 4:] @ W * 6 + X[:, 4:])              # q = 2 d
-    with raises(SpecError, "t.tspec:18: block scaled_step has the name code generation gives "
-                           "the decoding step's function of scaled; rename it"):
-        tspec.parse(text.replace('block attend(', 'block scaled_step(X "B d") -> Y:\n'
-                                '    Y "B d" "y" = relu(X)\n\nblock attend('), "t.tspec")
+    # a block named as scaled's step function (once refused): the step is spelt scaled_step_
+    named = text.replace('block attend(', 'block scaled_step(X "B d") -> Y:\n'
+                         '    Y "B d" "y" = relu(X)\n\nblock attend(')
+    other = load_source(source(tspec.parse(named, "t.tspec"), {}))
+    assert callable(other.scaled_step_)
+    Y_named, cache = other.prefill(X[:, :4], params)
+    np.testing.assert_array_equal(Y_named, Y)
+    np.testing.assert_allclose(other.decode_step(X[:, 4:], params, cache),
+                               X[:, 4:] @ W * 6 + X[:, 4:])
 
 
 @pytest.mark.parametrize("old, new, message", [
