@@ -24,8 +24,12 @@ import numpy as np
 
 from tspec.codegen.execution import checkpoints, weights
 from tspec.codegen.execution.weights import FLOAT_DTYPES, WeightsError
-from tspec.errors import UsageError, quoted
+from tspec.errors import ConfigError, UsageError, quoted
 from tspec.files import open_regular
+from tspec.importing.convert import imported
+from tspec.importing.families import FAMILIES as MODEL_TYPES  # the model_types tspec imports
+from tspec.importing.source import read_config
+from tspec.ops.catalogue import SETTINGS
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -163,18 +167,13 @@ def require_described(path: Path, spec, choices: dict[str, str], dims: dict[str,
     value, each choice the variant's, each setting the variant's (the catalogue's default
     where the variant sets none). A config of a model_type tspec does not import says
     nothing to compare; one of a family it imports that it cannot read or run is refused."""
-    from tspec.errors import ConfigError
-    from tspec.importing.convert import imported
-    from tspec.importing.families import FAMILIES
-    from tspec.importing.source import read_config
-    from tspec.ops.catalogue import SETTINGS
     config = (path if path.is_dir() else path.parent) / "config.json"
     if not config.is_file():
         return
     beside = f"{path}: the config.json beside it"
     try:
         data, _ = read_config(config)
-        if data.get("model_type") not in FAMILIES:
+        if data.get("model_type") not in MODEL_TYPES:
             return
         described, _ = imported(data, pooler=choices.get("encoder_io") != "bert_unpooled")
     except (ConfigError, UsageError) as error:
