@@ -55,9 +55,7 @@ class Spelling:
             after it that neither the spec nor the code has."""
             if name not in own:
                 return name
-            candidate = name + "_"
-            while candidate in taken:
-                candidate += "_"
+            candidate = _apart(name + "_", taken)
             taken.add(candidate)
             return candidate
 
@@ -69,20 +67,15 @@ class Spelling:
         # of has that name itself, with underscores after it
         self.steps: dict[str, str] = {}
         for name in functions:
-            candidate = step_function(self.functions[name])
-            while candidate in module_level or candidate in self.functions.values() or \
-                    candidate in self.steps.values():
-                candidate += "_"
-            self.steps[name] = candidate
+            self.steps[name] = _apart(step_function(self.functions[name]), module_level,
+                                      self.functions.values(), self.steps.values())
         made = {self.function(name, step, clashes) for name in functions
                 for step, clashes in ((False, ()), (True, ()), (True, self.functions.values()))}
         made |= {ENTRY_STEP, "prefill"}
         self.classes: dict[str, str] = {}
         for function in sorted(made):
-            candidate = params_class_name(function)
-            while candidate in taken | set(self.classes.values()):
-                candidate += "_"
-            self.classes[function] = candidate
+            self.classes[function] = _apart(params_class_name(function), taken,
+                                            self.classes.values())
         own = module_level | made | set(self.classes.values())
         taken |= own
         self.spelt = {name: spelt(name, own) for name in sorted(names)}
@@ -142,6 +135,13 @@ class Spelling:
         code name -> spec name."""
         return {code: name for code, name in self.back.items()
                 if among is None or name in among}
+
+
+def _apart(name: str, *taken) -> str:
+    """``name``, with underscores after it until none of the collections ``taken`` holds it."""
+    while any(name in names for names in taken):
+        name += "_"
+    return name
 
 
 def params_class_name(function: str) -> str:
