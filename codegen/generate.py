@@ -28,13 +28,14 @@ from pathlib import Path
 from types import ModuleType
 
 from tspec import api
+from tspec.checking.report import check_variant, require_proved
 from tspec.codegen import ir
 from tspec.codegen.backends import BACKENDS
 from tspec.codegen.backends import backend as backend_named
 from tspec.codegen.lowering.lower import lower
 from tspec.codegen.lowering.spelling import Spelling
 from tspec.codegen.rendering.render import render, render_runtime, runtime_named, runtime_version
-from tspec.errors import CodegenError, UsageError, quoted
+from tspec.errors import UsageError, quoted
 from tspec.files import inside, stale_diff, write_files
 from tspec.language.model import Spec
 from tspec.language.names import module_name_like
@@ -150,15 +151,13 @@ def variant_source(variant: Variant, backend: str = "numpy") -> str:
     """The module of one variant, or of a spec under its default choices (what
     ``tspec generate VARIANT_OR_SPEC`` writes): the code its choices give, its dims and
     settings the defaults of the keywords that take them. The variant is checked first, under
-    those choices alone and at its sizes: a finding is a CodegenError, nothing is generated."""
+    those choices alone and at its sizes, as `tspec check` checks it: a finding is a
+    FindingsError, nothing is generated."""
     chosen = backend_named(backend).name
+    spec_alone = variant.is_spec
     variant = dataclasses.replace(variant, is_spec=False)     # a spec: its default choices
-    findings = api.check(variant).findings
-    if findings:
-        first = findings[0]
-        raise CodegenError(f"{len(findings)} finding(s) in {variant.name}: no code generated "
-                           f"(the first: {first.where}: {first.kind}: {first.message}); run "
-                           f"`tspec check`")
+    # (a spec's dims are the module's arguments: none needs a value)
+    require_proved(variant, "no code generated", check_variant(variant, needs_values=not spec_alone))
     # keyed as the keywords are spelt: a dim named like a setting (eps) is spelt apart (eps_)
     spelt = Spelling.of(variant.spec)
     return source(variant.spec, variant.choices, chosen,

@@ -29,9 +29,9 @@ _API = {
     **dict.fromkeys(["Diff", "Grid", "Report", "ShapeRow", "builtin_specs", "builtin_variants",
                      "check", "compile", "decode", "diff", "grid", "load", "load_weights",
                      "read_spec", "run", "shapes", "source"], "tspec.api"),
-    **dict.fromkeys(["CodegenError", "ConfigError", "GridError", "LimitError", "RunError",
-                     "SpecError", "SpecSyntaxError", "TspecError", "UsageError", "VariantError"],
-                    "tspec.errors"),
+    **dict.fromkeys(["CodegenError", "ConfigError", "FindingsError", "GridError", "LimitError",
+                     "RunError", "SpecError", "SpecSyntaxError", "TspecError", "UsageError",
+                     "VariantError"], "tspec.errors"),
     "Finding": "tspec.checking.findings",
     "from_hf": "tspec.importing",
     "parse": "tspec.language.parser",
@@ -40,7 +40,8 @@ _API = {
     "WeightsError": "tspec.codegen.execution.weights",
 }
 
-__all__ = ["CodegenError", "ConfigError", "Diff", "Finding", "Grid", "GridError", "LimitError",
+__all__ = ["CodegenError", "ConfigError", "Diff", "Finding", "FindingsError", "Grid",
+           "GridError", "LimitError",
            "Report", "RunError", "ShapeRow", "SpecError", "SpecSyntaxError", "TspecError",
            "UsageError",
            "Variant", "VariantError", "WeightsError", "builtin_specs", "builtin_variants", "check",
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
     from tspec.errors import (
         CodegenError,
         ConfigError,
+        FindingsError,
         GridError,
         LimitError,
         RunError,

@@ -9,7 +9,7 @@ code, run it, and load their weights (these through tspec.codegen, imported when
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -20,10 +20,10 @@ from tspec.analysis.grid import evaluate as evaluate_grid
 from tspec.checking import limits
 from tspec.checking.check import Result, TensorRow
 from tspec.checking.check import check as check_spec
-from tspec.checking.findings import Finding
 from tspec.checking.prove import Prover
-from tspec.errors import CodegenError, UsageError, quoted
-from tspec.language.model import Note, Spec
+from tspec.checking.report import Report, check_variant, require_proved
+from tspec.errors import UsageError, quoted
+from tspec.language.model import Spec
 from tspec.language.names import module_name_like
 from tspec.language.parser import parse_file
 from tspec.language.shape import Shape
@@ -143,23 +143,6 @@ def load(target: str | Path, settings: list[str] | None = None) -> Variant:
     return variant.with_settings(settings) if settings else variant
 
 
-@dataclass
-class Report:
-    """The findings for one spec or variant: the proof for all sizes, then the variant's."""
-    variant: Variant
-    proof: Result
-    concrete: Result | None
-    findings: list[Finding] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
-    @property
-    def notes(self) -> list[Note]:
-        return self.proof.notes
-
-
 def _is_folder(path: Path) -> bool:
     try:
         return path.is_dir()
@@ -210,21 +193,7 @@ def check(target: Variant | Spec | str, settings: list[str] | None = None, *,
           time_limit: float | None = limits.TIME_LIMIT) -> Report:
     """Check a spec (every choice combination) or a variant (its choices, then its values),
     within ``time_limit`` seconds (None: no limit; past it, a LimitError)."""
-    target = _variant(target, settings)
-    spec = target.spec
-    every = target.is_spec
-    with limits.time_limit(time_limit):
-        proof = check_spec(spec, target.choices, all_choices=every)
-        concrete = check_spec(spec, target.choices, target.dims, all_choices=every) \
-            if target.dims else None
-    findings = list(proof.findings)
-    if concrete is not None:
-        seen = {(f.kind, f.file, f.line, f.tensor) for f in findings}
-        for finding in concrete.findings:
-            if (finding.kind, finding.file, finding.line, finding.tensor) not in seen:
-                finding.scope = "variant"
-                findings.append(finding)
-    return Report(target, proof, concrete, findings)
+    return check_variant(_variant(target, settings), time_limit)
 
 
 @dataclass
@@ -330,11 +299,7 @@ def decode(target: Variant | Spec | str, steps: int, settings: list[str] | None 
 def _runnable(target: Variant | Spec | str, settings: list[str] | None) -> Variant:
     from tspec.codegen.execution.run import with_run_defaults
     variant = with_run_defaults(_variant(target, settings))
-    findings = check(variant).findings
-    if findings:
-        first = findings[0]
-        raise CodegenError(f"{len(findings)} finding(s) in {variant.name}: nothing to run "
-                           f"(the first: {first.where}: {first.kind}: {first.message})")
+    require_proved(variant, "nothing to run")
     return variant
 
 

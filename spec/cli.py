@@ -49,7 +49,8 @@ from tspec.checking.findings import (
     summary,
     to_json,
 )
-from tspec.errors import GridError, TspecError, UsageError, hidden
+from tspec.checking.report import require_proved
+from tspec.errors import FindingsError, GridError, TspecError, UsageError, hidden
 from tspec.language.model import choices_in_force
 from tspec.language.model import lets as derived_dims
 
@@ -348,6 +349,12 @@ def _failure(error: BaseException, output: _Output) -> int:
             output.abandon()
         _say("tspec: interrupted")
         return EXIT_INTERRUPTED
+    if isinstance(error, FindingsError):
+        # the findings as `tspec check` lists them, then what the command did not do
+        for text in findings_text(error.findings):
+            _say(text)
+        _say(f"tspec: {_one_line(error.message)}")
+        return error.exit_status
     if isinstance(error, TspecError):
         if error.file:
             error.file = display_path(error.file)
@@ -411,12 +418,7 @@ def _grid(args) -> int:
     axes = [parse_axis(text) for text in args.grid]
     grid = api.grid(targets[0], axes, args.settings)
     if not grid.proved:
-        for text in findings_text(grid.proof.findings):
-            print(text, file=sys.stderr)
-        print(f"tspec: {len(grid.proof.findings)} finding(s) in the proof of "
-              f"{grid.variant.name}: no combination judged; run `tspec check {targets[0]}`",
-              file=sys.stderr)
-        return EXIT_FINDINGS
+        require_proved(grid.variant, "no combination judged", grid.proof)
     parts = {"json": grid.json_parts, "csv": grid.csv_parts, "text": grid.text_parts}
     for part in parts[args.format](args.only):        # written as the rows are made
         sys.stdout.write(part)
@@ -492,9 +494,7 @@ def _shapes(args) -> int:
               and f.scope == "variant"]
     if broken:
         # sizes outside the spec have no shapes to show
-        for text in findings_text(broken):
-            print(text, file=sys.stderr)
-        return EXIT_FINDINGS
+        require_proved(variant, "no shapes listed", report)
     rows = api.shapes(variant)
     if args.format == "json":
         print(to_json([row.__dict__ for row in rows]))
@@ -510,9 +510,8 @@ def _shapes(args) -> int:
     for row in table:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     if not report.ok:
-        print(f"tspec: {len(report.findings)} finding(s) in {variant.name}: run `tspec check`",
-              file=sys.stderr)
-        return EXIT_FINDINGS
+        sys.stdout.flush()
+        require_proved(variant, "the shapes listed are those declared, not proved", report)
     return EXIT_OK
 
 
@@ -627,13 +626,7 @@ def _docs(args) -> int:
 def _run(args) -> int:
     from tspec.codegen.execution.run import run, with_run_defaults
     variant = with_run_defaults(api.load(args.target, args.settings))
-    report = api.check(variant)
-    if not report.ok:
-        for text in findings_text(report.findings):
-            print(text, file=sys.stderr)
-        print(f"tspec: {len(report.findings)} finding(s) in {variant.name}: nothing to run",
-              file=sys.stderr)
-        return EXIT_FINDINGS
+    require_proved(variant, "nothing to run")
     max_memory = None if args.max_memory is None else _size(args.max_memory, "--max-memory")
     result = run(variant, args.backend, args.seed, args.dtype, args.typecheck, args.decode,
                  max_memory, args.weights)

@@ -77,6 +77,25 @@ class CodegenError(TspecError):
     """A spec that cannot become code: not proved, or a construct code generation lacks."""
 
 
+class FindingsError(CodegenError):
+    """A command refused a spec or variant with findings (nothing to run, no code generated):
+    ``findings`` holds them, which the command line lists before the message, as `tspec
+    check` lists them. Not bad input: the model is at fault, and the command line exits 1."""
+
+    exit_status = 1
+
+    def __init__(self, message: str, findings: list, *, exit_status: int = 1, **place):
+        super().__init__(message, **place)
+        self.findings = findings
+        self.exit_status = exit_status      # `tspec diff`: 2, its 1 says the two differ
+
+    def __str__(self) -> str:
+        first = self.findings[0] if self.findings else None
+        if first is None:
+            return super().__str__()
+        return f"{super().__str__()} (the first: {first.where}: {first.kind}: {first.message})"
+
+
 class ConfigError(TspecError):
     """A Hugging Face config that cannot become a variant (`tspec import`): malformed, of a
     model type tspec does not import, or with a field whose value the spec has no choice

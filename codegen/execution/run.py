@@ -34,11 +34,10 @@ from tspec.language.model import (
     step_choices,
 )
 from tspec.language.model import outputs as model_outputs
-from tspec.language.variant import Variant
+from tspec.language.variant import RUN_DEFAULTS, Variant
 from tspec.numbers import integer_text
 
 # sizes for the dims a variant leaves free, so that it can run
-RUN_DEFAULTS = {"B": 2, "T": 32, "T_dec": 32, "V": 1000, "max_len": 512, "V_type": 2}
 MAX_RANK = 64              # axes a NumPy (or CuPy) array may have
 
 
@@ -48,7 +47,8 @@ def with_run_defaults(variant: Variant) -> Variant:
     free = {k: v for k, v in RUN_DEFAULTS.items()
             if k in variant.spec.dims and k not in variant.dims
             and variant.spec.dims[k].value is None}
-    return replace(variant, dims={**free, **variant.dims})
+    return replace(variant, dims={**free, **variant.dims},
+                   defaulted=variant.defaulted | set(free))
 
 
 @dataclass

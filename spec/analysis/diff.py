@@ -20,7 +20,7 @@ from tspec.checking import limits
 from tspec.checking.check import check as check_spec
 from tspec.checking.findings import display_path
 from tspec.checking.prove import evaluate
-from tspec.errors import UsageError
+from tspec.checking.report import require_none, require_proved, sizes_text
 from tspec.language.model import choices_in_force, concrete_values
 from tspec.language.variant import Variant
 from tspec.numbers import integer_text
@@ -73,6 +73,8 @@ def profile(variant: Variant, rows: list) -> Profile:
     """A variant's profile; ``rows``: its tensors (``spec.api.shapes``). A variant whose sizes
     break the spec is refused, as ``tspec docs`` refuses it."""
     spec = variant.spec
+    # as `tspec check` checks it, then at the sizes the counts give the dims it leaves free
+    require_proved(variant, "nothing compared", exit_status=2)
     limits.doing(f"counting {variant.name}'s parameters, FLOPs and memory")
     choices = spec.choice_values(variant.choices)
     bodies = costs(spec, choices)
@@ -80,9 +82,8 @@ def profile(variant: Variant, rows: list) -> Profile:
     sizes = free_sizes({str(k): int(v) for k, v in known.items()},
                        used_dims(spec, choices, bodies))
     result = check_spec(spec, choices, {**variant.dims, **sizes})
-    if result.findings:
-        raise UsageError(f"{variant.name}: {len(result.findings)} finding(s) under these "
-                         f"sizes; run `tspec check {variant.name}` first")
+    require_none(result.findings, f"in {variant.name} at the sizes it is counted at "
+                 f"({sizes_text(sizes)})", "nothing compared", exit_status=2)
     limits.doing(f"counting {variant.name}'s parameters, FLOPs and memory")
     values = concrete_values(spec, choices, {**variant.dims, **sizes})
     paths = call_paths(bodies, spec.name)

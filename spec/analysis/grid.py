@@ -25,7 +25,7 @@ import math
 import numbers
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -33,9 +33,8 @@ import numpy as np
 from tspec.analysis.counts import DTYPE, costs, free_sizes, used_dims
 from tspec.analysis.evaluate import Evaluator, Exact, as_integers, free_symbols
 from tspec.checking import limits
-from tspec.checking.check import Result
-from tspec.checking.check import check as check_spec
 from tspec.checking.findings import display_path, format_value
+from tspec.checking.report import Report, check_variant
 from tspec.errors import GridError
 from tspec.language.expr import degree, derived_degrees
 from tspec.language.model import Constraint, Let, choices_in_force, select
@@ -296,7 +295,7 @@ class Grid:
     fixed: dict[str, int]             # the dim values every combination shares
     sizes: dict[str, object]          # sizes the counts give free dims (B = 1, T = max_len)
     free: list[str]                   # dims the counts need that have no value
-    proof: Result
+    proof: Report
     reasons: list[Break]
     plan: "Plan"
     counted: dict[str, bool]          # for each count: whether every dim it needs has a value
@@ -537,7 +536,7 @@ class Plan:
     in force, and the counts as expressions in the dims."""
     variant: Variant
     choices: dict[str, str]          # every choice, set
-    proof: Result
+    proof: Report                    # what `tspec check` says, the varied dims at a value
     lets: list[Let]
     constraints: list[Constraint]
     counts: dict[str, object]        # COUNTS key -> its expression
@@ -552,7 +551,16 @@ def plan(variant: Variant, axes: list[Axis], settings: set[str] = frozenset()) -
     statements = select(spec.body, choices)
     lets = [s for s in statements if isinstance(s, Let)]
     _validate(axes, variant, settings, {let.dim: let for let in lets})
-    proof = check_spec(spec, choices)
+    # the proof, and the variant's values against its choices, the dims the grid varies
+    # among them (H_kv varied under key_value_heads = all is varied for nothing)
+    varied = replace(variant, dims=variant.dims | {a.name: a.values[0] for a in axes if a.size},
+                     places=variant.places | {a.name: (None, a.source) for a in axes})
+    # (at the first combination, as `tspec check` checks it there, but for the constraints
+    # and derived dims, which each combination is judged by)
+    report = check_variant(varied, None)
+    proof = Report(variant, report.proof, report.concrete, [
+        f for f in report.findings if f.kind not in ("constraint-violated", "not-integral")
+        or f.scope != "variant"])
     counts, used = dict.fromkeys(COUNTS), set()
     if proof.ok:
         bodies = costs(spec, choices)

@@ -30,6 +30,10 @@ KINDS = {
                       "(or its uses need) is reported",
     "name-reused": "the source uses one name for different things (the spec names each)",
     "constraint-violated": "a variant's dim values break a constraint",
+    "unused-dim": "a variant (or --set) gives a dim a value that nothing under its choices "
+                  "uses: the choice that would use it is named",
+    "missing-dim": "a variant's choices use a dim that has no value, and none that tspec run "
+                   "gives",
     "unsatisfiable": "no sizes meet every constraint, so every claim would hold vacuously",
     "decoding-mismatch": "a decoding step does not fit the full model that starts it: a state "
                          "kept outside the step or started from a tensor the full model lacks, "

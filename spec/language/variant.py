@@ -34,6 +34,10 @@ from tspec.ops.catalogue import SETTINGS
 
 MAX_VARIANT_BYTES = 1_000_000
 MAX_DIGITS = 40
+# the sizes `tspec run` gives the dims of these names where a variant leaves them free (a
+# batch, sequences, a vocabulary, a position table, token types); every other dim the choices
+# use needs a value (the checker says which is missing)
+RUN_DEFAULTS = {"B": 2, "T": 32, "T_dec": 32, "V": 1000, "max_len": 512, "V_type": 2}
 _INTEGER = re.compile(r"[0-9]+(?:_[0-9]+)*\Z")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
@@ -50,10 +54,23 @@ class Variant:
     is_spec: bool = False      # a bare spec: every combination of the choices not set
     published: "Published | None" = None
     settings: dict[str, float] = field(default_factory=dict)   # eps, theta: see SETTINGS
+    # where each dim and choice the user gave is given: name -> (line in ``file``, or None,
+    # and the text that gives it, ``H_kv = 8`` or ``--set H_kv=8``)
+    places: dict[str, tuple[int | None, str]] = field(default_factory=dict)
+    # the dims tspec gave a size the variant leaves free (tspec run's B, T, V ...): not the
+    # user's, so never reported as set for nothing
+    defaulted: frozenset[str] = frozenset()
+
+    @property
+    def given(self) -> dict[str, int]:
+        """The dims the user gave values: the variant's own and --set's."""
+        return {name: value for name, value in self.dims.items()
+                if name not in self.defaulted}
 
     def with_settings(self, settings: list[str]) -> "Variant":
         """A copy with ``NAME=VALUE`` settings applied (command-line --set)."""
         dims, choices, numbers = dict(self.dims), dict(self.choices), dict(self.settings)
+        places = dict(self.places)
         seen: set[str] = set()
         for setting in settings:
             name, value = parse_setting(setting)
@@ -61,6 +78,8 @@ class Variant:
             if name in seen:
                 raise VariantError(f"--set {name} is given twice")
             seen.add(name)
+            if name in self.spec.choices or name in self.spec.dims:
+                places[name] = (None, where)
             if name in self.spec.choices:
                 choices[name] = _choice_value(self.spec, name, value, where)
             elif name in self.spec.dims and name in SETTINGS:
@@ -77,7 +96,8 @@ class Variant:
             else:
                 raise VariantError(f"--set {name}: {_unknown(name, self.spec)}")
         return Variant(self.name, self.spec, dims, choices, self.file, self.description,
-                       self.is_spec, self.published, numbers)
+                       self.is_spec, self.published, numbers, places,
+                       self.defaulted - {name for name in seen if name in dims})
 
 
 @dataclass(frozen=True)
@@ -252,6 +272,7 @@ def variant_from_text(text: str, path: Path, resolve_spec, called: str | None = 
                 raise VariantError(f"[dims] {name}: a value of more than {MAX_DIGITS} digits",
                                    file=file)
         dims[name] = value
+    places = {name: (_line_of(text, "dims", name), f"{name} = {value}") for name in dims}
     choices: dict[str, str] = {}
     for name, value in data.get("choices", {}).items():
         with _at_line(text, "choices", name):
@@ -262,6 +283,7 @@ def variant_from_text(text: str, path: Path, resolve_spec, called: str | None = 
                 raise VariantError(f"[choices] unknown choice {name!r}; the spec's choices: "
                                    f"{known}", file=file)
             choices[name] = _choice_value(spec, name, value, f"[choices] {name}", file)
+            places[name] = (_line_of(text, "choices", name), f'{name} = "{value}"')
     settings: dict[str, float] = {}
     for name, value in data.get("settings", {}).items():
         line = _line_of(text, "settings", name)
@@ -271,7 +293,7 @@ def variant_from_text(text: str, path: Path, resolve_spec, called: str | None = 
         settings[name] = _setting_value(value, f"[settings] {name}", file, line)
     published = _published(data.get("published"), text, file)
     return Variant(called or path.stem, spec, dims, choices, file, description, published=published,
-                   settings=settings)
+                   settings=settings, places=places)
 
 
 def _pointed_at(error: TspecError, spec_name: str, file: str, line: int | None) -> TspecError:

@@ -8,6 +8,7 @@ from support.command_line import ROOT, run
 
 import tspec
 from tspec import api
+from tspec.checking.findings import findings_text
 from tspec.codegen.docs import site as docs
 
 pytestmark = pytest.mark.usefixtures("in_checkout")     # paths print relative to the checkout
@@ -199,8 +200,6 @@ def test_settings_apply_to_both_sides(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["base", "nope"], "no spec or variant named 'nope': not a file, and not a built-in"),
-    (["base", "base", "--set", "H=10"], ("base: 1 finding(s) under these sizes; run "
-                                        "`tspec check base` first")),
     (["base", "big", "--set", "Hx=1"], ("--set Hx: unknown dim, choice or setting 'Hx' in spec "
                                        "transformer; did you mean 'H'?")),
 ])
@@ -208,6 +207,13 @@ def test_bad_diffs_are_one_line_errors(capsys, argv, message):
     code, out, err = run(capsys, "diff", *argv)
     assert (code, out) == (2, "")
     assert err.startswith(f"tspec: error: {message}") and err.count("\n") == 1
+
+
+def test_a_side_with_findings_is_listed_as_check_lists_it_and_compares_nothing(capsys):
+    code, out, err = run(capsys, "diff", "base", "base", "--set", "H=10")
+    assert (code, out) == (2, "")       # 1 would say the two differ
+    assert err == "\n".join(findings_text(tspec.check("base", ["H=10"]).findings) + [
+        "tspec: 1 finding in base: nothing compared"]) + "\n"
 
 
 def test_the_docs_index_compares_each_variant_with_the_next_larger_of_its_kind():

@@ -387,6 +387,106 @@ def test_constraint_violated_with_no_valid_value_nearby_says_so():
                             "other dims held")
 
 
+CHOSEN = ('choice heads = all | grouped "key-value heads"\n'
+          'dim B "batch"\ndim T "length"\ndim d "width"\ndim H "heads"\ndim G "groups"\n'
+          'input X "B T d"\nwhen heads == grouped:\n    param W "d G" "keys"\nelse:\n'
+          '    param W "d H" "keys"\nY "B T d" = relu(X @ W @ W.T)\noutput Y\n')
+
+
+def variant_of(tmp_path, toml: str, spec: str = CHOSEN):
+    (tmp_path / "t.tspec").write_text('spec t "t"\n' + spec)
+    (tmp_path / "v.toml").write_text('spec = "t.tspec"\n' + toml)
+    return api.load(str(tmp_path / "v.toml"))
+
+
+def test_unused_dim(tmp_path):
+    # G is used under heads = grouped alone: set under heads = all, the model built has H
+    # keys, whatever G says
+    variant = variant_of(tmp_path, "[dims]\nd = 8\nH = 4\nG = 2\n")
+    finding, = api.check(variant).findings
+    expect(finding, kind="unused-dim", file=str(tmp_path / "v.toml"), line=5,
+           message="G is set but unused: it is used under heads = grouped", equation="G = 2",
+           dims={"G": 2}, hint="set heads = grouped to use it, or remove G", scope="variant")
+    finding, = api.check(variant.with_settings(["B=3"]).with_settings(["G=5"])).findings
+    assert (finding.line, finding.equation, finding.dims) == (None, "--set G=5", {"G": 5})
+    # under grouped, G is used and H (set in the file) is not
+    assert [f.message for f in api.check(variant.with_settings(["heads=grouped"])).findings] \
+        == ["H is set but unused: it is used under heads = all"]
+
+
+def test_unused_dim_that_nothing_uses(tmp_path):
+    variant = variant_of(tmp_path, "[dims]\nd = 8\nH = 4\nE = 2\n", CHOSEN + 'dim E "spare"\n')
+    finding, = api.check(variant).findings
+    assert (finding.message, finding.hint) == (
+        ("E is set but unused: no equation, shape or constraint of the spec uses it under any "
+        "choices"), "remove E")
+
+
+def test_unused_dim_in_a_bare_spec_only_where_no_open_choice_uses_it(tmp_path):
+    variant = variant_of(tmp_path, "").spec
+    assert api.check(variant, ["G=2"]).findings == []         # heads is open: grouped uses G
+    finding, = api.check(variant, ["G=2", "heads=all"]).findings
+    assert finding.message == "G is set but unused: it is used under heads = grouped"
+
+
+def test_missing_dim(tmp_path):
+    # grouped uses G, which has no value and none that tspec run gives (B, T do)
+    variant = variant_of(tmp_path, '[dims]\nH = 4\nd = 8\n[choices]\nheads = "grouped"\n')
+    report = api.check(variant)
+    expect(report.findings[1], kind="missing-dim", file=str(tmp_path / "v.toml"), line=6,
+           message="G has no value, and the model uses it (under heads = grouped)",
+           equation='heads = "grouped"', scope="variant",
+           hint="give it a value: G = VALUE in the variant's [dims], or --set G=VALUE "
+                "(tspec run sizes B and T itself, no other dim)")
+    # H is set for nothing under grouped: both said, the value given first
+    assert next((f.kind, f.message) for f in report.findings) == (
+        "unused-dim", "H is set but unused: it is used under heads = all")
+    assert len(report.findings) == 2
+
+
+@pytest.mark.parametrize("name", sorted(api.builtin_variants()))
+def test_every_shipped_variant_says_which_choice_uses_each_dim_it_leaves_unused(name):
+    from tspec.language.uses import dim_uses, holds
+    variant = api.load(name)
+    spec = variant.spec
+    chosen = spec.choice_values(variant.choices)
+    assert api.check(variant).findings == []
+    uses = dim_uses(spec)
+    left = [dim for dim in spec.dims if dim not in variant.dims and not any(
+        holds(c, chosen) for c in uses[dim])]
+    assert left, name          # every shipped variant leaves some dim unused (T_past at least)
+    for dim in left:
+        finding, = [f for f in api.check(variant, [f"{dim}=3"]).findings
+                    if f.kind == "unused-dim"]
+        # the condition named is one the spec uses the dim under, with the variant's
+        # choices changed as it says; and under it, the dim is used
+        under = finding.message.removeprefix(f"{dim} is set but unused: it is used under ")
+        asked = [(part.split(" = ")[0], part.split(" = ")[1].split(" or "))
+                 for part in under.split(" and ")]
+        # each option it names, the others as they are (the first of each other choice it
+        # names), uses the dim; and no fewer choices would
+        for choice, options in asked:
+            for option in options:
+                changed = chosen | {c: o[0] for c, o in asked} | {choice: option}
+                assert any(holds(c, changed) for c in uses[dim]), (dim, under, option)
+        fewer = [len([1 for c, o in cond if chosen[c] not in o]) for cond in uses[dim]]
+        assert len(asked) == min(fewer), (dim, under)
+        assert finding.equation == f"--set {dim}=3"
+
+
+def test_unused_dims_of_the_built_in_variants_named_as_a_user_reads_them():
+    said = {dim: f.message for dim in ("H_kv", "W", "T_past", "V_type", "max_len")
+            for f in api.check("base", [f"{dim}=4"]).findings}
+    assert said == {
+        "H_kv": "H_kv is set but unused: it is used under key_value_heads = grouped",
+        "W": "W is set but unused: it is used under attention_window = sliding",
+        "T_past": "T_past is set but unused: it is used under decoding = step",
+        "V_type": "V_type is set but unused: it is used under arch = encoder_only and "
+                  "encoder_io = bert or bert_unpooled",
+        "max_len": "max_len is set but unused: it is used under positional = learned or "
+                   "relative"}
+
+
 def test_shape_mismatch_hint_declares_a_family():
     finding = only(HEADER + 'dim H "heads"\ninput X[H] "B T d"\nY[H] "B d" = relu(X)\n')
     assert finding.hint == 'declare Y[H] as "B T d", or fix the equation'

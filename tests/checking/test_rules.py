@@ -153,7 +153,7 @@ def test_a_variant_is_checked_with_the_decoding_step_generate_emits_beside_it(
     code, out, err = run(capsys, "run", str(tmp_path / "v.toml"))
     assert code == 1 and out == ""
     assert err.startswith(f"{tmp_path / 'v.tspec'}:{where}: ") and \
-        err.endswith("tspec: 1 finding(s) in v: nothing to run\n")
+        err.endswith("tspec: 1 finding in v: nothing to run\n")
 
 
 def test_a_decoding_step_is_checked_with_the_full_model_that_starts_it():

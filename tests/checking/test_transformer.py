@@ -171,18 +171,29 @@ def choice_values():
                                   for name, choice in CHOICES.items()})
 
 
+def needed(choices: dict, groups: int = 0, H: int = 1) -> dict:
+    """The dims these choices use beside d_model, H, d_ff and N, and no other: a value given
+    for a dim nothing uses is a finding, and so is a used dim without one."""
+    divisors = [g for g in range(1, H + 1) if H % g == 0]
+    dims = {"H_kv": divisors[groups % len(divisors)]} \
+        if choices["key_value_heads"] == "grouped" else {}
+    if choices["attention_window"] == "sliding" and choices["arch"] != "encoder_only":
+        dims["W"] = 16
+    if choices["head_dims"] == "free":
+        dims |= {"d_k": 8, "d_v": 6}
+    return dims
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(H=st.sampled_from([1, 2, 4, 6, 8, 12, 16, 32]), k=st.integers(1, 64),
        d_ff=st.integers(1, 8192), N=st.integers(1, 24), groups=st.integers(0, 7),
        choices=choice_values())
 def test_random_valid_variants_check_clean(H, k, d_ff, N, groups, choices):
     transformer = tspec.load("transformer").spec
-    divisors = [g for g in range(1, H + 1) if H % g == 0]
     # rotary positions need an even d_k; every other choice takes any multiple of H
     d_model = H * k * (2 if choices["positional"] == "rotary" else 1)
     variant = Variant("random", transformer, {"d_model": d_model, "H": H, "d_ff": d_ff,
-                                              "N": N, "H_kv": divisors[groups % len(divisors)]},
-                      choices)
+                                              "N": N} | needed(choices, groups, H), choices)
     report = api.check(variant)
     assert report.ok, [f.text() for f in report.findings]
 
@@ -204,8 +215,9 @@ def test_random_divisibility_breaking_variants_have_one_finding(H, width, choice
     d_model = 2 * width if choices["positional"] == "rotary" else width
     assume(d_model % H != 0)
     transformer = tspec.load("transformer").spec
-    variant = Variant("random", transformer, {"d_model": d_model, "H": H, "H_kv": 1},
-                      {**choices, "head_dims": "split"})
+    choices = {**choices, "head_dims": "split"}
+    variant = Variant("random", transformer, {"d_model": d_model, "H": H, "d_ff": 8, "N": 1}
+                      | needed(choices, H=H), choices)
     report = api.check(variant)
     rotary = [("constraint-violated", f"d_model={d_model} is not divisible by 2*H={2 * H}",
                "variant")] if choices["positional"] == "rotary" else []
@@ -297,9 +309,11 @@ def test_removing_the_position_table_bound_is_caught():
 
 
 def test_a_position_table_bounds_only_the_lengths_the_model_has():
-    # decoder-only: the source length T is unused, so T > max_len is no violation
+    # decoder-only: the source length T is unused, so T > max_len is no violation, only a
+    # value set for nothing
     settings = ["arch=decoder_only", "positional=learned", "T=4096", "max_len=1024"]
-    assert tspec.check("base", settings).findings == []
+    assert [f.message for f in tspec.check("base", settings).findings] == [
+        "T is set but unused: it is used under arch = encoder_decoder or encoder_only"]
     report = tspec.check("base", ["arch=decoder_only", "positional=learned", "T_dec=2048",
                                  "max_len=1024"])
     assert [f.message for f in report.findings] == [
@@ -307,4 +321,5 @@ def test_a_position_table_bounds_only_the_lengths_the_model_has():
     report = tspec.check("base", ["arch=encoder_only", "positional=learned", "T=2048",
                                  "max_len=1024", "T_dec=4096"])
     assert [f.message for f in report.findings] == [
+        "T_dec is set but unused: it is used under arch = encoder_decoder or decoder_only",
         "T <= max_len does not hold for T=2048, max_len=1024"]

@@ -210,8 +210,10 @@ def test_a_parameter_of_unstated_shape_nothing_uses_is_shown_as_unknown(tmp_path
     out = capsys.readouterr().out
     assert out.splitlines()[-1] == "g       param   float  ?               ?"
     assert cli.main(["diff", str(tmp_path / "u.toml"), str(tmp_path / "u.toml")]) == 2
-    assert capsys.readouterr().err == ("tspec: error: u: 1 finding(s) under these sizes; run "
-                                       "`tspec check u` first\n")
+    assert capsys.readouterr().err == (
+        f"{tmp_path / 'u.tspec'}:4: unstated-shape: parameter g has no stated shape, and "
+        "nothing uses it to tell one\n    tensor: g\n    hint: declare it: param g \"shape\", "
+        "or remove it\ntspec: 1 finding in u: nothing compared\n")
 
 
 def test_a_command_runs_with_the_collectors_thresholds_and_restores_them(monkeypatch):

@@ -231,7 +231,7 @@ def test_a_variants_dim_named_like_a_setting_is_the_default_of_its_own_keyword()
     [settings]: each value the default of its own keyword (they once shared one name)."""
     spec = parse(renamed(SPEC_TEXT, "H", "eps"), file="renamed.tspec")
     variant = Variant("renamed", spec, {"d_model": 8, "eps": 2, "H_kv": 1, "d_ff": 12,
-                                        "N": 2, "V": 11, "max_len": 12},
+                                        "N": 2, "V": 11},
                       dict(MODELS["llama"]), settings={"eps": 1e-6})
     module = load_source(variant_source(variant, "numpy"), private=True)
     keywords = inspect.signature(module.decode_step).parameters

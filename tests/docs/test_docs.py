@@ -7,8 +7,10 @@ import re
 import numpy as np
 import pytest
 
+import tspec
 from tspec import api, cli
 from tspec.analysis.counts import Activations, costs, evaluate
+from tspec.checking.findings import findings_text
 from tspec.codegen.docs import site as docs
 from tspec.codegen.execution import weights
 from tspec.codegen.execution.loading import load_source
@@ -182,10 +184,11 @@ def test_docs_to_another_folder_and_a_stale_page(tmp_path, capsys):
     assert "-| $d_{\\mathrm{model}}$ | model width" in captured.out
 
 
-def test_docs_of_a_variant_the_checker_rejects_is_a_usage_error(capsys):
-    assert cli.main(["docs", "base", "--set", "d_model=510", "--out", "/tmp/unused"]) == 2
-    assert capsys.readouterr().err == (
-        "tspec: error: base: 1 finding(s) under these sizes; run `tspec check` first\n")
+def test_docs_of_a_variant_the_checker_rejects_lists_its_findings_as_check_does(capsys):
+    assert cli.main(["docs", "base", "--set", "d_model=510", "--out", "/tmp/unused"]) == 1
+    assert capsys.readouterr().err == "\n".join(findings_text(
+        tspec.check("base", ["d_model=510"]).findings) + [
+        "tspec: 1 finding in base: no documentation written"]) + "\n"
 
 
 def test_a_dim_left_free_shows_a_dash_not_a_number():
@@ -230,7 +233,7 @@ def test_a_decoder_only_spec_with_the_head_count_named_otherwise_has_no_scaling_
     (tmp_path / "heads.tspec").write_text(text)
     path = tmp_path / "heads_v.toml"
     path.write_text('spec = "heads.tspec"\n[choices]\narch = "decoder_only"\n[dims]\n'
-                    'd_model = 16\nheads = 2\nd_ff = 8\nN = 1\nV = 11\nmax_len = 16\n')
+                    'd_model = 16\nheads = 2\nd_ff = 8\nN = 1\nV = 11\n')
     page = docs.files([api.load(str(path))], "md")["heads_v.md"]
     assert "| $\\mathrm{heads}$ | number of attention heads | 2 | the variant |" in page
     assert "Kaplan" not in page

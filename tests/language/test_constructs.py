@@ -150,15 +150,18 @@ def test_every_command_treats_a_flaw_as_a_finding(tmp_path, capsys, monkeypatch)
     (tmp_path / "f.toml").write_text('spec = "f.tspec"\n[choices]\nact = "swiglu"\n'
                                      '[dims]\nB = 1\nT = 2\nd = 3\n')
     monkeypatch.chdir(tmp_path)
-    refusal = "tspec: error: f: 1 finding(s) under these sizes; run `tspec check{}` first\n"
-    for argv, code, err in (
-            (["shapes", "f.toml"], 1, "tspec: 1 finding(s) in f: run `tspec check`\n"),
-            (["docs", "f.toml", "--out", "out"], 2, refusal.format("")),
-            (["diff", "f.toml", "f.toml"], 2, refusal.format(" f")),
-            (["run", "f.toml"], 1, ("f.tspec:8: not-an-op: act=swiglu names no activation op; "
-             "put this equation under `when act != swiglu`\n    equation: Y = act(X @ W)\n"
-             "    tensor: Y\ntspec: 1 finding(s) in f: nothing to run\n"))):
-        assert run(capsys, *argv)[::2] == (code, err), argv
+    # each lists the finding as `tspec check` does, then says what it did not do
+    said = ("f.tspec:8: not-an-op: act=swiglu names no activation op; put this equation under "
+            "`when act != swiglu`\n    equation: Y = act(X @ W)\n    tensor: Y\ntspec: 1 finding "
+            "in f: {}\n")
+    for argv, code, refused in (
+            (["shapes", "f.toml"], 1, "the shapes listed are those declared, not proved"),
+            (["docs", "f.toml", "--out", "out"], 1, "no documentation written"),
+            (["diff", "f.toml", "f.toml"], 2, "nothing compared"),
+            (["generate", "f.toml", "--out", "out"], 1, "no code generated"),
+            (["check", "f.toml", "--grid", "d=3,4"], 1, "no combination judged"),
+            (["run", "f.toml"], 1, "nothing to run")):
+        assert run(capsys, *argv)[::2] == (code, said.format(refused)), argv
     code, out, _ = run(capsys, "shapes", "f.toml")
     assert "Y       intermediate  float  B T d           1 2 3" in out
 

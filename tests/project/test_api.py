@@ -79,7 +79,7 @@ def test_run_gives_the_model_outputs_at_the_run_sizes():
 
 def test_run_refuses_a_variant_with_findings(monkeypatch):
     monkeypatch.chdir(ROOT)
-    with raises(tspec.CodegenError, "1 finding(s) in base: nothing to run (the first: "
+    with raises(tspec.FindingsError, "1 finding in base: nothing to run (the first: "
                 "spec/transformer.tspec:40: constraint-violated: d_model=512 is not "
                 "divisible by H=10)"):
         tspec.run("base", ["H=10"])

@@ -1,0 +1,76 @@
+"""A variant's dims against its choices: a value given for a dim nothing under the choices
+uses (``H_kv`` without ``key_value_heads = grouped``: the model built has every head's keys),
+and a dim the choices use that has no value and none that `tspec run` gives.
+
+Only the user's values count: those of the variant's ``[dims]`` and of ``--set``, never the
+spec's fixed dims nor the sizes tspec gives dims a variant leaves free. A bare spec checked
+under every combination of its choices sets a dim for nothing only where no combination that
+the fixed choices allow uses it; it needs no value.
+"""
+
+from tspec.checking.findings import Finding
+from tspec.language.model import NEW, PAST, Let, select
+from tspec.language.uses import condition_text, dim_uses, holds, unused
+from tspec.language.variant import RUN_DEFAULTS, Variant
+
+
+def value_findings(variant: Variant, needs_values: bool = True) -> list[Finding]:
+    """The findings of a variant's values against its choices (see the module's docs), each
+    at the line that gives the value (the variant's file), in the order the spec declares
+    the dims."""
+    spec = variant.spec
+    given = variant.given
+    if not given and variant.is_spec:
+        return []
+    where = variant.file or spec.file
+    found = []
+    # a bare spec: the choices it fixes; every other takes any option
+    chosen = dict(variant.choices) if variant.is_spec else spec.choice_values(variant.choices)
+    gone = unused(spec, chosen, [name for name in spec.dims if name in given])
+    for item in gone:
+        line, text = variant.places.get(item.dim, (None, f"{item.dim} = {given[item.dim]}"))
+        under = item.under
+        hint = (f"set {condition_text(under, spec)} to use it, or remove {item.dim}"
+                if under else f"remove {item.dim}")
+        found.append(Finding(
+            kind="unused-dim",
+            message=f"{item.dim} is set but unused: {item.text(spec)}",
+            file=where, line=line, equation=text, dims={item.dim: given[item.dim]},
+            hint=hint, scope="variant"))
+    if variant.is_spec or not needs_values:
+        return found
+    found += missing(variant, chosen, where)
+    return found
+
+
+def missing(variant: Variant, chosen: dict[str, str], where: str | None) -> list[Finding]:
+    """The dims the choices use that have no value: neither given, nor fixed by the spec, nor
+    derived under the choices, nor sized by `tspec run` (RUN_DEFAULTS, and the decoding
+    step's positions, which `tspec run --decode` sets)."""
+    spec = variant.spec
+    derived = {s.dim for s in select(spec.body, chosen) if isinstance(s, Let)}
+    sized = set(RUN_DEFAULTS) | {PAST, NEW}
+    found = []
+    for name, conditions in dim_uses(spec).items():
+        if name in variant.dims or name in derived or name in sized or \
+                spec.dims[name].value is not None:
+            continue
+        holding = [c for c in conditions if holds(c, chosen)]
+        if not holding:
+            continue
+        shortest = min(holding, key=lambda c: (len(c), c))
+        set_here = [c for c, _ in shortest if c in variant.places]
+        line = variant.places[set_here[0]][0] if set_here else None
+        why = f"under {condition_text(shortest, spec)}" if shortest else \
+            "under every choice"
+        listed = [n for n in spec.dims if n in RUN_DEFAULTS]
+        sizes = f"{', '.join(listed[:-1])} and {listed[-1]}" if len(listed) > 1 else \
+            "".join(listed)
+        found.append(Finding(
+            kind="missing-dim",
+            message=f"{name} has no value, and the model uses it ({why})",
+            file=where, line=line, equation=variant.places[set_here[0]][1] if set_here else "",
+            hint=f"give it a value: {name} = VALUE in the variant's [dims], or --set "
+                 f"{name}=VALUE" + (f" (tspec run sizes {sizes} itself, no other dim)"
+                                    if listed else ""), scope="variant"))
+    return found

@@ -1,0 +1,216 @@
+"""Where each dim is used, and under which choices.
+
+A dim is used where a statement the choices select names it: a shape, an op's size argument
+(``P_table[:T_dec]``, ``split_heads(Q, H)``), a repeat count, a constraint, or the definition
+of a derived dim that is itself used. Each use holds under a *condition*: the options of the
+choices around it (the `when`s it sits in, and those around every call that reaches its block),
+one conjunction of ``choice in options`` per path to it. A dim given a value that no use under
+the chosen options names is set for nothing (``H_kv`` without ``key_value_heads = grouped``);
+the cheapest condition it is used under says which choice would use it.
+"""
+
+from dataclasses import dataclass
+
+from tspec.language.model import (
+    BlockCall,
+    Constraint,
+    Equation,
+    Let,
+    Spec,
+    TensorDecl,
+    When,
+    _symbols_of,
+)
+
+# a condition: choice -> the options it holds under (a choice not named: any option)
+Condition = tuple[tuple[str, frozenset[str]], ...]
+MAX_PATHS = 256        # conditions kept per block and per dim (the cheapest are kept)
+
+
+@dataclass(frozen=True)
+class Unused:
+    """A dim with a value that nothing uses under the chosen options, and the fewest other
+    options under which something would (None: nothing in the spec uses it under any)."""
+    dim: str
+    under: Condition | None
+
+    def text(self, spec: Spec) -> str:
+        """``it is used under key_value_heads = grouped``, or that nothing uses it."""
+        if self.under is None:
+            return "no equation, shape or constraint of the spec uses it under any choices"
+        return f"it is used under {condition_text(self.under, spec)}"
+
+
+def condition_text(condition: Condition, spec: Spec) -> str:
+    """``positional = learned or relative and decoding = step``: each choice's options, in
+    the spec's order of choices and of their options."""
+    order = list(spec.choices)
+    parts = []
+    for name, options in sorted(condition, key=lambda c: order.index(c[0])):
+        listed = [o for o in spec.choices[name].options if o in options]
+        parts.append(f"{name} = {' or '.join(listed)}")
+    return " and ".join(parts)
+
+
+def _joined(a: Condition, b: Condition) -> Condition | None:
+    """Both conditions at once, None where they contradict each other."""
+    merged = dict(a)
+    for name, options in b:
+        both = merged[name] & options if name in merged else options
+        if not both:
+            return None
+        merged[name] = both
+    return tuple(sorted(merged.items()))
+
+
+def _pruned(conditions: set[Condition]) -> list[Condition]:
+    """Conditions without those another one implies (one that asks for more), fewest
+    choices first, at most MAX_PATHS."""
+    ordered = sorted(conditions, key=lambda c: (len(c), c))
+    kept: list[Condition] = []
+    for condition in ordered:
+        asks = dict(condition)
+        if not any(all(name in asks and asks[name] <= options for name, options in other)
+                   for other in kept):
+            kept.append(condition)
+        if len(kept) == MAX_PATHS:
+            break
+    return kept
+
+
+def dim_uses(spec: Spec) -> dict[str, list[Condition]]:
+    """Every dim of the spec with the conditions it is used under (an empty list: never
+    used), memoised on the spec."""
+    memo = spec.__dict__.get("_dim_uses")
+    if memo is not None:
+        return memo
+    names = {dim.symbol: name for name, dim in spec.dims.items()}
+    every = {name: frozenset(choice.options) for name, choice in spec.choices.items()}
+    direct: dict[str | None, list[tuple[str, Condition]]] = {}   # body -> (dim, condition)
+    calls: dict[str | None, list[tuple[str, Condition]]] = {}    # body -> (block, condition)
+    lets: list[tuple[Let, Condition]] = []
+
+    def walk(statements, condition: Condition, body: str | None, local: set) -> None:
+        for s in statements:
+            if isinstance(s, When):
+                for branch, options in ((s.body, s.options),
+                                        (s.otherwise, every[s.choice] - s.options)):
+                    inner = _joined(condition, ((s.choice, frozenset(options)),))
+                    if inner is not None and branch:
+                        walk(branch, inner, body, local)
+                continue
+            if isinstance(s, Let):
+                lets.append((s, condition))
+                continue
+            if isinstance(s, Constraint):
+                found = s.relation.free_symbols
+            elif isinstance(s, (TensorDecl, Equation, BlockCall)):
+                found = _symbols_of(s)
+            else:
+                found = set()
+            if isinstance(s, BlockCall) and s.block in spec.blocks:
+                calls.setdefault(body, []).append((s.block, condition))
+            for symbol in found:
+                if symbol in names and symbol not in local:
+                    direct.setdefault(body, []).append((names[symbol], condition))
+
+    walk(spec.body, (), None, set())
+    for name, block in spec.blocks.items():
+        local = {d.symbol for d in block.local_dims.values()}
+        walk(block.inputs, (), name, local)
+        walk(block.body, (), name, local)
+    # the conditions under which each block runs: those of every call path from the model
+    reach: dict[str | None, set[Condition]] = {None: {()}}
+    changed = True
+    rounds = 0
+    while changed and rounds <= len(spec.blocks) + 1:
+        changed, rounds = False, rounds + 1
+        for caller, edges in calls.items():
+            for callee, condition in edges:
+                for outer in list(reach.get(caller, ())):
+                    joined = _joined(outer, condition)
+                    found = reach.setdefault(callee, set())
+                    if joined is not None and joined not in found and len(found) < MAX_PATHS:
+                        found.add(joined)
+                        changed = True
+    uses: dict[str, set[Condition]] = {name: set() for name in spec.dims}
+    for body, found in direct.items():
+        for dim, condition in found:
+            for outer in reach.get(body, ()):
+                joined = _joined(outer, condition)
+                if joined is not None:
+                    uses[dim].add(joined)
+    # a derived dim's definition uses its dims wherever the derived dim is used
+    symbols = spec.symbols()
+    for _ in range(len(lets) + 1):
+        grown = False
+        for let, condition in lets:
+            for where in list(uses.get(let.dim, ())):
+                joined = _joined(where, condition)
+                if joined is None:
+                    continue
+                for symbol in let.expr.free_symbols:
+                    name = names.get(symbol)
+                    if name is not None and joined not in uses[name] and \
+                            symbols[name] != symbols.get(let.dim):
+                        uses[name].add(joined)
+                        grown = True
+        if not grown:
+            break
+    memo = {name: _pruned(found) for name, found in uses.items()}
+    spec.__dict__["_dim_uses"] = memo
+    return memo
+
+
+def holds(condition: Condition, choices: dict[str, str]) -> bool:
+    """Whether the condition can hold under these choices: each choice it names is set to
+    one of its options, or not set (a bare spec's open choices take every option)."""
+    return all(choices.get(name, next(iter(options))) in options
+               for name, options in condition)
+
+
+def used_dims(spec: Spec, choices: dict[str, str]) -> set[str]:
+    """The dims some statement the choices select uses (under some option of a choice left
+    unset)."""
+    return {name for name, conditions in dim_uses(spec).items()
+            if any(holds(c, choices) for c in conditions)}
+
+
+def unused(spec: Spec, choices: dict[str, str], dims) -> list[Unused]:
+    """Of ``dims`` (names given values), those no statement under ``choices`` uses (a choice
+    left unset under any option), each with the condition that asks the fewest other options
+    of the choices set."""
+    uses = dim_uses(spec)
+    found = []
+    for name in dims:
+        conditions = uses.get(name, [])
+        if any(holds(c, choices) for c in conditions):
+            continue
+
+        def unmet(condition: Condition) -> Condition:
+            return tuple((c, o) for c, o in condition if c in choices and choices[c] not in o)
+        found.append(Unused(name, _fewest([unmet(c) for c in conditions], spec)))
+    return found
+
+
+def _fewest(conditions: list[Condition], spec: Spec) -> Condition | None:
+    """The condition that asks the fewest choices to change; where it asks one, every option
+    of that choice some condition asks alone (``arch = encoder_decoder or encoder_only``)."""
+    if not conditions:
+        return None
+    order = list(spec.choices)
+
+    def rank(condition: Condition):
+        return (len(condition), [order.index(c) for c, _ in condition],
+                [sorted(o) for _, o in condition])
+    best = min(conditions, key=rank)
+    if len(best) != 1:
+        return best
+    name = best[0][0]
+    options = frozenset().union(*(c[0][1] for c in conditions
+                                  if len(c) == 1 and c[0][0] == name))
+    return ((name, options),)
+
+
+__all__ = ["Condition", "Unused", "condition_text", "dim_uses", "holds", "unused",
+           "used_dims"]
