@@ -627,3 +627,90 @@ def test_the_command_to_run_instead_is_quoted_for_the_shell(tmp_path):
                               f"{quoted}"):
         tspec.load_weights("gpt2_small", folder,
                            [size.replace(f"H={H}", "H=2") for size in GPT2])
+
+
+# ---------------------------------------------------------------------------------------------
+# A stacked tensor is checked whole before it is sliced (issue 31, item 6)
+
+def _c_attn_of_width(state: dict, columns: int, bias: bool = False) -> dict:
+    """GPT-2's layer 0 with a c_attn (or its bias) of ``columns`` columns: Q, K and V would be
+    its first 3 * d_model, the rest dropped without a word."""
+    torch.manual_seed(7)
+    name = "transformer.h.0.attn.c_attn." + ("bias" if bias else "weight")
+    shape = (columns,) if bias else (d_model, columns)
+    return {**state, name: torch.randn(shape)}
+
+
+WIDER = {"weight": ("transformer.h.0.attn.c_attn.weight", (d_model, 4 * d_model),
+                    (d_model, 3 * d_model)),
+         "bias": ("transformer.h.0.attn.c_attn.bias", (4 * d_model,), (3 * d_model,))}
+
+
+@pytest.mark.parametrize("part", WIDER)
+def test_a_stacked_gpt2_tensor_of_the_wrong_width_is_refused_whole(tmp_path, capsys, part,
+                                                                   monkeypatch):
+    """A c_attn of 4 * d_model columns where Q, K and V take 3 * d_model loaded with exit 0:
+    each slice had the right shape, so the spec's check passed. The whole is checked now,
+    from a checkpoint (before a byte is read) and from a state dict alike."""
+    name, shape, needed = WIDER[part]
+    state = _c_attn_of_width(gpt2().state_dict(), shape[-1], bias=part == "bias")
+    message = (f"GPT-2: entry {name} has shape {shape}; Q, K and V side by side at the "
+               f"width of transformer.wte.weight ({d_model}) need {needed}")
+    with raises(WeightsError, message):
+        checkpoints.from_gpt2(state)
+    path = save(tmp_path / "model.safetensors", state)
+    sets = [part for setting in GPT2 for part in ("--set", setting)]
+    monkeypatch.setattr(checkpoint_files.Checkpoint, "array", _never)
+    code, out, err = run(capsys, "run", "gpt2_small", *sets, "--set", "T_dec=4", "--weights",
+                         str(path))
+    assert (code, out, err) == (2, "", f"tspec: error: {path}: {message}\n")
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
+def test_stacked_in_projections_of_torch_are_refused_whole():
+    """nn.Transformer's and nn.MultiheadAttention's in_proj stack Q, K and V rows: one with a
+    fourth block of rows, or a bias of four, lost it silently."""
+    torch.manual_seed(8)
+    state = torch.nn.Transformer(8, 2, 1, 1, 16, norm_first=True).state_dict()
+    name = "decoder.layers.0.multihead_attn.in_proj_weight"
+    with raises(WeightsError, f"nn.Transformer: entry {name} has shape (32, 8); Q, K and V "
+                              "stacked at the width of "
+                              "encoder.layers.0.self_attn.in_proj_weight (8) need (24, 8)"):
+        checkpoints.from_torch_transformer({**state, name: torch.randn(32, 8)}, norm="pre")
+    name = "encoder.layers.0.self_attn.in_proj_bias"
+    with raises(WeightsError, f"nn.Transformer: entry {name} has shape (32,); Q, K and V "
+                              "stacked at the width of "
+                              "encoder.layers.0.self_attn.in_proj_weight (8) need (24,)"):
+        checkpoints.from_torch_transformer({**state, name: torch.randn(32)}, norm="pre")
+    attention = torch.nn.MultiheadAttention(4, 2).state_dict()
+    with raises(WeightsError, "nn.MultiheadAttention: entry in_proj_weight has shape (16, 4); "
+                              "Q, K and V stacked at the width of in_proj_weight (4) need "
+                              "(12, 4)"):
+        checkpoints.from_torch_multi_head_attention(
+            {**attention, "in_proj_weight": torch.randn(16, 4)})
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["state-dict", "checkpoint"])
+def test_no_map_can_slice_an_entry_whose_whole_it_did_not_check(lazy):
+    """The maps read entries through _Source, as Tensor views whatever the state dict; a view
+    of an entry read without the whole shape it must have cannot be sliced, so that no map
+    checks the slices alone."""
+    class Lazy(dict):
+        lazy = True
+    entry = np.zeros((4, 6), np.float32)
+    state = Lazy(W=checkpoint_files.Entry("F32", (4, 6), None, 0, 96)) if lazy else {"W": entry}
+    read = checkpoints._Source(state, "Mine")
+    with pytest.raises(TypeError, match="^Mine slices entry 'W' without the whole shape it "
+                                        r"needs: read\(name, whole=\.\.\., of=\.\.\.\)$"):
+        read("W")[:, :2]
+    with pytest.raises(TypeError, match="^Mine slices entry 'W' without"):
+        read("W").T[:2]
+    with raises(WeightsError, "Mine: entry W has shape (4, 6); two halves need (4, 8)"):
+        read("W", whole=(4, 8), of="two halves")
+    halves = read("W", whole=(4, 6), of="two halves")
+    flat = read.finish({"A": halves[:, :3], "B": halves[:, 3:].T})
+    if lazy:
+        assert [(tensor.name, tensor.shape) for tensor in flat.values()] == [
+            ("W", (4, 3)), ("W", (3, 4))]
+    else:
+        assert (flat["A"].shape, flat["B"].shape) == ((4, 3), (3, 4))
