@@ -16,7 +16,7 @@ def imported(config, *, pooler: bool = True) -> tuple[Imported, str]:
     field); other families ignore it."""
     data, source = read_config(config)
     model_type, classes = identity(data, source)
-    if not isinstance(model_type, str) or model_type not in FAMILIES:
+    if model_type not in FAMILIES:
         if model_type is None:
             raise ConfigError(f"{source}: no model_type; tspec imports "
                               f"{', '.join(FAMILIES)} configs")
@@ -36,12 +36,14 @@ def imported(config, *, pooler: bool = True) -> tuple[Imported, str]:
     return result, source
 
 
-def identity(data: dict, source: str) -> tuple[object, list[str]]:
-    """What a config says its model is: its model_type as it is (None where it has none; one
-    that is not a string, for the caller to refuse by value) and its ``architectures``, the
-    classes it was saved from (none: empty); architectures that are not a list of class names
-    are refused here."""
+def identity(data: dict, source: str) -> tuple[str | None, list[str]]:
+    """What a config says its model is: its model_type (None where it has none) and its
+    ``architectures``, the classes it was saved from (none: empty); a model_type that is not a
+    string, or architectures that are not a list of class names, are refused."""
     model_type, classes = data.get("model_type"), data.get("architectures")
+    if model_type is not None and not isinstance(model_type, str):
+        raise ConfigError(f"{source}: model_type = {shown(model_type)} is not supported; "
+                          f"tspec imports {', '.join(FAMILIES)} configs")
     if classes is None:
         classes = []
     if not isinstance(classes, list) or not all(isinstance(name, str) for name in classes):
