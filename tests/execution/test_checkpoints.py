@@ -828,20 +828,21 @@ def test_a_config_of_another_family_tspec_imports_is_offered_to_run(tmp_path):
 
 
 @pytest.mark.parametrize("change, why", [
-    ({"model_type": 3}, "model_type = 3 is not supported; tspec imports gpt2, bert, llama, "
-                        "mistral, qwen2 configs"),
-    ({"model_type": ["llama"]}, 'model_type = ["llama"] is not supported; tspec imports gpt2, '
-                                "bert, llama, mistral, qwen2 configs"),
+    ({"model_type": 3},
+     "model_type = 3 is not supported; tspec imports gpt2, bert, llama, mistral, qwen2 configs"),
+    ({"model_type": ["llama"]},
+     ('model_type = ["llama"] is not supported; tspec imports gpt2, bert, llama, mistral, '
+      "qwen2 configs")),
     ({"architectures": "LlamaForCausalLM"},
      'architectures = "LlamaForCausalLM" is not a list of model class names'),
     ({"architectures": [None]}, "architectures = [null] is not a list of model class names"),
     ({"architectures": {"LlamaForCausalLM": 1}},
      'architectures = {"LlamaForCausalLM": 1} is not a list of model class names'),
-    ({"model_type": None}, "no model_type; tspec imports gpt2, bert, llama, mistral, qwen2 "
-                           "configs"),
+    ({"model_type": None},
+     "no model_type; tspec imports gpt2, bert, llama, mistral, qwen2 configs"),
     ({"architectures": ["MistralForCausalLM"]},
-     'architectures = ["MistralForCausalLM"] is not of model_type "llama", whose classes are '
-     "LlamaModel and LlamaFor...; the config is of another model than its model_type says"),
+     ('architectures = ["MistralForCausalLM"] is not of model_type "llama", whose classes are '
+      "LlamaModel and LlamaFor...; the config is of another model than its model_type says")),
 ], ids=["number", "list", "string", "null", "dict", "none", "mistral"])
 def test_a_config_that_says_nothing_sure_of_its_model_is_not_compared_but_refused(
         tmp_path, change, why):
