@@ -912,3 +912,20 @@ def test_spec_named_weights_beside_a_config_are_compared_with_it(tmp_path, suffi
                               "tspec imports gpt2, bert, llama, mistral, qwen2 configs); move "
                               "it away to load the tensors unchecked"):
         tspec.load_weights("gpt2_small", path, GPT2)
+
+
+def test_each_model_type_tspec_imports_is_of_the_family_whose_map_reads_its_variant(tmp_path):
+    """The config of each model_type tspec imports is held to the family its imported variant's
+    map reads (else its own checkpoints would be refused), and its model class is its own."""
+    from support.hf_configs import FAMILIES as IMPORTED
+    from support.hf_configs import config, import_variant
+
+    from tspec.importing.families import FAMILIES as MODEL_TYPES
+    from tspec.importing.families import model_type_of
+    assert sorted(IMPORTED) == sorted(MODEL_TYPES)
+    for model_type, (_, model_class, _) in IMPORTED.items():
+        variant = import_variant(tmp_path, config(transformers, model_type), model_type)
+        names, _ = checkpoint_files.family(variant.spec.choice_values(variant.choices))
+        assert model_type in checkpoint_files.MODEL_TYPES[names], model_type
+        assert model_type_of(model_class) == model_type
+    assert sorted(sum(checkpoint_files.MODEL_TYPES.values(), ())) == sorted(MODEL_TYPES)
