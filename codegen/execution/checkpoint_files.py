@@ -26,8 +26,9 @@ from tspec.codegen.execution import checkpoints, weights
 from tspec.codegen.execution.weights import FLOAT_DTYPES, WeightsError
 from tspec.errors import ConfigError, UsageError, quoted
 from tspec.files import open_regular
-from tspec.importing.convert import imported
-from tspec.importing.families import FAMILIES as MODEL_TYPES  # the model_types tspec imports
+from tspec.importing.convert import identity, imported
+from tspec.importing.families import model_type_of
+from tspec.importing.fields import shown
 from tspec.importing.source import read_config
 from tspec.ops.catalogue import SETTINGS
 
@@ -114,6 +115,14 @@ class Weights(dict):
 FAMILIES = ("GPT-2 (arch=decoder_only, positional=learned, normalization=layer_norm), "
             "BERT (encoder_io=bert or bert_unpooled), Llama, Mistral, Qwen2 (arch=decoder_only, "
             "positional=rotary, normalization=rms_norm)")
+# The model_types of the checkpoints whose names each map reads, as a config.json names them
+# (``model_type``, and each class in ``architectures``: importing.families.CLASSES), and how
+# an error says so
+MODEL_TYPES = {"GPT-2": ("gpt2",), "BERT": ("bert",), "Llama": ("llama", "mistral", "qwen2")}
+_READS = {"GPT-2": "GPT-2 checkpoints (model_type gpt2, and its classes)",
+          "BERT": "BERT checkpoints (model_type bert, and its classes)",
+          "Llama": "Llama, Mistral and Qwen2 checkpoints (model_type llama, mistral or qwen2, "
+                   "and their classes)"}
 
 
 def family(choices: dict[str, str]):
@@ -141,10 +150,13 @@ def load_variant(path: str | Path, spec, choices: dict[str, str], dims: dict[str
     the variant's ``settings``, the rest at the catalogue's defaults)."""
     path = Path(path)
     shapes = weights.expected_shapes(spec, choices, dims)
+    chosen = spec.choice_values(choices)
+
+    def described(names: str) -> None:
+        require_described(path, spec, chosen, dims, settings or {}, variant, names)
     if path.suffix != ".npz":
-        chosen = spec.choice_values(choices)
-        require_described(path, spec, chosen, dims, settings or {}, variant)
-        return load(path, shapes, chosen, variant, dtype)
+        return load(path, shapes, chosen, variant, dtype, described)
+    described("tspec")
     params = weights.load(path, shapes)
     flat = weights.flatten(params)
     stored = sorted({str(array.dtype) for array in flat.values()})
@@ -158,29 +170,56 @@ def load_variant(path: str | Path, spec, choices: dict[str, str], dims: dict[str
 
 
 def require_described(path: Path, spec, choices: dict[str, str], dims: dict[str, int],
-                      settings: dict[str, float], variant: str) -> None:
+                      settings: dict[str, float], variant: str, names: str = "tspec") -> None:
     """Refuse a checkpoint whose folder's config.json (Hugging Face's, beside the file or the
-    shards) describes a model other than the variant: one of the same shapes (16 heads for 12,
-    another epsilon, rotary base or rope scaling, tied for untied) would load and run to wrong
-    numbers. The config is imported as tspec imports it (``tspec import``), in the built-in
-    spec's names: each dim it gives must be a dim of the variant's spec with the variant's
-    value, each choice the variant's, each setting the variant's (the catalogue's default
-    where the variant sets none). A config of a model_type tspec does not import says
-    nothing to compare; one of a family it imports that it cannot read or run is refused."""
+    shards) describes a model other than the variant: one of the same names and shapes (a
+    Gemma read as Llama, a RoBERTa as BERT; 16 heads for 12, another epsilon, rotary base or
+    rope scaling, tied for untied) would load and run to wrong numbers.
+
+    ``names``: the family whose Hugging Face names the variant's map reads ("Llama"), or
+    "tspec" for the spec's own. A family's checkpoint must be of that family by the config: its
+    model_type and every class its ``architectures`` names (none: not asked). Then the config
+    is imported as tspec imports it (``tspec import``: a config whose architectures are not of
+    its model_type, of a model_type tspec does not import, or with a field it cannot read, is
+    refused as none it can compare), in the built-in spec's names: each dim it gives must be a
+    dim of the variant's spec with the variant's value, each choice the variant's, each setting
+    the variant's (the catalogue's default where the variant sets none). The escape for a
+    deliberate load is moving the config away, which each refusal says."""
     config = (path if path.is_dir() else path.parent) / "config.json"
     if not config.is_file():
         return
     beside = f"{path}: the config.json beside it"
-    try:
-        data, _ = read_config(config)
-        if data.get("model_type") not in MODEL_TYPES:
-            return
-        described, _ = imported(data, pooler=choices.get("encoder_io") != "bert_unpooled")
-    except (ConfigError, UsageError) as error:
+    pooler = choices.get("encoder_io") != "bert_unpooled"
+
+    def uncomparable(error: ConfigError | UsageError) -> WeightsError:
         why = error.message.replace(f"{quoted(str(config))}: ", "").removeprefix(
             "a config dict: ")
-        raise WeightsError(f"{beside} is not one tspec can compare with {variant} ({why}); "
-                           "move it away to load the tensors unchecked") from None
+        return WeightsError(f"{beside} is not one tspec can compare with {variant} ({why}); "
+                            "move it away to load the tensors unchecked")
+    try:
+        data, _ = read_config(config)
+        model_type, classes = identity(data, quoted(str(config)))
+    except (ConfigError, UsageError) as error:
+        raise uncomparable(error) from None
+    if names in MODEL_TYPES and (
+            model_type not in (None, *MODEL_TYPES[names]) or
+            any(model_type_of(name) not in MODEL_TYPES[names] for name in classes)):
+        what = ", ".join(([f"model_type {shown(model_type)}"] if model_type is not None
+                          else []) + ([f"architectures {shown(classes)}"] if classes else []))
+        instead = "move it away to load the tensors regardless"
+        try:
+            imported(data, pooler=pooler)
+            instead = (f"run the variant it describes, tspec run "
+                       f"{shlex.quote(str(config.parent))} --weights {shlex.quote(str(path))}, "
+                       f"or {instead}")
+        except (ConfigError, UsageError):
+            pass
+        raise WeightsError(f"{beside} is of another family than {variant} reads ({what}); "
+                           f"{variant} reads {_READS[names]}; {instead}")
+    try:
+        described, _ = imported(data, pooler=pooler)
+    except (ConfigError, UsageError) as error:
+        raise uncomparable(error) from None
     differ = []
     for name, value in described.dims.items():
         if name not in spec.dims:
@@ -203,17 +242,21 @@ def require_described(path: Path, spec, choices: dict[str, str], dims: dict[str,
 
 
 def load(path: str | Path, shapes: dict[str, tuple], choices: dict[str, str], variant: str,
-         dtype=None) -> Weights:
+         dtype=None, described=None) -> Weights:
     """A variant's parameters from a checkpoint: names mapped, every name and shape checked
     against ``shapes``, the memory of the parameters in ``dtype`` counted, then each tensor read
     through the memory map and converted. ``dtype`` None: the checkpoint's own where the
-    generated code computes in it (float16, float32 or float64, one for all), else float32."""
+    generated code computes in it (float16, float32 or float64, one for all), else float32.
+    ``described``: called with the names the checkpoint is read under ("tspec", or the family
+    whose map reads it) before they are mapped (``require_described``)."""
     path = Path(path)
     where = str(path)
     checkpoint = open_checkpoint(path)
     try:
         if any(name in shapes for name in checkpoint):
             names = "tspec"
+            if described is not None:
+                described(names)
             plan = checkpoints.Plan({name: checkpoints.Tensor(name, entry.shape)
                                      for name, entry in checkpoint.items()}, names, {}, [])
         else:
@@ -225,6 +268,8 @@ def load(path: str | Path, shapes: dict[str, tuple], choices: dict[str, str], va
                     f"{weights._shown(first) if first is not None else 'none, it is empty'}), "
                     f"and {variant} is of no family whose names tspec maps: {FAMILIES}")
             names, mapping = chosen
+            if described is not None:
+                described(names)
             try:
                 plan = mapping(checkpoint)
             except WeightsError as error:

@@ -12,7 +12,14 @@ Each map also reads a checkpoint file without reading it (``checkpoint_files``):
 ``checkpoint_files.Checkpoint`` (name -> its entry's shape and dtype, nothing read), ``read``
 gives ``Tensor`` views that only record the transposes and slices, and the map returns a
 ``Plan`` (spec name -> view, the unused entries and why, the checks to make on the data), so
-that every shape is checked against the spec before one byte of a tensor is read.
+that every shape is checked against the spec before one byte of a tensor is read. A state
+dict is read through the same views, made arrays by ``finish``.
+
+A slice's shape alone says nothing of what it was cut from: a GPT-2 ``c_attn`` of 4 * d_model
+columns gives Q, K and V of the right shapes from its first 3 * d_model and drops the rest. So
+an entry a map slices (a stack of Q, K and V; a fused gate and up projection) is read with the
+whole shape it must have (``read(name, whole=..., of=...)``), checked there, and the view of
+an entry read without one cannot be sliced at all.
 """
 
 import re
@@ -39,18 +46,25 @@ def _array(value, what: str, name: str) -> np.ndarray:
 class Tensor:
     """A checkpoint entry as a map uses it, not read: its name, the shape it will have, and the
     transposes and slices to take of it (``.T``, ``[...]``; ``copy()`` is itself, since reading
-    it copies)."""
+    it copies). ``whole``: the entry was read with the whole shape it must have (``_Source``),
+    checked; only then may it be sliced."""
 
-    def __init__(self, name: str, shape: tuple[int, ...], steps: tuple = ()):
+    def __init__(self, name: str, shape: tuple[int, ...], steps: tuple = (), *,
+                 whole: bool = False, what: str = "a map"):
         self.name, self.shape, self.steps = name, tuple(shape), steps
+        self.whole, self.what = whole, what
 
     @property
     def T(self) -> "Tensor":                    # NumPy's name for the transpose
-        return Tensor(self.name, self.shape[::-1], self.steps + ("T",))
+        return Tensor(self.name, self.shape[::-1], self.steps + ("T",), whole=self.whole,
+                      what=self.what)
 
     def __getitem__(self, index) -> "Tensor":
+        if not self.whole:          # a map's mistake, not the checkpoint's: no WeightsError
+            raise TypeError(f"{self.what} slices entry {self.name!r} without the whole shape "
+                            "it needs: read(name, whole=..., of=...)")
         shape = np.broadcast_to(np.empty((), np.int8), self.shape)[index].shape
-        return Tensor(self.name, shape, self.steps + (index,))
+        return Tensor(self.name, shape, self.steps + (index,), whole=True, what=self.what)
 
     def copy(self) -> "Tensor":
         return self
@@ -77,7 +91,10 @@ class _Source:
 
     ``ignore``: patterns of entries that are no parameter of the spec (buffers, heads the spec
     has not), with why (a dict), or a tuple of patterns: they are left out and named as unused.
-    A ``Checkpoint`` (``lazy``) is read as ``Tensor`` views and ``finish`` returns a Plan."""
+    Every entry is read as a ``Tensor`` view: for a ``Checkpoint`` (``lazy``) ``finish``
+    returns a Plan of them; for a state dict (its entries made arrays as they are read, so that
+    a dtype NumPy has no type for is named first), each view is taken of its array, copied
+    where it transposes or slices."""
 
     def __init__(self, state: dict, what: str, ignore: tuple[str, ...] | dict[str, str] = ()):
         reasons = ignore if isinstance(ignore, dict) else dict.fromkeys(ignore, "not in the spec")
@@ -93,14 +110,25 @@ class _Source:
         self.what = what
         self.used: set[str] = set()
         self.same: list[tuple[str, str, str]] = []
+        self.arrays: dict[str, np.ndarray] = {}     # a state dict's entries read, as arrays
 
-    def __call__(self, name: str):
+    def __call__(self, name: str, whole: tuple[int, ...] | None = None, of: str = "") -> Tensor:
+        """Entry ``name`` as a view. ``whole``: the shape the entry must have, for a map that
+        slices it (``of`` names the slices, a plural: "Q, K and V stacked at ..."); another is
+        refused naming the entry, its shape and the shape needed."""
         if name not in self.state:
             raise WeightsError(f"{self.what}: {self.noun} has no entry {name!r}")
         self.used.add(name)
-        if self.lazy:
-            return Tensor(name, self.state[name].shape)
-        return _array(self.state[name], self.what, name)
+        shape = tuple(self.state[name].shape) if self.lazy else self._array(name).shape
+        if whole is not None and shape != tuple(whole):
+            raise WeightsError(f"{self.what}: entry {_shown(name)} has shape {shape}; {of} "
+                               f"need {tuple(whole)}")
+        return Tensor(name, shape, whole=whole is not None, what=self.what)
+
+    def _array(self, name: str) -> np.ndarray:
+        if name not in self.arrays:
+            self.arrays[name] = _array(self.state[name], self.what, name)
+        return self.arrays[name]
 
     def has(self, name: str) -> bool:
         return name in self.state
@@ -128,8 +156,7 @@ class _Source:
             if tuple(self.state[name].shape) != tuple(self.state[other].shape):
                 raise WeightsError(f"{self.what}: {message}")
             self.same.append((name, other, message))
-        elif not np.array_equal(_array(self.state[name], self.what, name),
-                                _array(self.state[other], self.what, other)):
+        elif not np.array_equal(self._array(name), self._array(other)):
             raise WeightsError(f"{self.what}: {message}")
 
     def finish(self, flat: dict):
@@ -140,7 +167,14 @@ class _Source:
                                + (f" and {len(unused) - 5} more" if len(unused) > 5 else ""))
         if self.lazy:
             return Plan(flat, self.what, self.unused, self.same)
-        return flat
+        return {name: self._made(value) for name, value in flat.items()}
+
+    def _made(self, value):
+        """A view of a state dict's entry as an array (one given as an array, as is)."""
+        if not isinstance(value, Tensor):
+            return value
+        array = value.of(self._array(value.name))
+        return array.copy() if value.steps else array
 
 
 def _numbers(numbers: list[int]) -> str:
@@ -157,10 +191,14 @@ def _numbers(numbers: list[int]) -> str:
     return ", ".join(parts)
 
 
-def _linear_attention(read, prefix: str, out: str, flat: dict, width: int) -> None:
-    """nn.MultiheadAttention: in_proj stacks Q, K, V rows; y = x W^T + b."""
+def _linear_attention(read, prefix: str, out: str, flat: dict, width: int,
+                      width_of: str) -> None:
+    """nn.MultiheadAttention: in_proj stacks Q, K, V rows, each ``width`` (the columns of entry
+    ``width_of``) wide; y = x W^T + b."""
     at = f"{prefix}." if prefix else ""
-    weight, bias = read(f"{at}in_proj_weight"), read(f"{at}in_proj_bias")
+    stacked = f"Q, K and V stacked at the width of {width_of} ({width})"
+    weight = read(f"{at}in_proj_weight", (3 * width, width), stacked)
+    bias = read(f"{at}in_proj_bias", (3 * width,), stacked)
     for index, part in enumerate("QKV"):
         rows = slice(index * width, (index + 1) * width)
         flat[f"{out}.W_{part}"] = weight[rows].T.copy()
@@ -184,7 +222,7 @@ def from_torch_multi_head_attention(state: dict) -> dict[str, np.ndarray]:
     parameters (W_Q, W_K, W_V, W_O and their biases)."""
     read = _Source(state, "nn.MultiheadAttention")
     flat: dict[str, np.ndarray] = {}
-    _linear_attention(read, "", "", flat, read("in_proj_weight").shape[1])
+    _linear_attention(read, "", "", flat, read("in_proj_weight").shape[1], "in_proj_weight")
     return read.finish({name.lstrip("."): value for name, value in flat.items()})
 
 
@@ -204,16 +242,17 @@ def from_torch_transformer(state: dict, *, norm: str, embedding=None,
         flat["E"] = _array(embedding, "nn.Transformer", "embedding")
     if output is not None:
         flat["W_out"] = _array(output, "nn.Transformer", "output")
-    width = read("encoder.layers.0.self_attn.in_proj_weight").shape[1]
+    width_of = "encoder.layers.0.self_attn.in_proj_weight"
+    width = read(width_of).shape[1]
     for stack in ("encoder", "decoder"):
         for index in range(read.layers(f"{stack}.layers.")):
             source, target = f"{stack}.layers.{index}", f"{stack}.layers.{index}"
             _linear_attention(read, f"{source}.self_attn", f"{target}.self_attention", flat,
-                              width)
+                              width, width_of)
             norms = 2
             if stack == "decoder":
                 _linear_attention(read, f"{source}.multihead_attn", f"{target}.cross_attention",
-                                  flat, width)
+                                  flat, width, width_of)
                 norms = 3
             _linear(read, f"{source}.linear1", f"{target}.feed_forward.W_1",
                     f"{target}.feed_forward.b_1", flat)
@@ -245,10 +284,12 @@ def from_gpt2(state: dict, *, output_embedding: str = "tied") -> dict[str, np.nd
     read = _Source(state, "GPT-2", ignore)
     flat = {"E": read(f"{prefix}wte.weight"), "P_table": read(f"{prefix}wpe.weight")}
     width = flat["E"].shape[1]
+    side_by_side = f"Q, K and V side by side at the width of {prefix}wte.weight ({width})"
     for index in range(read.layers(f"{prefix}h.")):
         source, target = f"{prefix}h.{index}", f"decoder.layers.{index}"
         _layer_norm(read, f"{source}.ln_1", f"{target}.norm_1", flat)
-        weight, bias = read(f"{source}.attn.c_attn.weight"), read(f"{source}.attn.c_attn.bias")
+        weight = read(f"{source}.attn.c_attn.weight", (width, 3 * width), side_by_side)
+        bias = read(f"{source}.attn.c_attn.bias", (3 * width,), side_by_side)
         for part_index, part in enumerate("QKV"):
             columns = slice(part_index * width, (part_index + 1) * width)
             flat[f"{target}.self_attention.W_{part}"] = weight[:, columns].copy()

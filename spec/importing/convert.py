@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from tspec.errors import ConfigError, UsageError, quoted
-from tspec.importing.families import FAMILIES, Imported
+from tspec.importing.families import FAMILIES, Imported, classes_text, model_type_of
 from tspec.importing.fields import Fields, shown
 from tspec.importing.source import read_config
 from tspec.importing.writing import variant_text
@@ -15,19 +15,41 @@ def imported(config, *, pooler: bool = True) -> tuple[Imported, str]:
     ``pooler`` is BertModel's ``add_pooling_layer`` (a constructor argument, not a config
     field); other families ignore it."""
     data, source = read_config(config)
-    model_type = data.get("model_type")
+    model_type, classes = identity(data, source)
     if model_type not in FAMILIES:
         if model_type is None:
             raise ConfigError(f"{source}: no model_type; tspec imports "
                               f"{', '.join(FAMILIES)} configs")
         raise ConfigError(f"{source}: model_type = {shown(model_type)} is not supported; "
                           f"tspec imports {', '.join(FAMILIES)} configs")
+    if any(model_type_of(name) != model_type for name in classes):
+        raise ConfigError(f"{source}: architectures = {shown(classes)} is not of model_type "
+                          f"{shown(model_type)}, whose classes are {classes_text(model_type)}; "
+                          "the config is of another model than its model_type says")
     fields = Fields(data, source, model_type)
     fields.raw("model_type")              # mapped: it chose the family
+    fields.raw("architectures")           # fixed: of that family (checked above)
+    fields.kinds["architectures"] = "fixed"
     result = FAMILIES[model_type](fields, pooler)
     fields.finish()
     result.fields = {name: fields.kinds[name] for name in data}
     return result, source
+
+
+def identity(data: dict, source: str) -> tuple[str | None, list[str]]:
+    """What a config says its model is: its model_type (None where it has none) and its
+    ``architectures``, the classes it was saved from (none: empty); a model_type that is not a
+    string, or architectures that are not a list of class names, are refused."""
+    model_type, classes = data.get("model_type"), data.get("architectures")
+    if model_type is not None and not isinstance(model_type, str):
+        raise ConfigError(f"{source}: model_type = {shown(model_type)} is not supported; "
+                          f"tspec imports {', '.join(FAMILIES)} configs")
+    if classes is None:
+        classes = []
+    if not isinstance(classes, list) or not all(isinstance(name, str) for name in classes):
+        raise ConfigError(f"{source}: architectures = {shown(classes)} is not a list of model "
+                          "class names")
+    return model_type, classes
 
 
 def from_hf(config, out: str | Path | None = None, *, pooler: bool = True) -> str:

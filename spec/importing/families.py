@@ -6,6 +6,7 @@ left over. The choices a family does not set keep the spec's defaults, which are
 (``decoding=full``, ``attention_window=full``...).
 """
 
+import re
 from dataclasses import dataclass, field
 
 from tspec.importing.fields import Fields
@@ -188,3 +189,30 @@ def _window(fields: Fields, family: str, layers: int) -> int | None:
 
 
 FAMILIES = {"gpt2": gpt2, "bert": bert, "llama": llama, "mistral": mistral, "qwen2": qwen2}
+
+# Each model_type's Hugging Face classes, as a config's ``architectures`` names them: the
+# prefix, then the base model, a model with an LM head, or a head (``For`` and a task:
+# BertForMaskedLM, LlamaForCausalLM). Nothing else: Qwen2MoeForCausalLM is not Qwen2's, nor
+# RobertaModel BERT's, though their tensors share the names.
+CLASSES = {"gpt2": ("GPT2", ("Model", "LMHeadModel", "DoubleHeadsModel")),
+           "bert": ("Bert", ("Model", "LMHeadModel")),
+           "llama": ("Llama", ("Model",)), "mistral": ("Mistral", ("Model",)),
+           "qwen2": ("Qwen2", ("Model",))}
+_HEAD = re.compile(r"For[A-Z][A-Za-z]*")
+
+
+def model_type_of(name: str) -> str | None:
+    """The model_type whose class ``name`` is (GPT2LMHeadModel: gpt2), or None for a class of
+    none that tspec imports (RobertaModel, GemmaForCausalLM)."""
+    for model_type, (prefix, models) in CLASSES.items():
+        rest = name[len(prefix):] if name.startswith(prefix) else None
+        if rest is not None and (rest in models or _HEAD.fullmatch(rest)):
+            return model_type
+    return None
+
+
+def classes_text(model_type: str) -> str:
+    """The classes of a model_type as an error names them: "BertModel, BertLMHeadModel and
+    BertFor..."."""
+    prefix, models = CLASSES[model_type]
+    return f"{', '.join(prefix + model for model in models)} and {prefix}For..."

@@ -11,7 +11,7 @@ from tspec.errors import ConfigError
 # heads' labels, the dtype the weights were saved in (a checkpoint's business), token ids.
 GENERIC_IRRELEVANT = frozenset({
     # bookkeeping and output options
-    "transformers_version", "_name_or_path", "architectures", "return_dict",
+    "transformers_version", "_name_or_path", "return_dict",
     "output_hidden_states", "output_attentions", "torchscript", "use_return_dict",
     "_attn_implementation", "_attn_implementation_autoset", "_commit_hash",
     "attn_implementation", "auto_map", "tokenizer_class", "prefix", "finetuning_task",

@@ -50,8 +50,18 @@ def test_import_without_the_pooler(capsys, tmp_path):
      "scale_attn_weights = false is not supported"),
     ({"model_type": "t5"}, ('model_type = "t5" is not supported; tspec imports gpt2, bert, '
                            "llama, mistral, qwen2 configs")),
-])
+    # a RoBERTa config relabelled bert (before: imported as BERT), and a model_type no family
+    # is named by (before: a TypeError traceback)
+    ("roberta", ('architectures = ["RobertaForMaskedLM"] is not of model_type "bert", whose '
+                 "classes are BertModel, BertLMHeadModel and BertFor...; the config is of "
+                 "another model than its model_type says")),
+    ({"model_type": ["llama"]}, ('model_type = ["llama"] is not supported; tspec imports '
+                                 "gpt2, bert, llama, mistral, qwen2 configs")),
+], ids=["yarn", "unscaled", "t5", "roberta", "list"])
 def test_a_config_it_cannot_import_is_one_line_and_exit_2(capsys, tmp_path, data, message):
+    if data == "roberta":
+        data = {**transformers.RobertaConfig(architectures=["RobertaForMaskedLM"]).to_dict(),
+                "model_type": "bert"}
     path = _config(tmp_path, data)
     code, out, err = run(capsys, "import", path)
     assert (code, out) == (2, "")

@@ -564,14 +564,6 @@ def test_run_with_the_weights_of_another_model_exits_2_in_one_line(tmp_path, cap
                              f"--weights {folder}\n")
 
 
-def test_a_config_tspec_does_not_import_beside_a_checkpoint_is_not_compared(tmp_path):
-    """A config.json of a model_type tspec does not import says nothing it can compare."""
-    folder = tmp_path / "gpt2"
-    gpt2().save_pretrained(folder)
-    (folder / "config.json").write_text(json.dumps({"model_type": "t5", "num_heads": 3}))
-    assert tspec.load_weights("gpt2_small", folder, GPT2).names == "GPT-2"
-
-
 @pytest.mark.parametrize("field, value, why", [
     ("scale_attn_by_inverse_layer_idx", True,
      "scale_attn_by_inverse_layer_idx = true is not supported"),
@@ -627,3 +619,313 @@ def test_the_command_to_run_instead_is_quoted_for_the_shell(tmp_path):
                               f"{quoted}"):
         tspec.load_weights("gpt2_small", folder,
                            [size.replace(f"H={H}", "H=2") for size in GPT2])
+
+
+# ---------------------------------------------------------------------------------------------
+# A stacked tensor is checked whole before it is sliced (issue 31, item 6)
+
+def _c_attn_of_width(state: dict, columns: int, bias: bool = False) -> dict:
+    """GPT-2's layer 0 with a c_attn (or its bias) of ``columns`` columns: Q, K and V would be
+    its first 3 * d_model, the rest dropped without a word."""
+    torch.manual_seed(7)
+    name = "transformer.h.0.attn.c_attn." + ("bias" if bias else "weight")
+    shape = (columns,) if bias else (d_model, columns)
+    return {**state, name: torch.randn(shape)}
+
+
+WIDER = {"weight": ("transformer.h.0.attn.c_attn.weight", (d_model, 4 * d_model),
+                    (d_model, 3 * d_model)),
+         "bias": ("transformer.h.0.attn.c_attn.bias", (4 * d_model,), (3 * d_model,))}
+
+
+@pytest.mark.parametrize("part", WIDER)
+def test_a_stacked_gpt2_tensor_of_the_wrong_width_is_refused_whole(tmp_path, capsys, part,
+                                                                   monkeypatch):
+    """A c_attn of 4 * d_model columns where Q, K and V take 3 * d_model loaded with exit 0:
+    each slice had the right shape, so the spec's check passed. The whole is checked now,
+    from a checkpoint (before a byte is read) and from a state dict alike."""
+    name, shape, needed = WIDER[part]
+    state = _c_attn_of_width(gpt2().state_dict(), shape[-1], bias=part == "bias")
+    message = (f"GPT-2: entry {name} has shape {shape}; Q, K and V side by side at the "
+               f"width of transformer.wte.weight ({d_model}) need {needed}")
+    with raises(WeightsError, message):
+        checkpoints.from_gpt2(state)
+    path = save(tmp_path / "model.safetensors", state)
+    sets = [part for setting in GPT2 for part in ("--set", setting)]
+    monkeypatch.setattr(checkpoint_files.Checkpoint, "array", _never)
+    code, out, err = run(capsys, "run", "gpt2_small", *sets, "--set", "T_dec=4", "--weights",
+                         str(path))
+    assert (code, out, err) == (2, "", f"tspec: error: {path}: {message}\n")
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
+def test_stacked_in_projections_of_torch_are_refused_whole():
+    """nn.Transformer's and nn.MultiheadAttention's in_proj stack Q, K and V rows: one with a
+    fourth block of rows, or a bias of four, lost it silently."""
+    torch.manual_seed(8)
+    state = torch.nn.Transformer(8, 2, 1, 1, 16, norm_first=True).state_dict()
+    name = "decoder.layers.0.multihead_attn.in_proj_weight"
+    with raises(WeightsError, f"nn.Transformer: entry {name} has shape (32, 8); Q, K and V "
+                              "stacked at the width of "
+                              "encoder.layers.0.self_attn.in_proj_weight (8) need (24, 8)"):
+        checkpoints.from_torch_transformer({**state, name: torch.randn(32, 8)}, norm="pre")
+    name = "encoder.layers.0.self_attn.in_proj_bias"
+    with raises(WeightsError, f"nn.Transformer: entry {name} has shape (32,); Q, K and V "
+                              "stacked at the width of "
+                              "encoder.layers.0.self_attn.in_proj_weight (8) need (24,)"):
+        checkpoints.from_torch_transformer({**state, name: torch.randn(32)}, norm="pre")
+    attention = torch.nn.MultiheadAttention(4, 2).state_dict()
+    with raises(WeightsError, "nn.MultiheadAttention: entry in_proj_weight has shape (16, 4); "
+                              "Q, K and V stacked at the width of in_proj_weight (4) need "
+                              "(12, 4)"):
+        checkpoints.from_torch_multi_head_attention(
+            {**attention, "in_proj_weight": torch.randn(16, 4)})
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["state-dict", "checkpoint"])
+def test_no_map_can_slice_an_entry_whose_whole_it_did_not_check(lazy):
+    """The maps read entries through _Source, as Tensor views whatever the state dict; a view
+    of an entry read without the whole shape it must have cannot be sliced, so that no map
+    checks the slices alone."""
+    class Lazy(dict):
+        lazy = True
+    entry = np.zeros((4, 6), np.float32)
+    state = Lazy(W=checkpoint_files.Entry("F32", (4, 6), None, 0, 96)) if lazy else {"W": entry}
+    read = checkpoints._Source(state, "Mine")
+    with pytest.raises(TypeError, match="^Mine slices entry 'W' without the whole shape it "
+                                        r"needs: read\(name, whole=\.\.\., of=\.\.\.\)$"):
+        read("W")[:, :2]
+    with pytest.raises(TypeError, match="^Mine slices entry 'W' without"):
+        read("W").T[:2]
+    with raises(WeightsError, "Mine: entry W has shape (4, 6); two halves need (4, 8)"):
+        read("W", whole=(4, 8), of="two halves")
+    halves = read("W", whole=(4, 6), of="two halves")
+    flat = read.finish({"A": halves[:, :3], "B": halves[:, 3:].T})
+    if lazy:
+        assert [(tensor.name, tensor.shape) for tensor in flat.values()] == [
+            ("W", (4, 3)), ("W", (3, 4))]
+    else:
+        assert (flat["A"].shape, flat["B"].shape) == ((4, 3), (3, 4))
+
+
+# ---------------------------------------------------------------------------------------------
+# A checkpoint beside the config.json of another family is refused (issue 31, item 1)
+
+SIZES = {"vocab_size": V, "hidden_size": d_model, "num_hidden_layers": N,
+         "num_attention_heads": H, "intermediate_size": d_ff, "max_position_embeddings": 16}
+ROTARY = {"num_key_value_heads": 2, "tie_word_embeddings": False}
+# models of other families whose tensors are named as Llama's or BERT's, and of their shapes:
+# each loaded and ran to other logits with exit 0, its config.json beside it skipped as one of a
+# model_type tspec does not import (Gemma 0.99 off, relative; Granite 6.5x; RoBERTa 0.89)
+OTHER_FAMILIES = {
+    "gemma": ("GemmaForCausalLM", {**ROTARY, "head_dim": d_model // H}, "llama3_8b", LLAMA),
+    "granite": ("GraniteForCausalLM", ROTARY, "llama3_8b", LLAMA),
+    "helium": ("HeliumForCausalLM", {**ROTARY, "head_dim": d_model // H}, "llama3_8b", LLAMA),
+    "ministral": ("MinistralForCausalLM", {**ROTARY, "head_dim": d_model // H}, "llama3_8b",
+                  LLAMA),
+    "roberta": ("RobertaModel", {"type_vocab_size": 2}, "bert_base", BERT),
+    "xlm-roberta": ("XLMRobertaModel", {"type_vocab_size": 2}, "bert_base", BERT),
+    "camembert": ("CamembertModel", {"type_vocab_size": 2}, "bert_base", BERT),
+    "ernie": ("ErnieModel", {"type_vocab_size": 2}, "bert_base", BERT),
+    "splinter": ("SplinterModel", {"type_vocab_size": 2}, "bert_base",
+                 [*BERT, "encoder_io=bert_unpooled"]),
+}
+READS = {"llama3_8b": "Llama, Mistral and Qwen2 checkpoints (model_type llama, mistral or "
+                      "qwen2, and their classes)",
+         "bert_base": "BERT checkpoints (model_type bert, and its classes)",
+         "gpt2_small": "GPT-2 checkpoints (model_type gpt2, and its classes)"}
+REGARDLESS = "move it away to load the tensors regardless"
+
+
+def _other_family(folder, model_type: str):
+    model_class, fields, _, _ = OTHER_FAMILIES[model_type]
+    cls = getattr(transformers, model_class)
+    torch.manual_seed(9)
+    cls(cls.config_class(**SIZES, **fields)).save_pretrained(folder)
+    return model_class
+
+
+def _of_another_family(where, variant: str, what: str, instead: str = REGARDLESS) -> str:
+    return (f"{where}: the config.json beside it is of another family than {variant} reads "
+            f"({what}); {variant} reads {READS[variant]}; {instead}")
+
+
+@pytest.mark.parametrize("model_type", OTHER_FAMILIES)
+def test_a_checkpoint_of_another_family_of_the_same_names_is_refused_by_its_config(
+        tmp_path, capsys, model_type):
+    """A Gemma, Granite, ... checkpoint run as Llama, and a RoBERTa, ... one as BERT: the same
+    tensor names and shapes, another computation. Its config.json says what it is, so the run
+    is refused in one line; moving the config away loads the tensors as asked."""
+    folder = tmp_path / model_type
+    model_class = _other_family(folder, model_type)
+    _, _, variant, settings = OTHER_FAMILIES[model_type]
+    capsys.readouterr()                 # save_pretrained's progress bar
+    sets = [part for setting in settings for part in ("--set", setting)]
+    code, out, err = run(capsys, "run", variant, *sets, "--set", "T=4", "--set", "T_dec=4",
+                         "--weights", str(folder))
+    message = _of_another_family(folder, variant, f'model_type "{model_type}", '
+                                                  f'architectures ["{model_class}"]')
+    assert (code, out, err) == (2, "", f"tspec: error: {message}\n")
+    (folder / "config.json").rename(tmp_path / "config.json")
+    assert tspec.load_weights(variant, folder, settings).names in ("Llama", "BERT")
+
+
+def test_the_python_api_refuses_a_checkpoint_of_another_family_as_the_command_does(tmp_path):
+    folder = tmp_path / "gemma"
+    _other_family(folder, "gemma")
+    message = _of_another_family(folder, "llama3_8b", 'model_type "gemma", architectures '
+                                                      '["GemmaForCausalLM"]')
+    with raises(WeightsError, message):
+        tspec.load_weights("llama3_8b", folder, LLAMA)
+    with raises(WeightsError, message):
+        tspec.run("llama3_8b", [*LLAMA, "T_dec=4"], weights_path=str(folder))
+
+
+def _config_of(folder) -> dict:
+    return json.loads((folder / "config.json").read_text())
+
+
+# a checkpoint of the variant's own family, beside its config.json edited as below
+EDITED = {
+    "relabelled": ("BERT", {"architectures": ["RobertaModel"]},
+                   'model_type "bert", architectures ["RobertaModel"]'),
+    "mixed": ("Llama", {"architectures": ["LlamaForCausalLM", "GemmaForCausalLM"]},
+              'model_type "llama", architectures ["LlamaForCausalLM", "GemmaForCausalLM"]'),
+    "no-model-type": ("Llama", {"model_type": None, "architectures": ["GemmaForCausalLM"]},
+                      'architectures ["GemmaForCausalLM"]'),
+    "unknown": ("GPT-2", {"model_type": "t5", "architectures": None}, 'model_type "t5"'),
+}
+
+
+@pytest.mark.parametrize("edit", EDITED)
+def test_a_config_naming_another_family_is_refused_whatever_its_other_field_says(tmp_path,
+                                                                                edit):
+    """The model_type and every class in architectures must be of the variant's family: a
+    RoBERTa config relabelled bert (its architectures still RobertaModel), a Gemma class
+    beside a Llama one, a class without a model_type, a model_type tspec does not import
+    (before: not compared)."""
+    family, change, what = EDITED[edit]
+    make, variant, settings, _ = FAMILIES[family]
+    folder = tmp_path / edit
+    make().save_pretrained(folder)
+    data = {name: value for name, value in {**_config_of(folder), **change}.items()
+            if value is not None}
+    (folder / "config.json").write_text(json.dumps(data))
+    with raises(WeightsError, _of_another_family(folder, variant, what)):
+        tspec.load_weights(variant, folder, settings)
+
+
+def test_a_config_of_another_family_tspec_imports_is_offered_to_run(tmp_path):
+    """A Llama-named variant given a GPT-2 checkpoint and its config: said as such (before: the
+    dims and choices that differ), with the variant the config describes to run instead."""
+    folder = tmp_path / "gpt2"
+    gpt2().save_pretrained(folder)
+    run_it = f"run the variant it describes, tspec run {folder} --weights {folder}, or "
+    with raises(WeightsError, _of_another_family(
+            folder, "llama3_8b", 'model_type "gpt2", architectures ["GPT2LMHeadModel"]',
+            run_it + REGARDLESS)):
+        tspec.load_weights("llama3_8b", folder, LLAMA)
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"model_type": 3},
+     "model_type = 3 is not supported; tspec imports gpt2, bert, llama, mistral, qwen2 configs"),
+    ({"model_type": ["llama"]},
+     ('model_type = ["llama"] is not supported; tspec imports gpt2, bert, llama, mistral, '
+      "qwen2 configs")),
+    ({"architectures": "LlamaForCausalLM"},
+     'architectures = "LlamaForCausalLM" is not a list of model class names'),
+    ({"architectures": [None]}, "architectures = [null] is not a list of model class names"),
+    ({"architectures": {"LlamaForCausalLM": 1}},
+     'architectures = {"LlamaForCausalLM": 1} is not a list of model class names'),
+    ({"model_type": None},
+     "no model_type; tspec imports gpt2, bert, llama, mistral, qwen2 configs"),
+    ({"architectures": ["MistralForCausalLM"]},
+     ('architectures = ["MistralForCausalLM"] is not of model_type "llama", whose classes are '
+      "LlamaModel and LlamaFor...; the config is of another model than its model_type says")),
+], ids=["number", "list", "string", "null", "dict", "none", "mistral"])
+def test_a_config_that_says_nothing_sure_of_its_model_is_not_compared_but_refused(
+        tmp_path, change, why):
+    """Junk in model_type or architectures, no model_type (before: not compared, or a
+    TypeError), or a class of the family but not of the model_type: one line, not one tspec
+    can compare, and how to load the tensors regardless."""
+    folder = tmp_path / "llama"
+    llama().save_pretrained(folder)
+    data = {name: value for name, value in {**_config_of(folder), **change}.items()
+            if value is not None or name == "architectures"}
+    (folder / "config.json").write_text(json.dumps(data))
+    with raises(WeightsError, f"{folder}: the config.json beside it is not one tspec can "
+                              f"compare with llama3_8b ({why}); move it away to load the "
+                              "tensors unchecked"):
+        tspec.load_weights("llama3_8b", folder, LLAMA)
+
+
+def test_hub_configs_naming_a_head_of_the_family_or_none_still_load(tmp_path):
+    """What save_pretrained writes beside a head of the family (BertForMaskedLM: its bert.
+    tensors, the cls head unused) loads, as do configs with no architectures or an empty list,
+    and one naming several of the family's classes."""
+    torch.manual_seed(2)
+    config = transformers.BertConfig(vocab_size=V, hidden_size=d_model, num_hidden_layers=N,
+                                     num_attention_heads=H, intermediate_size=d_ff,
+                                     max_position_embeddings=16)
+    folder = tmp_path / "masked"
+    transformers.BertForMaskedLM(config).save_pretrained(folder)
+    assert _config_of(folder)["architectures"] == ["BertForMaskedLM"]
+    unpooled = [*BERT, "encoder_io=bert_unpooled", "eps=1e-12"]       # BertConfig's
+    for architectures in (["BertForMaskedLM"], None, [], ["BertForMaskedLM", "BertModel"]):
+        (folder / "config.json").write_text(json.dumps(
+            {**_config_of(folder), "architectures": architectures}))
+        loaded = tspec.load_weights("bert_base", folder, unpooled)
+        assert loaded.names == "BERT" and set(loaded.unused) >= {"cls.predictions.bias"}
+    folder = tmp_path / "llama"
+    llama().save_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps(
+        {**_config_of(folder), "architectures": ["LlamaForCausalLM", "LlamaModel"]}))
+    assert tspec.load_weights("llama3_8b", folder, LLAMA).names == "Llama"
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".npz"])
+def test_spec_named_weights_beside_a_config_are_compared_with_it(tmp_path, suffix):
+    """A file of the spec's own names (weights.save) beside a config.json is of the model the
+    config describes, as a family's checkpoint is (no family to hold its names against: the
+    config itself must be one tspec imports). Before, a .npz was never compared: one of 4
+    heads ran as 2."""
+    folder = tmp_path / "gpt2"
+    model = gpt2()
+    model.save_pretrained(folder)
+    variant = tspec.load("gpt2_small", GPT2)
+    shapes = weights.expected_shapes(variant.spec, variant.choices, variant.dims)
+    path = folder / f"tspec{suffix}"
+    weights.save(path, weights.validate(checkpoints.from_gpt2(model.state_dict()), shapes,
+                                        "GPT-2"))
+    assert tspec.load_weights("gpt2_small", path, GPT2).names == "tspec"
+    two_heads = [size.replace(f"H={H}", "H=2") for size in GPT2]
+    with raises(WeightsError, f"{path}: the config.json beside it describes another model "
+                              "than gpt2_small (H = 4 there, 2 in gpt2_small); run the "
+                              f"variant it describes, {NONE_OF_THESE} {folder} --weights "
+                              f"{path}"):
+        tspec.load_weights("gpt2_small", path, two_heads)
+    (folder / "config.json").write_text(json.dumps(
+        {**_config_of(folder), "model_type": "gemma"}))
+    with raises(WeightsError, f"{path}: the config.json beside it is not one tspec can "
+                              'compare with gpt2_small (model_type = "gemma" is not supported; '
+                              "tspec imports gpt2, bert, llama, mistral, qwen2 configs); move "
+                              "it away to load the tensors unchecked"):
+        tspec.load_weights("gpt2_small", path, GPT2)
+
+
+def test_each_model_type_tspec_imports_is_of_the_family_whose_map_reads_its_variant(tmp_path):
+    """The config of each model_type tspec imports is held to the family its imported variant's
+    map reads (else its own checkpoints would be refused), and its model class is its own."""
+    from support.hf_configs import FAMILIES as IMPORTED
+    from support.hf_configs import config, import_variant
+
+    from tspec.importing.families import FAMILIES as MODEL_TYPES
+    from tspec.importing.families import model_type_of
+    assert sorted(IMPORTED) == sorted(MODEL_TYPES)
+    for model_type, (_, model_class, _) in IMPORTED.items():
+        variant = import_variant(tmp_path, config(transformers, model_type), model_type)
+        names, _ = checkpoint_files.family(variant.spec.choice_values(variant.choices))
+        assert model_type in checkpoint_files.MODEL_TYPES[names], model_type
+        assert model_type_of(model_class) == model_type
+    assert sorted(sum(checkpoint_files.MODEL_TYPES.values(), ())) == sorted(MODEL_TYPES)

@@ -32,7 +32,8 @@ IRRELEVANT = {
               "bos_token_id", "eos_token_id", "pad_token_id", "use_cache"},
 }
 # bookkeeping every config has: versions, output options, labels of task heads, the dtype
-GENERIC = {"transformers_version", "architectures", "output_hidden_states", "return_dict",
+# (architectures is not: the classes it names must be of the model_type)
+GENERIC = {"transformers_version", "output_hidden_states", "return_dict",
            "dtype", "chunk_size_feed_forward", "id2label", "label2id", "problem_type",
            "_name_or_path", "output_attentions"}
 
@@ -291,3 +292,50 @@ def test_a_sliding_window_longer_than_the_sequence_is_legal(tmp_path):
     assert api.check(variant).ok
     result = api.run(variant, ["T_dec=5"], dtype="float64")
     assert result.outputs["logits"].shape[1] == 5
+
+
+# A config's architectures are of its model_type (issue 31, item 1): a RoBERTa config whose
+# model_type was edited to bert imported as BERT, and computes otherwise (its positions start
+# past the padding index)
+@pytest.mark.parametrize("base, change, message", [
+    ("roberta", {"model_type": "bert", "architectures": ["RobertaModel"]},
+     ('architectures = ["RobertaModel"] is not of model_type "bert", whose classes are '
+      "BertModel, BertLMHeadModel and BertFor...; the config is of another model than its "
+      "model_type says")),
+    ("roberta", {"model_type": "bert", "architectures": ["BertModel", "XLMRobertaForMaskedLM"]},
+     ('architectures = ["BertModel", "XLMRobertaForMaskedLM"] is not of model_type "bert", '
+      "whose classes are BertModel, BertLMHeadModel and BertFor...; the config is of another "
+      "model than its model_type says")),
+    ("llama", {"architectures": ["MistralForCausalLM"]},
+     ('architectures = ["MistralForCausalLM"] is not of model_type "llama", whose classes are '
+      "LlamaModel and LlamaFor...; the config is of another model than its model_type says")),
+    ("qwen2", {"architectures": ["Qwen2MoeForCausalLM"]},
+     ('architectures = ["Qwen2MoeForCausalLM"] is not of model_type "qwen2", whose classes are '
+      "Qwen2Model and Qwen2For...; the config is of another model than its model_type says")),
+    ("bert", {"architectures": "BertModel"},
+     'architectures = "BertModel" is not a list of model class names'),
+    ("bert", {"architectures": [3]},
+      "architectures = [3] is not a list of model class names"),
+    ("bert", {"model_type": ["bert"]},
+     ('model_type = ["bert"] is not supported; tspec imports gpt2, bert, llama, mistral, qwen2 '
+      "configs")),
+    ("bert", {"model_type": {"bert": 1}},
+     ('model_type = {"bert": 1} is not supported; tspec imports gpt2, bert, llama, mistral, '
+      "qwen2 configs")),
+], ids=["roberta", "mixed", "llama-mistral", "qwen2-moe", "string", "number", "list", "dict"])
+def test_a_config_whose_architectures_are_not_of_its_model_type_is_refused(base, change,
+                                                                          message):
+    data = transformers.RobertaConfig().to_dict() if base == "roberta" else defaults(base)
+    with raises(ConfigError, f"a config dict: {message}"):
+        tspec.from_hf({**data, **change})
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_classes_of_each_family_import(family):
+    """Each model_type's own classes, the base model and its heads, import; as do none."""
+    base = {"bert": "BertModel", "gpt2": "GPT2Model", "llama": "LlamaModel",
+            "mistral": "MistralModel", "qwen2": "Qwen2Model"}[family]
+    heads = [FAMILIES[family][1], base, base.replace("Model", "ForSequenceClassification")]
+    for architectures in ([], None, heads):
+        tspec.from_hf({**defaults(family), "architectures": architectures})
+        assert getattr(transformers, heads[-1])      # a class transformers has
