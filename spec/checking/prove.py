@@ -12,6 +12,7 @@ inequalities a linear program over the constraints (sympy's exact simplex, every
 come from a bounded search over small sizes that satisfy every constraint.
 """
 
+import itertools
 import random
 from dataclasses import dataclass
 from fractions import Fraction
@@ -24,6 +25,9 @@ from tspec.language.expr import MAX_DEGREE, degree, dependency_order, derived_de
 
 SEARCH_MAX = 12          # largest size tried per dim in the counterexample search
 SEARCH_BUDGET = 20000    # candidate assignments tried per claim
+# a bound proved from products of the constraints (Prover._products_nonnegative): at most so
+# many dims, so high a degree and so many products tried
+PRODUCT_DIMS, PRODUCT_DEGREE, PRODUCT_TERMS = 8, 4, 400
 
 
 @dataclass(frozen=True)
@@ -266,8 +270,40 @@ class Prover:
             return PROVED
         if self._linear_minimum_nonnegative(gap):
             return PROVED
-        return self._search(gap.free_symbols, lambda values: evaluate(gap, values) < 0,
-                            derived_whole)
+        verdict = self._search(gap.free_symbols, lambda values: evaluate(gap, values) < 0,
+                               derived_whole)
+        if verdict.unknown and self._products_nonnegative(gap):
+            return PROVED           # no counterexample, and a proof from the constraints
+        return verdict
+
+    def _products_nonnegative(self, gap) -> bool:
+        """gap >= 0 as a sum, with non-negative coefficients, of products of the constraints'
+        slacks (b - a for a <= b) and of the dims' own (x - 1, every dim being >= 1), of
+        gap's degree at most: Handelman's form of a certificate, found by a linear program
+        over the coefficients and checked exactly. So ``n_h <= 16``, ``n_w <= 16`` and
+        ``256 <= max_len`` prove ``n_h*n_w <= max_len`` (``max_len - n_h*n_w = (max_len -
+        256) + 16*(16 - n_w) + (n_w - 1)*(16 - n_h) + (16 - n_h)``), and ``H*W <= L*p*p``
+        proves ``(H/p)*(W/p) <= L``: a quotient is multiplied out by its denominator, a
+        product of dims (positive), as is a constraint, and a factor that is a product of
+        dims is divided out. Tried as written, then with every divisibility witness put in
+        (``H % p == 0``: H = p*q) on both sides."""
+        slacks = [slack for slack in map(_slack, self.facts)
+                  if slack is not None and slack.free_symbols]
+        if not slacks:
+            return False
+        if "combined" not in self._cache:
+            self._cache["combined"] = self._combined_witnesses()
+        tries = [{}] + ([self._cache["combined"]] if self._cache["combined"] else [])
+        for put_in in tries:
+            target = _cleared(gap.xreplace(put_in))
+            if target is None or not target.free_symbols:
+                continue
+            facts = [_cleared(slack.xreplace(put_in)) for slack in slacks]
+            if _handelman(_monomial_free(target),
+                          [_monomial_free(f) for f in facts if f is not None and
+                           f.free_symbols]):
+                return True
+        return False
 
     def _scaled_slack(self, gap) -> bool:
         """gap = k * (b - a) + c with k > 0 and c >= 0 for a constraint a <= b: the common
@@ -490,6 +526,135 @@ class Prover:
         full = {**values}
         return [c for c, f in zip(self.constraints, self.facts)
                 if f.free_symbols <= set(full) and not evaluate(f, full)]
+
+
+def _monomial_free(expr):
+    """A polynomial over dims with a factor that is a product of dims and a positive number
+    divided out (its sign for every size is the same): ``p**2*(L - q)`` is ``L - q``."""
+    symbols = sorted(expr.free_symbols, key=str)
+    if not symbols:
+        return expr
+    _, rest = sympy.Poly(expr, *symbols).terms_gcd()
+    content, primitive = rest.primitive()
+    return primitive.as_expr() if content > 0 else rest.as_expr()
+
+
+def _handelman(target, slacks: list) -> bool:
+    """Whether ``target`` is a sum, with non-negative coefficients, of products (of target's
+    degree at most) of the ``slacks`` that share a dim with it (through one another) and of
+    x - 1 for each such dim."""
+    symbols = set(target.free_symbols)
+    chosen: list = []
+    grown = True
+    while grown:
+        grown = False
+        for slack in slacks:
+            if slack not in chosen and slack.free_symbols & symbols:
+                chosen.append(slack)
+                symbols |= slack.free_symbols
+                grown = True
+    order = sorted(symbols, key=str)
+    if not chosen or len(order) > PRODUCT_DIMS:
+        return False
+    top = sympy.Poly(target, *order).total_degree()
+    if top > PRODUCT_DEGREE:
+        return False
+    atoms = [sympy.Poly(a, *order) for a in chosen + [s - 1 for s in order]]
+    products = []
+    for size in range(top + 1):
+        for group in itertools.combinations_with_replacement(range(len(atoms)), size):
+            if sum(atoms[i].total_degree() for i in group) > top:
+                continue
+            product = sympy.Poly(1, *order)
+            for i in group:
+                product *= atoms[i]
+            products.append(product.as_dict())
+            if len(products) > PRODUCT_TERMS:
+                return False
+    wanted = sympy.Poly(target, *order).as_dict()
+    monomials = sorted(set(wanted).union(*products))
+    rows = [[int(t.get(m, 0)) for t in products] for m in monomials]
+    return _nonnegative_solution(rows, [int(wanted.get(m, 0)) for m in monomials])
+
+
+def _nonnegative_solution(rows: list[list[int]], right: list[int]) -> bool:
+    """Whether ``rows @ c == right`` has a solution c >= 0: the first phase of the simplex
+    method, in exact rational arithmetic, with Bland's rule (it cannot cycle). Written here:
+    sympy's exact simplex, given equalities, has returned points that break them and optima
+    of programs that have no point at all, and a floating-point one (SciPy's) finds points
+    whose columns hold no exact solution once the numbers grow (products of bounds in the
+    thousands)."""
+    width = len(rows[0]) if rows else 0
+    table = []
+    for index, (row, value) in enumerate(zip(rows, right)):
+        sign = -1 if value < 0 else 1
+        # the row, an artificial column of its own, and its right-hand side (made >= 0)
+        table.append([Fraction(sign * v) for v in row] +
+                     [Fraction(int(i == index)) for i in range(len(rows))] +
+                     [Fraction(sign * value)])
+    basis = [width + i for i in range(len(rows))]
+    columns = width + len(rows)
+    # reduced costs of the sum of the artificials, which the first phase brings to 0
+    cost = [-sum(row[j] for row in table) if j < width else Fraction(0)
+            for j in range(columns)]
+    objective = sum(row[columns] for row in table)
+    while objective:
+        enter = next((j for j in range(columns) if cost[j] < 0), None)
+        if enter is None:
+            return False        # the least sum of the artificials is above 0: no solution
+        leave = None
+        for i, row in enumerate(table):
+            if row[enter] > 0:
+                ratio = row[columns] / row[enter]
+                if leave is None or ratio < leave[0] or \
+                        ratio == leave[0] and basis[i] < basis[leave[1]]:
+                    leave = (ratio, i)
+        pivot_row = leave[1]
+        pivot = table[pivot_row][enter]
+        table[pivot_row] = [v / pivot for v in table[pivot_row]]
+        chosen = table[pivot_row]
+        for i, row in enumerate(table):
+            factor = row[enter]
+            if i != pivot_row and factor:
+                table[i] = [a - factor * b for a, b in zip(row, chosen)]
+        factor = cost[enter]
+        cost = [a - factor * b for a, b in zip(cost, chosen)]
+        objective += factor * chosen[columns]      # (factor < 0: it falls)
+        basis[pivot_row] = enter
+    return True
+
+
+def _cleared(expr):
+    """A dim expression times its denominator where that is a product of dims and positive
+    numbers (a size >= 1 for every size: the sign is kept), as a polynomial; None where it
+    is no polynomial so."""
+    numerator, denominator = sympy.fraction(sympy.together(sympy.expand(expr)))
+    symbols = sorted(numerator.free_symbols | denominator.free_symbols, key=str)
+    if not symbols:
+        return sympy.expand(numerator / denominator)
+    if not (denominator.is_polynomial(*symbols) and numerator.is_polynomial(*symbols)):
+        return None
+    if any(c <= 0 for c in sympy.Poly(denominator, *symbols).coeffs()):
+        return None             # not positive for every size: the sign may flip
+    return sympy.expand(numerator)
+
+
+def _slack(fact):
+    """What a constraint says is >= 0 (b - a for a <= b; b - a - 1 for a < b, sizes being
+    whole), multiplied out of its denominators; None for another kind of fact."""
+    if isinstance(fact, sympy.LessThan):
+        slack = fact.rhs - fact.lhs
+    elif isinstance(fact, sympy.GreaterThan):
+        slack = fact.lhs - fact.rhs
+    elif isinstance(fact, sympy.StrictLessThan):
+        slack = fact.rhs - fact.lhs - 1
+    elif isinstance(fact, sympy.StrictGreaterThan):
+        slack = fact.lhs - fact.rhs - 1
+    else:
+        return None
+    if slack.has(sympy.Mod, *UNDEFINED):
+        return None
+    return _cleared(slack)
 
 
 def _admissible(values: dict, derived: list, facts: list) -> bool:

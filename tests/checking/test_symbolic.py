@@ -315,3 +315,53 @@ def test_a_comparison_that_divides_by_zero_once_an_equality_is_put_in_is_false()
                         sympy.LessThan(A + C / A, A, evaluate=False)], {}, {})
     assert p.facts[1] is sympy.false
     assert p.satisfiable() == "no"
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounds on products, from constraints multiplied out by positive dims
+
+P_, Q_, R_, S_, L_ = (dim_symbol(n) for n in ("p", "q", "r", "s", "L"))
+
+
+def test_a_bound_on_a_product_of_derived_dims_follows_from_the_constraint_multiplied_out():
+    # require H_img*W_img <= max_len*p*p, n_h = H_img/p, n_w = W_img/p: n_h*n_w <= max_len
+    p = Prover([P_, Q_, R_, L_], [divisible(Q_, P_), divisible(R_, P_),
+                                  sympy.LessThan(Q_ * R_, L_ * P_ * P_, evaluate=False)],
+               {S_: Q_ / P_}, {})
+    assert p.at_most((Q_ / P_) * (R_ / P_), L_) == PROVED
+    assert p.at_most(S_ * (R_ / P_), L_) == PROVED
+    # and not one bound more: n_h*n_w + 1 <= max_len fails at the sizes the search finds
+    assert p.at_most((Q_ / P_) * (R_ / P_) + 1, L_).disproved
+
+
+def test_bounds_on_each_factor_bound_their_product():
+    # n_h <= 16, n_w <= 16, 256 <= max_len: the counterexample search (sizes up to 12) can
+    # never refute it, and the linear program cannot see a product
+    p = Prover([Q_, R_, L_], [sympy.LessThan(Q_, 16, evaluate=False),
+                              sympy.LessThan(R_, 16, evaluate=False),
+                              sympy.LessThan(256, L_, evaluate=False)], {}, {})
+    assert p.at_most(Q_ * R_, L_) == PROVED
+    assert not p.at_most(Q_ * R_ + 1, L_).proved
+    p = Prover([Q_, R_, L_], [sympy.LessThan(Q_, 16, evaluate=False),
+                              sympy.LessThan(R_, 16, evaluate=False),
+                              sympy.LessThan(255, L_, evaluate=False)], {}, {})
+    assert not p.at_most(Q_ * R_, L_).proved
+
+
+@settings(max_examples=15, deadline=None)     # each ~0.8 s: the search runs out first
+@example([6, 18, 33], 0, [P_])          # products in the thousands, where floats went wrong
+@given(st.lists(st.integers(1, 40), min_size=2, max_size=3), st.integers(0, 50),
+       st.lists(st.sampled_from([P_, S_]), min_size=1, max_size=2))
+def test_products_of_bounded_factors_are_bounded_by_the_product_of_the_bounds(
+        bounds, spare, divisors):
+    """Each factor x_i <= b_i and L >= prod(b_i) + spare prove prod(x_i) <= L; written over
+    derived dims x_i = y_i / D (D a product of dims), with the bounds multiplied out by D
+    (y_i <= b_i*D), as a spec with divisibility constraints writes them."""
+    ys = [dim_symbol(f"y{i}") for i in range(len(bounds))]
+    xs = [dim_symbol(f"x{i}") for i in range(len(bounds))]
+    denominator = sympy.Mul(*divisors)
+    facts = [sympy.LessThan(y, b * denominator, evaluate=False) for y, b in zip(ys, bounds)]
+    facts += [divisible(y, denominator) for y in ys]
+    facts.append(sympy.LessThan(sympy.Mul(*bounds) + spare, L_, evaluate=False))
+    p = Prover(ys + [P_, S_, L_] + xs, facts, {x: y / denominator for x, y in zip(xs, ys)}, {})
+    assert p.at_most(sympy.Mul(*xs), L_) == PROVED
