@@ -11,6 +11,7 @@ prepared here as strings; the templates (Markdown, HTML) only place them.
 
 import unicodedata
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import sympy
@@ -33,6 +34,7 @@ from tspec.checking.findings import display_path
 from tspec.checking.prove import evaluate as prove_evaluate
 from tspec.codegen.docs import diagram, markup
 from tspec.codegen.docs.comparisons import comparisons, grid_example
+from tspec.codegen.docs.scaling import scaling
 from tspec.codegen.lowering.lower import step_choices
 from tspec.codegen.rendering.render import environment
 from tspec.errors import UsageError
@@ -101,9 +103,17 @@ class Page:
     flops: list[Row]
     memory: list[Row]
     published: list[str]
-    scaling_rows: list[Row]
+    scaling: "ScalingView | None"
     decoding: "Decoding | None"
     bodies: list[BodyView]
+
+
+@dataclass
+class ScalingView:
+    """The comparison with the scaling-law formulas: one table a formula (theirs, each term
+    by which ours differs, ours), or no table and the sentence saying why there is none."""
+    intro: str
+    tables: list[list[Row]]
 
 
 @dataclass
@@ -158,7 +168,7 @@ def page(variant: Variant) -> Page:
         flops=_flop_rows(spec, model, number, dims, choices),
         memory=_memory_rows(bodies, paths, number),
         published=_published(variant, number(model.parameters)),
-        scaling_rows=_scaling_rows(spec, choices, model, number, values),
+        scaling=_scaling(spec, choices, model, values_by_symbol),
         decoding=_decoding(spec, choices, dims),
         bodies=views)
 
@@ -311,37 +321,38 @@ def _published(variant: Variant, ours: int) -> list[str]:
     return lines
 
 
-SCALING_DIMS = ("T_dec", "d_model", "N", "H", "d_k", "d_ff", "V", "B")
+def _scaling(spec, choices, model, values) -> "ScalingView | None":
+    """Our matrix products against Kaplan et al. (2020) and Hoffmann et al. (2022), each as
+    published, every term by which they differ named with its formula and number
+    (``docs.scaling``); or the sentence saying why there is no comparison; None where the
+    spec has not the built-in dims the formulas read."""
+    found = scaling(spec, choices, model)
+    if not found.comparisons:
+        return ScalingView(found.note, []) if found.note else None
 
+    def exact(expr, signed=False) -> str:
+        return _exact(_exact_number(expr, values), signed)
 
-def _scaling_rows(spec, choices, model, number, values) -> list[Row]:
-    """Kaplan et al. (2020) and Hoffmann et al. (2022) forward FLOPs, decoder-only only, over
-    the built-in spec's dims (a spec that names them otherwise has none of these rows)."""
-    if choices.get("arch") != "decoder_only" or \
-            not all(name in values for name in SCALING_DIMS):
-        return []
-    d, layers, ctx = values["d_model"], values["N"], values["T_dec"]
-    d_attn = values["H"] * values["d_k"]
-    d_ff, vocabulary, batch = values["d_ff"], values["V"], values["B"]
-    n = 2 * d * layers * (2 * d_attn + d_ff)
-    kaplan = 2 * n + 2 * layers * ctx * d_attn
-    per_token = number(model.flops.matmul) / (batch * ctx)
-    chinchilla = (2 * ctx * vocabulary * d + layers * (
-        2 * 3 * ctx * d * d_attn + 2 * ctx * ctx * d_attn + 3 * values["H"] * ctx * ctx
-        + 2 * ctx * ctx * d_attn + 2 * ctx * d_attn * d + 2 * ctx * 2 * d * d_ff)
-        + 2 * ctx * d * vocabulary)
-    return [
-        Row(["Kaplan et al. 2020, Table 1: $2N + 2 n_{layer} n_{ctx} d_{attn}$ per token",
-             f"{kaplan:,}", f"{per_token:,.0f}",
-             ("ours adds the output projection $2 d_{model} V$ (Kaplan leaves the de-embedding "
-             "out of the total) and counts $A V$ as well as $Q K^T$ over the full context: "
-             f"{2 * d * vocabulary:,} + {2 * layers * ctx * d_attn:,}")]),
-        Row(["Hoffmann et al. 2022, Appendix F, per sequence", f"{chinchilla:,}",
-             f"{number(model.flops.matmul) // batch:,}",
-             ("ours counts the embedding as a lookup (Chinchilla: a one-hot product, "
-             f"{2 * ctx * vocabulary * d:,}) and keeps softmax apart, with the other "
-             f"element-wise work (Chinchilla: 3 per score, {3 * layers * values['H'] * ctx * ctx:,})")]),
-    ]
+    sequence = name_latex(found.sequence)
+    intro = ("Against the scaling-law formulas, each as published, on the same configuration: "
+             f"their $n_{{ctx}}$ and $seq\\_len$ are ${sequence}$, their $d_{{attn}}$ and "
+             "$key\\_size \\cdot num\\_heads$ are $H d_{k}$, and their $n_{layer}$ and "
+             "$num\\_layers$ are our $N$ (Kaplan's $N$ counts parameters). Theirs, then each "
+             "term by which our matrix products differ, with its formula in the dims above, "
+             "then ours: each table adds up exactly.")
+    tables = []
+    for c in found.comparisons:
+        rows = [Row([f"{c.name}, {c.unit}: {c.published}", _latex(c.theirs), exact(c.theirs)])]
+        for term in c.terms:
+            value = _exact_number(term.formula, values)
+            if value == 0:
+                continue            # a difference these sizes do not have (d_v = d_k)
+            rows.append(Row([term.label, _latex(term.formula), _exact(value, True)]))
+        per = "$B$" if c.unit == "per sequence" else f"$B {sequence}$"
+        rows.append(Row([f"ours: the matrix products above, {c.unit}", f"divided by {per}",
+                         exact(c.ours)]))
+        tables.append(rows)
+    return ScalingView(intro, tables)
 
 
 # -- bodies
@@ -433,6 +444,28 @@ def _number(expr, values) -> "int | _Free":
         return int(prove_evaluate(sympy.sympify(expr), values))
     except KeyError:
         return FREE
+
+
+def _exact_number(expr, values) -> "Fraction | _Free":
+    """A count as an exact fraction (a per-token share of a per-sequence product need not be
+    whole); free where it needs a free dim."""
+    try:
+        return Fraction(prove_evaluate(sympy.sympify(expr), values))
+    except KeyError:
+        return FREE
+
+
+def _exact(value, signed: bool = False) -> str:
+    """An exact count as the pages show it: 1,234,567; a fraction as 1,234 1/3; signed, with
+    its sign always (+0 where it is none)."""
+    if value is FREE:
+        return "—"
+    sign = "-" if value < 0 else "+" if signed else ""
+    whole, part = divmod(abs(value), 1)
+    text = integer_text(int(whole), grouped=True)
+    if part:
+        text += f" {part.numerator}/{part.denominator}"
+    return sign + text
 
 
 def _latex(expr) -> str:

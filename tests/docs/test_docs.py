@@ -155,7 +155,10 @@ def test_bert_base_page_counts_bert_model_and_names_what_it_computes():
     assert "#### P: learned positions 0..T-1\n" in text
     assert "#### C: pooled output: the sequence's summary for classification\n" in text
     assert "$$\nZ_{\\mathrm{cls}} = {Z_{\\mathrm{enc}}}_{:,\\,1}\n$$" in text
-    assert "logits" not in text and "W_out" not in text
+    assert "#### logits" not in text and "W_out" not in text
+    # Hoffmann et al. count final logits, which BertModel has not: a term of its own
+    assert "| the final logits, which BertModel does not compute: it has no projection to the " \
+        "vocabulary | $- 2 T V d_{\\mathrm{model}}$ | -24,003,477,504 |" in text
     # FLOPs: the embedding sum and LayerNorm, the pooler's product, bias and tanh
     variant, choices, _model = model_cost("bert_base")
     bodies = costs(SPEC, choices)
