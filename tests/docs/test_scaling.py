@@ -168,3 +168,20 @@ def test_an_encoder_decoder_page_says_why_it_has_no_comparison():
 def test_a_share_of_a_count_is_shown_exactly(value, shown):
     assert docs._exact(value, signed=True) == shown
     assert exact(shown) == value
+
+
+def test_a_model_the_terms_do_not_describe_gets_a_sentence_not_a_wrong_row():
+    """Where theirs plus the named terms is not ours (a product the terms do not know), the
+    page says so and shows no table rather than one that does not add up."""
+    from dataclasses import replace
+
+    from tspec.analysis.counts import Flops
+    from tspec.codegen.docs.scaling import UNDESCRIBED, scaling
+    v = api.load("gpt2_small")
+    choices = v.spec.choice_values(v.choices)
+    model = costs(v.spec, choices)[v.spec.name]
+    d = v.spec.symbols()["d_model"]
+    more = replace(model, flops=Flops(model.flops.matmul + 2 * d * d, model.flops.other))
+    assert scaling(v.spec, choices, model).comparisons
+    assert (scaling(v.spec, choices, more).comparisons,
+            scaling(v.spec, choices, more).note) == ((), UNDESCRIBED)
