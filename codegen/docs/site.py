@@ -46,14 +46,17 @@ from tspec.language.model import (
     Constraint,
     Let,
     TensorDecl,
+    Update,
     choices_in_force,
     concrete_values,
     select,
+    step_function,
 )
 from tspec.language.variant import Variant
 from tspec.numbers import integer_text
 
 FORMATS = ("md", "html")
+STEP_FUNCTION = step_function(None)         # the decoding step's function: decode_step
 SORTED_DIMS = 64       # a formula over more dims than this is printed in sympy's order
 
 
@@ -119,7 +122,9 @@ class ScalingView:
 @dataclass
 class Decoding:
     """Incremental decoding under the spec's ``decoding=step``: the cache and one step."""
-    positions: int             # T_past the figures take: a cache of the sequence's positions
+    intro: str                 # what prefill and the step do with the cache
+    positions: int             # T_past the figures take: the last step of a T_dec sequence
+    sizes: dict                # the step's own dims at these figures: T_past, T_new (1)
     states: list[Row]          # state, shape, copies, elements, bytes at these sizes
     total: list[str]           # the cache: formula, bytes at these sizes, bytes a position
     step_flops: list[str]      # one step of one position: formula (T_new = 1), number
@@ -156,31 +161,46 @@ def page(variant: Variant) -> Page:
     paths = call_paths(bodies, spec.name)
     views = [_body_view(spec, choices, values_by_symbol, body, paths.get(name, []))
              for name, body in bodies.items()]
+    decoding = _decoding(spec, choices, dims)
     return Page(
         name=variant.name, title=spec.title, description=variant.description,
         spec_file=shown(spec.file), spec_hash=spec.text_hash[:16],
         choices=[f"{k} = {v}" for k, v in choices_in_force(spec, choices).items()],
         sizes=", ".join(f"{k} = {v}" for k, v in dims.items()
                         if k not in variant.dims),
-        dims=_dim_rows(spec, choices, values, variant, dims, used),
+        dims=_dim_rows(spec, choices, values, variant, dims, used, decoding),
         parameters=_parameter_rows(bodies, number),
         parameter_list=_parameter_list(spec, choices, bodies, paths, number),
         flops=_flop_rows(spec, model, number, dims, choices),
         memory=_memory_rows(bodies, paths, number),
         published=_published(variant, number(model.parameters)),
         scaling=_scaling(spec, choices, model, values_by_symbol),
-        decoding=_decoding(spec, choices, dims),
+        decoding=decoding,
         bodies=views)
 
 
 # -- dims
 
-def _dim_rows(spec, choices, values, variant, dims, used) -> list[Row]:
+def _dim_rows(spec, choices, values, variant, dims, used, decoding) -> list[Row]:
     statements = select(spec.body, choices)
     lets = {s.dim: s for s in statements if isinstance(s, Let)}
     constraints = [s for s in statements if isinstance(s, Constraint)]
+    stepping = decoding.sizes if decoding is not None else {}
+    step_constraints = [s for s in select(spec.body, step_choices(spec, choices))
+                        if isinstance(s, Constraint)] if stepping else []
+
+    def involving(name, among) -> str:
+        return "; ".join(f"`{c.text}`" for c in among
+                         if name in {str(s) for s in c.relation.free_symbols}) or "—"
+
     rows = []
     for name, dim in spec.dims.items():
+        if name not in used and name in stepping:
+            # the full model has no such dim; the decoding step's figures take this size
+            rows.append(Row([_symbol(name), dim.meaning, _count(stepping[name]),
+                             "the decoding step's figures (below)",
+                             involving(name, step_constraints)]))
+            continue
         if name not in used:
             rows.append(Row([_symbol(name), dim.meaning, "—", "not used under these choices",
                              "—"]))
@@ -195,11 +215,9 @@ def _dim_rows(spec, choices, values, variant, dims, used) -> list[Row]:
             origin = "docs default"
         else:
             origin = "free"
-        involved = [c.text for c in constraints
-                    if name in {str(s) for s in c.relation.free_symbols}]
         value = _count(values[name]) if name in values else "—"
         rows.append(Row([_symbol(name), dim.meaning, value, origin,
-                         "; ".join(f"`{c}`" for c in involved) or "—"]))
+                         involving(name, constraints)]))
     return rows
 
 
@@ -279,17 +297,24 @@ def _decoding(spec, choices, dims) -> Decoding | None:
     bodies = costs(spec, step)
     paths = call_paths(bodies, spec.name)
     symbols = spec.symbols()
-    positions = dims.get("T_dec")
-    if positions is None:
+    # the last step of a sequence as long as the full model's: T_past + T_new = T_dec (a
+    # step past it could outrun a position table of T_dec = max_len rows)
+    length = dims.get("T_dec")
+    if length is None or length < 2:
         return None
+    positions = length - 1
     values = concrete_values(spec, step, dims | {"T_past": positions, "T_new": 1})
     rows, total = [], sympy.Integer(0)
+    extended: dict[str, None] = {}
+    read: dict[str, None] = {}
     for name, body in bodies.items():
         if body.block is None:
             continue
-        states = [s for s in select(body.block.body, step)
-                  if isinstance(s, TensorDecl) and s.role == "state"]
+        statements = select(body.block.body, step)
+        states = [s for s in statements if isinstance(s, TensorDecl) and s.role == "state"]
+        updated = {s.state for s in statements if isinstance(s, Update)}
         for state in states:
+            (extended if state.name in updated else read).setdefault(f"`{state.name}`")
             for path, binding, copies in paths.get(name, []):
                 shape = state.shape.subs(binding)
                 size = copies * sympy.Mul(*shape.dims) * (shape.family or 1)
@@ -302,11 +327,26 @@ def _decoding(spec, choices, dims) -> Decoding | None:
     # what one more position adds (a cross-attention's source keys do not grow)
     per_position = sympy.diff(total, symbols["T_past"]) / symbols["B"]
     flops = bodies[spec.name].flops.total.subs(symbols["T_new"], 1)
+    did = [f"extending {_and(list(extended))}" if extended else "",
+           f"reading {_and(list(read))} as prefill left {'it' if len(read) == 1 else 'them'}"
+           if read else ""]
+    intro = (f"`prefill` runs the full model over the first positions and keeps the cache "
+             f"below; `{STEP_FUNCTION}` (the spec under `decoding = step`) then adds "
+             "$T_{\\mathrm{new}}$ positions after the $T_{\\mathrm{past}}$ it holds, "
+             f"{' and '.join(d for d in did if d)}. The figures are those of the last step "
+             f"of a sequence of $T_{{\\mathrm{{dec}}}}$ = {length:,} positions, "
+             f"$T_{{\\mathrm{{past}}}}$ = {positions:,} and $T_{{\\mathrm{{new}}}}$ = 1; the "
+             f"cache, in {DTYPE}:")
     return Decoding(
-        positions, rows,
+        intro, positions, {"T_past": positions, "T_new": 1}, rows,
         [_latex(total * BYTES[DTYPE]), _bytes(_number(total * BYTES[DTYPE], values)),
          _bytes(_number(per_position * BYTES[DTYPE], values))],
         [_latex(flops), _count(_number(flops, values))])
+
+
+def _and(items: list[str]) -> str:
+    """a; a and b; a, b and c."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _published(variant: Variant, ours: int) -> list[str]:

@@ -203,7 +203,7 @@ def test_the_readme_shows_the_base_models_dimension_table_as_generated():
         .split("\n<!-- end of dimension table -->")[0]
     page = docs.files([api.load("transformer_base")], "md")["transformer_base.md"]
     assert shown.startswith("| symbol | meaning | value | from | constraints |\n")
-    assert "| $V$ | vocabulary size, shared by source and target | 37,000 | the variant |" in shown
+    assert "| $V$ | vocabulary size | 37,000 | the variant |" in shown
     assert shown in page
 
 
