@@ -208,3 +208,15 @@ def test_an_imported_description_counts_its_heads_and_layers_in_english(fields, 
     config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
               "vocab_size": 50, "intermediate_size": 96, **fields}
     assert api.load(config).description == description
+
+
+def test_a_dim_only_an_op_reads_is_used_not_unused():
+    """A sliding window's W enters no shape and no FLOP count, only the mask's op: the page said
+    "not used under these choices" of the window the model attends within (a new user's
+    trial of an imported Mistral)."""
+    config = {"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 4,
+              "num_key_value_heads": 1, "vocab_size": 50, "num_hidden_layers": 1,
+              "intermediate_size": 96, "sliding_window": 8}
+    text = docs.files([api.load(config)], "md")["mistral.md"]
+    assert row(text, "$W$") == ("| $W$ | sliding attention window: the positions a decoder "
+                                "query attends to, itself included | 8 | the variant | — |")
