@@ -110,6 +110,7 @@ class Page:
     scaling: "ScalingView | None"
     decoding: "Decoding | None"
     bodies: list[BodyView]
+    edit: str = "the spec or the variant"      # what to change instead of the page
 
 
 @dataclass
@@ -177,7 +178,8 @@ def page(variant: Variant) -> Page:
         published=_published(variant, number(model.parameters)),
         scaling=_scaling(spec, choices, model, values_by_symbol),
         decoding=decoding,
-        bodies=views)
+        bodies=views,
+        edit="the spec" if variant.is_spec else "the spec or the variant")
 
 
 # -- dims

@@ -220,3 +220,9 @@ def test_a_dim_only_an_op_reads_is_used_not_unused():
     text = docs.files([api.load(config)], "md")["mistral.md"]
     assert row(text, "$W$") == ("| $W$ | sliding attention window: the positions a decoder "
                                 "query attends to, itself included | 8 | the variant | — |")
+
+
+def test_a_pages_header_names_what_to_change_instead_of_it():
+    """A spec's page (its default choices) has no variant to change."""
+    assert "Do not edit: change the spec and regenerate.\n" in page("transformer")
+    assert "Do not edit: change the spec or the variant and regenerate.\n" in page(DECODER)
