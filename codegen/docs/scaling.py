@@ -101,7 +101,8 @@ def scaling(spec, choices: dict[str, str], model: BodyCost) -> Scaling:
         Term("the output projection to the vocabulary: Table 1 lists this de-embedding, "
              "$2 d_{model} n_{vocab}$, but leaves it out of $C_{forward}$", 2 * d * V)
         if logits else None,
-        Term("the weighted sum of values $A V$: Table 1's attention term is $Q K^T$ alone",
+        Term("the weighted sum of values $A V$: Table 1's attention term (Mask, "
+             "$2 n_{layer} n_{ctx} d_{attn}$) is one product over the context, $Q K^T$",
              2 * N * ctx * H * d_v),
         Term("SwiGLU's third feed-forward matrix, $W_3$: Table 1 counts two", 2 * N * d * d_ff)
         if swiglu else None,
