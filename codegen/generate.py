@@ -55,11 +55,13 @@ BUILTIN_MODELS: dict[str, dict[str, str]] = {
 
 
 def source(spec: Spec, choices: dict[str, str], backend: str = "numpy",
-           defaults: Mapping[str, int | float] | None = None) -> str:
+           defaults: Mapping[str, int | float] | None = None, origin: str = "") -> str:
     """The generated module's text for a spec under some choices; ``defaults``: values the
     keyword arguments of those names take when not given (a variant's dims and settings;
-    ``with_defaults``)."""
+    ``with_defaults``); ``origin``: the variant it computes, as its docstring names it."""
     lowered = lower(spec, choices, backend_named(backend))
+    if origin:
+        lowered = dataclasses.replace(lowered, origin=origin)
     return render(with_defaults(lowered, defaults) if defaults else lowered)
 
 
@@ -155,14 +157,28 @@ def variant_source(variant: Variant, backend: str = "numpy") -> str:
     FindingsError, nothing is generated."""
     chosen = backend_named(backend).name
     spec_alone = variant.is_spec
+    origin = "" if variant.is_spec else _shown_variant(variant)
     variant = dataclasses.replace(variant, is_spec=False)     # a spec: its default choices
     # (a spec's dims are the module's arguments: none needs a value)
-    require_proved(variant, "no code generated", check_variant(variant, needs_values=not spec_alone))
+    require_proved(variant, "no code generated",
+                   check_variant(variant, needs_values=not spec_alone))
     # keyed as the keywords are spelt: a dim named like a setting (eps) is spelt apart (eps_)
     spelt = Spelling.of(variant.spec)
     return source(variant.spec, variant.choices, chosen,
                   {spelt(name): value for name, value in variant.dims.items()} |
-                  dict(variant.settings))
+                  dict(variant.settings), origin=origin)
+
+
+def _shown_variant(variant: Variant) -> str:
+    """A variant as a module's docstring names it: a built-in one, or an imported config
+    object, by its name; one from a file by the file's name (a config.json with its folder's),
+    which no working directory changes."""
+    builtin = api.builtin_variants()
+    if variant.file is None or variant.name in builtin and \
+            Path(variant.file) == builtin[variant.name]:
+        return variant.name
+    path = Path(variant.file)
+    return f"{path.parent.name}/{path.name}" if path.name == "config.json" else path.name
 
 
 def variant_dir(backend: str, out: Path | None) -> Path:

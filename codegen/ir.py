@@ -503,6 +503,7 @@ class Module:
     functions: list[Function] = field(default_factory=list)
     entry: str = ""            # the model's function
     constants: list[Constant] = field(default_factory=list)
+    origin: str = ""           # a variant's module: the variant it computes (as shown), else ""
 
 
 def walk(record):

@@ -4,10 +4,13 @@ that print them. Prepared as strings; the index templates only place them.
 """
 
 import itertools
+import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 from tspec import api
 from tspec.analysis.diff import compare, profile, relative
+from tspec.checking.findings import display_path
 from tspec.files import where as spec_line
 from tspec.language.model import choices_in_force
 from tspec.language.variant import Variant
@@ -33,6 +36,27 @@ class GridExample:
     summary: str
 
 
+def target(variant: Variant) -> str | None:
+    """The variant as a command names it, quoted for the shell: a built-in one by name, one
+    read from a file by the path given (relative to the working directory where it lies
+    inside it); None for one with neither (a config given in Python)."""
+    builtin = api.builtin_variants()
+    if variant.name in builtin and variant.file is not None and \
+            Path(variant.file) == builtin[variant.name]:
+        return variant.name
+    if variant.file is None:
+        return None
+    return shlex.quote(display_path(variant.file))
+
+
+def shipped(variants: list[Variant]) -> bool:
+    """Whether the variants are the shipped ones, every one of them, as `tspec docs` with no
+    target documents them."""
+    builtin = api.builtin_variants()
+    return sorted(v.name for v in variants) == sorted(builtin) and all(
+        target(v) == v.name for v in variants)
+
+
 def comparisons(variants: list[Variant]) -> list[Comparison]:
     """Within each group of variants with the same spec and the same choices in force, each
     variant against the next larger (by parameters, then name)."""
@@ -48,8 +72,10 @@ def comparisons(variants: list[Variant]) -> list[Comparison]:
         for a, b in itertools.pairwise(members):
             diff = compare(a, b)
             figures = {c.name: _change(c.a, c.b) for c in diff.totals}
+            first, second = target(a.variant), target(b.variant)
             out.append(Comparison(
-                f"tspec diff {a.variant.name} {b.variant.name}",
+                f"tspec diff {first} {second}" if first and second else
+                f"{a.variant.name} {ARROW} {b.variant.name}",
                 "; ".join(f"{c.name} {_number(c.a)} {ARROW} {_number(c.b)}" for c in diff.dims)
                 or "none", figures["parameters"], figures["flops"],
                 figures["activation_bytes"]))
@@ -61,7 +87,8 @@ def grid_example(variants: list[Variant]) -> GridExample | None:
     with every count bound; None when there is none."""
     for variant in variants:
         width, heads = variant.dims.get("d_model"), variant.dims.get("H")
-        if width is None or heads is None or width <= 128 or heads <= 4:
+        if width is None or heads is None or width <= 128 or heads <= 4 or \
+                target(variant) is None:
             continue
         axes = {"H": [heads - 4, heads, heads + 4], "d_model": f"{width - 128}:{width + 128}:128"}
         grid = api.grid(variant, axes)
@@ -72,7 +99,7 @@ def grid_example(variants: list[Variant]) -> GridExample | None:
                  "; ".join(f"`{b.statement}` ({spec_line(b)})" for b in p.breaks)]
                 for p in grid.points()]
         return GridExample(
-            f"tspec check {variant.name} --grid H={','.join(map(str, axes['H']))} "
+            f"tspec check {target(variant)} --grid H={','.join(map(str, axes['H']))} "
             f"--grid d_model={axes['d_model']}",
             ["H", "d_model", "valid", "parameters", "FLOPs", "activation bytes", "breaks"],
             rows, grid.summary())

@@ -11,6 +11,7 @@ prepared here as strings; the templates (Markdown, HTML) only place them.
 
 import unicodedata
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import sympy
@@ -33,7 +34,9 @@ from tspec.checking.findings import display_path
 from tspec.checking.prove import evaluate as prove_evaluate
 from tspec.checking.report import require_none, require_proved, sizes_text
 from tspec.codegen.docs import diagram, markup
-from tspec.codegen.docs.comparisons import comparisons, grid_example
+from tspec.codegen.docs.comparisons import comparisons, grid_example, shipped, target
+from tspec.codegen.docs.scaling import scaling
+from tspec.codegen.lowering.body import model_summary
 from tspec.codegen.lowering.lower import step_choices
 from tspec.codegen.rendering.render import environment
 from tspec.errors import UsageError
@@ -45,14 +48,17 @@ from tspec.language.model import (
     Constraint,
     Let,
     TensorDecl,
+    Update,
     choices_in_force,
     concrete_values,
     select,
+    step_function,
 )
 from tspec.language.variant import Variant
 from tspec.numbers import integer_text
 
 FORMATS = ("md", "html")
+STEP_FUNCTION = step_function(None)         # the decoding step's function: decode_step
 SORTED_DIMS = 64       # a formula over more dims than this is printed in sympy's order
 
 
@@ -102,15 +108,26 @@ class Page:
     flops: list[Row]
     memory: list[Row]
     published: list[str]
-    scaling_rows: list[Row]
+    scaling: "ScalingView | None"
     decoding: "Decoding | None"
     bodies: list[BodyView]
+    edit: str = "the spec or the variant"      # what to change instead of the page
+
+
+@dataclass
+class ScalingView:
+    """The comparison with the scaling-law formulas: one table a formula (theirs, each term
+    by which ours differs, ours), or no table and the sentence saying why there is none."""
+    intro: str
+    tables: list[list[Row]]
 
 
 @dataclass
 class Decoding:
     """Incremental decoding under the spec's ``decoding=step``: the cache and one step."""
-    positions: int             # T_past the figures take: a cache of the sequence's positions
+    intro: str                 # what prefill and the step do with the cache
+    positions: int             # T_past the figures take: the last step of a T_dec sequence
+    sizes: dict                # the step's own dims at these figures: T_past, T_new (1)
     states: list[Row]          # state, shape, copies, elements, bytes at these sizes
     total: list[str]           # the cache: formula, bytes at these sizes, bytes a position
     step_flops: list[str]      # one step of one position: formula (T_new = 1), number
@@ -149,31 +166,47 @@ def page(variant: Variant) -> Page:
     paths = call_paths(bodies, spec.name)
     views = [_body_view(spec, choices, values_by_symbol, body, paths.get(name, []))
              for name, body in bodies.items()]
+    decoding = _decoding(spec, choices, dims)
     return Page(
         name=variant.name, title=spec.title, description=variant.description,
         spec_file=shown(spec.file), spec_hash=spec.text_hash[:16],
         choices=[f"{k} = {v}" for k, v in choices_in_force(spec, choices).items()],
         sizes=", ".join(f"{k} = {v}" for k, v in dims.items()
                         if k not in variant.dims),
-        dims=_dim_rows(spec, choices, values, variant, dims, used),
+        dims=_dim_rows(spec, choices, values, variant, dims, used, decoding),
         parameters=_parameter_rows(bodies, number),
         parameter_list=_parameter_list(spec, choices, bodies, paths, number),
         flops=_flop_rows(spec, model, number, dims, choices),
         memory=_memory_rows(bodies, paths, number),
         published=_published(variant, number(model.parameters)),
-        scaling_rows=_scaling_rows(spec, choices, model, number, values),
-        decoding=_decoding(spec, choices, dims),
-        bodies=views)
+        scaling=_scaling(spec, choices, model, values_by_symbol),
+        decoding=decoding,
+        bodies=views,
+        edit="the spec" if variant.is_spec else "the spec or the variant")
 
 
 # -- dims
 
-def _dim_rows(spec, choices, values, variant, dims, used) -> list[Row]:
+def _dim_rows(spec, choices, values, variant, dims, used, decoding) -> list[Row]:
     statements = select(spec.body, choices)
     lets = {s.dim: s for s in statements if isinstance(s, Let)}
     constraints = [s for s in statements if isinstance(s, Constraint)]
+    stepping = decoding.sizes if decoding is not None else {}
+    step_constraints = [s for s in select(spec.body, step_choices(spec, choices))
+                        if isinstance(s, Constraint)] if stepping else []
+
+    def involving(name, among) -> str:
+        return "; ".join(f"`{c.text}`" for c in among
+                         if name in {str(s) for s in c.relation.free_symbols}) or "—"
+
     rows = []
     for name, dim in spec.dims.items():
+        if name not in used and name in stepping:
+            # the full model has no such dim; the decoding step's figures take this size
+            rows.append(Row([_symbol(name), dim.meaning, _count(stepping[name]),
+                             "the decoding step's figures (below)",
+                             involving(name, step_constraints)]))
+            continue
         if name not in used:
             rows.append(Row([_symbol(name), dim.meaning, "—", "not used under these choices",
                              "—"]))
@@ -188,11 +221,9 @@ def _dim_rows(spec, choices, values, variant, dims, used) -> list[Row]:
             origin = "docs default"
         else:
             origin = "free"
-        involved = [c.text for c in constraints
-                    if name in {str(s) for s in c.relation.free_symbols}]
         value = _count(values[name]) if name in values else "—"
         rows.append(Row([_symbol(name), dim.meaning, value, origin,
-                         "; ".join(f"`{c}`" for c in involved) or "—"]))
+                         involving(name, constraints)]))
     return rows
 
 
@@ -272,17 +303,24 @@ def _decoding(spec, choices, dims) -> Decoding | None:
     bodies = costs(spec, step)
     paths = call_paths(bodies, spec.name)
     symbols = spec.symbols()
-    positions = dims.get("T_dec")
-    if positions is None:
+    # the last step of a sequence as long as the full model's: T_past + T_new = T_dec (a
+    # step past it could outrun a position table of T_dec = max_len rows)
+    length = dims.get("T_dec")
+    if length is None or length < 2:
         return None
+    positions = length - 1
     values = concrete_values(spec, step, dims | {"T_past": positions, "T_new": 1})
     rows, total = [], sympy.Integer(0)
+    extended: dict[str, None] = {}
+    read: dict[str, None] = {}
     for name, body in bodies.items():
         if body.block is None:
             continue
-        states = [s for s in select(body.block.body, step)
-                  if isinstance(s, TensorDecl) and s.role == "state"]
+        statements = select(body.block.body, step)
+        states = [s for s in statements if isinstance(s, TensorDecl) and s.role == "state"]
+        updated = {s.state for s in statements if isinstance(s, Update)}
         for state in states:
+            (extended if state.name in updated else read).setdefault(f"`{state.name}`")
             for path, binding, copies in paths.get(name, []):
                 shape = state.shape.subs(binding)
                 size = copies * sympy.Mul(*shape.dims) * (shape.family or 1)
@@ -295,11 +333,26 @@ def _decoding(spec, choices, dims) -> Decoding | None:
     # what one more position adds (a cross-attention's source keys do not grow)
     per_position = sympy.diff(total, symbols["T_past"]) / symbols["B"]
     flops = bodies[spec.name].flops.total.subs(symbols["T_new"], 1)
+    did = [f"extending {_and(list(extended))}" if extended else "",
+           f"reading {_and(list(read))} as prefill left {'it' if len(read) == 1 else 'them'}"
+           if read else ""]
+    intro = (f"`prefill` runs the full model over the first positions and keeps the cache "
+             f"below; `{STEP_FUNCTION}` (the spec under `decoding = step`) then adds "
+             "$T_{\\mathrm{new}}$ positions after the $T_{\\mathrm{past}}$ it holds, "
+             f"{' and '.join(d for d in did if d)}. The figures are those of the last step "
+             f"of a sequence of $T_{{\\mathrm{{dec}}}}$ = {length:,} positions, "
+             f"$T_{{\\mathrm{{past}}}}$ = {positions:,} and $T_{{\\mathrm{{new}}}}$ = 1; the "
+             f"cache, in {DTYPE}:")
     return Decoding(
-        positions, rows,
+        intro, positions, {"T_past": positions, "T_new": 1}, rows,
         [_latex(total * BYTES[DTYPE]), _bytes(_number(total * BYTES[DTYPE], values)),
          _bytes(_number(per_position * BYTES[DTYPE], values))],
         [_latex(flops), _count(_number(flops, values))])
+
+
+def _and(items: list[str]) -> str:
+    """a; a and b; a, b and c."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _published(variant: Variant, ours: int) -> list[str]:
@@ -314,37 +367,38 @@ def _published(variant: Variant, ours: int) -> list[str]:
     return lines
 
 
-SCALING_DIMS = ("T_dec", "d_model", "N", "H", "d_k", "d_ff", "V", "B")
+def _scaling(spec, choices, model, values) -> "ScalingView | None":
+    """Our matrix products against Kaplan et al. (2020) and Hoffmann et al. (2022), each as
+    published, every term by which they differ named with its formula and number
+    (``docs.scaling``); or the sentence saying why there is no comparison; None where the
+    spec has not the built-in dims the formulas read."""
+    found = scaling(spec, choices, model)
+    if not found.comparisons:
+        return ScalingView(found.note, []) if found.note else None
 
+    def exact(expr, signed=False) -> str:
+        return _exact(_exact_number(expr, values), signed)
 
-def _scaling_rows(spec, choices, model, number, values) -> list[Row]:
-    """Kaplan et al. (2020) and Hoffmann et al. (2022) forward FLOPs, decoder-only only, over
-    the built-in spec's dims (a spec that names them otherwise has none of these rows)."""
-    if choices.get("arch") != "decoder_only" or \
-            not all(name in values for name in SCALING_DIMS):
-        return []
-    d, layers, ctx = values["d_model"], values["N"], values["T_dec"]
-    d_attn = values["H"] * values["d_k"]
-    d_ff, vocabulary, batch = values["d_ff"], values["V"], values["B"]
-    n = 2 * d * layers * (2 * d_attn + d_ff)
-    kaplan = 2 * n + 2 * layers * ctx * d_attn
-    per_token = number(model.flops.matmul) / (batch * ctx)
-    chinchilla = (2 * ctx * vocabulary * d + layers * (
-        2 * 3 * ctx * d * d_attn + 2 * ctx * ctx * d_attn + 3 * values["H"] * ctx * ctx
-        + 2 * ctx * ctx * d_attn + 2 * ctx * d_attn * d + 2 * ctx * 2 * d * d_ff)
-        + 2 * ctx * d * vocabulary)
-    return [
-        Row(["Kaplan et al. 2020, Table 1: $2N + 2 n_{layer} n_{ctx} d_{attn}$ per token",
-             f"{kaplan:,}", f"{per_token:,.0f}",
-             ("ours adds the output projection $2 d_{model} V$ (Kaplan leaves the de-embedding "
-             "out of the total) and counts $A V$ as well as $Q K^T$ over the full context: "
-             f"{2 * d * vocabulary:,} + {2 * layers * ctx * d_attn:,}")]),
-        Row(["Hoffmann et al. 2022, Appendix F, per sequence", f"{chinchilla:,}",
-             f"{number(model.flops.matmul) // batch:,}",
-             ("ours counts the embedding as a lookup (Chinchilla: a one-hot product, "
-             f"{2 * ctx * vocabulary * d:,}) and keeps softmax apart, with the other "
-             f"element-wise work (Chinchilla: 3 per score, {3 * layers * values['H'] * ctx * ctx:,})")]),
-    ]
+    sequence = name_latex(found.sequence)
+    intro = ("Against the scaling-law formulas, each as published, on the same configuration: "
+             f"their $n_{{ctx}}$ and $seq\\_len$ are ${sequence}$, their $d_{{attn}}$ and "
+             "$key\\_size \\cdot num\\_heads$ are $H d_{k}$, and their $n_{layer}$ and "
+             "$num\\_layers$ are our $N$ (Kaplan's $N$ counts parameters). Theirs, then each "
+             "term by which our matrix products differ, with its formula in the dims above, "
+             "then ours: each table adds up exactly.")
+    tables = []
+    for c in found.comparisons:
+        rows = [Row([f"{c.name}, {c.unit}: {c.published}", _latex(c.theirs), exact(c.theirs)])]
+        for term in c.terms:
+            value = _exact_number(term.formula, values)
+            if value == 0:
+                continue            # a difference these sizes do not have (d_v = d_k)
+            rows.append(Row([term.label, _latex(term.formula), _exact(value, True)]))
+        per = "$B$" if c.unit == "per sequence" else f"$B {sequence}$"
+        rows.append(Row([f"ours: the matrix products above, {c.unit}", f"divided by {per}",
+                         exact(c.ours)]))
+        tables.append(rows)
+    return ScalingView(intro, tables)
 
 
 # -- bodies
@@ -395,7 +449,8 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
                   for path, b, times in calls]
     return BodyView(
         name=body.name, anchor=body.name.replace("_", "-"),
-        summary=body.name.replace("_", " ").capitalize() if body.block else spec.title,
+        summary=body.name.replace("_", " ").capitalize() if body.block else
+        model_summary(spec.title, "these").rstrip("."),
         where=where, calls=call_lines,
         binding=call_lines[0] if call_lines else "",
         equations=equations,
@@ -436,6 +491,28 @@ def _number(expr, values) -> "int | _Free":
         return int(prove_evaluate(sympy.sympify(expr), values))
     except KeyError:
         return FREE
+
+
+def _exact_number(expr, values) -> "Fraction | _Free":
+    """A count as an exact fraction (a per-token share of a per-sequence product need not be
+    whole); free where it needs a free dim."""
+    try:
+        return Fraction(prove_evaluate(sympy.sympify(expr), values))
+    except KeyError:
+        return FREE
+
+
+def _exact(value, signed: bool = False) -> str:
+    """An exact count as the pages show it: 1,234,567; a fraction as 1,234 1/3; signed, with
+    its sign always (+0 where it is none)."""
+    if value is FREE:
+        return "—"
+    sign = "-" if value < 0 else "+" if signed else ""
+    whole, part = divmod(abs(value), 1)
+    text = integer_text(int(whole), grouped=True)
+    if part:
+        text += f" {part.numerator}/{part.denominator}"
+    return sign + text
 
 
 def _latex(expr) -> str:
@@ -489,6 +566,7 @@ def files(variants: list[Variant], format: str = "all") -> dict[str, str]:
     unique_pages(variants, formats)
     pages = [page(v) for v in variants]
     compared, grid = comparisons(variants), grid_example(variants)
+    index = _index(variants, formats)
     envs = _environments()
     out = {}
     for kind in formats:
@@ -497,11 +575,41 @@ def files(variants: list[Variant], format: str = "all") -> dict[str, str]:
             out[f"{p.name}.{kind}"] = env.get_template(f"docs/variant.{kind}.j2").render(
                 page=p, dtype=DTYPE, bytes=BYTES[DTYPE])
         out[f"index.{kind}"] = env.get_template(f"docs/index.{kind}.j2").render(
-            pages=pages, comparisons=compared, grid=grid)
+            index=index, pages=pages, comparisons=compared, grid=grid)
     return out
 
 
 INDEX = "index"
+
+
+@dataclass
+class IndexView:
+    title: str                 # "tspec documentation of the shipped variants"
+    intro: list[str]           # its sentences, docs text
+
+
+def _index(variants: list[Variant], formats: tuple[str, ...]) -> IndexView:
+    """The index's title and what it says of itself: of the shipped variants, regenerated by
+    `tspec docs`; of others, named, with the command that regenerates them as it was given
+    (their paths, `--format` where it was one)."""
+    about = ("Generated by `tspec docs` from the spec; each page gives every dimension, shape, "
+             "parameter count, FLOP count and activation size of one variant, with dataflow "
+             "diagrams.")
+    if shipped(variants):
+        return IndexView("tspec documentation of the shipped variants", [
+            about, ("Regenerate with `tspec docs`; `tspec docs --check` tells when these files "
+                   "are stale.")])
+    names = [v.name for v in variants]
+    title = f"tspec documentation of {_and(names)}" if len(names) <= 3 else \
+        f"tspec documentation of {len(names)} variants"
+    targets = [target(v) for v in variants]
+    if None in targets:                 # a config given in Python: no command names it
+        return IndexView(title, [about])
+    command = " ".join(["tspec docs", *targets] +
+                       ([f"--format {formats[0]}"] if len(formats) == 1 else []))
+    return IndexView(title, [about, (
+        f"Regenerate with `{command}` and the `--out` and `--set` that wrote them; with "
+        "`--check` it tells when these files are stale.")])
 
 
 def unique_pages(variants: list[Variant], formats: tuple[str, ...]) -> None:

@@ -671,7 +671,8 @@ class _Body:
                 tuple(self.fields)))
         block = self.block
         record = block or self.spec
-        summary = self.spec.title if block is None else _summary(block)
+        summary = model_summary(self.spec.title, "this module's") if block is None \
+            else _summary(block)
         function = ir.Function(
             name=self.name, summary=summary, source="; ".join(self.sources_text),
             where=where(record), equations=tuple(self.equations),
@@ -748,6 +749,15 @@ def _along(shape: Shape, axis: sympy.Symbol, axes: set) -> bool:
     a block of its rows is ``x[..., rows, :]``."""
     return shape.rank >= 2 and shape.dims[-2] == axis and \
         not axes & set(shape.dims[:-2] + shape.dims[-1:])
+
+
+def model_summary(title: str, whose: str) -> str:
+    """The model's function (or docs section) named for what it computes: the spec under
+    ``whose`` choices, which its title does not say (a title may name every architecture the
+    spec's choices give)."""
+    title = title.strip().rstrip(".")
+    return f"{title}: the model under {whose} choices." if title else \
+        f"The model under {whose} choices."
 
 
 def _summary(block: Block) -> str:

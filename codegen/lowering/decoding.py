@@ -18,6 +18,8 @@ from tspec.language.model import (
     under,
 )
 
+PREFILL = "prefill"      # the function that runs the full forward and starts the cache
+
 
 def cache_starts(spec: Spec, choices: dict[str, str], full: dict[str, str]) -> dict:
     """Where each state of the model under ``choices`` starts: nested like the trace (by
@@ -87,17 +89,14 @@ def with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Modu
             ir.Assign((CACHE,), ir.call(ir.Attribute(recorder, "states"))),
             ir.Return((*result, "cache")))
     prefill = ir.Function(
-        name="prefill",
+        name=PREFILL,
         summary=f"Prefill: {entry.name} over the prompt, and the cache that {step.name} "
                 "extends.",
         source="", where=entry.where,
         equations=(), arguments=entry.arguments, params_class=entry.params_class, cache=False,
         keywords=entry.keywords, returns=(*entry.returns, ir.PlainType("dict")), prologue=(),
         steps=body, traces=False,
-        notes=((f"The cache holds, for every layer, the keys and values {step.name} appends "
-                f"to. Call {step.name} with the next positions' ids and this "
-                "cache, which it extends in place once every layer has its new entries (a "
-                "step that fails or is interrupted part way leaves it as it was)."),))
+        notes=(_cache_note(starts, stepping, step.name),))
     full_classes = {c.name for c in full.params_classes}
     classes = list(full.params_classes) + [
         c for c in stepping.params_classes if c.name not in full_classes]
@@ -117,6 +116,40 @@ def with_decoding(full: ir.Module, stepping: ir.Module, starts: dict) -> ir.Modu
             ir.Constant("CACHE_STATES", "each state of the cache, nested like params (a "
                         "stack's layers one list item), and the full forward's tensor "
                         "it starts as", starts)])
+
+
+def _cache_note(starts: dict, stepping: ir.Module, step: str) -> str:
+    """What prefill's cache holds, from its states: those the step extends (an ``update``
+    replaces them) and those it reads as prefill left them (a cross-attention's source keys
+    and values), each group by where it is."""
+    updated = {r.state for r in ir.walk(stepping.functions) if isinstance(r, ir.CacheUpdate)}
+    groups: dict[tuple[bool, str], list[str]] = {}
+
+    def walk(node: dict, path: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, list):
+                walk(value[0], f"{path}{key}[i].")
+            elif isinstance(value, dict):
+                walk(value, f"{path}{key}.")
+            else:
+                groups.setdefault((key in updated, path.rstrip(".")), []).append(key)
+    walk(starts, "")
+
+    def held(extended: bool) -> list[str]:
+        return [f"{_and(names)} of {where}" if where else _and(names)
+                for (grows, where), names in groups.items() if grows == extended]
+    parts = [f"{_and(held(True))}, which {step} extends" if held(True) else "",
+             f"{_and(held(False))}, which it reads as they are" if held(False) else ""]
+    extends = any(grows for grows, _ in groups)
+    return (f"The cache holds {', and '.join(p for p in parts if p)} ([i]: one entry a layer). "
+            f"Call {step} with the next positions' ids and this cache"
+            + (", which it extends in place once every layer has its new entries (a step that "
+               "fails or is interrupted part way leaves it as it was)." if extends else "."))
+
+
+def _and(items: list[str]) -> str:
+    """a; a and b; a, b and c."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 STAGED = ir.Name("staged")

@@ -302,6 +302,8 @@ def used_dims(spec, choices, bodies: dict[str, BodyCost]) -> set[str]:
             found |= {str(s) for s in sympy.sympify(step.flops.total).free_symbols}
             if step.callee and step.record.repeat is not None:
                 found |= {str(s) for s in sympy.sympify(step.record.repeat).free_symbols}
+            if isinstance(step.record, Equation):     # a dim an op reads (a mask's window W)
+                found |= _term_dims(step.record.expr)
         for _, shape, _ in body.own_params:
             if shape is not None:
                 found |= {str(s) for s in shape.free_symbols()}
@@ -310,6 +312,20 @@ def used_dims(spec, choices, bodies: dict[str, BodyCost]) -> set[str]:
             found |= {str(s) for s in statement.expr.free_symbols}
     return found
 
+
+
+def _term_dims(term) -> set[str]:
+    """The dims an equation's op tree names as values (``sliding_window_mask(T, T, W)``,
+    ``rotary(X, T_past)``, a slice's bounds), whatever its shapes and FLOPs say."""
+    if isinstance(term, ScalarExpr):
+        return {str(s) for s in sympy.sympify(term.expr).free_symbols}
+    if not isinstance(term, OpNode):
+        return set()
+    found = set().union(*(_term_dims(a) for a in term.args))
+    for value in term.attr.values():
+        if isinstance(value, sympy.Basic):
+            found |= {str(s) for s in value.free_symbols}
+    return found
 
 
 def call_paths(bodies: dict[str, BodyCost], root: str) -> dict[str, list]:

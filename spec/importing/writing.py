@@ -8,12 +8,25 @@ from tspec.importing.families import Imported
 DIM_ORDER = ("d_model", "H", "H_kv", "d_k", "d_v", "d_ff", "N", "V", "max_len", "V_type", "W")
 
 
+def counted(n: int, noun: str) -> str:
+    """1 layer, 2 layers."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def heads(dims: dict) -> str:
+    """The heads as the description says them: 32 heads sharing 8 key-value heads; 8 heads
+    sharing one key-value head (multi-query)."""
+    text = counted(dims["H"], "head")
+    if "H_kv" in dims:
+        text += " sharing one key-value head (multi-query)" if dims["H_kv"] == 1 else \
+            f" sharing {dims['H_kv']} key-value heads"
+    return text
+
+
 def variant_text(imported: Imported, source: str) -> str:
     dims = imported.dims
-    parts = [f"d_model {dims['d_model']}", f"{dims['H']} heads"]
-    if "H_kv" in dims:
-        parts[-1] += f" sharing {dims['H_kv']} key-value heads"
-    parts += [f"d_ff {dims['d_ff']}", f"{dims['N']} layers", f"vocabulary {dims['V']}"]
+    parts = [f"d_model {dims['d_model']}", heads(dims)]
+    parts += [f"d_ff {dims['d_ff']}", counted(dims["N"], "layer"), f"vocabulary {dims['V']}"]
     if "W" in dims:
         parts.append(f"sliding window {dims['W']}")
     description = f"{imported.model}: " + ", ".join(parts)

@@ -5,6 +5,7 @@ these records from text; the checker, the code generator and the docs read them.
 """
 
 import functools
+import re
 from dataclasses import dataclass, field, replace
 
 import sympy
@@ -642,9 +643,15 @@ def concrete_values(spec: Spec, choices: dict[str, str], dims: dict[str, int]) -
 def under(spec: Spec, choices: dict[str, str]) -> Spec:
     """The spec as the model under these choices sees it: each `rename` in force applied (the
     block named anew, every call of it, and the tensors it lists); a block the model does not
-    call there gives way to a new name. Without a rename in force, the spec itself. ``choices`` sets every choice the
-    `when`s around the renames consult; a choice left unset inside a block counts both ways.
-    Memoised on the spec: the same choices give the same records."""
+    call there gives way to a new name. Without a rename in force, the spec itself. ``choices``
+    sets every choice the `when`s around the renames consult; a choice left unset inside a
+    block counts both ways. Memoised on the spec: the same choices give the same records.
+
+    What a renamed block's text says is said of the renamed block: its records cite the source
+    of the call that runs it under the new name (the source in force where the model calls
+    the renamed stack: a decoder-only model's decoder is not the seeds' encoder, whose
+    sections its records were written from), and the meanings of its tensors name the renamed
+    blocks by their new names ("encoder output" is "decoder output")."""
     if spec.__dict__.get("_renamed"):
         return spec
     has = spec.__dict__.get("_has_renames")
@@ -656,10 +663,11 @@ def under(spec: Spec, choices: dict[str, str]) -> Spec:
     if not renames:
         return spec
     called = _called_blocks(spec, choices)
-    key = (tuple(map(id, renames)), called)
+    sources = _renamed_sources(spec, choices, {r.block for r in renames if r.block in called})
+    key = (tuple(map(id, renames)), called, tuple(sources.items()))
     memo = spec.__dict__.setdefault("_under", {})
     if key not in memo:
-        memo[key] = _renamed(spec, choices, renames, called)
+        memo[key] = _renamed(spec, choices, renames, called, sources)
     return memo[key]
 
 
@@ -702,7 +710,7 @@ def _described(choices: dict[str, str]) -> str:
 
 
 def _renamed(spec: Spec, choices: dict[str, str], renames: list[Rename],
-             called: frozenset[str]) -> Spec:
+             called: frozenset[str], sources: dict[str, str]) -> Spec:
     where = _described(choices)
     by_block: dict[str, Rename] = {}
     for rename in renames:
@@ -731,8 +739,10 @@ def _renamed(spec: Spec, choices: dict[str, str], renames: list[Rename],
         tensors = dict(rename.tensors) if rename is not None else {}
         names = {**tensors, **blocks_map}
         memo: dict = {}
-        inputs, body = _renamed_body(block.inputs, names, memo), \
-            _renamed_body(block.body, names, memo)
+        text = _Text(sources.get(name) if rename is not None else None,
+                     blocks_map if rename is not None else {})
+        inputs, body = _renamed_body(block.inputs, names, memo, text), \
+            _renamed_body(block.body, names, memo, text)
         new = blocks_map.get(name, name)
         unchanged = new == name and inputs is block.inputs and body is block.body
         blocks[new] = block if unchanged else Block(
@@ -744,42 +754,100 @@ def _renamed(spec: Spec, choices: dict[str, str], renames: list[Rename],
     return renamed
 
 
-def _renamed_body(statements: list, names: dict[str, str], memo: dict) -> list:
-    """Records with tensors and blocks renamed (``names``: old name -> new): the same list,
-    and the same records, where nothing in them changes; a list shared by `when`s (an `else:`
-    after `and`) stays shared."""
+@dataclass(frozen=True)
+class _Text:
+    """What a renamed block's text becomes: the source its records cite (None: their own)
+    and the blocks its meanings name by their new names (old name -> new)."""
+    source: str | None = None
+    blocks: dict = field(default_factory=dict)
+
+    def cited(self, source: str) -> str:
+        return source if self.source is None else self.source
+
+    @functools.cached_property
+    def _pattern(self) -> re.Pattern:
+        return re.compile(r"\b(" + "|".join(map(re.escape, sorted(self.blocks, key=len,
+                                                                  reverse=True))) + r")\b")
+
+    def meaning(self, text: str) -> str:
+        if not self.blocks or not text:
+            return text
+        return self._pattern.sub(lambda m: self.blocks[m.group()], text)
+
+
+_AS_WRITTEN = _Text()
+
+
+def _renamed_sources(spec: Spec, choices: dict[str, str], renamed: set[str]) -> dict[str, str]:
+    """The source each renamed block's records cite under the rename: that of the call that
+    runs it, first in the model's order (a renamed caller's call cites the caller's, which is
+    its own call's); a call with no source in force keeps the block's own."""
+    found: dict[str, str] = {}
+    visited: set[str] = set()
+
+    def walk(statements, inherited):
+        for s in statements:
+            if isinstance(s, When):
+                if s.choice not in choices:
+                    walk(s.body, inherited)
+                    walk(s.otherwise, inherited)
+                else:
+                    walk(s.body if choices[s.choice] in s.options else s.otherwise, inherited)
+            elif isinstance(s, BlockCall) and s.block in spec.blocks:
+                cited = inherited if inherited is not None else s.source or None
+                if s.block in renamed and cited is not None and s.block not in found:
+                    found[s.block] = cited
+                    walk(spec.blocks[s.block].body, cited)
+                elif s.block not in visited and s.block not in found:
+                    visited.add(s.block)
+                    walk(spec.blocks[s.block].body, None)
+    walk(spec.body, None)
+    return found
+
+
+def _renamed_body(statements: list, names: dict[str, str], memo: dict,
+                  text: _Text = _AS_WRITTEN) -> list:
+    """Records with tensors and blocks renamed (``names``: old name -> new), and their text as
+    ``text`` says: the same list, and the same records, where nothing in them changes; a list
+    shared by `when`s (an `else:` after `and`) stays shared."""
     if id(statements) in memo:
         return memo[id(statements)][1]
-    out = [_renamed_record(s, names, memo) for s in statements]
+    out = [_renamed_record(s, names, memo, text) for s in statements]
     if all(a is b for a, b in zip(out, statements)):
         out = statements
     memo[id(statements)] = (statements, out)
     return out
 
 
-def _renamed_record(s, names: dict[str, str], memo: dict):
+def _renamed_record(s, names: dict[str, str], memo: dict, text: _Text = _AS_WRITTEN):
     if isinstance(s, When):
-        body, otherwise = _renamed_body(s.body, names, memo), \
-            _renamed_body(s.otherwise, names, memo)
+        body, otherwise = _renamed_body(s.body, names, memo, text), \
+            _renamed_body(s.otherwise, names, memo, text)
         if body is s.body and otherwise is s.otherwise:
             return s
         return When(s.choice, s.options, body, otherwise, s.file, s.line)
     if isinstance(s, TensorDecl):
-        if s.name not in names and s.start not in names:
+        meaning = text.meaning(s.meaning)
+        if s.name not in names and s.start not in names and meaning == s.meaning:
             return s
         return replace(s, name=names.get(s.name, s.name), start=names.get(s.start, s.start),
-                       written=s.written or s)
+                       meaning=meaning, written=s.written or s)
     if isinstance(s, Equation):
-        if s.output not in names and not any(n in names for n in s.inputs):
+        source = text.cited(s.source)
+        if s.output not in names and not any(n in names for n in s.inputs) and \
+                source == s.source:
             return s
         return Equation(names.get(s.output, s.output), _renamed_term(s.expr, names),
-                        _renamed_text(s.text, names, s.inputs), s.source, s.file, s.line)
+                        _renamed_text(s.text, names, s.inputs), source, s.file, s.line)
     if isinstance(s, BlockCall):
-        if not any(n in names for n in (s.output, s.block, *s.args)):
+        source = text.cited(s.source)
+        if not any(n in names for n in (s.output, s.block, *s.args)) and source == s.source:
             return s
         return replace(s, output=names.get(s.output, s.output), block=names.get(s.block, s.block),
                        args=tuple(names.get(a, a) for a in s.args),
-                       text=_renamed_text(s.text, names, [s.block, *s.args]))
+                       text=_renamed_text(s.text, names, [s.block, *s.args]), source=source)
+    if isinstance(s, Note) and text.cited(s.source) != s.source:
+        return replace(s, source=text.cited(s.source))
     if isinstance(s, Update) and (s.state in names or s.value in names):
         return Update(names.get(s.state, s.state), names.get(s.value, s.value), s.file, s.line)
     if isinstance(s, Flaw) and s.output in names:

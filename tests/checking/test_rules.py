@@ -129,7 +129,8 @@ STEP_INPUT = '        input u "B T_new" int "ids of the positions this step adds
     (((STEP_INPUT, STEP_INPUT.replace("input u", "input w")),
       ('            X_dec "B T_new d_model" "the new positions\' token embeddings" = E[u]\n',
        '            X_dec "B T_new d_model" "the new positions\' token embeddings" = E[w]\n')),
-     418, ("the decoding step takes w, which the full model does not: keep it in the cache as a "
+     TRANSFORMER[:TRANSFORMER.index(STEP_INPUT)].count("\n") + 1,
+     ("the decoding step takes w, which the full model does not: keep it in the cache as a "
           "state (`state ... from ...`)")),
 ])
 def test_a_variant_is_checked_with_the_decoding_step_generate_emits_beside_it(

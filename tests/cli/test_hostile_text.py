@@ -121,7 +121,9 @@ def test_backslashes_make_every_docstring_raw_and_keep_the_text():
     text = "\\N{LATIN SMALL LETTER A} \\x \\"
     generated = source(parse(SPEC.format(text=text), "t.tspec"), {})
     assert generated.startswith(f'r"""{text}.\n')
-    assert f'    r"""{text}. From {text} (t.tspec).\n' in generated     # the model function's
+    # the model function's: the spec under the module's choices
+    assert f'r"""{text}: the model under this module\'s choices. From {text} (t.tspec).' \
+        in " ".join(generated.split())
     assert f'    r"""F. From {text} (t.tspec:6).\n' in generated       # and a block's
     module = ast.parse(generated)
     assert ast.get_docstring(module).startswith(f"{text}.\n")

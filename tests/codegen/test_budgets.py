@@ -1,6 +1,8 @@
 """Generated model modules lead with the model and stay short (issue 22, step 3): the first
-parameter type or block function within the first 80 lines, and at most so many lines per
-NumPy module (its runtime, _runtime.py, apart); at 3215fda they were 931 to 1,611 lines."""
+parameter type or block function within the first 85 lines, and at most so many lines per
+NumPy module (its runtime, _runtime.py, apart); at 3215fda they were 931 to 1,611 lines. (80
+and 805 for encoder_decoder until the module docstring said truly what the entry functions
+check on every call, and prefill's what its cache holds: issue 31, item 5.)"""
 
 import re
 
@@ -10,9 +12,9 @@ from tspec import api
 from tspec.codegen.generate import BUILTIN_MODELS
 
 GENERATED = api.checkout() / "generated"
-FIRST_DEFINITION = 80
+FIRST_DEFINITION = 85
 # the most lines each NumPy model module may take
-LINES = {"bert": 465, "decoder_only": 668, "encoder_decoder": 805, "encoder_only": 443,
+LINES = {"bert": 465, "decoder_only": 668, "encoder_decoder": 815, "encoder_only": 443,
          "llama": 737}
 
 

@@ -113,7 +113,12 @@ def test_a_variant_is_written_as_a_package_of_its_module_runtime_and_init(capsys
     # only choices and those defaults differ from the code the choices give
     assert text == generate.source(variant.spec, variant.choices, "numpy",
                                    {"H": 4, "H_kv": 2, "eps": 1e-6, "theta": 500000.0,
-                                    "d_model": 32, "d_ff": 48, "N": 2, "V": 50})
+                                    "d_model": 32, "d_ff": 48, "N": 2, "V": 50},
+                                   origin="llama_tiny.toml")
+    # and its docstring names the variant beside the spec, which it says to change instead
+    assert "The forward pass of the variant llama_tiny.toml for NumPy on the CPU, generated " \
+        "by `tspec\ngenerate` from spec/transformer.tspec (sha256 " in text
+    assert "Do not edit: change the variant or the spec" in " ".join(text.split())
     plain = generate.source(variant.spec, variant.choices, "numpy")
     assert ("    *, H: int, H_kv: int, eps: float = 1e-5, rope_factor: float = 1.0, rope_low: "
             "float = 1.0,\n    rope_high: float = 4.0, rope_context: float = 8192.0, theta: "

@@ -157,7 +157,10 @@ def test_bert_base_page_counts_bert_model_and_names_what_it_computes():
     assert "#### P: learned positions 0..T-1\n" in text
     assert "#### C: pooled output: the sequence's summary for classification\n" in text
     assert "$$\nZ_{\\mathrm{cls}} = {Z_{\\mathrm{enc}}}_{:,\\,1}\n$$" in text
-    assert "logits" not in text and "W_out" not in text
+    assert "#### logits" not in text and "W_out" not in text
+    # Hoffmann et al. count final logits, which BertModel has not: a term of its own
+    assert "| the final logits, which BertModel does not compute: it has no projection to the " \
+        "vocabulary | $- 2 T V d_{\\mathrm{model}}$ | -24,003,477,504 |" in text
     # FLOPs: the embedding sum and LayerNorm, the pooler's product, bias and tanh
     variant, choices, _model = model_cost("bert_base")
     bodies = costs(SPEC, choices)
@@ -203,7 +206,7 @@ def test_the_readme_shows_the_base_models_dimension_table_as_generated():
         .split("\n<!-- end of dimension table -->")[0]
     page = docs.files([api.load("transformer_base")], "md")["transformer_base.md"]
     assert shown.startswith("| symbol | meaning | value | from | constraints |\n")
-    assert "| $V$ | vocabulary size, shared by source and target | 37,000 | the variant |" in shown
+    assert "| $V$ | vocabulary size | 37,000 | the variant |" in shown
     assert shown in page
 
 

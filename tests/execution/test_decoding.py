@@ -448,13 +448,14 @@ def test_tspec_run_decode_refuses_what_it_cannot_decode(capsys, argv, message):
 
 def test_the_docs_give_the_cache_per_layer_and_per_position():
     llama = docs.page(api.load("llama3_8b")).decoding
-    assert llama.positions == 512
+    # the last step of a sequence of T_dec = 512: 511 cached, one new
+    assert (llama.positions, llama.sizes) == (511, {"T_past": 511, "T_new": 1})
     assert [row.cells[:3] for row in llama.states] == [
         ["`decoder.layers.self_attention.K_past`", "`[H_kv] B T_past d_k`", "$N$"],
         ["`decoder.layers.self_attention.V_past`", "`[H_kv] B T_past d_v`", "$N$"]]
     # keys and values, 32 layers, 8 key-value heads of 128, float32: 256 KiB a position
     assert llama.total[2] == f"256.0 KiB ({2 * 32 * 8 * 128 * 4:,} bytes)"
-    assert llama.total[1] == f"128.0 MiB ({512 * 2 * 32 * 8 * 128 * 4:,} bytes)"
+    assert llama.total[1] == f"127.8 MiB ({511 * 2 * 32 * 8 * 128 * 4:,} bytes)"
     base = docs.page(api.load("base")).decoding
     assert base.total[2] == f"24.0 KiB ({2 * 6 * 512 * 4:,} bytes)"
     assert docs.page(api.load("bert_base")).decoding is None

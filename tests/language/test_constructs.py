@@ -14,7 +14,15 @@ from tspec.checking.check import check, combinations
 from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import source
 from tspec.errors import LimitError, SpecError, SpecSyntaxError
-from tspec.language.model import BlockCall, Equation, TensorDecl, Update, select, under
+from tspec.language.model import (
+    BlockCall,
+    Equation,
+    TensorDecl,
+    Update,
+    every_record,
+    select,
+    under,
+)
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
 
@@ -328,6 +336,48 @@ def test_renamed_code_runs_as_the_blocks_it_renames():
     np.testing.assert_allclose(Y, expected, rtol=1e-12)
     assert sorted(trace["decoder"]["layers"][0]) == ["Y_1", "Y_out"]
     assert sorted(trace["decoder"]) == ["Y_dec", "layers"]
+
+
+def test_a_renamed_block_cites_the_source_of_its_call_and_names_itself_anew():
+    """Under a rename, a block's records cite the source in force where the model calls the
+    renamed stack (a decoder-only decoder cited the seeds' encoder sections) and its tensors'
+    meanings name the renamed blocks by their new names; blocks it calls keep their own."""
+    text = ('spec t\ndim B "b"\ndim T "t"\ndim d "d"\nchoice arch = both | one\n'
+            'source "the attention paper, section 3"\n'
+            'block inner(X "B T_x d") -> O:\n    dim T_x "x"\n    O "B T_x d" "inner output" = X\n'
+            'source "the encoder section"\n'
+            'block layer_a(Z "B T_x d") -> Z_out:\n    dim T_x "x"\n'
+            '    Z_1 "B T_x d" "what inner gives" = inner(Z) as inner\n'
+            '    Z_out "B T_x d" "layer_a output" = relu(Z_1) + Z\n'
+            'block encoder(Z_0 "B T_x d") -> Z_enc:\n    dim T_x "x"\n'
+            '    Z_enc "B T_x d" "encoder output, of every layer_a" = repeat(2, layer_a, Z_0) as layers\n'
+            'input X "B T d"\n'
+            'when arch == one:\n'
+            '    source "the decoder-only paper, section 2"\n'
+            '    rename encoder as decoder (Z_0 as Y_0, Z_enc as Y_dec)\n'
+            '    rename layer_a as decoder_layer (Z as Y, Z_1 as Y_1, Z_out as Y_out)\n'
+            '    Y "B T d" = encoder(X) as decoder\n'
+            'else:\n    Y "B T d" = encoder(X) as encoder\n'
+            'output Y\n')
+    spec = parse(text)
+
+    def texts(choices):
+        renamed = under(spec, choices)
+        return {name: sorted({(s.output, s.source) for s in every_record(block.body)
+                              if isinstance(s, (Equation, BlockCall))}
+                             | {(s.name, s.meaning) for s in every_record(block.body)
+                                if isinstance(s, TensorDecl)})
+                for name, block in renamed.blocks.items()}
+    assert texts({"arch": "one"}) == {
+        "inner": [("O", "inner output"), ("O", "the attention paper, section 3")],
+        "decoder_layer": [("Y_1", "the decoder-only paper, section 2"),
+                          ("Y_1", "what inner gives"),
+                          ("Y_out", "decoder_layer output"),
+                          ("Y_out", "the decoder-only paper, section 2")],
+        "decoder": [("Y_dec", "decoder output, of every decoder_layer"),
+                    ("Y_dec", "the decoder-only paper, section 2")]}
+    assert texts({"arch": "both"})["encoder"] == [
+        ("Z_enc", "encoder output, of every layer_a"), ("Z_enc", "the encoder section")]
 
 
 @pytest.mark.parametrize("statement, message", [
