@@ -17,9 +17,10 @@
               [--typecheck] [--decode STEPS] [--max-memory SIZE] [--time-limit SECONDS]
     tspec --version
 
-`python -m tspec` is the same command. Every command but `run` stops at its time limit
-(default 60 s: the whole command, its proofs and the rest) with a one-line error naming where
-it was, exit 2; `run` has none unless given.
+`python -m tspec` is the same command. check, diff, shapes and docs stop at their time limit
+(--time-limit, default 60 s: the whole command, its proofs and the rest) with a one-line error
+naming where it was, exit 2; run has none unless given one; generate, import, audit and list
+take none.
 
 Exit status: 0 when everything is proved, 1 when there are findings (or, for `audit --check`,
 a stale report; for a grid, an invalid combination; for `diff`, a difference; for `run`, an
@@ -59,6 +60,9 @@ EXIT_INTERRUPTED = 130     # 128 + SIGINT, as a shell reports a command stopped 
 EXIT_BROKEN_PIPE = 141     # 128 + SIGPIPE, as a shell reports `yes | head`
 EXIT_INTERNAL = 70         # EX_SOFTWARE: a defect of tspec's own, never of the input
 COLLECTOR_THRESHOLDS = (100_000, 50, 100)     # gc.set_threshold while a command runs
+TIME_LIMITS = (f"check, diff, shapes and docs stop at --time-limit (default "
+               f"{limits.TIME_LIMIT:g} s) with an error, exit 2; run only when given one; "
+               "generate, import, audit and list take none.")
 
 
 def _one_line(message: str) -> str:
@@ -75,7 +79,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="tspec", description="A symbolic, shape-checked Transformer spec.")
+    parser = _Parser(prog="tspec", description="A symbolic, shape-checked Transformer spec.",
+                     epilog=TIME_LIMITS)
     parser.add_argument("--version", action="version", version=f"tspec {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True

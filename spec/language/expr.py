@@ -55,6 +55,13 @@ def tokenize(text: str, file: str | None = None) -> list[Token]:
         column = pos - line_start + 1
         if match is None:
             char = text[pos]
+            unclosed = _unclosed(text, line_start, tokens, line)
+            if unclosed is not None:
+                raise SpecSyntaxError(unclosed[0], file=file, line=line, column=unclosed[1])
+            if char == '"':
+                raise SpecSyntaxError("a string opened here is not closed on its line (a "
+                                      "string opens and closes on one line)", file=file,
+                                      line=line, column=column)
             hint = " (strings use double quotes)" if char == "'" else ""
             raise SpecSyntaxError(f"unexpected character {char!r}{hint}", file=file, line=line,
                                   column=column)
@@ -88,6 +95,31 @@ def tokenize(text: str, file: str | None = None) -> list[Token]:
     tokens.append(Token("newline", "\n", line, pos - line_start + 1))
     tokens.append(Token("end", "", line + 1, 1))
     return tokens
+
+
+def _unclosed(text: str, line_start: int, tokens: list[Token], line: int):
+    """Where a line with an odd number of double quotes (a string's closing quote left out:
+    ``"d_model d_ff "first weight``) went wrong: the first string of the line that runs
+    into a word with no space between, and what to say of it; None for a line whose quotes
+    pair up. (Without it, the error falls far to the right, on whatever the unquoted text
+    holds that no token takes, an apostrophe, and blames that.)"""
+    end = text.find("\n", line_start)
+    quotes, inside = 0, False
+    for char in text[line_start:end if end >= 0 else len(text)]:
+        if char == '"':
+            quotes, inside = quotes + 1, not inside
+        elif char == "#" and not inside:
+            break
+    if quotes % 2 == 0:
+        return None
+    for token in (t for t in tokens if t.line == line and t.kind == "string"):
+        after = line_start + token.column - 1 + len(token.text)
+        word = re.match(r"[A-Za-z0-9_]+", text[after:])
+        if word:
+            return ((f"the string {token.text} runs straight into the word {word.group()}, "
+                    f"on a line of {quotes} double quotes: is its closing quote missing? (a "
+                    "string opens and closes on one line)"), token.column)
+    return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import pytest
 
 from tspec import api
 from tspec.codegen.execution import checkpoints, weights
+from tspec.ops.catalogue import SETTINGS
 
 # Hugging Face's GPT-2 checkpoints (tied output embedding, so lm_head adds nothing)
 GPT2 = {"gpt2_small": (124_439_808, "gpt2"), "gpt2_medium": (354_823_168, "gpt2-medium"),
@@ -123,3 +124,27 @@ def test_llama3_8b_count_matches_hugging_face_built_from_its_config():
     mapped = checkpoints.from_llama(state)
     assert {name: array.shape for name, array in mapped.items()} == \
         {name: tuple(shape) for name, shape in expected.items()}
+
+
+@pytest.mark.parametrize("name, config", [
+    ("gpt2_small", "GPT2Config()"), ("gpt2_medium", ("GPT2Config(n_embd=1024, n_layer=24, "
+                                     "n_head=16)")),
+    ("bert_base", "BertConfig()"),
+    ("llama3_8b", ("LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, "
+                  "num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, "
+                  "rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=8192)"))])
+def test_a_shipped_variant_is_the_model_it_names_settings_included(name, config):
+    """What `tspec import` makes of the configuration a shipped variant says it is: the same
+    choices, dims and run-time settings (bert_base once left eps at 1e-5 where BERT's
+    LayerNorms take 1e-12: its run and its generated module computed another model)."""
+    transformers = pytest.importorskip("transformers")
+    kind, _, arguments = config.partition("(")
+    fields = dict(item.split("=") for item in arguments.rstrip(")").split(", ") if item)
+    built = getattr(transformers, kind)(**{k: float(v) if "." in v or "e-" in v else int(v)
+                                           for k, v in fields.items()})
+    imported, variant = api.load(built), api.load(name)
+    spec = variant.spec
+    assert spec.choice_values(imported.choices) == spec.choice_values(variant.choices)
+    assert imported.dims == variant.dims
+    assert {k: float(imported.settings.get(k, s.default)) for k, s in SETTINGS.items()} == \
+        {k: float(variant.settings.get(k, s.default)) for k, s in SETTINGS.items()}

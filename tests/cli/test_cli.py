@@ -383,3 +383,16 @@ def test_the_readmes_check_examples_are_what_check_prints(capsys, tmp_path, monk
                      if (printed[i].startswith(head) if cut else printed[i] == line)]
             assert found, (line, printed[at:at + 3])
             at = found[0] + 1
+
+
+def test_the_help_says_truly_which_commands_stop_at_a_time_limit(capsys):
+    # it said every command but run stops at its time limit; generate and import have none
+    parser = cli._parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    limited = {name: next((a.default for a in sub._actions if a.dest == "time_limit"), "none")
+               for name, sub in commands.items()}
+    assert limited == {"check": 60, "diff": 60, "shapes": 60, "docs": 60, "run": None,
+                       "list": "none", "generate": "none", "import": "none", "audit": "none"}
+    assert parser.epilog == ("check, diff, shapes and docs stop at --time-limit (default 60 s) "
+                             "with an error, exit 2; run only when given one; generate, "
+                             "import, audit and list take none.")

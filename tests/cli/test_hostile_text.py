@@ -103,7 +103,9 @@ def test_hostile_text_is_refused_or_changes_no_code(text):
      "t.tspec:1:13: paragraph separator U+2029 in the spec; specs are plain text"),
     ("a\x85b", SpecSyntaxError,
      "t.tspec:1:13: control character U+0085 in the spec; specs are plain text"),
-    ('a"""b', SpecSyntaxError, "t.tspec:1:17: unexpected character '\"'"),
+    ('a"""b', SpecSyntaxError, ('t.tspec:1:14: the string "" runs straight into the word b, on '
+     'a line of 5 double quotes: is its closing quote missing? (a string opens and closes on '
+     'one line)')),
 ])
 def test_text_that_could_leave_a_comment_or_docstring_is_refused_by_the_parser(
         text, error, message):
@@ -132,7 +134,8 @@ def test_backslashes_make_every_docstring_raw_and_keep_the_text():
 @pytest.mark.parametrize("name, message", [
     ("\u0412atch", "t.tspec:1:5: unexpected character '\u0412'"),       # Cyrillic Ve
     ("B\u0430", "t.tspec:1:6: unexpected character '\u0430'"),          # Cyrillic a
-    ('B"x', "t.tspec:1:15: unexpected character '\"'"),
+    ('B"x', ('t.tspec:1:6: the string "x " runs straight into the word a, on a line of 3 double '
+     'quotes: is its closing quote missing? (a string opens and closes on one line)')),
     ("B'x", "t.tspec:1:6: unexpected character \"'\" (strings use double quotes)"),
     ("B{{x}}", "t.tspec:1:6: unexpected character '{'"),
     ("B{%x%}", "t.tspec:1:6: unexpected character '{'"),
@@ -179,7 +182,8 @@ def test_the_cli_refuses_a_hostile_spec_without_a_traceback(tmp_path, capsys):
     path.write_text(SPEC.format(text="\rimport os\r"), newline="")
     assert main(["run", str(path)]) == 2
     error = capsys.readouterr().err
-    assert error == f"tspec: error: {path}:1:11: unexpected character '\"'\n"
+    assert error == (f"tspec: error: {path}:1:11: a string opened here is not closed on its "
+                     "line (a string opens and closes on one line)\n")
 
 
 def test_generated_code_that_does_not_parse_is_an_internal_error(monkeypatch):

@@ -34,6 +34,17 @@ def check_text(text, choices=None, values=None, all_choices=False):
      "t.tspec:5:11: expected '=' (an equation) or a keyword, found 'relu'"),
     ('dim\n', "t.tspec:1:4: expected a dim name, found end of line"),
     ("dim B 'batch'\n", "t.tspec:1:7: unexpected character \"'\" (strings use double quotes)"),
+    # a shape string's closing quote left out: said where the string is, not 51 columns on
+    # at the description's apostrophe (once "unexpected character ... use double quotes")
+    (HEADER + 'param W_1 "d d "first feed-forward weight (the gate\'s)"\n',
+     ('t.tspec:4:11: the string "d d " runs straight into the word first, on a line of 3 double '
+     'quotes: is its closing quote missing? (a string opens and closes on one line)')),
+    (HEADER + 'param W "d d\n', ("t.tspec:4:9: a string opened here is not closed on its line "
+     "(a string opens and closes on one line)")),
+    (HEADER + 'param W "d d" "a # not a comment"  # a "comment\n'
+     'param V "d d "x y"\n', ('t.tspec:5:9: the string "d d " runs straight into the word x, on a '
+     'line of 3 double quotes: is its closing quote missing? (a string opens and closes on one '
+     'line)')),
     ('dim B "batch" = 0\n',
      "t.tspec:1:17: dim B: a bound value must be a positive integer, got '0'"),
     ('dim B "batch" = 1.5\n',
