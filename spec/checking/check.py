@@ -23,6 +23,7 @@ from tspec.checking.limits import TIME_LIMIT, require_tensor_count
 from tspec.checking.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
 from tspec.errors import LimitError, SpecError
 from tspec.language.expr import MAX_DEGREE, derived_degrees, dim_text
+from tspec.language.flow import fed_by
 from tspec.language.model import (
     DECODING,
     FULL,
@@ -1014,17 +1015,31 @@ class _Run:
             scope.equation, scope.node = equation, node
 
     def check_update(self, scope: _Scope, update: Update, state: TensorDecl) -> None:
-        """A state's next value is the state grown along its positions (the second-to-last
-        axis): the same family, rank and dtype, every other axis equal, and at least one
-        position more (the old positions, then the new)."""
+        """A state's next value is what the next step finds in it: the state's shape with
+        the positions decoded before grown by this step's (T_past + T_new for T_past, along
+        whichever axis names T_past: a key cache kept transposed, ``B d T_past``, grows along
+        its last), of its dtype; a state of a fixed size (no T_past in its shape) keeps its
+        shape. A spec without the dim T_new: at least one position more, along T_past's axis
+        (the second-to-last where no axis names it alone)."""
         scope.equation = update
         value = scope.values[update.value]
         current = state.shape.subs(scope.binding)
         grown = scope.resolve_shape(value.shape)
-        hint = (f"update {state.name} with a tensor shaped like {current.text()} except "
-                "along the positions axis (concat the state and the new positions' values, "
-                "axis=-2)")
-        if grown.rank != current.rank or grown.rank < 2 or \
+        symbols = self.spec.symbols()
+        past, new = symbols.get(PAST), symbols.get(NEW)
+        axes = [i for i, d in enumerate(current.dims)
+                if past is not None and past in sympy.sympify(d).free_symbols]
+        axis = axes[0] if len(axes) == 1 else current.rank - 2
+        after = current.subs({past: past + new}) if past is not None and new is not None \
+            else None
+        if axes:
+            hint = (f"update {state.name} with the state and this step's positions, "
+                    f"{'shaped ' + after.text() if after is not None else 'one more at least'}"
+                    f" (concat {state.name} and the new positions' values, "
+                    f"axis={axis - current.rank})")
+        else:
+            hint = f"update {state.name} with a tensor of its own shape, {current.text()}"
+        if grown.rank != current.rank or grown.rank < 1 or \
                 (grown.family is None) != (current.family is None):
             scope.finding("shape-mismatch", f"update {state.name} = {update.value}: "
                           f"{update.value} is {grown.text()}, which cannot replace "
@@ -1032,26 +1047,46 @@ class _Run:
                           list(current.dims) + list(grown.dims), hint, current.text(),
                           grown.text())
             return
-        pairs = [(a, b) for i, (a, b) in enumerate(zip(current.dims, grown.dims))
-                 if i != current.rank - 2]
-        if current.family is not None:
-            pairs.append((current.family, grown.family))
-        verdict = self.prover.equal_all(pairs)
-        if not verdict.proved:
-            scope.finding("unproved" if verdict.unknown else "shape-mismatch",
-                          f"update {state.name} = {update.value}: {update.value} is "
-                          f"{grown.text()}, which differs from {state.name} "
-                          f"{current.text()} beyond the positions axis", verdict,
-                          [e for pair in pairs for e in pair], hint, current.text(),
-                          grown.text())
-        old, new = current.dims[-2], grown.dims[-2]
-        verdict = self.prover.at_most(old + 1, new)
-        if not verdict.proved:
-            scope.finding("unproved" if verdict.unknown else "shape-mismatch",
-                          f"update {state.name} = {update.value}: {update.value} has "
-                          f"{format_expr(new)} positions where {state.name} has "
-                          f"{format_expr(old)}; a cache keeps its positions and adds the new "
-                          "ones", verdict, [old, new], hint, current.text(), grown.text())
+        if after is not None:
+            pairs = list(zip(after.dims, grown.dims))
+            if current.family is not None:
+                pairs.append((after.family, grown.family))
+            verdict = self.prover.equal_all(pairs)
+            if not verdict.proved:
+                differing = [str(i) for i, (a, b) in enumerate(pairs[:current.rank])
+                             if self.prover.norm(a) != self.prover.norm(b)]
+                why = (f"the next step's {state.name} is {after.text()} ({current.text()} "
+                       f"with {PAST} + {NEW} for {PAST}: the positions it has and this "
+                       "step's new ones)" if axes else
+                       f"{state.name} keeps its shape, {current.text()} (nothing in it "
+                       f"grows with {PAST})")
+                scope.finding("unproved" if verdict.unknown else "shape-mismatch",
+                              f"update {state.name} = {update.value}: {update.value} is "
+                              f"{grown.text()} (axis {', '.join(differing) or '?'}), where "
+                              f"{why}", verdict, [e for pair in pairs for e in pair], hint,
+                              after.text(), grown.text())
+        else:
+            pairs = [(a, b) for i, (a, b) in enumerate(zip(current.dims, grown.dims))
+                     if i != axis]
+            if current.family is not None:
+                pairs.append((current.family, grown.family))
+            verdict = self.prover.equal_all(pairs)
+            if not verdict.proved:
+                scope.finding("unproved" if verdict.unknown else "shape-mismatch",
+                              f"update {state.name} = {update.value}: {update.value} is "
+                              f"{grown.text()}, which differs from {state.name} "
+                              f"{current.text()} beyond the positions axis", verdict,
+                              [e for pair in pairs for e in pair], hint, current.text(),
+                              grown.text())
+            old, more = current.dims[axis], grown.dims[axis]
+            verdict = self.prover.at_most(old + 1, more)
+            if not verdict.proved:
+                scope.finding("unproved" if verdict.unknown else "shape-mismatch",
+                              f"update {state.name} = {update.value}: {update.value} has "
+                              f"{format_expr(more)} positions where {state.name} has "
+                              f"{format_expr(old)}; a cache keeps its positions and adds the "
+                              "new ones", verdict, [old, more], hint, current.text(),
+                              grown.text())
         if value.dtype != state.dtype:
             scope.finding("dtype-mismatch", f"update {state.name} = {update.value}: "
                           f"{update.value} is {value.dtype}, the state {state.dtype}", None, [],
@@ -2210,6 +2245,16 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
             key = (name, id(decl), shape, other, run.prover_key, ids[id(run)])
             states[key] = states.get(key, 0) | members.matching(way | selection)
     decls = {id(entry[1]): entry[1] for _, run in runs for entry in run.states}
+    # the states of a step that no `update` writes, with the choices of one run that keeps
+    # them (each such state is judged below by what its start is computed from)
+    unwritten: dict[tuple, list] = {}
+    for way, run in runs:
+        for name, decl, shape, selection, _ in run.states:
+            # (a choice no body the run checked consults: at its default)
+            chosen = spec.choice_values(run.choices | selection)
+            if chosen.get(DECODING) == STEP and not _written(spec, decl, chosen):
+                entry = unwritten.setdefault((name, id(decl)), [0, chosen, shape])
+                entry[0] |= members.matching(way | selection)
     for (name, decl_id, *_), bits in states.items():
         decl = decls[decl_id]
         if bits & ~step:
@@ -2236,6 +2281,7 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                 key = (dtype, shape, other, ids[id(run)])
                 place[key] = place.get(key, 0) | members.matching(way | selection |
                                                                   {DECODING: STEP})
+    found += _unwritten_states(spec, unwritten, decls, step)
     kept = 0        # the step combinations that keep a state
     for (name, decl_id, shape, other, prover_key, step_inputs), bits in states.items():
         bits &= step
@@ -2299,6 +2345,62 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                 # an output whose shape an earlier finding made doubtful follows from it
                 finding.cause = doubted[key].get(finding.tensor)
                 found.append((finding, bits, ()))
+    return found
+
+
+def _written(spec: Spec, decl: TensorDecl, choices: dict) -> bool:
+    """Whether the block that declares a state writes it (``update``) under these choices."""
+    original = decl.written or decl
+    memo = spec.__dict__.setdefault("_state_blocks", {})
+    if id(original) not in memo:
+        memo[id(original)] = next((block for block in spec.blocks.values()
+                                   if _declares(block.body, original)), None)
+    block = memo[id(original)]
+    return block is not None and any(isinstance(s, Update) and s.state == original.name
+                                     for s in select(block.body, choices))
+
+
+def _unwritten_states(spec: Spec, unwritten: dict, decls: dict, step: int) -> list[tuple]:
+    """A state no `update` writes keeps what prefill left in it, step after step. That is
+    right only for one of a fixed size started from inputs a step never takes anew (the
+    source's keys and values a cross-attention reads). One that grows with the positions
+    decoded (T_past in its shape) needs its update every step; so does one of a fixed size
+    started from the sequence's inputs (a rolling window of the last W positions), which
+    each step's new positions change."""
+    past = spec.symbols().get(PAST)
+    found = []
+    for (name, decl_id), (bits, chosen, shape) in unwritten.items():
+        bits &= step
+        if not bits:
+            continue
+        decl = decls[decl_id]
+        equation = f"state {decl.name} from {decl.start}"
+        axes = [str(i) for i, d in enumerate(shape.dims) if past is not None and
+                past in sympy.sympify(d).free_symbols]
+        if axes:
+            message = (f"state {decl.name} ({shape.text()}) grows with {PAST} (axis "
+                       f"{', '.join(axes)}), but no `update {decl.name} = ...` writes it: "
+                       f"after a step it holds the {PAST} positions it had, where the next "
+                       f"step needs {PAST} + {NEW}")
+        else:
+            full = chosen | {DECODING: FULL}
+            prefix = name[:len(name) - len(decl.name)]
+            full_inputs = model_inputs(spec, full)
+            changing = {d.name for d in full_inputs if d.shape is not None and
+                        d.shape.free_symbols() & prompt_dims(full_inputs,
+                                                             model_inputs(spec, chosen))}
+            fed = (fed_by(spec, full, prefix + decl.start) or set()) & changing
+            if not fed:
+                continue
+            message = (f"state {decl.name} is never updated, yet it starts from "
+                       f"{decl.start}, which is computed from the sequence's inputs "
+                       f"({', '.join(sorted(fed))}): every step's new positions change it, "
+                       "and each step would read what prefill left")
+        found.append((Finding(
+            kind="decoding-mismatch", message=message, file=decl.file, line=decl.line,
+            tensor=name, equation=equation,
+            hint=f"write its next value in the block that keeps it: `update {decl.name} = X`, "
+                 "X the state with this step's positions"), bits, ()))
     return found
 
 

@@ -229,26 +229,24 @@ output O
 STEP = {"decoding": "step"}
 
 
-HINT = ("update K_past with a tensor shaped like B T_past d except along the positions "
-        "axis (concat the state and the new positions' values, axis=-2)")
+HINT = ("update K_past with the state and this step's positions, shaped B T_new+T_past d "
+        "(concat K_past and the new positions' values, axis=-2)")
+NEXT = ("the next step's K_past is B T_new+T_past d (B T_past d with T_past + T_new for "
+        "T_past: the positions it has and this step's new ones)")
 
 
 def test_a_cache_that_does_not_grow_along_its_positions_is_a_finding():
     assert check(parse(CACHED.format(value="K_all")), all_choices=True).findings == []
-    wrong_width, shrunk = check(parse(CACHED.format(value="Y")), STEP).findings
-    assert (wrong_width.kind, wrong_width.line, wrong_width.hint) == ("shape-mismatch", 14, HINT)
-    assert wrong_width.message == ("update K_past = Y: Y is B T_new T_new+T_past, which "
-                                   "differs from K_past B T_past d beyond the positions axis")
-    assert shrunk.message == ("update K_past = Y: Y has T_new positions where K_past has "
-                              "T_past; a cache keeps its positions and adds the new ones")
+    (wrong,) = check(parse(CACHED.format(value="Y")), STEP).findings
+    assert (wrong.kind, wrong.line, wrong.hint) == ("shape-mismatch", 14, HINT)
+    assert wrong.message == f"update K_past = Y: Y is B T_new T_new+T_past (axis 1, 2), where {NEXT}"
 
 
 def test_a_cache_replaced_instead_of_extended_is_a_finding():
     (finding,) = check(parse(CACHED.format(value="K")), STEP).findings
     assert (finding.kind, finding.line, finding.tensor, finding.hint) == (
         "shape-mismatch", 14, "first.K_past", HINT)
-    assert finding.message == ("update K_past = K: K has T_new positions where K_past has "
-                               "T_past; a cache keeps its positions and adds the new ones")
+    assert finding.message == f"update K_past = K: K is B T_new d (axis 1), where {NEXT}"
     assert finding.counterexample == {"T_past": 1, "T_new": 1}
 
 
@@ -260,6 +258,115 @@ def test_a_state_updated_twice_is_refused():
         check(parse(text, "cached.tspec"), STEP)
     assert str(raised.value) == ("cached.tspec:15: update K_past is given twice in block step "
                                  "(first at line 14): a state has one next value")
+
+
+def test_a_state_that_grows_without_its_update_is_a_finding():
+    # the built-in spec without `update V_past = V_h` was proved, and decoding then failed at
+    # its second step ("cache V_past axis -2 is 28, not T_past = 29")
+    text = api.BUILTIN_SPEC.read_text()
+    assert text.count("        update V_past = V_h\n") == 1
+    spec = parse(text.replace("        update V_past = V_h\n", ""), "t.tspec")
+    (finding,) = check(spec, {"arch": "decoder_only", "decoding": "full"},
+                       all_choices=True).findings
+    line = 1 + text[:text.index('state V_past[H] "B T_past d_v"')].count("\n")
+    assert (finding.kind, finding.line, finding.tensor, finding.choices) == (
+        "decoding-mismatch", line, "decoder.layers[i].self_attention.V_past",
+        "key_value_heads=all, decoding=step")
+    assert finding.message == (
+        "state V_past ([H] B T_past d_v) grows with T_past (axis 1), but no `update V_past = "
+        "...` writes it: after a step it holds the T_past positions it had, where the next "
+        "step needs T_past + T_new")
+    assert finding.hint == ("write its next value in the block that keeps it: `update V_past "
+                            "= X`, X the state with this step's positions")
+
+
+CAUSAL = """\
+spec causal "attention over the positions so far, with a state {what}"
+dim B "batch"
+dim T "length"
+dim T_past "past"
+dim T_new "new"
+dim d "width"
+choice decoding = full | step "the whole sequence, or one step"
+
+block step(X "B T_new d") -> O:
+    param W "d d" "weight"
+{step}
+block whole(X "B T d") -> O:
+    param W "d d" "weight"
+    K "B T d" "keys" = X @ W
+    L "T T" "the mask: no key after its query" = log(causal_mask(T, T))
+{whole}
+when decoding == step:
+    input X "B T_new d" "new positions"
+    O "B T_new d" "output" = step(X) as first
+else:
+    input X "B T d" "every position"
+    O "B T d" "output" = whole(X) as first
+output O
+"""
+LAST = '    L "T_new T_past+T_new" "the mask" = log(causal_mask(T_new, T_past+T_new))\n'
+TRANSPOSED = CAUSAL.format(what="kept transposed", step=(
+    '    state K_past "B d T_past" "keys so far, each a column" from K_t\n'
+    '    K_t "B d T_new" "new keys, as columns" = (X @ W).T\n'
+    '    K_all "B d T_past+T_new" "all keys" = concat(K_past, K_t, axis=-1)\n'
+    '    update K_past = {value}\n' + LAST +
+    '    O "B T_new d" "output" = softmax(X @ K_all + L) @ K_all.T\n'), whole=(
+    '    K_t "B d T" "keys, as columns" = K.T\n'
+    '    O "B T d" "output" = softmax(X @ K_t + L) @ K\n'))
+
+
+def test_a_cache_kept_transposed_grows_along_its_last_axis_and_decodes():
+    # refused before with "K_all has d positions where K_cache has d": the positions axis
+    # was taken to be the second-to-last, whichever axis named T_past
+    spec = parse(TRANSPOSED.format(value="K_all"), "t.tspec")
+    assert check(spec, all_choices=True).findings == []
+    (finding,) = check(parse(TRANSPOSED.format(value="K_t"), "t.tspec"), STEP).findings
+    assert finding.message == (
+        "update K_past = K_t: K_t is B d T_new (axis 2), where the next step's K_past is B d "
+        "T_new+T_past (B d T_past with T_past + T_new for T_past: the positions it has and "
+        "this step's new ones)")
+    assert finding.hint == ("update K_past with the state and this step's positions, shaped "
+                            "B d T_new+T_past (concat K_past and the new positions' values, "
+                            "axis=-1)")
+    decoded = api.decode(spec, 3, ["B=2", "T=6", "d=4"], dtype="float64")
+    assert (decoded.prompt, decoded.steps) == (3, 3)
+    assert decoded.difference <= decoded.tolerance
+    assert [shape for _, shape in decoded.cache] == [(2, 4, 6)]   # B d T_past, all 6
+
+
+# (its full model sums every position's keys, so a step is no prefix of it: checked, not run)
+RUNNING = CAUSAL.format(what="of a fixed size", step=(
+    '    state K_past "B T_past d" "keys so far" from K\n'
+    '    K "B T_new d" "new keys" = X @ W\n'
+    '    K_all "B T_past+T_new d" "all keys" = concat(K_past, K, axis=-2)\n'
+    '    update K_past = K_all\n'
+    '    state G_past "B d d" "the first keys\' Gram matrix so far" from G\n'
+    '    G "B d d" "the Gram matrix, this step\'s keys added" = G_past + K.T @ K\n'
+    '{gram}' + LAST +
+    '    O "B T_new d" "output" = softmax(X @ K_all.T + L) @ K_all @ G\n'), whole=(
+    '    G "B d d" "the keys\' Gram matrix" = K.T @ K\n'
+    '    O "B T d" "output" = softmax(X @ K.T + L) @ K @ G\n'))
+
+
+def test_a_state_of_fixed_size_the_sequence_changes_needs_its_update():
+    # G_past has no T_past in its shape, but it starts from every position's keys: a step
+    # that left it as prefill made it would read a stale sum (only a state started from
+    # inputs a step never takes anew, a cross-attention's source, may go without)
+    written = parse(RUNNING.format(gram="    update G_past = G\n"), "t.tspec")
+    assert check(written, all_choices=True).findings == []
+    (finding,) = check(parse(RUNNING.format(gram=""), "t.tspec"), STEP).findings
+    assert (finding.kind, finding.line, finding.tensor) == (
+        "decoding-mismatch", 15, "first.G_past")
+    assert finding.message == (
+        "state G_past is never updated, yet it starts from G, which is computed from the "
+        "sequence's inputs (X): every step's new positions change it, and each step would read "
+        "what prefill left")
+    (finding,) = check(parse(RUNNING.format(gram="    update G_past = K\n"), "t.tspec"),
+                       STEP).findings
+    assert finding.message == ("update G_past = K: K is B T_new d (axis 1), where G_past "
+                               "keeps its shape, B d d (nothing in it grows with T_past)")
+    assert finding.hint == "update G_past with a tensor of its own shape, B d d"
 
 
 @pytest.mark.parametrize("text, message", [
