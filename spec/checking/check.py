@@ -10,6 +10,7 @@ given dim values (a variant), the same run also evaluates every shape and constr
 
 import collections
 import contextlib
+import difflib
 import itertools
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -23,7 +24,7 @@ from tspec.checking.limits import TIME_LIMIT, require_tensor_count
 from tspec.checking.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
 from tspec.errors import LimitError, SpecError
 from tspec.language.expr import MAX_DEGREE, derived_degrees, dim_text
-from tspec.language.flow import fed_by
+from tspec.language.flow import calls_at, fed_by
 from tspec.language.model import (
     DECODING,
     FULL,
@@ -1564,9 +1565,9 @@ class _Run:
                 expected = declared.subs(binding)
                 # a local dim an earlier argument bound, which this one gives otherwise: the
                 # two arguments disagree, and either may be the one not meant
-                conflict = next(((local, b, a) for local, (b, a) in zip(written, pairs)
-                                 if local in bound_by
-                                 and not self.prover.equal(b, a).proved), None)
+                disagreeing = [(local, b, a) for local, (b, a) in zip(written, pairs)
+                               if local in bound_by and not self.prover.equal(b, a).proved]
+                conflict = disagreeing[0] if disagreeing else None
                 if conflict is None:
                     message = (f"{arg} ({actual.text()}) passed as {block.name}'s input "
                                f"{decl.name} ({expected.text()})")
@@ -1590,7 +1591,11 @@ class _Run:
                               expected=None if conflict else expected.text(),
                               inferred=None if conflict else actual.text())
                 if conflict is not None:
-                    conflicts.append((conflict[0], conflict[2], self.findings[-1].key()))
+                    # the body is checked again with every local dim this argument gives
+                    # otherwise (see call_block): T_q and T_kv both, where a call swaps its
+                    # query and key-value arguments
+                    conflicts += [(dim, given, self.findings[-1].key())
+                                  for dim, _, given in disagreeing]
                     self.record_cache.setdefault(("conflicts",), {})[
                         self.findings[-1].key()] = (bound_by[local][0], arg, local, later)
                 used(self.findings[-1].key())
@@ -2240,10 +2245,12 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
     # each state once, with the combinations that keep it and the run's prover and inputs
     states: dict[tuple, int] = {}
     provers = {run.prover_key: run.prover for _, run in runs}
+    state_choices: dict[tuple, dict] = {}     # each state: the choices of a run keeping it
     for way, run in runs:
         for name, decl, shape, selection, other in run.states:
             key = (name, id(decl), shape, other, run.prover_key, ids[id(run)])
             states[key] = states.get(key, 0) | members.matching(way | selection)
+            state_choices.setdefault(key, spec.choice_values(run.choices | selection))
     decls = {id(entry[1]): entry[1] for _, run in runs for entry in run.states}
     # the states of a step that no `update` writes, with the choices of one run that keeps
     # them (each such state is judged below by what its start is computed from)
@@ -2283,7 +2290,9 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                                                                   {DECODING: STEP})
     found += _unwritten_states(spec, unwritten, decls, step)
     kept = 0        # the step combinations that keep a state
-    for (name, decl_id, shape, other, prover_key, step_inputs), bits in states.items():
+    misnamed: dict[tuple, Finding] = {}      # (file, line) of a step's call -> its finding
+    for key, bits in states.items():
+        name, decl_id, shape, other, prover_key, step_inputs = key
         bits &= step
         if not bits:
             continue
@@ -2310,14 +2319,19 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                 found.append((finding, both, (decl,)))
         if bits & ~covered:
             where = prefix.rstrip(".") or "its top level"
-            found.append((Finding(
+            state = Finding(
                 kind="decoding-mismatch",
                 message=f"state {decl.name} starts from {decl.start}, which the full model "
                         f"does not compute at {where}",
                 file=decl.file, line=decl.line, tensor=name,
                 equation=f"state {decl.name} from {decl.start}",
                 hint=f"start it from a tensor the full model ({DECODING} = {FULL}) computes "
-                     "in the block it calls at the same place"), bits & ~covered, ()))
+                     "in the block it calls at the same place")
+            call = _misnamed_call(spec, state_choices[key], where, found, misnamed,
+                                  bits & ~covered)
+            if call is not None:
+                state.cause = call.key()    # the call's instance, not the state, is the slip
+            found.append((state, bits & ~covered, ()))
     pairs: dict[tuple, int] = {}        # (step inputs, full inputs, prover) -> combinations
     doubted: dict[tuple, dict] = {}     # the same -> outputs an earlier finding made doubtful
     for way, run in runs:
@@ -2346,6 +2360,43 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                 finding.cause = doubted[key].get(finding.tensor)
                 found.append((finding, bits, ()))
     return found
+
+
+def _misnamed_call(spec: Spec, chosen: dict, where: str, found: list, misnamed: dict,
+                   bits: int) -> Finding | None:
+    """Where a state's place (``decoder.layers[i].self_attn``) is a call the decoding step
+    names otherwise than the full model at the same place (``as self_attention``): that call
+    is the one slip behind every state it keeps. Its finding, made once (and added to
+    ``found``), or None where the full model calls a block of that name there."""
+    parent, _, instance = where.rpartition(".")
+    instance = instance.removesuffix("[i]")
+    full = calls_at(spec, chosen | {DECODING: FULL}, parent)
+    step = calls_at(spec, chosen, parent)
+    if full is None or step is None or any(c.instance == instance for c in full):
+        return None
+    call = next((c for c in step if c.instance == instance), None)
+    if call is None:
+        return None
+    place = (call.file, call.line)
+    if place not in misnamed:
+        names = ", ".join(sorted({c.instance for c in full}))
+        close = difflib.get_close_matches(instance, [c.instance for c in full], n=1)
+        misnamed[place] = Finding(
+            kind="decoding-mismatch",
+            message=f"the decoding step calls {call.block} as {instance} in "
+                    f"{parent or 'the model'}, where the full model calls no block of that "
+                    f"name (it calls {names} there): the states of {instance} start from "
+                    "tensors the full model does not compute",
+            file=call.file, line=call.line, tensor=f"{parent}.{call.output}".lstrip("."),
+            equation=f"{call.output} = {call.text}" if call.text else "",
+            hint="name the call as the full model names it at the same place"
+                 + (f" (as {close[0]})" if close else ""))
+        found.append((misnamed[place], bits, ()))
+    else:
+        for index, (finding, more, compared) in enumerate(found):
+            if finding is misnamed[place]:
+                found[index] = (finding, more | bits, compared)
+    return misnamed[place]
 
 
 def _written(spec: Spec, decl: TensorDecl, choices: dict) -> bool:

@@ -12,11 +12,20 @@ source a cross-attention cache holds) may stay as prefill left it.
 from tspec.language.model import BlockCall, Equation, Spec, TensorDecl, select, under
 
 
-def fed_by(spec: Spec, choices: dict[str, str], qualified: str) -> set[str] | None:
-    """The names of the model's inputs the tensor at ``qualified`` is computed from (under
-    ``choices``, every one set); None where no tensor is computed there."""
+def calls_at(spec: Spec, choices: dict[str, str], path: str) -> list[BlockCall] | None:
+    """The block calls of the body at ``path`` (``decoder.layers[i]``; "" the model's), under
+    ``choices``, every one set; None where no body runs there."""
+    found = _chain(spec, choices, [p for p in path.split(".") if p])
+    if found is None:
+        return None
+    statements = found[0]
+    return [s for s in statements if isinstance(s, BlockCall) and s.block in spec.blocks]
+
+
+def _chain(spec: Spec, choices: dict, instances: list[str]):
+    """The body at the end of a path of instances (its statements under the choices and its
+    block, None for the model's), with each call on the way and the body it is in."""
     spec = under(spec, choices)
-    *instances, tensor = qualified.split(".")
     statements, block = select(spec.body, choices), None
     chain = []
     for instance in instances:
@@ -28,6 +37,17 @@ def fed_by(spec: Spec, choices: dict[str, str], qualified: str) -> set[str] | No
         chain.append((statements, block, call))
         block = spec.blocks[call.block]
         statements = select(block.body, choices)
+    return statements, block, chain, spec
+
+
+def fed_by(spec: Spec, choices: dict[str, str], qualified: str) -> set[str] | None:
+    """The names of the model's inputs the tensor at ``qualified`` is computed from (under
+    ``choices``, every one set); None where no tensor is computed there."""
+    *instances, tensor = qualified.split(".")
+    found = _chain(spec, choices, instances)
+    if found is None:
+        return None
+    statements, block, chain, spec = found
     names = _inputs_of(spec, choices, statements, block, {tensor})
     for caller, caller_block, call in reversed(chain):
         callee = spec.blocks[call.block]

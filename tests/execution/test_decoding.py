@@ -604,6 +604,48 @@ def test_a_state_must_start_from_a_tensor_the_full_model_computes_at_its_place()
          None, "decoding=step")]
 
 
+def test_a_step_that_names_a_call_otherwise_than_the_full_model_is_one_finding():
+    # a decoder layer's step calling its self-attention `as self_attn`: each of its states
+    # started from a place the full model does not have, four findings for one slip
+    text = api.BUILTIN_SPEC.read_text()
+    old = "cached_self_attention(Z_n, L_h) as self_attention"
+    assert text.count(old) == 1
+    spec = parse(text.replace(old, "cached_self_attention(Z_n, L_h) as self_attn"), "t.tspec")
+    findings = check(spec, {"arch": "decoder_only", "norm": "pre"}, all_choices=True).findings
+    cause, *rest = findings
+    line = 1 + text[:text.index(old)].count("\n")
+    assert (cause.line, cause.kind, cause.caused_by, cause.hint) == (
+        line, "decoding-mismatch", None,
+        "name the call as the full model names it at the same place (as self_attention)")
+    assert cause.message == (
+        "the decoding step calls cached_self_attention as self_attn in decoder.layers[i], "
+        "where the full model calls no block of that name (it calls feed_forward, norm_1, "
+        "norm_2, self_attention there): the states of self_attn start from tensors the full "
+        "model does not compute")
+    assert [(f.message.split(",")[0], f.caused_by is cause) for f in rest] == [
+        ("state K_past starts from K_g", True), ("state V_past starts from V_g", True),
+        ("state K_past starts from K_h", True), ("state V_past starts from V_h", True)]
+
+
+def test_a_cross_attention_called_with_its_arguments_swapped_is_one_finding_first():
+    # multi_head_attention(Z_enc, Y_1, L_cross_h): the four cross-attention states came
+    # first, as findings of their own, and the real mistake last; its arguments disagree on
+    # T_q and T_kv both, and with the later ones' values the states fit their starts
+    text = api.BUILTIN_SPEC.read_text()
+    old = "multi_head_attention(Y_1, Z_enc, L_cross_h) as cross_attention"
+    assert text.count(old) == 1
+    spec = parse(text.replace(old, "multi_head_attention(Z_enc, Y_1, L_cross_h) as "
+                                   "cross_attention"), "t.tspec")
+    cause, *rest = check(spec, {"arch": "encoder_decoder"}, all_choices=True).findings
+    line = 1 + text[:text.index(old)].count("\n")
+    assert (cause.line, cause.kind) == (line, "argument-mismatch")
+    assert cause.message.startswith("multi_head_attention's inputs X_q and L_h disagree on T_q")
+    assert rest and all(f.caused_by is cause for f in rest)
+    assert {f.line for f in rest if f.message.startswith("state ")} == {
+        1 + text[:text.index(f'state {name}[{heads}] "B T_x')].count("\n")
+        for name in ("K_src", "V_src") for heads in ("H_kv", "H")}
+
+
 def test_a_decoding_step_takes_only_inputs_the_full_model_takes():
     text = TINY.replace('X "B T_new d" "the new positions\' input"',
                         'X "B T_new d" "the new input"\n    input Z "B T_new d" "more"')
