@@ -48,6 +48,7 @@ from tspec.language.model import (
     Update,
     When,
     decodes,
+    every_record,
     model_inputs,
     outputs,
     prompt_dims,
@@ -862,6 +863,19 @@ class _Run:
         for update in (s for s in statements if isinstance(s, Update)):
             start = len(self.findings)
             self.check_update(scope, update, decls[update.state])
+            doubt = scope.suspect.get(update.value)
+            if len(self.findings) > start and doubt is not None:
+                # the value an earlier finding made doubtful: where its other value fits,
+                # what the update finds follows from that finding
+                with self.aside(scope):
+                    scope.values[update.value] = doubt.other
+                    again = len(self.findings)
+                    self.check_update(scope, update, decls[update.state])
+                    clean = len(self.findings) == again
+                if clean:
+                    for finding in self.findings[start:]:
+                        if finding.cause is None:
+                            finding.cause = doubt.cause
             # an update is a use of the state's declared shape
             self.used(decls[update.state], update,
                       self.findings[start].key() if len(self.findings) > start else None)
@@ -1320,6 +1334,8 @@ class _Run:
                           inferred.text())
             if declared is not None:
                 self.findings[-1].redeclare = (declared, shape)
+            if isinstance(record, Equation):
+                self.findings[-1].operands = self.giving(scope, record, stated, shape)
 
         while claim.rank > inferred.rank and claim.dims[0] == 1:
             claim = Shape(claim.dims[1:], claim.family)    # leading unit axes broadcast away
@@ -1363,6 +1379,31 @@ class _Run:
                 message += (f" (not proved, and no counterexample with every dim up to "
                             f"{SEARCH_MAX})")
             report(message, verdict, [e for pair in pairs for e in pair])
+
+    def giving(self, scope: _Scope, record: Equation, claim: Shape,
+               inferred: Shape) -> list[tuple[TensorDecl, Shape]]:
+        """The declared tensors (inputs, parameters, states) an equation reads whose shape
+        has a size the equation gives where it claims another (``W_K "d_model H*d_k"`` for
+        ``K_proj "B T H_kv*d_k" = X @ W_K``), each with that size put to the claim's: the
+        declaration, not the equation, may be what is wrong, however far from it."""
+        claim = _unbound(claim, scope.binding)
+        if claim.rank != inferred.rank:
+            return []
+        differing = [(claim.rank - i, a, b) for i, (a, b) in
+                     enumerate(zip(claim.dims, inferred.dims))
+                     if self.prover.norm(a.xreplace(scope.binding)) !=
+                     self.prover.norm(b.xreplace(scope.binding))]
+        wrong = {b: a for _, a, b in differing}
+        aligned, elsewhere = [], []
+        for decl in scope.declared_read((record.expr,)):
+            if decl.shape is None or not any(d in wrong for d in decl.shape.dims):
+                continue
+            shape = Shape(tuple(wrong.get(d, d) for d in decl.shape.dims), decl.shape.family)
+            # first those with the size where the result has it, counted from the last axis
+            # (a product's last axis is its right operand's, as broadcasting aligns them)
+            at = any(k <= decl.shape.rank and decl.shape.dims[-k] == b for k, _, b in differing)
+            (aligned if at else elsewhere).append((decl.written or decl, shape, wrong))
+        return aligned + elsewhere
 
     def infer(self, scope: _Scope, term) -> Value:
         if isinstance(term, TensorRef):
@@ -1968,8 +2009,13 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
         if finding.caused_by is None and finding.redeclare is not None:
             seen = seen_in[finding.key()]
             lowest = (seen & -seen).bit_length() - 1
-            finding.hint = _offered(spec, finding, checked[max(lowest, 0)], ordered, provers,
-                                    block_cache)
+            combo = checked[max(lowest, 0)]
+            finding.hint = _offered(spec, finding, combo, ordered, provers, block_cache)
+            if finding.operands and finding.hint.startswith("fix the equation ("):
+                # the claim's own redeclaration moves the mismatch: a declaration the
+                # equation reads, far from it, may be the one wrong
+                finding.hint = _declaration_hint(spec, finding, combo, ordered, provers,
+                                                 block_cache)
     for finding in ordered:
         if finding.caused_by is not None and finding.redeclare is not None:
             # its redeclaration is unchecked, and its cause's fix is its own
@@ -1978,6 +2024,78 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
                 root = root.caused_by
             finding.hint = f"fix the {root.kind} at line {root.line} first: this follows from it"
     return Result(spec, ordered, combos, rows, notes, given, lets)
+
+
+def _declaration_hint(spec: Spec, finding: Finding, combo: dict, known: list,
+                      provers: dict, block_cache: dict) -> str:
+    """The hint of an equation whose claim's redeclaration would move the mismatch, and
+    whose claim a tensor it reads would give, declared otherwise (``finding.operands``): that
+    declaration and its line offered first where it is a fix (``_moved``: the spec with it
+    has the finding no more and no other it had not); else the hint as ``_offered`` made it,
+    the declaration still named, with its line."""
+    for decl, shape, wrong in finding.operands:
+        written = f'"{_declaration(shape)}"'
+        where = f" (line {decl.line})" if decl.line is not None else ""
+        if not _moved(spec, finding, decl, wrong, combo, known, provers, block_cache):
+            rest = finding.hint.removeprefix("fix the equation")
+            return f"declare {decl.name}{where} as {written}, or fix the equation{rest}"
+    decl, _, wrong = finding.operands[0]
+    declared = f'"{_declaration(decl.shape)}"'
+    where = f" at line {decl.line}" if decl.line is not None else ""
+    size = next(format_expr(d) for d in decl.shape.dims if d in wrong)
+    return f"{finding.hint}; the equation's {size} comes from {decl.name}, declared{where} " \
+        f"as {declared}"
+
+
+def _moved(spec: Spec, finding: Finding, decl: TensorDecl, wrong: dict, combo: dict,
+           known: list, provers: dict, block_cache: dict) -> list | None:
+    """The spec with ``decl`` declared otherwise (each size of ``wrong`` put to its value),
+    and every copy of it a block built ``from`` another holds, checked under ``combo``: None
+    where it has the finding no more and no finding it had not (besides those that followed
+    from this one), else the findings it has at the finding's place or new ones."""
+    def same(s) -> bool:
+        return isinstance(s, TensorDecl) and (s.file, s.line, s.name, s.role) == \
+            (decl.file, decl.line, decl.name, decl.role) and s.shape is not None
+
+    def amend(s):
+        return replace(s, shape=Shape(tuple(wrong.get(d, d) for d in s.shape.dims),
+                                      s.shape.family))
+
+    def swap(statements: list) -> list:
+        return [amend(s) if same(s) else
+                replace(s, body=swap(s.body), otherwise=swap(s.otherwise))
+                if isinstance(s, When) else s for s in statements]
+
+    amended = replace(spec, body=swap(spec.body), blocks={
+        name: replace(block, body=swap(block.body), inputs=swap(block.inputs))
+        for name, block in spec.blocks.items()})
+    changed = {name for name, block in spec.blocks.items()
+               if any(same(s) for s in every_record(block.body)) or
+               any(same(d) for d in block.inputs)}
+    while True:
+        callers = {name for name, block in spec.blocks.items()
+                   if name not in changed and _calls(block.body) & changed}
+        if not callers:
+            break
+        changed |= callers
+    kept = {key: value for key, value in block_cache.items() if key[0] not in changed}
+    try:
+        after = _check(amended, combo, None, False, verify=False, provers=provers,
+                       block_cache=kept).findings
+    except SpecError:
+        return [finding]
+
+    def root(f: Finding) -> Finding:
+        while f.caused_by is not None:
+            f = f.caused_by
+        return f
+
+    seen = {(f.kind, f.line, f.message) for f in known if root(f) is not finding}
+    still = [f for f in after if (f.file, f.line, f.kind) ==
+             (finding.file, finding.line, finding.kind)]
+    moved = sorted((f for f in after if (f.kind, f.line, f.message) not in seen and
+                    f not in still), key=_place)
+    return still + moved if still or moved else None
 
 
 def _offered(spec: Spec, finding: Finding, combo: dict, known: list, provers: dict,
@@ -2026,6 +2144,9 @@ def _offered(spec: Spec, finding: Finding, combo: dict, known: list, provers: di
     if not still and not moved:
         return finding.hint
     written = f'"{_declaration(shape)}"'
+    # (where it goes elsewhere too, that line: a finding the new declaration makes at its
+    # own line, a state that now grows without an update, says less of where it went)
+    moved = [f for f in moved if f.line != finding.line] or moved
     effect = f"would move the mismatch to line {moved[0].line}" if moved else \
         "would not fix it"
     if decl.role == "state":
@@ -2288,7 +2409,6 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                 key = (dtype, shape, other, ids[id(run)])
                 place[key] = place.get(key, 0) | members.matching(way | selection |
                                                                   {DECODING: STEP})
-    found += _unwritten_states(spec, unwritten, decls, step)
     kept = 0        # the step combinations that keep a state
     misnamed: dict[tuple, Finding] = {}      # (file, line) of a step's call -> its finding
     for key, bits in states.items():
@@ -2332,6 +2452,12 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
             if call is not None:
                 state.cause = call.key()    # the call's instance, not the state, is the slip
             found.append((state, bits & ~covered, ()))
+    # a state no update writes is judged by what its start is computed from, where the start
+    # fits it (one that does not is the slip: cross-attention keys started from the queries)
+    misfit = {f.tensor for f, _, _ in found if f is not None and
+              f.equation.startswith("state ") and f.kind != "decoding-mismatch"}
+    found += [entry for entry in _unwritten_states(spec, unwritten, decls, step)
+              if entry[0].tensor not in misfit]
     pairs: dict[tuple, int] = {}        # (step inputs, full inputs, prover) -> combinations
     doubted: dict[tuple, dict] = {}     # the same -> outputs an earlier finding made doubtful
     for way, run in runs:

@@ -82,6 +82,10 @@ class Finding:
     # Shape), None when it suggests none: the checker offers it only where it fixes the
     # finding and moves it nowhere else
     redeclare: object = field(default=None, repr=False, compare=False)
+    # declarations of the tensors the equation reads whose shape gives what it does not
+    # claim, each with the shape that would give the claim, [(TensorDecl, Shape)]: the hint
+    # names them and their lines, and offers the first that fixes the finding
+    operands: list = field(default_factory=list, repr=False, compare=False)
 
     def key(self) -> tuple:
         return (self.kind, self.file, self.line, self.message, self.expected, self.inferred,

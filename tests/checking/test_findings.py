@@ -1146,3 +1146,35 @@ def test_an_operand_mismatch_names_the_operands():
                                "T vs T_dec")
     assert finding.hint == ("T and T_dec must be the same size (or one of them 1, to "
                             "broadcast): check the declared shapes of X (line 5) and P (line 6)")
+
+
+def test_a_declaration_far_from_its_use_is_named_with_its_line():
+    # W_K declared H*d_k wide under grouped heads: the finding is at K_proj's equation, and
+    # the hint named only that line ("fix the equation"), never W_K's
+    text = api.BUILTIN_SPEC.read_text()
+    old = 'param W_K "d_model H_kv*d_k"'
+    assert text.count(old) == 1
+    line = 1 + text[:text.index(old)].count("\n")
+    equation = 1 + text[:text.index('K_proj "B T_kv H_kv*d_k"')].count("\n")
+    spec = tspec.parse(text.replace(old, 'param W_K "d_model H*d_k"'), file="t.tspec")
+    variant = api.load("llama3_8b")
+    report = api.check(tspec.Variant("l83", spec, variant.dims, variant.choices))
+    first = report.findings[0]
+    assert (first.line, first.kind, first.caused_by) == (equation, "shape-mismatch", None)
+    assert first.hint == (f'declare W_K (line {line}) as "d_model H_kv*d_k", or fix the '
+                          'equation (declaring K_proj as "B T_dec H*d_k" would move the '
+                          f'mismatch to line {equation + 18})')
+    # one report: every other finding follows from it, as every command counts them
+    assert all(f.caused_by is not None for f in report.findings[1:])
+    assert summary(report.findings) == "1 finding and 9 consequences"
+
+
+def test_a_declaration_the_claim_needs_is_offered_where_it_fixes_and_named_where_not():
+    text = HEADER + 'input X "B T d"\nparam W "d T"\nY "B T d" = X @ W\nZ "B T T" = Y @ X.T\n'
+    assert findings_of(text)[0].hint == (
+        'declare W (line 5) as "d d", or fix the equation (declaring Y as "B T T" would move '
+        'the mismatch to line 7)')
+    # another use needs W as it is: redeclared, it would not fit there
+    assert findings_of(text + 'U "B T T" = X @ W\n')[0].hint == (
+        'fix the equation (declaring Y as "B T T" would move the mismatch to line 7); the '
+        'equation\'s T comes from W, declared at line 5 as "d T"')

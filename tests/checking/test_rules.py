@@ -123,8 +123,9 @@ STEP_INPUT = '        input u "B T_new" int "ids of the positions this step adds
 @pytest.mark.parametrize("edit, where, message", [
     # a cache updated with the new keys alone
     ((("        update K_past = K_h\n", "        update K_past = K_n\n"),), 159,
-     ("update K_past = K_n: K_n has T_new positions where K_past has T_past; a cache keeps its "
-     "positions and adds the new ones")),
+     ("update K_past = K_n: K_n is [H] B T_new d_k (axis 1), where the next step's K_past is "
+      "[H] B T_new+T_past d_k ([H] B T_past d_k with T_past + T_new for T_past: the positions "
+      "it has and this step's new ones)")),
     # the step's ids renamed: an input the full model does not take
     (((STEP_INPUT, STEP_INPUT.replace("input u", "input w")),
       ('            X_dec "B T_new d_model" "the new positions\' token embeddings" = E[u]\n',
