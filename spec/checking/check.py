@@ -201,6 +201,7 @@ class _Scope:
             self.report_claim("not-divisible", verdict,
                               f"{what}: {format_expr(divisor)} must divide {format_expr(n)}",
                               [divisor, n], hint=hint, suggested=suggested)
+            self.checker.findings[-1].claim = (self.checker.prover, ("divides", divisor, n))
 
     def at_most(self, a, b, what):
         a, b = self.resolve(a), self.resolve(b)
@@ -212,6 +213,7 @@ class _Scope:
             self.report_claim("out-of-range", verdict,
                               f"{what}: {format_expr(a)} must not exceed {format_expr(b)}",
                               [a, b], hint=hint, suggested=suggested)
+            self.checker.findings[-1].claim = (self.checker.prover, ("at_most", a, b))
             table = self.table() if suggested is None and what.endswith("vs table length") \
                 else None
             if table is not None:
@@ -1989,10 +1991,19 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     for key in sorted(causes, key=lambda k: _place(merged[k])):
         if merged[key].suggested is not None:
             fixed_by.setdefault(merged[key].suggested, []).append(key)
+    # and those such a constraint proves, whatever their own hints say (`require T <=
+    # max_len` settles a relative bias's 2*T - 1 <= 2*max_len - 1 too)
+    for relation, keys in fixed_by.items():
+        for key in sorted(causes, key=lambda k: _place(merged[k])):
+            claim = merged[key].claim
+            if key not in keys and claim is not None and merged[key].caused_by is None and \
+                    _settles(claim, relation):
+                keys.append(key)
     for first, *rest in fixed_by.values():
         for key in rest:
-            merged[key].cause = first
-            causes.discard(key)
+            if key in causes:
+                merged[key].cause = first
+                causes.discard(key)
     for key, said in record_cache.get(("evidence",), {}).items():
         if key in merged and len(said) == 1:
             merged[key].hint = _weighed_hint(merged[key], *said.items())
@@ -2153,6 +2164,17 @@ def _offered(spec: Spec, finding: Finding, combo: dict, known: list, provers: di
         return f"start {decl.name} from a tensor of its shape (declared {written}, it " \
                f"{effect})"
     return f"fix the equation (declaring {decl.name} as {written} {effect})"
+
+
+def _settles(claim: tuple, relation) -> bool:
+    """Whether adding ``relation`` as a constraint proves a failed claim, ``(prover,
+    (method, *arguments))``."""
+    prover, (method, *arguments) = claim
+    added = Prover(prover.dims, prover.constraints + [relation], prover.lets, prover.values)
+    try:
+        return getattr(added, method)(*arguments).proved
+    except TypeError:       # as offers(): no proof this way
+        return False
 
 
 def _declares(statements: list, decl: TensorDecl) -> bool:

@@ -86,6 +86,10 @@ class Finding:
     # claim, each with the shape that would give the claim, [(TensorDecl, Shape)]: the hint
     # names them and their lines, and offers the first that fixes the finding
     operands: list = field(default_factory=list, repr=False, compare=False)
+    # the claim that failed, where a constraint could settle it: (the Prover it was judged
+    # by, (method, *arguments)); a constraint another finding suggests that proves it makes
+    # this finding follow from that one
+    claim: object = field(default=None, repr=False, compare=False)
 
     def key(self) -> tuple:
         return (self.kind, self.file, self.line, self.message, self.expected, self.inferred,

@@ -1178,3 +1178,16 @@ def test_a_declaration_the_claim_needs_is_offered_where_it_fixes_and_named_where
     assert findings_of(text + 'U "B T T" = X @ W\n')[0].hint == (
         'fix the equation (declaring Y as "B T T" would move the mismatch to line 7); the '
         'equation\'s T comes from W, declared at line 5 as "d T"')
+
+
+def test_findings_one_suggested_constraint_settles_are_grouped_beneath_the_first():
+    # `require T <= max_len`, suggested for the rows taken, settles the relative offsets'
+    # 2*T - 1 <= 2*max_len - 1 too, though that one's hint writes it otherwise: one fix,
+    # one finding (they were two, as the README promises they are not)
+    found = findings_of(HEADER + 'dim H "heads"\ndim max_len "positions"\n'
+                        'param P "max_len d" "table"\nparam R[H] "2*max_len-1" "bias"\n'
+                        'Q "T d" = P[:T]\nS[H] "T T" = relative_position_bias(R, T, T)\n')
+    assert [(f.line, f.kind, f.caused_by is None) for f in found] == [
+        (8, "out-of-range", True), (9, "out-of-range", False)]
+    assert found[0].hint == "add the constraint `require T <= max_len`"
+    assert summary(found) == "1 finding and 1 consequence"
