@@ -2064,25 +2064,33 @@ def _moved(spec: Spec, finding: Finding, decl: TensorDecl, wrong: dict, combo: d
     and every copy of it a block built ``from`` another holds, checked under ``combo``: None
     where it has the finding no more and no finding it had not (besides those that followed
     from this one), else the findings it has at the finding's place or new ones."""
-    def same(s) -> bool:
-        return isinstance(s, TensorDecl) and (s.file, s.line, s.name, s.role) == \
-            (decl.file, decl.line, decl.name, decl.role) and s.shape is not None
+    def amended(s):
+        if isinstance(s, TensorDecl) and s.shape is not None and \
+                (s.file, s.line, s.name, s.role) == (decl.file, decl.line, decl.name, decl.role):
+            return replace(s, shape=Shape(tuple(wrong.get(d, d) for d in s.shape.dims),
+                                          s.shape.family))
+        return None
 
-    def amend(s):
-        return replace(s, shape=Shape(tuple(wrong.get(d, d) for d in s.shape.dims),
-                                      s.shape.family))
+    still, moved = _rechecked(spec, finding, amended, combo, known, provers, block_cache)
+    return still + moved if still or moved else None
 
+
+def _rechecked(spec: Spec, finding: Finding, amended, combo: dict, known: list,
+               provers: dict, block_cache: dict) -> tuple[list, list]:
+    """The spec with each declaration ``amended`` gives another for (None: kept) checked
+    under ``combo``, the blocks that hold one and those that call them again, the rest as
+    they were: the findings it has at the finding's place (``still``), and those it has that
+    the spec had not, besides what followed from this finding (``moved``)."""
     def swap(statements: list) -> list:
-        return [amend(s) if same(s) else
-                replace(s, body=swap(s.body), otherwise=swap(s.otherwise))
-                if isinstance(s, When) else s for s in statements]
+        return [replace(s, body=swap(s.body), otherwise=swap(s.otherwise))
+                if isinstance(s, When) else amended(s) or s for s in statements]
 
-    amended = replace(spec, body=swap(spec.body), blocks={
-        name: replace(block, body=swap(block.body), inputs=swap(block.inputs))
-        for name, block in spec.blocks.items()})
     changed = {name for name, block in spec.blocks.items()
-               if any(same(s) for s in every_record(block.body)) or
-               any(same(d) for d in block.inputs)}
+               if any(amended(s) for s in every_record(block.body)) or
+               any(amended(d) for d in block.inputs)}
+    amended_spec = replace(spec, body=swap(spec.body), blocks={
+        name: replace(block, body=swap(block.body), inputs=swap(block.inputs))
+        if name in changed else block for name, block in spec.blocks.items()})
     while True:
         callers = {name for name, block in spec.blocks.items()
                    if name not in changed and _calls(block.body) & changed}
@@ -2091,10 +2099,10 @@ def _moved(spec: Spec, finding: Finding, decl: TensorDecl, wrong: dict, combo: d
         changed |= callers
     kept = {key: value for key, value in block_cache.items() if key[0] not in changed}
     try:
-        after = _check(amended, combo, None, False, verify=False, provers=provers,
+        after = _check(amended_spec, combo, None, False, verify=False, provers=provers,
                        block_cache=kept).findings
     except SpecError:
-        return [finding]
+        after = [finding]
 
     def root(f: Finding) -> Finding:
         while f.caused_by is not None:
@@ -2106,7 +2114,7 @@ def _moved(spec: Spec, finding: Finding, decl: TensorDecl, wrong: dict, combo: d
              (finding.file, finding.line, finding.kind)]
     moved = sorted((f for f in after if (f.kind, f.line, f.message) not in seen and
                     f not in still), key=_place)
-    return still + moved if still or moved else None
+    return still, moved
 
 
 def _offered(spec: Spec, finding: Finding, combo: dict, known: list, provers: dict,
@@ -2118,40 +2126,8 @@ def _offered(spec: Spec, finding: Finding, combo: dict, known: list, provers: di
     moved). Else the hint says what the declaration would do."""
     decl, shape = finding.redeclare
     swapped = replace(decl, shape=shape)
-
-    def swap(statements: list) -> list:
-        return [swapped if s is decl else
-                replace(s, body=swap(s.body), otherwise=swap(s.otherwise))
-                if isinstance(s, When) else s for s in statements]
-
-    amended = replace(spec, body=swap(spec.body), blocks={
-        name: replace(block, body=swap(block.body)) for name, block in spec.blocks.items()})
-    # the blocks the declaration is in, and those that call them, are checked again; the
-    # rest as they were
-    changed = {name for name, block in spec.blocks.items() if _declares(block.body, decl)}
-    while True:
-        callers = {name for name, block in spec.blocks.items()
-                   if name not in changed and _calls(block.body) & changed}
-        if not callers:
-            break
-        changed |= callers
-    kept = {key: value for key, value in block_cache.items() if key[0] not in changed}
-    try:
-        after = _check(amended, combo, None, False, verify=False, provers=provers,
-                       block_cache=kept).findings
-    except SpecError:
-        after = [finding]
-    # what the check found besides this finding and what follows from it
-    def root(f: Finding) -> Finding:
-        while f.caused_by is not None:
-            f = f.caused_by
-        return f
-
-    seen = {(f.kind, f.line, f.message) for f in known if root(f) is not finding}
-    still = [f for f in after if (f.file, f.line, f.kind) ==
-             (finding.file, finding.line, finding.kind)]
-    moved = sorted((f for f in after if (f.kind, f.line, f.message) not in seen and
-                    f not in still), key=_place)
+    still, moved = _rechecked(spec, finding, lambda s: swapped if s is decl else None, combo,
+                              known, provers, block_cache)
     if not still and not moved:
         return finding.hint
     written = f'"{_declaration(shape)}"'
