@@ -358,7 +358,7 @@ def _readme_check_examples() -> list[tuple[list[str], list[str]]]:
 
 def test_the_readmes_check_examples_are_what_check_prints(capsys, tmp_path, monkeypatch):
     examples = _readme_check_examples()
-    assert len(examples) == 3
+    assert len(examples) == 4
     for argv, shown in examples:
         if "mine.tspec" in argv:
             # the built-in spec with line 219's weight declared d_ff d_ff
