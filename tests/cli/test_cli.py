@@ -10,7 +10,7 @@ from support.command_line import ROOT, run
 from support.refusals import raises
 
 from tspec import api, cli
-from tspec.checking.findings import KINDS
+from tspec.checking.findings import KINDS, findings_text
 from tspec.errors import UsageError
 
 
@@ -396,3 +396,26 @@ def test_the_help_says_truly_which_commands_stop_at_a_time_limit(capsys):
     assert parser.epilog == ("check, diff, shapes and docs stop at --time-limit (default 60 s) "
                              "with an error, exit 2; run only when given one; generate, "
                              "import, audit and list take none.")
+
+
+@pytest.mark.parametrize("argv, code, refused", [
+    (["shapes", "{mine}"], 1, "the shapes listed are those declared, not proved"),
+    (["diff", "{mine}", "big"], 2, "nothing compared"),
+    (["check", "{mine}", "--grid", "N=2,4"], 1, "no combination judged"),
+    (["run", "{mine}"], 1, "nothing to run"),
+    (["docs", "{mine}", "--out", "{out}"], 1, "no documentation written"),
+    (["generate", "{mine}", "--out", "{out}"], 1, "no code generated"),
+])
+def test_every_command_reports_a_dim_set_for_nothing_as_check_does(capsys, tmp_path, argv,
+                                                                    code, refused):
+    # H_kv without key_value_heads = grouped: check said "proved", and run built full
+    # multi-head attention (W_K d_model x H*d_k) whatever H_kv said
+    mine = tmp_path / "mine.toml"
+    mine.write_text((ROOT / "spec" / "variants" / "base.toml").read_text().replace(
+        "N = 6\n", "N = 6\nH_kv = 4\n"))
+    said = "\n".join(findings_text(api.check(str(mine)).findings))
+    assert said.startswith(f"{mine}:10: unused-dim: H_kv is set but unused: it is used under "
+                           "key_value_heads = grouped\n    equation: H_kv = 4")
+    got, _, err = run(capsys, *(a.format(mine=mine, out=tmp_path / "out") for a in argv))
+    assert (got, err) == (code, f"{said}\ntspec: 1 finding in mine: {refused}\n")
+    assert not (tmp_path / "out").exists()
