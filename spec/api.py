@@ -20,9 +20,10 @@ from tspec.analysis.grid import evaluate as evaluate_grid
 from tspec.checking import limits
 from tspec.checking.check import Result, TensorRow
 from tspec.checking.check import check as check_spec
+from tspec.checking.findings import summary
 from tspec.checking.prove import Prover
 from tspec.checking.report import Report, check_variant, require_proved
-from tspec.errors import UsageError, quoted
+from tspec.errors import FindingsError, UsageError, quoted
 from tspec.language.model import Spec
 from tspec.language.names import module_name_like
 from tspec.language.parser import parse_file
@@ -245,6 +246,13 @@ def diff(a: Variant | Spec | str, b: Variant | Spec | str,
     parameters, FLOPs and activation memory of the model and of each block. ``settings``
     apply to both sides."""
     first, second = _variant(a, settings), _variant(b, settings)
+    # both sides checked as `tspec check` checks them, before either is counted
+    found = [(variant, check_variant(variant).findings) for variant in (first, second)]
+    if any(findings for _, findings in found):
+        said = " and ".join(f"{summary(findings)} in {variant.name}"
+                            for variant, findings in found if findings)
+        raise FindingsError(f"{said}: nothing compared",
+                            [f for _, findings in found for f in findings], exit_status=2)
     return compare(profile(first, shapes(first)), profile(second, shapes(second)))
 
 

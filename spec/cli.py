@@ -354,8 +354,10 @@ def _failure(error: BaseException, output: _Output) -> int:
             output.abandon()
         _say("tspec: interrupted")
         return EXIT_INTERRUPTED
-    if isinstance(error, FindingsError):
-        # the findings as `tspec check` lists them, then what the command did not do
+    if isinstance(error, FindingsError) and error.exit_status != EXIT_USAGE:
+        # the findings as `tspec check` lists them, then what the command did not do (where
+        # findings exit 2, as diff's, whose 1 says the two differ: the one error line, the
+        # first named in it)
         for text in findings_text(error.findings):
             _say(text)
         _say(f"tspec: {_one_line(error.message)}")

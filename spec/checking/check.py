@@ -650,7 +650,7 @@ class _Run:
         second broken constraint) is no reason to refuse a candidate."""
         parts = []
         order = sorted((s for s in involved if s in given),
-                       key=lambda s: (0 if _is_divisor(s, self.constraints) else 1, str(s)))
+                       key=lambda s: (0 if s in self.divisors() else 1, str(s)))
         for symbol in order:
             value = given[symbol]
             below = next((v for v in range(value - 1, max(0, value - NEAREST_WINDOW), -1)
@@ -664,6 +664,14 @@ class _Run:
                 parts.append(f"no valid {symbol} within {NEAREST_WINDOW - 1} of {value} with "
                              "the other dims held")
         return "; ".join(parts)
+
+    def divisors(self) -> set:
+        """The dims some constraint divides by (``require d_model % H == 0``: H), once a run."""
+        if getattr(self, "_divisors", None) is None:
+            self._divisors = {c.relation.lhs.args[1] for c in self.constraints
+                              if isinstance(c.relation, sympy.Eq) and
+                              isinstance(c.relation.lhs, sympy.Mod)}
+        return self._divisors
 
     def valid(self, given: dict, symbol, value: int) -> bool:
         """Whether ``symbol = value``, the other dims as given, leaves every derived dim and
@@ -1768,14 +1776,6 @@ def _input_dims(spec: Spec) -> set:
                     memo.update(s.shape.free_symbols())
         walk(spec.body)
     return memo
-
-
-def _is_divisor(symbol, constraints: list[Constraint]) -> bool:
-    for c in constraints:
-        r = c.relation
-        if isinstance(r, sympy.Eq) and isinstance(r.lhs, sympy.Mod) and r.lhs.args[1] == symbol:
-            return True
-    return False
 
 
 def _plain(value):

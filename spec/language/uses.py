@@ -140,23 +140,30 @@ def dim_uses(spec: Spec) -> dict[str, list[Condition]]:
                 joined = _joined(outer, condition)
                 if joined is not None:
                     uses[dim].add(joined)
-    # a derived dim's definition uses its dims wherever the derived dim is used
-    symbols = spec.symbols()
-    for _ in range(len(lets) + 1):
-        grown = False
-        for let, condition in lets:
-            for where in list(uses.get(let.dim, ())):
+    # a derived dim's definition uses its dims wherever the derived dim is used: a worklist,
+    # each definition passed on again only when its dim gains a condition (a chain of n
+    # derived dims is n steps, not n rounds of n)
+    defining: dict[str, list] = {}
+    for let, condition in lets:
+        used = [names[sym] for sym in let.expr.free_symbols
+                if sym in names and names[sym] != let.dim]
+        defining.setdefault(let.dim, []).append((condition, used))
+    pending = [dim for dim in defining if uses.get(dim)]
+    passed: dict[str, set] = {}
+    while pending:
+        dim = pending.pop()
+        fresh = uses[dim] - passed.setdefault(dim, set())
+        passed[dim] |= fresh
+        for condition, used in defining[dim]:
+            for where in fresh:
                 joined = _joined(where, condition)
                 if joined is None:
                     continue
-                for symbol in let.expr.free_symbols:
-                    name = names.get(symbol)
-                    if name is not None and joined not in uses[name] and \
-                            symbols[name] != symbols.get(let.dim):
+                for name in used:
+                    if joined not in uses[name]:
                         uses[name].add(joined)
-                        grown = True
-        if not grown:
-            break
+                        if name in defining:
+                            pending.append(name)
     memo = {name: _pruned(found) for name, found in uses.items()}
     spec.__dict__["_dim_uses"] = memo
     return memo

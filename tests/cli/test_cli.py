@@ -400,7 +400,6 @@ def test_the_help_says_truly_which_commands_stop_at_a_time_limit(capsys):
 
 @pytest.mark.parametrize("argv, code, refused", [
     (["shapes", "{mine}"], 1, "the shapes listed are those declared, not proved"),
-    (["diff", "{mine}", "big"], 2, "nothing compared"),
     (["check", "{mine}", "--grid", "N=2,4"], 1, "no combination judged"),
     (["run", "{mine}"], 1, "nothing to run"),
     (["docs", "{mine}", "--out", "{out}"], 1, "no documentation written"),
@@ -419,3 +418,9 @@ def test_every_command_reports_a_dim_set_for_nothing_as_check_does(capsys, tmp_p
     got, _, err = run(capsys, *(a.format(mine=mine, out=tmp_path / "out") for a in argv))
     assert (got, err) == (code, f"{said}\ntspec: 1 finding in mine: {refused}\n")
     assert not (tmp_path / "out").exists()
+    # diff's exit 1 says the two differ: it refuses in its one error line, exit 2, counting
+    # each side's findings alike
+    got, _, err = run(capsys, "diff", str(mine), "big", "--set", "T_past=3")
+    assert (got, err) == (2, ("tspec: error: 2 findings in mine and 1 finding in big: nothing "
+                             f"compared (the first: {mine}:10: unused-dim: H_kv is set but "
+                             "unused: it is used under key_value_heads = grouped)\n"))

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from support import reference_numpy
 from support.compare import assert_close
 from support.refusals import raises
+from support.specs import settings_for
 from support.strategies import variants
 
 from tspec import api, cli, codegen
@@ -618,7 +619,7 @@ _SMALL = {"B": 2, "T": 3, "T_dec": 4, "d_model": 8, "H": 2, "H_kv": 1, "d_ff": 5
           {**{k: v for k, v in _SMALL.items() if k != "H_kv"}, "d_model": 9, "H": 3}))
 def test_random_variants_compute_the_proved_shapes_and_the_reference_numbers(variant):
     choices, dims = variant
-    variant_object = api.load("transformer", [f"{k}={v}" for k, v in {**choices, **dims}.items()])
+    variant_object = api.load("transformer", settings_for(SPEC, choices, dims))
     assert api.check(variant_object).ok
     module = generated(**choices)
     params = weights.random_params(weights.expected_shapes(SPEC, choices, dims), 1, np.float64)

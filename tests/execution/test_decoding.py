@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from support.arrays import BACKENDS, CUPY, CUPY_ON_CPU, DEVICES, MARKS, NUMPY, keywords, to_numpy
 from support.command_line import run
 from support.compare import assert_close
-from support.specs import TINY
+from support.specs import TINY, settings_for
 
 from tspec import api
 from tspec.checking.check import check
@@ -436,8 +436,7 @@ def decoding_variants(draw):
            "T_dec": 7, "max_len": 7, "W": 2}, 3, [1, 2, 1]))
 def test_random_models_decode_to_the_full_forwards_logits_in_the_proved_shapes(arrays, drawn):
     choices, dims, prompt, steps = drawn
-    assert api.check(api.load("transformer", [f"{k}={v}" for k, v in
-                                              {**choices, **dims}.items()])).ok
+    assert api.check(api.load("transformer", settings_for(SPEC, choices, dims))).ok
     model = module(arrays, **choices)
     params = arrays.put(weights.nest(weights.random_params(
         weights.expected_shapes(SPEC, choices, dims), 4, np.float64)))
@@ -465,9 +464,8 @@ def test_random_models_decode_to_the_full_forwards_logits_in_the_proved_shapes(a
     assert_close(by_position(logits), by_position(reference), "float64")
     # the last step's cache, layer by layer, in the shapes the checker proved for the step
     start, cache = after[-1]
-    step = api.load("transformer", [f"{k}={v}" for k, v in {
-        **choices, **dims, "decoding": "step", "T_past": start,
-        "T_new": T_dec - start}.items()])
+    step = api.load("transformer", settings_for(SPEC, {**choices, "decoding": "step"}, {
+        **dims, "T_past": start, "T_new": T_dec - start}))
     proved = {row.name: (row.symbolic, row.concrete) for row in api.shapes(step)
               if row.role == "state"}
     assert proved

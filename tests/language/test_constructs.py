@@ -165,11 +165,15 @@ def test_every_command_treats_a_flaw_as_a_finding(tmp_path, capsys, monkeypatch)
     for argv, code, refused in (
             (["shapes", "f.toml"], 1, "the shapes listed are those declared, not proved"),
             (["docs", "f.toml", "--out", "out"], 1, "no documentation written"),
-            (["diff", "f.toml", "f.toml"], 2, "nothing compared"),
             (["generate", "f.toml", "--out", "out"], 1, "no code generated"),
             (["check", "f.toml", "--grid", "d=3,4"], 1, "no combination judged"),
             (["run", "f.toml"], 1, "nothing to run")):
         assert run(capsys, *argv)[::2] == (code, said.format(refused)), argv
+    # diff, whose 1 says the two differ, in its one error line
+    assert run(capsys, "diff", "f.toml", "f.toml")[::2] == (2, (
+        "tspec: error: 1 finding in f and 1 finding in f: nothing compared (the first: "
+        "f.tspec:8: not-an-op: act=swiglu names no activation op; put this equation under "
+        "`when act != swiglu`)\n"))
     code, out, _ = run(capsys, "shapes", "f.toml")
     assert "Y       intermediate  float  B T d           1 2 3" in out
 

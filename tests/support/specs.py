@@ -35,3 +35,13 @@ else:
     Y "B T_new d" "output at the new positions" = attend_cached(X) as first
 output Y
 """
+
+
+def settings_for(spec, choices: dict, dims: dict) -> list[str]:
+    """``--set NAME=VALUE`` for the choices, and for those of the dims they use: a value
+    given for a dim nothing under the choices uses is a finding (unused-dim), so a test that
+    draws one set of sizes for every choice gives each variant its own."""
+    from tspec.language.uses import used_dims
+    used = used_dims(spec, spec.choice_values(choices))
+    return [f"{k}={v}" for k, v in choices.items()] + \
+        [f"{k}={v}" for k, v in dims.items() if k in used]
