@@ -28,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 
 from tspec import api
-from tspec.checking.report import check_variant, require_proved
+from tspec.checking.report import require_proved
 from tspec.codegen import ir
 from tspec.codegen.backends import BACKENDS
 from tspec.codegen.backends import backend as backend_named
@@ -152,16 +152,14 @@ def module_name(variant: Variant) -> str:
 def variant_source(variant: Variant, backend: str = "numpy") -> str:
     """The module of one variant, or of a spec under its default choices (what
     ``tspec generate VARIANT_OR_SPEC`` writes): the code its choices give, its dims and
-    settings the defaults of the keywords that take them. The variant is checked first, under
-    those choices alone and at its sizes, as `tspec check` checks it: a finding is a
+    settings the defaults of the keywords that take them. It is checked first as `tspec
+    check` checks it (a variant under its choices and at its sizes; a spec under every
+    combination of its choices, though the module is its default choices'): a finding is a
     FindingsError, nothing is generated."""
     chosen = backend_named(backend).name
-    spec_alone = variant.is_spec
     origin = "" if variant.is_spec else _shown_variant(variant)
+    require_proved(variant, "no code generated")
     variant = dataclasses.replace(variant, is_spec=False)     # a spec: its default choices
-    # (a spec's dims are the module's arguments: none needs a value)
-    require_proved(variant, "no code generated",
-                   check_variant(variant, needs_values=not spec_alone))
     # keyed as the keywords are spelt: a dim named like a setting (eps) is spelt apart (eps_)
     spelt = Spelling.of(variant.spec)
     return source(variant.spec, variant.choices, chosen,

@@ -208,9 +208,14 @@ class ShapeRow:
     declared: bool
 
 
-def shapes(target: Variant | str, settings: list[str] | None = None) -> list[ShapeRow]:
-    """Every tensor of a variant with its symbolic and concrete shape."""
+def shapes(target: Variant | str, settings: list[str] | None = None, *,
+           proved: bool = True) -> list[ShapeRow]:
+    """Every tensor of a variant with its symbolic and concrete shape; a variant with findings
+    is a FindingsError, as for `tspec run` (``proved`` False: the shapes as declared, whatever
+    the checker finds, as `tspec shapes` lists them before it says what it found)."""
     variant = _variant(target, settings)
+    if proved:
+        require_proved(variant, "no shapes listed")
     spec = variant.spec
     result = check_spec(spec, variant.choices)
     limits.doing(f"listing the shapes of {variant.name}")
@@ -237,7 +242,10 @@ def grid(target: Variant | Spec | str, axes: Mapping | Sequence[Axis],
     variant = _variant(target, settings)
     fixed = {parse_setting(setting)[0] for setting in settings or ()}
     axes = axes_from(axes) if isinstance(axes, Mapping) else list(axes)
-    return evaluate_grid(variant, axes, fixed)
+    found = evaluate_grid(variant, axes, fixed)
+    # a proof with findings judges no combination: said, as every command says it
+    require_proved(variant, "no combination judged", found.proof)
+    return found
 
 
 def diff(a: Variant | Spec | str, b: Variant | Spec | str,
@@ -253,17 +261,19 @@ def diff(a: Variant | Spec | str, b: Variant | Spec | str,
                             for variant, findings in found if findings)
         raise FindingsError(f"{said}: nothing compared",
                             [f for _, findings in found for f in findings], exit_status=2)
-    return compare(profile(first, shapes(first)), profile(second, shapes(second)))
+    return compare(profile(first, shapes(first, proved=False)),
+                   profile(second, shapes(second, proved=False)))
 
 
 def source(target: Variant | Spec | str, settings: list[str] | None = None, *,
            backend: str = "numpy") -> str:
     """The generated module of a spec or variant for ``backend`` ("numpy" or "cupy"): what
     `tspec generate` writes for its choices, every other choice at its default (only choices
-    matter: dims are arguments of the generated functions). A spec not proved under those
-    choices is a CodegenError."""
+    matter: dims are arguments of the generated functions). Checked first as `tspec check`
+    and ``compile`` check it: a finding is a FindingsError."""
     from tspec.codegen.generate import source as generated_source
     variant = _variant(target, settings)
+    require_proved(variant, "no code generated")
     return generated_source(variant.spec, variant.choices, backend)
 
 

@@ -38,19 +38,16 @@ class Report:
         return self.proof.notes
 
 
-def check_variant(variant: Variant, time_limit: float | None = limits.TIME_LIMIT, *,
-                  needs_values: bool = True) -> Report:
+def check_variant(variant: Variant, time_limit: float | None = limits.TIME_LIMIT) -> Report:
     """Check a spec (every choice combination) or a variant (its choices, then its values),
-    within ``time_limit`` seconds (None: no limit; past it, a LimitError). ``needs_values``
-    False: a dim the choices use may have no value (a spec's module under its default
-    choices, whose dims are arguments)."""
+    within ``time_limit`` seconds (None: no limit; past it, a LimitError)."""
     spec = variant.spec
     every = variant.is_spec
     with limits.time_limit(time_limit):
         proof = check_spec(spec, variant.choices, all_choices=every)
         concrete = check_spec(spec, variant.choices, variant.dims, all_choices=every) \
             if variant.dims else None
-    findings = value_findings(variant, needs_values) + _merged(proof.findings,
+    findings = value_findings(variant) + _merged(proof.findings,
                                                  concrete.findings if concrete else [])
     return Report(variant, proof, concrete, findings)
 

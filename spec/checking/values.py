@@ -14,7 +14,7 @@ from tspec.language.uses import condition_text, dim_uses, holds, unused
 from tspec.language.variant import RUN_DEFAULTS, Variant
 
 
-def value_findings(variant: Variant, needs_values: bool = True) -> list[Finding]:
+def value_findings(variant: Variant) -> list[Finding]:
     """The findings of a variant's values against its choices (see the module's docs), each
     at the line that gives the value (the variant's file), in the order the spec declares
     the dims."""
@@ -37,7 +37,7 @@ def value_findings(variant: Variant, needs_values: bool = True) -> list[Finding]
             message=f"{item.dim} is set but unused: {item.text(spec)}",
             file=where, line=line, equation=text, dims={item.dim: given[item.dim]},
             hint=hint, scope="variant"))
-    if variant.is_spec or not needs_values:
+    if variant.is_spec:
         return found
     found += missing(variant, chosen, where)
     return found

@@ -130,8 +130,11 @@ def test_a_failed_proof_judges_nothing(capsys):
     code, out, err = run(capsys, "check", "seed_004", "--grid", "N=4,8")
     assert code == 1 and out == ""
     assert err.endswith("tspec: 30 findings in seed_004: no combination judged\n")
-    grid = tspec.grid("seed_004", {"N": [4, 8]})
-    assert not grid.proved and len(grid) == 0 and list(grid.points()) == []
+    # in Python too: it said "0 combinations" and "proved once", no exception
+    with pytest.raises(tspec.FindingsError) as refused:
+        tspec.grid("seed_004", {"N": [4, 8]})
+    assert refused.value.message == "30 findings in seed_004: no combination judged"
+    assert len(refused.value.findings) == 30
 
 
 # ---------------------------------------------------------------------------------------------

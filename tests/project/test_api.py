@@ -110,3 +110,20 @@ def test_load_weights_reads_them_as_the_generated_code_takes_them(tmp_path, suff
     with raises(tspec.WeightsError, f"{path}: parameter E has shape (50, 16); the spec "
                 "expects (60, 16)"):
         tspec.load_weights("gpt2_small", path, [*TINY[:-1], "V=60"])
+
+
+def test_every_call_that_needs_a_proved_model_refuses_one_with_findings_alike(monkeypatch):
+    # grid said "0 combinations" and "proved once", shapes returned the declared shapes, and
+    # source returned code compile refused: each now raises as run does
+    monkeypatch.chdir(ROOT)
+    said = ("1 finding in base: {} (the first: spec/variants/base.toml: unused-dim: H_kv is "
+            "set but unused: it is used under key_value_heads = grouped)")
+    for call, refused in ((lambda: tspec.grid("base", {"N": [2, 4]}, ["H_kv=4"]),
+                           "no combination judged"),
+                          (lambda: tspec.shapes("base", ["H_kv=4"]), "no shapes listed"),
+                          (lambda: tspec.source("base", ["H_kv=4"]), "no code generated"),
+                          (lambda: tspec.compile("base", ["H_kv=4"]), "no code generated"),
+                          (lambda: tspec.run("base", ["H_kv=4"]), "nothing to run")):
+        with raises(tspec.FindingsError, said.format(refused)):
+            call()
+    assert len(tspec.shapes("base", ["H_kv=4"], proved=False)) > 100
