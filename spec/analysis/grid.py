@@ -33,8 +33,9 @@ import numpy as np
 from tspec.analysis.counts import DTYPE, costs, free_sizes, used_dims
 from tspec.analysis.evaluate import Evaluator, Exact, as_integers, free_symbols
 from tspec.checking import limits
+from tspec.checking.check import check as check_spec
 from tspec.checking.findings import display_path, format_value
-from tspec.checking.report import Report, check_variant
+from tspec.checking.report import Report, check_variant, require_none, sizes_text
 from tspec.errors import GridError
 from tspec.language.expr import degree, derived_degrees
 from tspec.language.model import Constraint, Let, choices_in_force, select
@@ -593,8 +594,24 @@ def judge(plan: Plan, axes: list[Axis]) -> Grid:
                                               let.file, let.line) for let in lets]
     sizes, free, counted = _count_setup(plan, fixed, grid_names) if plan.proof.ok else \
         ({}, [], dict.fromkeys(COUNTS, False))
+    if plan.proof.ok:
+        _require_sizes(plan, fixed, sizes)
     return Grid(variant, axes, choices_in_force(spec, plan.choices), fixed, sizes, free,
                 plan.proof, reasons, plan, counted, _chunk(plan, fixed, axes))
+
+
+def _require_sizes(plan: Plan, fixed: dict, sizes: dict) -> None:
+    """The sizes the counts give the dims left free, with the dims every combination shares,
+    checked as `tspec docs` and `tspec diff` check theirs: a constraint they break whatever
+    the dims varied (require T_dec <= 100 at T_dec = max_len = 1024) leaves no combination
+    to count, and is said so, once."""
+    numbers = {name: size for name, size in sizes.items() if isinstance(size, int)}
+    if not numbers:
+        return
+    found = check_spec(plan.variant.spec, plan.choices, {**fixed, **numbers}).findings
+    require_none([f for f in found if f.scope == "variant"],
+                 f"in {plan.variant.name} at the sizes it is counted at "
+                 f"({sizes_text(numbers)})", "no combination judged")
 
 
 def _chunk(plan: Plan, fixed: dict, axes: list[Axis]) -> int:
@@ -623,9 +640,12 @@ def _judge(grid: Grid, start: int, stop: int, counted: bool) -> Chunk:
     count = stop - start
     values = {symbols[name]: value for name, value in {**grid.fixed, **columns}.items()}
     evaluator = Evaluator(values)
-    derived = _derive(evaluator, plan.lets, symbols, set(values))
-    broken = _broken(evaluator, plan.constraints, plan.lets, derived, symbols, set(values),
-                     count)
+    # judged at the sizes it is counted at (T_dec = max_len, B = 1): a constraint over them
+    # and the dims varied (require T_dec <= d_model) is one its counts must meet
+    sized = _sized(evaluator, grid.sizes, symbols)
+    derived = _derive(evaluator, plan.lets, symbols, set(values) | sized)
+    broken = _broken(evaluator, plan.constraints, plan.lets, derived, symbols,
+                     set(values) | sized, count)
     valid = ~broken.any(axis=0) if len(grid.reasons) else np.ones(count, dtype=bool)
     counts = _counts(grid, values, valid) if counted else dict.fromkeys(COUNTS)
     return Chunk(start, columns, valid, broken,
@@ -641,6 +661,13 @@ def _combinations(axes: list[Axis], start: int, stop: int) -> dict[str, np.ndarr
     if any(a.dtype == object for a in arrays):
         arrays = [a.astype(object) for a in arrays]
     return {axis.name: array for axis, array in zip(axes, arrays)}
+
+
+def _sized(evaluator: Evaluator, sizes: dict, symbols: dict) -> set:
+    """The dims the counts give sizes (``free_sizes``), put into the evaluator: their symbols."""
+    for name, size in sizes.items():
+        evaluator.memo[symbols[name]] = evaluator.value(size)
+    return {symbols[name] for name in sizes}
 
 
 def _derive(evaluator: Evaluator, lets: list[Let], symbols: dict, known: set) -> dict:
@@ -721,9 +748,8 @@ def _counts(grid: Grid, values: dict, valid: np.ndarray) -> dict:
     at_valid = {symbol: value if np.ndim(value) == 0 else value[valid]
                 for symbol, value in values.items()}
     evaluator = Evaluator(at_valid)
-    _derive(evaluator, plan.lets, symbols, set(at_valid))
-    for name, size in grid.sizes.items():
-        evaluator.memo[symbols[name]] = evaluator.value(size)
+    _derive(evaluator, plan.lets, symbols, set(at_valid) | _sized(evaluator, grid.sizes,
+                                                                   symbols))
     counts: dict = {}
     for key, expr in plan.counts.items():
         if not grid.counted[key]:

@@ -10,7 +10,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.command_line import run
+from support.command_line import ROOT, run
 from support.compare import assert_agrees
 
 import tspec
@@ -284,3 +284,25 @@ def test_help_gives_the_syntax_and_the_exit_status(capsys):
     assert "(with --grid: every combination is valid), 1 when there are findings (with " \
            "--grid: some combination is invalid, or the proof has findings), 2 on bad " \
            "usage." in out
+
+
+def test_a_grid_is_judged_at_the_sizes_it_is_counted_at(tmp_path, capsys):
+    # require T_dec <= 100 with T_dec counted at max_len = 1024: every combination was
+    # "valid", counted at sizes the spec refuses; docs and diff refused the same input
+    text = api.BUILTIN_SPEC.read_text()
+    (tmp_path / "t.tspec").write_text(text.replace("# Attention\n",
+                                                   "# Attention\nrequire T_dec <= 100\n", 1))
+    (tmp_path / "v.toml").write_text((ROOT / "spec" / "variants" / "gpt2_small.toml")
+                                     .read_text().replace('spec = "transformer"',
+                                                          'spec = "t.tspec"'))
+    code, out, err = run(capsys, "check", str(tmp_path / "v.toml"), "--grid", "N=1,2")
+    assert (code, out) == (1, "")
+    assert err.endswith("tspec: 1 finding in v at the sizes it is counted at (B = 1, T_dec = "
+                        "1024): no combination judged\n")
+    # a constraint over those sizes and a dim varied: each combination judged with them
+    (tmp_path / "t.tspec").write_text(text.replace("# Attention\n",
+                                                   "# Attention\nrequire T_dec <= d_model\n", 1))
+    grid = tspec.grid(str(tmp_path / "v.toml"), {"d_model": [768, 1536]}, ["H=12"])
+    assert [(p.dims["d_model"], p.valid, [b.statement for b in p.breaks])
+            for p in grid.points()] == [(768, False, ["require T_dec <= d_model"]),
+                                        (1536, True, [])]
