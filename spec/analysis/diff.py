@@ -22,6 +22,7 @@ from tspec.checking.findings import display_path
 from tspec.checking.prove import evaluate
 from tspec.checking.report import require_none, require_proved, sizes_text
 from tspec.language.model import choices_in_force, concrete_values
+from tspec.language.uses import settings_read
 from tspec.language.variant import Variant
 from tspec.numbers import integer_text
 from tspec.ops.catalogue import SETTINGS
@@ -108,12 +109,15 @@ def profile(variant: Variant, rows: list) -> Profile:
 
 
 def settings_in_force(variant: Variant) -> dict[str, object]:
-    """Every setting of the catalogue (in its order; then any other the variant has) at the
-    variant's value, or else at the catalogue's default, the value its generated code takes
-    when none is given: a setting added to the catalogue is compared with no change here."""
+    """Every setting of the catalogue (in its order) that an op the variant's choices apply
+    reads, at the variant's value, or else at the catalogue's default, the value its
+    generated code takes when none is given (a GPT-2 has no rotary base to compare): a
+    setting added to the catalogue is compared with no change here."""
+    spec = variant.spec
+    read = settings_read(spec, spec.choice_values(variant.choices))
     return {name: variant.settings[name] if name in variant.settings
             else _default(SETTINGS[name].default)
-            for name in _union(list(SETTINGS), list(variant.settings))}
+            for name in _union(list(SETTINGS), list(variant.settings)) if name in read}
 
 
 def _default(text: str) -> object:
@@ -311,8 +315,9 @@ def _shown(value) -> str:
 
 def _setting(value, name: str, side: Profile) -> str:
     """A setting's value as the diff shows it, ``(default)`` after one the variant leaves at
-    the catalogue's."""
-    return _shown(value) + ("" if name in side.variant.settings else " (default)")
+    the catalogue's; ``—`` where no op of the side reads it."""
+    return _shown(value) + ("" if value is None or name in side.variant.settings
+                            else " (default)")
 
 
 def _change(a, b) -> str:

@@ -32,6 +32,10 @@ KINDS = {
     "constraint-violated": "a variant's dim values break a constraint",
     "unused-dim": "a variant (or --set) gives a dim a value that nothing under its choices "
                   "uses: the choice that would use it is named",
+    "unused-choice": "a variant (or --set) sets a choice to an option no `when` under its other "
+                     "choices consults: the choice that would is named",
+    "unused-setting": "a variant (or --set) gives a run-time setting (eps, theta, ...) that no "
+                      "op the choices apply reads",
     "missing-dim": "a variant's choices use a dim that has no value, and none that tspec run "
                    "gives",
     "unsatisfiable": "no sizes meet every constraint, so every claim would hold vacuously",

@@ -487,7 +487,9 @@ class Prover:
         """Whether some sizes meet every constraint: 'yes', 'no' (proved) or 'unknown'.
 
         Unsatisfiable constraints would make every claim hold vacuously. Tries small sizes,
-        then seeded log-uniform samples up to 2**16; 'no' needs the linear constraints to be
+        then seeded log-uniform samples up to 2**16, then a point of the linear constraints'
+        region (any size: ``require 65536 <= L``) rounded up to whole sizes, each witness
+        checked exactly against every constraint; 'no' needs the linear constraints to be
         infeasible over the reals (sympy's exact simplex).
         """
         if "satisfiable" in self._cache:
@@ -497,10 +499,57 @@ class Prover:
             answer = "no"
         elif self.facts and not self._search(set().union(*(f.free_symbols for f in self.facts)),
                                              lambda values: True).disproved \
-                and not self._sampled_witness():
+                and not self._sampled_witness() and not self._region_witness():
             answer = "no" if self._linear_infeasible() else "unknown"
         self._cache["satisfiable"] = answer
         return answer
+
+    def _region_witness(self) -> bool:
+        """Whether a point of the region the linear constraints bound (every dim >= 1, the
+        fewest in sum: a floating-point simplex, SciPy's HiGHS), rounded up to whole sizes or
+        to multiples of a power of two (for the divisibility constraints), meets every
+        constraint, derived dims whole: found beyond the samples' 2**16."""
+        import numpy as np
+        from scipy.optimize import linprog as float_linprog
+        symbols = sorted(set().union(*(f.free_symbols for f in self.facts)), key=str)
+        derived = [e for s, e in self.substitution.items() if s not in self.values
+                   and e.free_symbols <= set(symbols)]
+        rows, bounds, equal, equal_bounds = [], [], [], []
+        for fact in self.facts:
+            if fact.has(sympy.Mod) or not isinstance(fact, (sympy.LessThan, sympy.GreaterThan,
+                                                             sympy.StrictLessThan,
+                                                             sympy.StrictGreaterThan,
+                                                             sympy.Eq)):
+                continue
+            difference = sympy.expand(fact.lhs - fact.rhs)
+            if not _linear(difference):
+                continue
+            sign = -1 if isinstance(fact, (sympy.GreaterThan, sympy.StrictGreaterThan)) else 1
+            strict = isinstance(fact, (sympy.StrictLessThan, sympy.StrictGreaterThan))
+            coefficients = [float(sign * difference.coeff(s)) for s in symbols]
+            constant = float(sign * difference.xreplace(dict.fromkeys(symbols, 0)))
+            if isinstance(fact, sympy.Eq):
+                equal.append(coefficients)
+                equal_bounds.append(-constant)
+            else:           # sign * (lhs - rhs) <= 0, or <= -1 where strict
+                rows.append(coefficients)
+                bounds.append(-constant - (1 if strict else 0))
+        if not symbols or not (rows or equal):
+            return False
+        found = float_linprog(np.ones(len(symbols)), A_ub=np.array(rows) if rows else None,
+                              b_ub=np.array(bounds) if rows else None,
+                              A_eq=np.array(equal) if equal else None,
+                              b_eq=np.array(equal_bounds) if equal else None,
+                              bounds=(1, None), method="highs")
+        if found.status != 0:
+            return False
+        point = [max(1, int(np.ceil(v - 1e-9))) for v in found.x]
+        for multiple in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+            values = {s: -(-v // multiple) * multiple if v > 1 else v
+                      for s, v in zip(symbols, point)}
+            if _admissible(values, derived, self.facts):
+                return True
+        return False
 
     def _sampled_witness(self) -> bool:
         symbols = sorted(set().union(*(f.free_symbols for f in self.facts)), key=str)
@@ -540,9 +589,10 @@ def _monomial_free(expr):
 
 
 def _handelman(target, slacks: list) -> bool:
-    """Whether ``target`` is a sum, with non-negative coefficients, of products (of target's
-    degree at most) of the ``slacks`` that share a dim with it (through one another) and of
-    x - 1 for each such dim."""
+    """Whether ``target`` is a sum, with non-negative coefficients, of products (of the
+    highest degree of target and those slacks at most) of the ``slacks`` that share a dim with
+    it (through one another) and of x - 1 for each such dim (``L - n = (L - n*n) + (n - 1)**2
+    + (n - 1)``: a bound of lower degree than the constraint that gives it)."""
     symbols = set(target.free_symbols)
     chosen: list = []
     grown = True
@@ -556,7 +606,7 @@ def _handelman(target, slacks: list) -> bool:
     order = sorted(symbols, key=str)
     if not chosen or len(order) > PRODUCT_DIMS:
         return False
-    top = sympy.Poly(target, *order).total_degree()
+    top = max(sympy.Poly(expr, *order).total_degree() for expr in [target, *chosen])
     if top > PRODUCT_DEGREE:
         return False
     atoms = [sympy.Poly(a, *order) for a in chosen + [s - 1 for s in order]]

@@ -10,7 +10,14 @@ the fixed choices allow uses it; it needs no value.
 
 from tspec.checking.findings import Finding
 from tspec.language.model import NEW, PAST, Let, select
-from tspec.language.uses import condition_text, dim_uses, holds, unused
+from tspec.language.uses import (
+    choice_uses,
+    condition_text,
+    dim_uses,
+    holds,
+    setting_uses,
+    unused,
+)
 from tspec.language.variant import RUN_DEFAULTS, Variant
 
 
@@ -37,9 +44,52 @@ def value_findings(variant: Variant) -> list[Finding]:
             message=f"{item.dim} is set but unused: {item.text(spec)}",
             file=where, line=line, equation=text, dims={item.dim: given[item.dim]},
             hint=hint, scope="variant"))
+    found += unused_choices(variant, chosen, where) + unused_settings(variant, chosen, where)
     if variant.is_spec:
         return found
     found += missing(variant, chosen, where)
+    return found
+
+
+def unused_choices(variant: Variant, chosen: dict[str, str], where: str | None) -> list:
+    """The choices the user set to another option than the default that no `when` under the
+    other choices consults (attention_window = sliding in an encoder-only model, which has no
+    decoder self-attention to narrow): the model built is the default's, whatever it says."""
+    spec = variant.spec
+    given = [name for name, value in variant.choices.items()
+             if value != spec.choices[name].default]
+    found = []
+    for item in unused(spec, chosen, given, choice_uses(spec)):
+        value = variant.choices[item.dim]
+        line, text = variant.places.get(item.dim, (None, f"{item.dim} = {value}"))
+        found.append(Finding(
+            kind="unused-choice",
+            message=f"{item.dim} = {value} is set but unused: "
+                    + (f"it is consulted under {condition_text(item.under, spec)}"
+                       if item.under else "no `when` of the spec consults it"),
+            file=where, line=line, equation=text,
+            hint=(f"set {condition_text(item.under, spec)} for it to count, or remove "
+                  f"{item.dim}" if item.under else f"remove {item.dim}"), scope="variant"))
+    return found
+
+
+def unused_settings(variant: Variant, chosen: dict[str, str], where: str | None) -> list:
+    """The settings the user gave (eps, theta, rope_factor ...) that no op the choices apply
+    reads (theta without rotary positions)."""
+    spec = variant.spec
+    found = []
+    for item in unused(spec, chosen, list(variant.settings), setting_uses(spec)):
+        line, text = variant.setting_places.get(
+            item.dim, (None, f"{item.dim} = {variant.settings[item.dim]!r}"))
+        found.append(Finding(
+            kind="unused-setting",
+            message=f"{item.dim} is set but unused: "
+                    + (f"the ops that read it are applied under "
+                       f"{condition_text(item.under, spec)}" if item.under else
+                       "no op of the spec reads it under any choices"),
+            file=where, line=line, equation=text,
+            hint=(f"set {condition_text(item.under, spec)} for it to count, or remove "
+                  f"{item.dim}" if item.under else f"remove {item.dim}"), scope="variant"))
     return found
 
 

@@ -1,4 +1,4 @@
-"""Where each dim is used, and under which choices.
+"""Where each dim, choice and op is used, and under which choices.
 
 A dim is used where a statement the choices select names it: a shape, an op's size argument
 (``P_table[:T_dec]``, ``split_heads(Q, H)``), a repeat count, a constraint, or the definition
@@ -81,18 +81,54 @@ def _pruned(conditions: set[Condition]) -> list[Condition]:
 def dim_uses(spec: Spec) -> dict[str, list[Condition]]:
     """Every dim of the spec with the conditions it is used under (an empty list: never
     used), memoised on the spec."""
-    memo = spec.__dict__.get("_dim_uses")
+    return _uses(spec)["dims"]
+
+
+def choice_uses(spec: Spec) -> dict[str, list[Condition]]:
+    """Every choice of the spec with the conditions some `when` consults it under."""
+    return _uses(spec)["choices"]
+
+
+def op_uses(spec: Spec) -> dict[str, list[Condition]]:
+    """Every op some equation of the spec applies, with the conditions it applies it under."""
+    return _uses(spec)["ops"]
+
+
+def setting_uses(spec: Spec) -> dict[str, list[Condition]]:
+    """Every run-time setting (eps, theta, ...) with the conditions some op that reads it
+    (its ``settings``) is applied under."""
+    from tspec.ops.catalogue import OPS
+    found: dict[str, list[Condition]] = {}
+    for op, conditions in op_uses(spec).items():
+        for name in getattr(OPS.get(op), "settings", ()):
+            found.setdefault(name, []).extend(conditions)
+    return found
+
+
+def settings_read(spec: Spec, choices: dict[str, str]) -> set[str]:
+    """The settings some op the choices apply reads."""
+    return {name for name, conditions in setting_uses(spec).items()
+            if any(holds(c, choices) for c in conditions)}
+
+
+def _uses(spec: Spec) -> dict[str, dict[str, list[Condition]]]:
+    """Where each dim, choice and op is used: ``{"dims": ..., "choices": ..., "ops": ...}``,
+    each name with its conditions, memoised on the spec."""
+    memo = spec.__dict__.get("_uses")
     if memo is not None:
         return memo
     names = {dim.symbol: name for name, dim in spec.dims.items()}
     every = {name: frozenset(choice.options) for name, choice in spec.choices.items()}
-    direct: dict[str | None, list[tuple[str, Condition]]] = {}   # body -> (dim, condition)
+    # body -> (kind, name, condition): a dim, choice or op used there
+    direct: dict[str | None, list[tuple[str, str, Condition]]] = {}
     calls: dict[str | None, list[tuple[str, Condition]]] = {}    # body -> (block, condition)
     lets: list[tuple[Let, Condition]] = []
 
     def walk(statements, condition: Condition, body: str | None, local: set) -> None:
+        found_here = direct.setdefault(body, [])
         for s in statements:
             if isinstance(s, When):
+                found_here.append(("choices", s.choice, condition))
                 for branch, options in ((s.body, s.options),
                                         (s.otherwise, every[s.choice] - s.options)):
                     inner = _joined(condition, ((s.choice, frozenset(options)),))
@@ -108,11 +144,13 @@ def dim_uses(spec: Spec) -> dict[str, list[Condition]]:
                 found = _symbols_of(s)
             else:
                 found = set()
+            if isinstance(s, Equation):
+                found_here.extend(("ops", op, condition) for op in set(s.ops))
             if isinstance(s, BlockCall) and s.block in spec.blocks:
                 calls.setdefault(body, []).append((s.block, condition))
             for symbol in found:
                 if symbol in names and symbol not in local:
-                    direct.setdefault(body, []).append((names[symbol], condition))
+                    found_here.append(("dims", names[symbol], condition))
 
     walk(spec.body, (), None, set())
     for name, block in spec.blocks.items():
@@ -133,13 +171,16 @@ def dim_uses(spec: Spec) -> dict[str, list[Condition]]:
                     if joined is not None and joined not in found and len(found) < MAX_PATHS:
                         found.add(joined)
                         changed = True
-    uses: dict[str, set[Condition]] = {name: set() for name in spec.dims}
+    uses: dict[str, dict[str, set[Condition]]] = {
+        "dims": {name: set() for name in spec.dims},
+        "choices": {name: set() for name in spec.choices}, "ops": {}}
     for body, found in direct.items():
-        for dim, condition in found:
+        for kind, name, condition in found:
             for outer in reach.get(body, ()):
                 joined = _joined(outer, condition)
                 if joined is not None:
-                    uses[dim].add(joined)
+                    uses[kind].setdefault(name, set()).add(joined)
+    dims = uses["dims"]
     # a derived dim's definition uses its dims wherever the derived dim is used: a worklist,
     # each definition passed on again only when its dim gains a condition (a chain of n
     # derived dims is n steps, not n rounds of n)
@@ -148,11 +189,11 @@ def dim_uses(spec: Spec) -> dict[str, list[Condition]]:
         used = [names[sym] for sym in let.expr.free_symbols
                 if sym in names and names[sym] != let.dim]
         defining.setdefault(let.dim, []).append((condition, used))
-    pending = [dim for dim in defining if uses.get(dim)]
+    pending = [dim for dim in defining if dims.get(dim)]
     passed: dict[str, set] = {}
     while pending:
         dim = pending.pop()
-        fresh = uses[dim] - passed.setdefault(dim, set())
+        fresh = dims[dim] - passed.setdefault(dim, set())
         passed[dim] |= fresh
         for condition, used in defining[dim]:
             for where in fresh:
@@ -160,12 +201,13 @@ def dim_uses(spec: Spec) -> dict[str, list[Condition]]:
                 if joined is None:
                     continue
                 for name in used:
-                    if joined not in uses[name]:
-                        uses[name].add(joined)
+                    if joined not in dims[name]:
+                        dims[name].add(joined)
                         if name in defining:
                             pending.append(name)
-    memo = {name: _pruned(found) for name, found in uses.items()}
-    spec.__dict__["_dim_uses"] = memo
+    memo = {kind: {name: _pruned(found) for name, found in table.items()}
+            for kind, table in uses.items()}
+    spec.__dict__["_uses"] = memo
     return memo
 
 
@@ -183,11 +225,13 @@ def used_dims(spec: Spec, choices: dict[str, str]) -> set[str]:
             if any(holds(c, choices) for c in conditions)}
 
 
-def unused(spec: Spec, choices: dict[str, str], dims) -> list[Unused]:
+def unused(spec: Spec, choices: dict[str, str], dims, table=None) -> list[Unused]:
     """Of ``dims`` (names given values), those no statement under ``choices`` uses (a choice
     left unset under any option), each with the condition that asks the fewest other options
-    of the choices set."""
-    uses = dim_uses(spec)
+    of the choices set; ``table``: the uses to judge by, name -> conditions (the dims',
+    ``dim_uses``, unless given: ``choice_uses``, or settings' through the ops that read
+    them)."""
+    uses = dim_uses(spec) if table is None else table
     found = []
     for name in dims:
         conditions = uses.get(name, [])
@@ -219,5 +263,5 @@ def _fewest(conditions: list[Condition], spec: Spec) -> Condition | None:
     return ((name, options),)
 
 
-__all__ = ["Condition", "Unused", "condition_text", "dim_uses", "holds", "unused",
-           "used_dims"]
+__all__ = ["Condition", "Unused", "choice_uses", "condition_text", "dim_uses", "holds",
+           "op_uses", "setting_uses", "settings_read", "unused", "used_dims"]

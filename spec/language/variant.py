@@ -57,6 +57,7 @@ class Variant:
     # where each dim and choice the user gave is given: name -> (line in ``file``, or None,
     # and the text that gives it, ``H_kv = 8`` or ``--set H_kv=8``)
     places: dict[str, tuple[int | None, str]] = field(default_factory=dict)
+    setting_places: dict[str, tuple[int | None, str]] = field(default_factory=dict)  # alike
     # the dims tspec gave a size the variant leaves free (tspec run's B, T, V ...): not the
     # user's, so never reported as set for nothing
     defaulted: frozenset[str] = frozenset()
@@ -70,7 +71,7 @@ class Variant:
     def with_settings(self, settings: list[str]) -> "Variant":
         """A copy with ``NAME=VALUE`` settings applied (command-line --set)."""
         dims, choices, numbers = dict(self.dims), dict(self.choices), dict(self.settings)
-        places = dict(self.places)
+        places, setting_places = dict(self.places), dict(self.setting_places)
         seen: set[str] = set()
         for setting in settings:
             name, value = parse_setting(setting)
@@ -93,10 +94,11 @@ class Variant:
                 dims[name] = dim_value(value, where)
             elif name in SETTINGS:
                 numbers[name] = _setting_text(value, where)
+                setting_places[name] = (None, where)
             else:
                 raise VariantError(f"--set {name}: {_unknown(name, self.spec)}")
         return Variant(self.name, self.spec, dims, choices, self.file, self.description,
-                       self.is_spec, self.published, numbers, places,
+                       self.is_spec, self.published, numbers, places, setting_places,
                        self.defaulted - {name for name in seen if name in dims})
 
 
@@ -285,15 +287,17 @@ def variant_from_text(text: str, path: Path, resolve_spec, called: str | None = 
             choices[name] = _choice_value(spec, name, value, f"[choices] {name}", file)
             places[name] = (_line_of(text, "choices", name), f'{name} = "{value}"')
     settings: dict[str, float] = {}
+    setting_places: dict[str, tuple[int | None, str]] = {}
     for name, value in data.get("settings", {}).items():
         line = _line_of(text, "settings", name)
         if name not in SETTINGS:
             raise VariantError(f"[settings] unknown setting {name!r}; settings: "
                                f"{', '.join(SETTINGS)}", file=file, line=line)
         settings[name] = _setting_value(value, f"[settings] {name}", file, line)
+        setting_places[name] = (line, f"{name} = {value}")
     published = _published(data.get("published"), text, file)
     return Variant(called or path.stem, spec, dims, choices, file, description, published=published,
-                   settings=settings, places=places)
+                   settings=settings, places=places, setting_places=setting_places)
 
 
 def _pointed_at(error: TspecError, spec_name: str, file: str, line: int | None) -> TspecError:

@@ -309,6 +309,9 @@ class Op:
     # norms (codegen.backends.Backend.fused_residual), its helper also takes ``residual=``, a
     # tensor it adds to the first argument, and ``total=``, where it writes that sum
     normalises: bool = False
+    # the run-time settings (catalogue.SETTINGS) its code reads (``ctx.runtime``): what a
+    # variant's [settings] can change in a model that applies it
+    settings: tuple[str, ...] = ()
 
     def arity(self) -> str:
         """How many positional arguments the op takes, in words ("1 or 2 arguments")."""

@@ -429,6 +429,32 @@ def test_unused_dim_in_a_bare_spec_only_where_no_open_choice_uses_it(tmp_path):
     assert finding.message == "G is set but unused: it is used under heads = grouped"
 
 
+def test_unused_choice(tmp_path):
+    # heads consulted under kind = attention alone: set otherwise, grouped built nothing
+    spec = ('choice kind = attention | mlp "the block"\n' + CHOSEN.replace(
+        "when heads == grouped:", "when kind == attention and heads == grouped:"))
+    variant = variant_of(tmp_path, '[dims]\nd = 8\nH = 4\n[choices]\nkind = "mlp"\n'
+                                   'heads = "grouped"\n', spec)
+    found = [f for f in api.check(variant).findings if f.kind == "unused-choice"]
+    expect(found[0], kind="unused-choice", file=str(tmp_path / "v.toml"), line=7,
+           message="heads = grouped is set but unused: it is consulted under kind = attention",
+           equation='heads = "grouped"', scope="variant",
+           hint="set kind = attention for it to count, or remove heads")
+    # the default option set, or a choice in force, is no finding
+    assert not [f for f in api.check(variant.with_settings(["heads=all"])).findings
+                if f.kind == "unused-choice"]
+
+
+def test_unused_setting():
+    # theta turns rotary positions, which GPT-2 has not: its run and module took it silently
+    finding, = api.check("gpt2_small", ["theta=500000"]).findings
+    expect(finding, kind="unused-setting", file=str(api.builtin_variants()["gpt2_small"]),
+           message="theta is set but unused: the ops that read it are applied under "
+                   "positional = rotary", equation="--set theta=500000", scope="variant",
+           hint="set positional = rotary for it to count, or remove theta", line=None)
+    assert api.check("llama3_8b", ["theta=500000"]).findings == []
+
+
 def test_missing_dim(tmp_path):
     # grouped uses G, which has no value and none that tspec run gives (B, T do)
     variant = variant_of(tmp_path, '[dims]\nH = 4\nd = 8\n[choices]\nheads = "grouped"\n')

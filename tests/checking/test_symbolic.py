@@ -365,3 +365,25 @@ def test_products_of_bounded_factors_are_bounded_by_the_product_of_the_bounds(
     facts.append(sympy.LessThan(sympy.Mul(*bounds) + spare, L_, evaluate=False))
     p = Prover(ys + [P_, S_, L_] + xs, facts, {x: y / denominator for x, y in zip(xs, ys)}, {})
     assert p.at_most(sympy.Mul(*xs), L_) == PROVED
+
+
+def test_a_bound_of_lower_degree_than_the_constraint_that_gives_it_is_proved():
+    n = dim_symbol("n")
+    p = Prover([n, L_], [sympy.LessThan(n * n, L_, evaluate=False)], {}, {})
+    assert p.at_most(n, L_) == PROVED                  # L - n = (L - n^2) + (n-1)^2 + (n-1)
+    assert p.at_most(n + 1, L_).disproved              # n = L = 1
+    p = Prover([n, L_], [sympy.LessThan(n ** 3, L_, evaluate=False)], {}, {})
+    assert p.at_most(n * n, L_) == PROVED
+
+
+def test_constraints_only_large_sizes_meet_are_satisfiable():
+    # the samples reach 2**16: `require 65536 <= L` was "no sizes found ... none proved to
+    # exist", and a variant of V = 128256 under `require 100000 <= V` was refused
+    assert Prover([L_], [sympy.LessThan(65536, L_, evaluate=False)], {}, {}).satisfiable() \
+        == "yes"
+    assert Prover([L_, H], [sympy.LessThan(100000, L_, evaluate=False), divisible(L_, H),
+                            sympy.LessThan(L_, 100500, evaluate=False)], {}, {}) \
+        .satisfiable() == "yes"
+    assert Prover([L_], [sympy.LessThan(65536, L_, evaluate=False),
+                         sympy.LessThan(L_, 65535, evaluate=False)], {}, {}).satisfiable() \
+        == "no"

@@ -12,7 +12,7 @@ from support.refusals import raises
 from tspec import api
 from tspec.codegen import backends
 from tspec.codegen.backends import BACKENDS, IMPORTS, RUNTIME_HELPERS, helpers, runtime_order
-from tspec.codegen.generate import source
+from tspec.codegen.generate import BUILTIN_MODELS, source
 from tspec.codegen.rendering import render
 from tspec.errors import CodegenError
 from tspec.ops import catalogue
@@ -131,3 +131,19 @@ def test_code_that_calls_a_helper_the_runtime_lacks_is_refused(monkeypatch):
     with raises(CodegenError, "backend numpy chooses the helper stacked_matmul, which is none "
                 "of codegen.backends.RUNTIME_HELPERS"):
         runtime_order(numpy)
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_MODELS))
+def test_the_settings_each_op_declares_are_those_its_code_reads(name):
+    # what `unused-setting` judges by (an op's `settings`) is what the generated module takes
+    from tspec.language.uses import op_uses
+    from tspec.ops.catalogue import SETTINGS
+    spec = api.read_spec(api.BUILTIN_SPEC)
+    chosen = spec.choice_values(BUILTIN_MODELS[name])
+    read = {setting for op, conditions in op_uses(spec).items()
+            if any(all(chosen[c] in o for c, o in cond) for cond in conditions)
+            for setting in OPS[op].settings}
+    module = ast.parse(source(spec, BUILTIN_MODELS[name]))
+    taken = {arg.arg for node in ast.walk(module) if isinstance(node, ast.FunctionDef)
+             for arg in node.args.kwonlyargs if arg.arg in SETTINGS}
+    assert read == taken and read, name
