@@ -1045,7 +1045,8 @@ class _Run:
         whichever axis names T_past: a key cache kept transposed, ``B d T_past``, grows along
         its last), of its dtype; a state of a fixed size (no T_past in its shape) keeps its
         shape. A spec without the dim T_new: at least one position more, along T_past's axis
-        (the second-to-last where no axis names it alone)."""
+        (the second-to-last where no axis names it alone); a state without T_past in its shape
+        keeps its shape, whatever the spec's dims."""
         scope.equation = update
         value = scope.values[update.value]
         current = state.shape.subs(scope.binding)
@@ -1055,8 +1056,10 @@ class _Run:
         axes = [i for i, d in enumerate(current.dims)
                 if past is not None and past in sympy.sympify(d).free_symbols]
         axis = axes[0] if len(axes) == 1 else current.rank - 2
+        # the next step's shape: T_past grown by T_new; a state nothing in whose shape grows
+        # (no T_past, or a spec without T_past) keeps its own
         after = current.subs({past: past + new}) if past is not None and new is not None \
-            else None
+            else None if axes else current
         if axes:
             hint = (f"update {state.name} with the state and this step's positions, "
                     f"{'shaped ' + after.text() if after is not None else 'one more at least'}"

@@ -93,6 +93,19 @@ def unused_settings(variant: Variant, chosen: dict[str, str], where: str | None)
     return found
 
 
+def _decides(spec, dim: str, choice: str, chosen: dict[str, str]) -> bool:
+    """Whether another option of ``choice``, the rest as chosen, leaves ``dim`` unused or
+    derived."""
+    for option in spec.choices[choice].options:
+        if option == chosen[choice]:
+            continue
+        other = chosen | {choice: option}
+        derived = {s.dim for s in select(spec.body, other) if isinstance(s, Let)}
+        if dim in derived or not any(holds(c, other) for c in dim_uses(spec)[dim]):
+            return True
+    return False
+
+
 def missing(variant: Variant, chosen: dict[str, str], where: str | None) -> list[Finding]:
     """The dims the choices use that have no value: neither given, nor fixed by the spec, nor
     derived under the choices, nor sized by `tspec run` (RUN_DEFAULTS, and the decoding
@@ -105,13 +118,16 @@ def missing(variant: Variant, chosen: dict[str, str], where: str | None) -> list
         if name in variant.dims or name in derived or name in sized or \
                 spec.dims[name].value is not None:
             continue
-        holding = [c for c in conditions if holds(c, chosen)]
-        if not holding:
+        if not any(holds(c, chosen) for c in conditions):
             continue
-        shortest = min(holding, key=lambda c: (len(c), c))
-        set_here = [c for c, _ in shortest if c in variant.places]
+        # the choices that make it needed: each one another option of which would leave the
+        # dim unused or derived (head_dims = free for d_v), the user's own first
+        decisive = [name_ for name_ in spec.choices if _decides(spec, name, name_, chosen)]
+        mine = [c for c in decisive if c in variant.places]
+        named = mine or decisive
+        set_here = [c for c in named if c in variant.places]
         line = variant.places[set_here[0]][0] if set_here else None
-        why = f"under {condition_text(shortest, spec)}" if shortest else \
+        why = "under " + " and ".join(f"{c} = {chosen[c]}" for c in named) if named else \
             "under every choice"
         listed = [n for n in spec.dims if n in RUN_DEFAULTS]
         sizes = f"{', '.join(listed[:-1])} and {listed[-1]}" if len(listed) > 1 else \

@@ -1066,3 +1066,13 @@ def test_a_decoding_step_without_a_dim_T_new_is_told_its_name():
         ("tiny.tspec:30", "decoding-mismatch",
          f"the decoding step returns Y as B T_step d, whose axis 1 {tail}", None,
          "decoding=step")]
+
+
+def test_a_state_in_a_spec_without_decoding_dims_is_one_finding():
+    # its update of its own shape was reported too, "Y has T positions where S has T"
+    spec = parse('spec s "s"\ndim B "b"\ndim T "t"\ndim d "d"\nblock f(X "B T d") -> Y:\n'
+                 '    state S "B T d" "s" from Y\n    Y "B T d" "y" = X + S\n    update S = Y\n'
+                 'input X "B T d" "x"\nZ "B T d" "z" = f(X) as one\noutput Z\n', "s.tspec")
+    (finding,) = check(spec).findings
+    assert (finding.line, finding.kind) == (6, "decoding-mismatch")
+    assert finding.message.startswith("state S is kept where the model runs whole")
