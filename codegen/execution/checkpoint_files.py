@@ -186,9 +186,12 @@ def require_described(path: Path, spec, choices: dict[str, str], dims: dict[str,
     the variant's (the catalogue's default where the variant sets none). The escape for a
     deliberate load is moving the config away, which each refusal says."""
     config = (path if path.is_dir() else path.parent) / "config.json"
-    if not config.is_file():
-        return
     beside = f"{path}: the config.json beside it"
+    if not config.is_file():
+        if os.path.lexists(config):     # a folder, a broken link: no config to compare with
+            raise WeightsError(f"{beside} is not a file tspec can read; move it away to "
+                               "load the tensors unchecked")
+        return
     pooler = choices.get("encoder_io") != "bert_unpooled"
 
     def uncomparable(error: ConfigError | UsageError) -> WeightsError:

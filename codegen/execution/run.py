@@ -34,6 +34,7 @@ from tspec.language.model import (
     step_choices,
 )
 from tspec.language.model import outputs as model_outputs
+from tspec.language.uses import used_dims
 from tspec.language.variant import RUN_DEFAULTS, Variant
 from tspec.numbers import integer_text
 
@@ -42,11 +43,15 @@ MAX_RANK = 64              # axes a NumPy (or CuPy) array may have
 
 
 def with_run_defaults(variant: Variant) -> Variant:
-    """The variant with RUN_DEFAULTS for the dims it leaves free, so that it can be checked
-    (T <= max_len and the rest) and then run at those sizes."""
+    """The variant with RUN_DEFAULTS for the dims it leaves free that its choices use, so that
+    it can be checked (T <= max_len and the rest) and then run at those sizes (a rotary model
+    has no position table to size)."""
+    spec = variant.spec
+    used = used_dims(spec, variant.choices if variant.is_spec else
+                     spec.choice_values(variant.choices))
     free = {k: v for k, v in RUN_DEFAULTS.items()
-            if k in variant.spec.dims and k not in variant.dims
-            and variant.spec.dims[k].value is None}
+            if k in spec.dims and k not in variant.dims and k in used
+            and spec.dims[k].value is None}
     return replace(variant, dims={**free, **variant.dims},
                    defaulted=variant.defaulted | set(free))
 

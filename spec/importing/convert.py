@@ -3,7 +3,13 @@
 from pathlib import Path
 
 from tspec.errors import ConfigError, UsageError, quoted
-from tspec.importing.families import FAMILIES, Imported, classes_text, model_type_of
+from tspec.importing.families import (
+    FAMILIES,
+    WITHOUT_POOLER,
+    Imported,
+    classes_text,
+    model_type_of,
+)
 from tspec.importing.fields import Fields, shown
 from tspec.importing.source import read_config
 from tspec.importing.writing import variant_text
@@ -13,7 +19,8 @@ def imported(config, *, pooler: bool = True) -> tuple[Imported, str]:
     """The config as the spec's choices, dims and settings, and the name of its source.
 
     ``pooler`` is BertModel's ``add_pooling_layer`` (a constructor argument, not a config
-    field); other families ignore it."""
+    field; a config saved from heads that build BertModel without it, BertForMaskedLM and
+    the like, has none whatever ``pooler`` says); other families ignore it."""
     data, source = read_config(config)
     model_type, classes = identity(data, source)
     if model_type not in FAMILIES:
@@ -30,6 +37,8 @@ def imported(config, *, pooler: bool = True) -> tuple[Imported, str]:
     fields.raw("model_type")              # mapped: it chose the family
     fields.raw("architectures")           # fixed: of that family (checked above)
     fields.kinds["architectures"] = "fixed"
+    if classes and all(name in WITHOUT_POOLER for name in classes):
+        pooler = False
     result = FAMILIES[model_type](fields, pooler)
     fields.finish()
     result.fields = {name: fields.kinds[name] for name in data}

@@ -69,6 +69,12 @@ def gpt2(fields: Fields, pooler: bool) -> Imported:
     return Imported("gpt2", "GPT2LMHeadModel", choices, dims, settings)
 
 
+# the BERT heads that build their BertModel without its pooler (add_pooling_layer=False), as
+# transformers 5.23's modeling_bert builds them: a checkpoint saved from one has no pooler
+WITHOUT_POOLER = frozenset({"BertForMaskedLM", "BertLMHeadModel", "BertForTokenClassification",
+                            "BertForQuestionAnswering"})
+
+
 def bert(fields: Fields, pooler: bool) -> Imported:
     """BertModel: post-LN, learned absolute positions, token types, biases everywhere; with
     its pooler (``add_pooling_layer=True``, the default) or without."""

@@ -1217,3 +1217,14 @@ def test_findings_one_suggested_constraint_settles_are_grouped_beneath_the_first
         (8, "out-of-range", True), (9, "out-of-range", False)]
     assert found[0].hint == "add the constraint `require T <= max_len`"
     assert summary(found) == "1 finding and 1 consequence"
+
+
+def test_a_missing_dim_names_the_choice_that_needs_it():
+    # d_v was said to be needed "under arch = decoder_only and norm = pre and decoding = full",
+    # the path to the block that uses it, and placed at the variant's arch
+    report = api.check("llama3_8b", ["head_dims=free"])
+    said = {f.message: f.equation for f in report.findings if f.kind == "missing-dim"}
+    assert said == {"d_k has no value, and the model uses it (under head_dims = free)":
+                    "--set head_dims=free",
+                    "d_v has no value, and the model uses it (under head_dims = free)":
+                    "--set head_dims=free"}

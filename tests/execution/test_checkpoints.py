@@ -878,6 +878,12 @@ def test_hub_configs_naming_a_head_of_the_family_or_none_still_load(tmp_path):
             {**_config_of(folder), "architectures": architectures}))
         loaded = tspec.load_weights("bert_base", folder, unpooled)
         assert loaded.names == "BERT" and set(loaded.unused) >= {"cls.predictions.bias"}
+    # its config is imported as the model it holds, BertModel without a pooler (it was
+    # imported with one, so the command the refusals offer, run FOLDER, failed: no pooler)
+    (folder / "config.json").write_text(json.dumps(
+        {**_config_of(folder), "architectures": ["BertForMaskedLM"]}))
+    assert tspec.load(str(folder)).choices["encoder_io"] == "bert_unpooled"
+    assert tspec.run(str(folder), ["T=4"], weights_path=folder).weights.names == "BERT"
     folder = tmp_path / "llama"
     llama().save_pretrained(folder)
     (folder / "config.json").write_text(json.dumps(
@@ -930,3 +936,17 @@ def test_each_model_type_tspec_imports_is_of_the_family_whose_map_reads_its_vari
         assert model_type in checkpoint_files.MODEL_TYPES[names], model_type
         assert model_type_of(model_class) == model_type
     assert sorted(sum(checkpoint_files.MODEL_TYPES.values(), ())) == sorted(MODEL_TYPES)
+
+
+def test_a_config_json_that_is_no_file_is_refused_not_skipped(tmp_path):
+    # a folder named config.json beside the weights was taken for none: loaded unchecked
+    variant = tspec.load("gpt2_small", GPT2)
+    shapes = weights.expected_shapes(variant.spec, variant.choices, variant.dims)
+    path = tmp_path / "w.safetensors"
+    weights.save(path, weights.random_params(shapes, 0, np.float32))
+    (tmp_path / "config.json").mkdir()
+    with raises(WeightsError, f"{path}: the config.json beside it is not a file tspec can "
+                              "read; move it away to load the tensors unchecked"):
+        tspec.load_weights("gpt2_small", path, GPT2)
+    (tmp_path / "config.json").rmdir()
+    assert tspec.load_weights("gpt2_small", path, GPT2).names == "tspec"
