@@ -11,7 +11,9 @@ given dim values (a variant), the same run also evaluates every shape and constr
 import collections
 import contextlib
 import difflib
+import functools
 import itertools
+import math
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -322,6 +324,24 @@ class _Scope:
             cause=cause))
 
 
+def _simplest(relation):
+    """``a <= b`` with what both sides share divided out and each term on the side where it
+    is positive: ``2*T_dec - 1 <= 2*max_len - 1`` is ``T_dec <= max_len`` (the same sizes
+    meet it: every coefficient, the constant's too, is divided by their common factor)."""
+    if not isinstance(relation, sympy.LessThan):
+        return relation
+    slack = sympy.expand(relation.rhs - relation.lhs)
+    terms = sympy.Add.make_args(slack)
+    coefficients = [term.as_coeff_Mul()[0] for term in terms]
+    if slack == 0 or not all(c.is_Integer for c in coefficients):
+        return relation
+    common = functools.reduce(math.gcd, (abs(int(c)) for c in coefficients))
+    terms = [term / common for term in terms]
+    large = sympy.Add(*(t for t in terms if t.as_coeff_Mul()[0] > 0))
+    small = -sympy.Add(*(t for t in terms if t.as_coeff_Mul()[0] < 0))
+    return sympy.LessThan(small, large, evaluate=False)
+
+
 def _whole_polynomial(expr) -> bool:
     """Whether ``expr`` is a polynomial in its dims with whole coefficients (whole wherever
     they are)."""
@@ -459,7 +479,8 @@ class _Run:
     def constraint_hint(self, relation, claim: tuple, otherwise: str) -> tuple[str, object]:
         """The hint for a claim a constraint could settle, and the constraint it suggests:
         ``add the constraint `require ...``` when ``relation`` is a fix (see ``offers``),
-        else ``otherwise`` and None."""
+        else ``otherwise`` and None. The relation is suggested in its simplest form."""
+        relation = _simplest(relation)
         if self.offers(relation, claim):
             return f"add the constraint `require {dim_text(relation)}`", relation
         return otherwise, None

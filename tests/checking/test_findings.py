@@ -1228,3 +1228,12 @@ def test_a_missing_dim_names_the_choice_that_needs_it():
                     "--set head_dims=free",
                     "d_v has no value, and the model uses it (under head_dims = free)":
                     "--set head_dims=free"}
+
+
+def test_a_suggested_constraint_is_written_in_its_simplest_form():
+    # it was `require 2*T - 1 <= 2*max_len - 1`, where the README promises `T <= max_len`
+    finding = only(HEADER + 'dim H "heads"\ndim max_len "positions"\n'
+                   'param R[H] "2*max_len-1" "bias"\nS[H] "T T" = relative_position_bias(R, T, T)\n')
+    assert finding.message == ("relative offsets needed vs table length: 2*T-1 must not exceed "
+                               "2*max_len-1")
+    assert finding.hint == "add the constraint `require T <= max_len`"
