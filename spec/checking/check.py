@@ -2433,6 +2433,7 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                                                                   {DECODING: STEP})
     kept = 0        # the step combinations that keep a state
     misnamed: dict[tuple, Finding] = {}      # (file, line) of a step's call -> its finding
+    misbound: dict[tuple, Finding] = {}      # the same, for a call that binds a local dim
     for key, bits in states.items():
         name, decl_id, shape, other, prover_key, step_inputs = key
         bits &= step
@@ -2457,6 +2458,12 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                     finding.cause = _started_otherwise(provers[prover_key], name, decl,
                                                        (shape, other), (start, start_other),
                                                        dtype, prefill)
+                if finding is not None and finding.cause is None and start is not None:
+                    call = _misbound_call(spec, state_choices[key], prefix.rstrip("."), decl,
+                                          shape, start.subs(prefill), provers[prover_key],
+                                          found, misbound, both)
+                    if call is not None:
+                        finding.cause = call.key()
                 # a use of the state's declaration that fits it (no finding) or not
                 found.append((finding, both, (decl,)))
         if bits & ~covered:
@@ -2508,6 +2515,53 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                 finding.cause = doubted[key].get(finding.tensor)
                 found.append((finding, bits, ()))
     return found
+
+
+def _misbound_call(spec: Spec, chosen: dict, where: str, decl: TensorDecl, shape: Shape,
+                   start: Shape, prover: Prover, found: list, misbound: dict,
+                   bits: int) -> Finding | None:
+    """Where a state misfits its start only along axes that are its block's local dims
+    (``K_src "B T_x d_k"``, T_x the source's length), those the call at its place binds from
+    the arguments passed (``cached_cross_attention(Y_1, L_self_h)`` binds T_x from the self-
+    attention mask: T_past + T_new): that call is the one slip behind every state of the
+    block. Its finding, made once (and added to ``found``), or None."""
+    parent, _, instance = where.rpartition(".")
+    calls = calls_at(spec, chosen, parent)
+    call = next((c for c in calls or () if c.instance == instance.removesuffix("[i]")), None)
+    if call is None or start.rank != shape.rank:
+        return None
+    block = under(spec, chosen).blocks[call.block]
+    local = {d.symbol for d in block.local_dims.values()}
+    written = decl.shape
+    differing = [i for i, (a, b) in enumerate(zip(shape.dims, start.dims))
+                 if not prover.equal(a, b).proved]
+    if not differing or any(written.dims[i] not in local for i in differing):
+        return None
+    dim = written.dims[differing[0]]
+    binding = next(((index, d) for index, d in enumerate(block.inputs)
+                    if d.shape is not None and dim in d.shape.dims), None)
+    if binding is None or binding[0] >= len(call.args):
+        return None
+    index, given = binding
+    place = (call.file, call.line, str(dim))
+    if place not in misbound:
+        misbound[place] = Finding(
+            kind="decoding-mismatch",
+            message=f"{call.block}'s {dim} is bound by {call.args[index]}, passed as "
+                    f"{given.name}, to {format_expr(shape.dims[differing[0]])}, where prefill "
+                    f"starts its state {decl.name} over {format_expr(start.dims[differing[0]])}: "
+                    f"the states of {instance} misfit their starts",
+            file=call.file, line=call.line, tensor=f"{parent}.{call.output}".lstrip("."),
+            equation=f"{call.output} = {call.text}" if call.text else "",
+            hint=f"pass as {given.name} a tensor whose {dim} is "
+                 f"{format_expr(start.dims[differing[0]])}, or check which argument is not the "
+                 "one meant")
+        found.append((misbound[place], bits, ()))
+    else:
+        for number, (finding, more, compared) in enumerate(found):
+            if finding is misbound[place]:
+                found[number] = (finding, more | bits, compared)
+    return misbound[place]
 
 
 def _misnamed_call(spec: Spec, chosen: dict, where: str, found: list, misnamed: dict,

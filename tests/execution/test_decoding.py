@@ -644,6 +644,23 @@ def test_a_cross_attention_called_with_its_arguments_swapped_is_one_finding_firs
         for name in ("K_src", "V_src") for heads in ("H_kv", "H")}
 
 
+def test_a_step_call_that_binds_a_states_length_from_the_wrong_argument_is_one_finding():
+    # the cross-attention of a step given the self-attention mask: T_x (the source's length)
+    # bound to T_past + T_new; four state findings, each its own cause, none at the call
+    text = api.BUILTIN_SPEC.read_text()
+    old = "cached_cross_attention(Y_1, L_cross_h)"
+    assert text.count(old) == 1
+    spec = parse(text.replace(old, "cached_cross_attention(Y_1, L_self_h)"), "t.tspec")
+    cause, *rest = check(spec, {"arch": "encoder_decoder"}, all_choices=True).findings
+    assert (cause.line, cause.kind) == (1 + text[:text.index(old)].count("\n"),
+                                        "decoding-mismatch")
+    assert cause.message == (
+        "cached_cross_attention's T_x is bound by L_self_h, passed as L_h, to T_new+T_past, "
+        "where prefill starts its state K_src over T: the states of cross_attention misfit "
+        "their starts")
+    assert len(rest) == 4 and all(f.caused_by is cause for f in rest)
+
+
 def test_a_decoding_step_takes_only_inputs_the_full_model_takes():
     text = TINY.replace('X "B T_new d" "the new positions\' input"',
                         'X "B T_new d" "the new input"\n    input Z "B T_new d" "more"')
