@@ -72,6 +72,11 @@ def with_defaults(module: ir.Module, values: Mapping[str, int | float]) -> ir.Mo
     Only numbers reach the code, written by Python (``repr``), never text as given."""
     def keyword(record: ir.Parameter) -> ir.Parameter:
         value = values.get(record.name)
+        if value is None and isinstance(record.default, ir.Number) and \
+                record.annotation == ir.PlainType("float"):
+            # a setting the variant leaves at tspec's default says so too, as its dims do
+            return dataclasses.replace(record, meaning=f"{record.meaning}; default "
+                                                       f"{record.default.spelling}, tspec's")
         if isinstance(value, bool) or value is None:
             return record
         if record.annotation == ir.PlainType("int") and isinstance(value, int) and value > 0:

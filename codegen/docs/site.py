@@ -111,6 +111,12 @@ class Page:
     scaling: "ScalingView | None"
     decoding: "Decoding | None"
     bodies: list[BodyView]
+
+    @property
+    def heading(self) -> str:
+        """``gpt2_small: GPT-2 small ...``, or the name alone for a variant without a
+        description (not ``u: ``)."""
+        return f"{self.name}: {self.description}" if self.description else self.name
     edit: str = "the spec or the variant"      # what to change instead of the page
 
 

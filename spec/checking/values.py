@@ -42,7 +42,9 @@ def value_findings(variant: Variant) -> list[Finding]:
         found.append(Finding(
             kind="unused-dim",
             message=f"{item.dim} is set but unused: {item.text(spec)}",
-            file=where, line=line, equation=text, dims={item.dim: given[item.dim]},
+            file=where, line=line, equation=text,
+            # (a dim a grid varies has no one value: its --grid says them)
+            dims={} if text.startswith("--grid") else {item.dim: given[item.dim]},
             hint=hint, scope="variant"))
     found += unused_choices(variant, chosen, where) + unused_settings(variant, chosen, where)
     if variant.is_spec:

@@ -673,8 +673,9 @@ def test_tspec_run_prints_shapes_and_time():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "== base (spec/variants/base.toml): spec transformer"
-    assert lines[2] == ("   dims: B=2, max_len=512, V_type=2, d_model=512, H=8, d_ff=2048, N=1, T=8, "
-                        "T_dec=8, V=50; d_k = d_model / H, d_v = d_model / H")
+    # (run's default sizes only for the dims the choices use: no max_len, V_type)
+    assert lines[2] == ("   dims: B=2, d_model=512, H=8, d_ff=2048, N=1, T=8, T_dec=8, V=50; "
+                        "d_k = d_model / H, d_v = d_model / H")
     assert any(line.split() == ["logits", "2", "x", "8", "x", "50"] for line in lines)
     assert lines[-1].startswith("forward pass: ") and lines[-1].endswith(" ms")
 
@@ -685,7 +686,7 @@ def test_tspec_run_bert_base_draws_token_types_from_their_table(capsys):
     out, err = capsys.readouterr()
     assert (code, err) == (0, "")
     lines = out.splitlines()
-    assert lines[2] == ("   dims: B=2, T_dec=32, d_model=768, H=12, d_ff=3072, N=1, V=50, max_len=512, "
+    assert lines[2] == ("   dims: B=2, d_model=768, H=12, d_ff=3072, N=1, V=50, max_len=512, "
                         "V_type=2, T=8; d_k = d_model / H, d_v = d_model / H")
     assert any(line.split() == ["C", "2", "x", "768"] for line in lines)
     assert any(line.split() == ["X_type", "2", "x", "8", "x", "768"] for line in lines)

@@ -241,3 +241,12 @@ def test_a_decoder_only_spec_with_the_head_count_named_otherwise_has_no_scaling_
     assert "| $\\mathrm{heads}$ | number of attention heads | 2 | the variant |" in page
     assert "Kaplan" not in page
     assert "Kaplan" in docs.files([api.load("gpt2_small")], "md")["gpt2_small.md"]
+
+
+def test_a_variant_without_a_description_is_titled_by_its_name_alone(tmp_path):
+    # it was "# nodesc: ", a colon before nothing
+    (tmp_path / "nodesc.toml").write_text('spec = "transformer"\n[dims]\nd_model = 64\nH = 4\n'
+                                          'd_ff = 32\nN = 1\n')
+    page = docs.page(api.load(str(tmp_path / "nodesc.toml")))
+    assert page.heading == "nodesc"
+    assert docs.page(api.load("gpt2_small")).heading.startswith("gpt2_small: GPT-2 small")
