@@ -120,13 +120,15 @@ def load(target: str | Path, settings: list[str] | None = None) -> Variant:
     variants = builtin_variants()
     specs = builtin_specs()
     path = Path(target)
-    if _is_config(path):
-        variant = imported(path)
-    elif target in variants:
+    # a built-in's name is the built-in, whatever the working directory holds (a folder
+    # ./llama3_8b with a config.json silently took its place); ./llama3_8b is the folder
+    if target in variants:
         variant = load_variant(variants[target], resolve_spec)
     elif target in specs:
         variant = Variant(target, read_spec(specs[target]), file=str(specs[target]),
                           is_spec=True)
+    elif _is_config(path):
+        variant = imported(path)
     elif _is_folder(path):
         raise UsageError(f"{target} is a folder without config.json: give a spec (.tspec), a "
                          "variant (.toml) or a Hugging Face config (config.json, or a folder "

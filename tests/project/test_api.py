@@ -127,3 +127,13 @@ def test_every_call_that_needs_a_proved_model_refuses_one_with_findings_alike(mo
         with raises(tspec.FindingsError, said.format(refused)):
             call()
     assert len(tspec.shapes("base", ["H_kv=4"], proved=False)) > 100
+
+
+def test_a_built_in_name_is_the_built_in_whatever_the_folder_holds(tmp_path, monkeypatch):
+    # a folder ./llama3_8b holding a config.json took the built-in's place without a word
+    (tmp_path / "llama3_8b").mkdir()
+    (tmp_path / "llama3_8b" / "config.json").write_text(
+        '{"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2}')
+    monkeypatch.chdir(tmp_path)
+    assert tspec.load("llama3_8b").choices["positional"] == "rotary"
+    assert tspec.load("./llama3_8b").choices["positional"] == "learned"
