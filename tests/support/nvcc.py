@@ -108,6 +108,7 @@ class Result:
     arch: str
     resources: Resources
     seconds: float
+    warnings: tuple[str, ...] = ()       # what nvcc warned of in the module, if anything
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,6 +337,7 @@ PROPERTIES = re.compile(r"Function properties for (.+?)\s*$")
 FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 USED = re.compile(r"Used (\d+) registers")
 SMEM = re.compile(r"(\d+) bytes smem")
+WARNING = re.compile(r"\bwarning\b", re.IGNORECASE)
 
 
 def kernel_key(name: str) -> str:
@@ -409,7 +411,9 @@ def compile_module(module: Module, arch: str) -> list[Result]:
     if missing:
         raise CompileError(f"ptxas' report for {arch} names none of {', '.join(missing)} "
                            f"(it names {', '.join(found) or 'nothing'}):\n{report}")
-    return [Result(k, arch, found[kernel_key(k.expression)], seconds) for k in module.kernels]
+    warned = tuple(line.strip() for line in report.splitlines() if WARNING.search(line))
+    return [Result(k, arch, found[kernel_key(k.expression)], seconds, warned)
+            for k in module.kernels]
 
 
 def compile_all(chosen=None, archs=ARCHS, workers: int = 2) -> list[Result]:
@@ -429,7 +433,7 @@ def compile_all(chosen=None, archs=ARCHS, workers: int = 2) -> list[Result]:
 def problems(result: Result, register_limit: int = REGISTER_LIMIT) -> list[str]:
     """What in a kernel's resources is past the limits, each a sentence naming the kernel,
     its dtype and the architecture: a spill, static shared memory past 48 KiB, registers past
-    ``register_limit``."""
+    ``register_limit``, and a warning of nvcc's (none today)."""
     where = f"{result.kernel} for {result.arch}"
     used = result.resources
     found = []
@@ -442,4 +446,5 @@ def problems(result: Result, register_limit: int = REGISTER_LIMIT) -> list[str]:
     if used.registers > register_limit:
         found.append(f"{where}: {used.registers} registers a thread, past {register_limit} "
                      f"(fewer than {BLOCKS} blocks of {THREADS} threads fit an SM)")
+    found += [f"{where}: nvcc warns: {warning}" for warning in result.warnings]
     return found
