@@ -416,15 +416,20 @@ def compile_module(module: Module, arch: str) -> list[Result]:
             for k in module.kernels]
 
 
-def compile_all(chosen=None, archs=ARCHS, workers: int = 2) -> list[Result]:
-    """Every module (or those ``chosen``) compiled for every arch, ``workers`` at a time: a
-    result for each instantiation and arch, each once, in the modules' order."""
+def compile_each(chosen=None, archs=ARCHS, workers: int = 2) -> list[list[Result]]:
+    """Every module (or those ``chosen``) compiled for every arch, ``workers`` at a time: the
+    results of each compilation, module by module, arch by arch."""
     jobs = [(module, arch) for module in (modules() if chosen is None else chosen)
             for arch in archs]
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        done = list(pool.map(lambda job: compile_module(*job), jobs))
+        return list(pool.map(lambda job: compile_module(*job), jobs))
+
+
+def compile_all(chosen=None, archs=ARCHS, workers: int = 2) -> list[Result]:
+    """As ``compile_each``: a result for each instantiation and arch, each once (the first
+    module's that holds it), in the modules' order."""
     unique: dict = {}
-    for results in done:
+    for results in compile_each(chosen, archs, workers):
         for result in results:
             unique.setdefault((result.kernel, result.arch), result)
     return list(unique.values())
