@@ -5,8 +5,8 @@ and what ptxas reports of each: registers, spills, stack and static shared memor
 derived from the runtime itself: its text (``runtime_source("cupy")``) is imported with
 ``import cupy`` bound to the CPU stand-in (support/cupy_on_cpu) whose ``RawModule``,
 ``RawKernel`` and ``ElementwiseKernel`` only record what they are given, and its kernel
-builders are called with every argument the runtime can give them (``BUILDERS``): each dtype
-of ``STORAGE``, each head width of ``ATTEND_WIDTHS``, both values of a flag. What they record
+builders are called with every argument the runtime can give them (``call_builders``): each
+dtype of ``STORAGE``, each head width of ``ATTEND_WIDTHS``, both values of a flag. What they record
 is the code, the options and the name expressions CuPy's NVRTC would get; a module is
 compiled as that code, its name expressions instantiated by their addresses as NVRTC does,
 with those options. An element-wise kernel is compiled inside the wrapper CuPy writes around
@@ -51,7 +51,7 @@ REGISTER_LIMIT = 65536 // (BLOCKS * THREADS // 32) // 256 * 256 // 32
 NVCC = shutil.which("nvcc")
 CXXFILT = shutil.which("c++filt")           # ptxas names kernels by their mangled names
 MISSING = ("no nvcc (CUDA's compiler) on PATH" if NVCC is None else
-           "no c++filt (binutils) on PATH, to read ptxas' kernel names" if CXXFILT is None
+           "c++filt (binutils), to read ptxas' kernel names, is not on PATH" if CXXFILT is None
            else "")
 # CuPy's type names in an element-wise kernel's typedefs, by dtype
 ELEMENTWISE_TYPES = {"float16": "float16", "float32": "float", "float64": "double"}
@@ -184,12 +184,17 @@ def _parameters(function, expected: tuple[str, ...]) -> None:
     found = tuple(inspect.signature(function).parameters)
     if found != expected:
         raise AssertionError(f"{function.__name__}{found}: support/nvcc.py calls it as "
-                             f"{function.__name__}{expected}; update BUILDERS")
+                             f"{function.__name__}{expected}; update call_builders")
 
 
 def call_builders(rt: types.ModuleType, text: str) -> None:
-    """Call each kernel builder of the runtime with every argument the runtime can give it
-    (each builder's cache is bypassed, so that each call builds)."""
+    """Call each kernel builder of the runtime with every argument the runtime can give it,
+    each builder's cache bypassed so that each call builds: rows_kernel for each of its calls
+    in the runtime's text, with each dtype of STORAGE and both values of each flag the call
+    passes; attend_kernels with each dtype, each width of ATTEND_WIDTHS and tensor cores or
+    not (the runtime asks for them for float16; the module is the same for every dtype, so
+    it is one a width); glu_kernel and epilogue_kernel with each activation's CUDA formula
+    (its ``device_function``)."""
     dtypes, flags = tuple(rt.STORAGE), (False, True)
     _parameters(rt.rows_kernel, ("source", "name", "dtype", "flags"))
     for source, name, count in rows_kernel_calls(text):
@@ -206,8 +211,6 @@ def call_builders(rt: types.ModuleType, text: str) -> None:
         for formula in formulas:
             builder.__wrapped__(*formula)
 
-
-BUILDERS = ("rows_kernel", "attend_kernels", "glu_kernel", "epilogue_kernel")
 
 
 def _split_arguments(text: str) -> list[str]:
