@@ -284,9 +284,14 @@ def test_a_setting_left_at_its_default_equals_the_default_written_out(capsys, tm
 
 def test_a_setting_new_to_the_catalogue_is_compared_with_no_change_to_diff(
         capsys, tmp_path, monkeypatch):
+    import dataclasses
+
     from tspec.ops.base import Setting
-    from tspec.ops.catalogue import SETTINGS
+    from tspec.ops.catalogue import OPS, SETTINGS
     monkeypatch.setitem(SETTINGS, "test_scale", Setting("1.0", "a test setting"))
+    # read by an op the model applies, as a setting is (one no op reads is a finding)
+    monkeypatch.setitem(OPS, "rms_norm", dataclasses.replace(
+        OPS["rms_norm"], settings=(*OPS["rms_norm"].settings, "test_scale")))
     a = llama_with(tmp_path, "scaled", "eps = 1e-5\ntheta = 500000.0\ntest_scale = 8.0")
     code, out, _ = run(capsys, "diff", str(a), "llama3_8b")
     assert code == 1

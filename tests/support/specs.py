@@ -38,10 +38,13 @@ output Y
 
 
 def settings_for(spec, choices: dict, dims: dict) -> list[str]:
-    """``--set NAME=VALUE`` for the choices, and for those of the dims they use: a value
-    given for a dim nothing under the choices uses is a finding (unused-dim), so a test that
-    draws one set of sizes for every choice gives each variant its own."""
+    """``--set NAME=VALUE`` for the choices in force, and for those of the dims they use: a
+    value given for a dim nothing under the choices uses is a finding (unused-dim), as is an
+    option no `when` consults (unused-choice), so a test that draws one set of sizes and
+    options for every choice gives each variant its own."""
+    from tspec.language.model import choices_in_force
     from tspec.language.uses import used_dims
-    used = used_dims(spec, spec.choice_values(choices))
-    return [f"{k}={v}" for k, v in choices.items()] + \
+    chosen = spec.choice_values(choices)
+    used = used_dims(spec, chosen)
+    return [f"{k}={v}" for k, v in choices_in_force(spec, chosen).items()] + \
         [f"{k}={v}" for k, v in dims.items() if k in used]
