@@ -832,6 +832,8 @@ class _Builder:
         for token in text.split():
             try:
                 node = ex.parse_expression(token, self.file)
+            except LimitError:          # the time limit, fired in here: never swallowed
+                raise
             except TspecError:
                 tokens.append(token)
                 continue

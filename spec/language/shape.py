@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from tspec.errors import SpecError, TspecError
+from tspec.errors import LimitError, SpecError, TspecError
 from tspec.language.expr import Node, dim_text, parse_expression, to_sympy
 
 DTYPES = ("float", "int", "bool")
@@ -90,6 +90,8 @@ def parse_shape(text: str, symbols: dict[str, sympy.Symbol], *, file: str | None
         try:
             node = parse_expression(token, file)
             dims.append(to_sympy(node, symbols, file=file, what=f'shape "{text}"'))
+        except LimitError:          # the time limit, fired in here: itself, not a bad token
+            raise
         except TspecError as error:
             raise SpecError(f"bad shape token {token!r} in \"{text}\": {error.message}",
                             file=file, line=line) from None

@@ -27,7 +27,15 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tspec.errors import TspecError, UsageError, VariantError, hidden, hidden_kind, quoted
+from tspec.errors import (
+    LimitError,
+    TspecError,
+    UsageError,
+    VariantError,
+    hidden,
+    hidden_kind,
+    quoted,
+)
 from tspec.files import read_limited
 from tspec.language.model import Spec
 from tspec.ops.catalogue import SETTINGS
@@ -244,6 +252,8 @@ def variant_from_text(text: str, path: Path, resolve_spec, called: str | None = 
                            line=_line_of(text, None, "spec"))
     try:
         spec = resolve_spec(spec_name, path.parent)
+    except LimitError:      # the time limit, fired reading it: itself, placed where it fired
+        raise
     except TspecError as error:
         raise _pointed_at(error, spec_name, file, _line_of(text, None, "spec")) from None
     description = data.get("description", "")

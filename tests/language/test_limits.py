@@ -1,18 +1,23 @@
 """The checker's bounds: a time limit that stops any spec (between statements, or inside one
 long sympy computation), and a limit on the tensors a spec expands to."""
 
+import os
 import re
 import signal
+import sys
 import threading
 import time
 
 import pytest
+from support.refusals import raises
 
+from tspec.api import load, read_spec
 from tspec.checking import limits
 from tspec.checking.check import check
 from tspec.checking.limits import tensor_count
 from tspec.cli import main
 from tspec.errors import LimitError, SpecError, UsageError
+from tspec.language import expr, shape
 from tspec.language.parser import parse
 
 
@@ -260,3 +265,51 @@ def test_thousands_of_derived_dims_in_a_chain_are_put_in_each_other():
     from tspec.language.model import concrete_values
     values = concrete_values(spec, {}, {"a0": 5, "B": 1})
     assert values[spec.symbols()["a2999"]] == 3004
+
+
+# -- the time limit firing inside the parser is the time limit, whatever the parser was doing
+# (it read `bad shape token 'T' in "B T d": ... stopped at its time limit`: a syntax error)
+
+SHAPED = ('dim B "b"\ndim T "t"\ndim d "d"\nblock attend(X_q "B T_q d") -> O:\n'
+          '    dim T_q "q"\n    O "B T_q d" = relu(X_q)\n'
+          'block g(X "B T d") -> O:\n    from attend with X_q = X, T_q = T\n'
+          'input X "B T d"\nY "B T d" = g(X) as g1\noutput Y\n')
+
+
+def _fires_in(monkeypatch, module, name: str, caller: str | None = None):
+    """``module.name`` as called with the timer firing inside it (SIGALRM: its handler raises
+    the limit's error there), from ``caller`` only when given."""
+    real = getattr(module, name)
+
+    def firing(*args, **kwargs):
+        if caller is None or sys._getframe(1).f_code.co_name == caller:
+            os.kill(os.getpid(), signal.SIGALRM)
+            time.sleep(0.5)                 # the handler runs here, at the latest
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, name, firing)
+
+
+@pytest.mark.parametrize("module, name, caller", [
+    (shape, "to_sympy", None), (shape, "parse_expression", None),
+    (expr, "parse_expression", "bound_shape")], ids=["shape-sympy", "shape-token", "binding"])
+def test_the_time_limit_firing_inside_the_parser_surfaces_as_itself(monkeypatch, tmp_path,
+                                                                    module, name, caller):
+    path = tmp_path / "s.tspec"
+    path.write_text(SHAPED)
+    _fires_in(monkeypatch, module, name, caller)
+    message = (f"{path}: tspec check stopped at its time limit of 60 s, reading the spec; give "
+               "it longer with --time-limit SECONDS")
+    with raises(LimitError, message), limits.time_limit(60, "tspec check"):
+        read_spec(path)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_time_limit_reading_the_spec_a_variant_names_is_not_said_as_the_variant_s(
+        monkeypatch, tmp_path):
+    (tmp_path / "s.tspec").write_text(SHAPED)
+    (tmp_path / "v.toml").write_text('spec = "s.tspec"\n')
+    _fires_in(monkeypatch, shape, "to_sympy")
+    message = (f"{tmp_path / 's.tspec'}: tspec check stopped at its time limit of 60 s, reading "
+               "the spec; give it longer with --time-limit SECONDS")
+    with raises(LimitError, message), limits.time_limit(60, "tspec check"):
+        load(tmp_path / "v.toml")
