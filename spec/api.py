@@ -8,6 +8,7 @@ code, run it, and load their weights (these through tspec.codegen, imported when
 """
 
 import functools
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,8 @@ from tspec.checking.check import check as check_spec
 from tspec.checking.findings import summary
 from tspec.checking.prove import Prover
 from tspec.checking.report import Report, check_variant, require_proved
-from tspec.errors import FindingsError, UsageError, quoted
+from tspec.errors import FindingsError, TspecError, UsageError, quoted
+from tspec.inputs import user_path
 from tspec.language.model import Spec
 from tspec.language.names import module_name_like
 from tspec.language.parser import parse_file
@@ -56,7 +58,7 @@ def _parse_cached(path: str, mtime_ns: int, size: int) -> Spec:
 
 def read_spec(path: str | Path) -> Spec:
     """Parse a spec file (cached while the file is unchanged)."""
-    path = Path(path)
+    path = user_path(path, "a spec path")
     try:
         stat = path.stat()
     except OSError as error:
@@ -114,7 +116,11 @@ def load(target: str | Path, settings: list[str] | None = None) -> Variant:
     if isinstance(target, dict) or hasattr(target, "to_dict") and callable(target.to_dict):
         variant = imported(target)
         return variant.with_settings(settings) if settings else variant
-    target = str(target)
+    if not isinstance(target, (str, os.PathLike)):
+        raise UsageError(f"a spec or variant is a name, a path, a config dict or a "
+                         f"transformers PretrainedConfig, got {type(target).__name__}")
+    target = str(user_path(target, "a spec or variant path")) \
+        if isinstance(target, os.PathLike) or "\0" in target else target
     if not target.strip():
         raise UsageError("an empty name is no spec or variant")
     variants = builtin_variants()
@@ -167,9 +173,15 @@ def imported(config) -> Variant:
     """The variant of a Hugging Face config (``tspec.from_hf``'s TOML, read in memory): a
     ``config.json``, a folder holding one, a dict or a ``PretrainedConfig``; named after the
     folder of its file, else its ``_name_or_path``, else its ``model_type``, as a module name
-    (``Meta-Llama-3.1-8B/``: ``Meta_Llama_3_1_8B``), which generated code takes."""
-    from tspec.importing import from_hf
-    text = from_hf(config)
+    (``Meta-Llama-3.1-8B/``: ``Meta_Llama_3_1_8B``), which generated code takes.
+
+    Each dim, choice and setting is placed (for findings) at the line of config.json that
+    gives it, or at none (a default, a dict): never at a line of the TOML made in memory."""
+    from tspec.importing.convert import imported as import_config
+    from tspec.importing.source import field_lines
+    from tspec.importing.writing import variant_text
+    result, source = import_config(config)
+    text = variant_text(result, source)
     if isinstance(config, (str, Path)):
         path = Path(config)
         folder = path if path.is_dir() else path.parent
@@ -179,7 +191,21 @@ def imported(config) -> Variant:
         data = config if isinstance(config, dict) else config.to_dict()
         name = Path(str(data.get("_name_or_path") or "")).name or str(data["model_type"])
         file = f"<{name} config>"
-    return variant_from_text(text, Path(file), resolve_spec, called=module_name_like(name))
+    try:
+        variant = variant_from_text(text, Path(file), resolve_spec,
+                                    called=module_name_like(name))
+    except TspecError as error:
+        if error.file == file:          # a line of the TOML, not of the config: none
+            error.line = error.column = None
+        raise
+    lines = field_lines(config)
+
+    def placed(places: dict) -> dict:
+        return {key: (lines.get(result.origins.get(key)), said)
+                for key, (_, said) in places.items()}
+    variant.places, variant.setting_places = placed(variant.places), \
+        placed(variant.setting_places)
+    return variant
 
 
 def _variant(target, settings: list[str] | None) -> Variant:

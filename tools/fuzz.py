@@ -57,6 +57,22 @@ Targets:
              through every command that shows numbers (check, shapes, diff, --grid, docs, run)
     meanings specs whose free text holds random LaTeX ($x^$, \\frac{, ...), through tspec docs
              (Markdown and HTML pages, made in memory)
+    config   Hugging Face config.json texts (GPT-2's, Llama 3.1's, Mistral's and Qwen2's at tiny
+             sizes, a few fields hostile: integers of 40 to 5,001 digits, 10**400 for a
+             setting, NaN, lists and tables for numbers and names, rope tables, layer_types of
+             100,000 entries, nesting 5,000 deep; or the text truncated, flipped, UTF-16, past
+             1 MB), through tspec.from_hf then api.check of the import, beside a checkpoint of
+             the family's names (tspec.load_weights of the variant the unbroken config
+             imports as), and `tspec import`, `check` and `run --weights` of its folder
+    header   safetensors files (an 8-byte length, a JSON header, the data) of a tiny GPT-2 in
+             Hugging Face's names and in the spec's, their headers hostile: dtypes that are
+             lists, shapes of 300,000 axes or sizes past 2**63, integers of 5,001 digits,
+             names numbering layer 10**20 or with a NUL, duplicate names, NaN and values past
+             float16 in the data; or a shard index naming shards with a NUL, outside the
+             folder or missing; with the variant's sizes against the file's (N = 10**6), through
+             tspec.load_weights and `tspec run --weights`
+    (config and header run with Python's warnings as errors: NumPy's overflow warning is a
+    second line on stderr, which the command line does not promise)
 """
 
 import argparse
@@ -96,6 +112,7 @@ from tspec.analysis.grid import parse_axis
 from tspec.codegen.docs import site as docs
 from tspec.codegen.execution import weights
 from tspec.errors import TspecError
+from tspec.importing import from_hf
 from tspec.language import parser as language
 from tspec.language.expr import tokenize
 from tspec.language.model import Let
@@ -107,7 +124,8 @@ STATUSES = ("result", "ours", "crash", "hang")
 # about a quarter of an hour on two workers).
 SHARES = {"parse": 0.126, "expr": 0.16, "check": 0.10, "variant": 0.14, "set": 0.10,
           "grid": 0.10, "weights": 0.18, "cli": 0.06, "docs": 0.01, "output": 0.002,
-          "printers": 0.001, "meanings": 0.005, "shapes": 0.02, "diff": 0.01, "run": 0.004}
+          "printers": 0.001, "meanings": 0.005, "shapes": 0.02, "diff": 0.01, "run": 0.004,
+          "config": 0.06, "header": 0.06}
 TARGETS = tuple(SHARES)
 CHUNK = 50
 SLOTS = 5            # per worker, shared with the parent: target, chunk start, input, its start,
@@ -1073,6 +1091,7 @@ class Context:
         # np.savez dates its members: the same members with fixed dates, for replays
         self.valid[".npz"] = _zip(_npz_members(self.valid[".npz"]))
         (scratch / "variant.toml").write_text('spec = "small.tspec"\n[dims]\nd = 4\n')
+        self._hf(scratch)
         # files no spec or variant is read from (HOSTILE_FILES): named pipes a reader would
         # wait at for ever, and a terabyte (sparse) past the spec's limit
         for name in ("fifo.tspec", "fifo.toml"):
@@ -1081,6 +1100,27 @@ class Context:
         with open(scratch / "huge.tspec", "wb") as huge:
             huge.truncate(1 << 40)
         self.counter = 0
+
+    def _hf(self, scratch: Path) -> None:
+        """The config and header targets' files: a tiny checkpoint of each kind of Hugging
+        Face names, each family's variant imported from its config (which the checkpoint
+        must load as), and GPT-2's checkpoint in the spec's names too."""
+        rng = np.random.default_rng(0)
+        self.hf_files, self.hf_bytes, self.hf_variants = {}, {}, {}
+        for kind in ("gpt2", "llama", "qwen2"):
+            self.hf_bytes[kind] = _safetensors_bytes(hf_state(kind, rng))
+            self.hf_files[kind] = scratch / f"hf-{kind}.safetensors"
+            self.hf_files[kind].write_bytes(self.hf_bytes[kind])
+        for family, data in HF_CONFIGS.items():
+            folder = scratch / f"hf-{family}"
+            folder.mkdir(exist_ok=True)
+            (folder / "config.json").write_text(json.dumps(data, indent=2))
+            self.hf_variants[family] = api.load(folder)
+            (folder / "config.json").unlink()
+        params = api.load_weights("gpt2_small", self.hf_files["gpt2"], GPT2_SETS)
+        spec_named = scratch / "spec-gpt2.safetensors"
+        weights.save(spec_named, {key: value for key, value in params.items()})
+        self.hf_bytes["tspec"] = spec_named.read_bytes()
 
     def fresh(self, suffix: str) -> Path:
         """A new file name (spec files are cached by path, time and size: never reuse one)."""
@@ -1170,6 +1210,8 @@ def make_case(target: str, seed: int, index: int, ctx: Context) -> Case:
         return ONE_LINE_TARGETS[target][0](rng, index, ctx)
     if target in COMMAND_TARGETS:
         return COMMAND_TARGETS[target][0](rng, index, ctx)
+    if target in HF_TARGETS:
+        return HF_TARGETS[target][0](rng, index, ctx)
     raise ValueError(f"unknown target {target!r}")
 
 
@@ -1302,6 +1344,8 @@ def run_case(case: Case, ctx: Context):
         return ONE_LINE_TARGETS[target][1](case, ctx)
     if target in COMMAND_TARGETS:
         return COMMAND_TARGETS[target][1](case, ctx)
+    if target in HF_TARGETS:
+        return HF_TARGETS[target][1](case, ctx)
     raise ValueError(target)
 
 
@@ -1662,6 +1706,393 @@ def _run_command(case: Case, ctx: Context, outputs: dict | None = None):
 COMMAND_TARGETS = {command: (lambda rng, index, ctx, command=command:
                              gen_command_case(rng, index, ctx, command), run_command)
                    for command in ("shapes", "diff", "run")}
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face configs and checkpoints (issue 32): hostile config.json texts through `tspec
+# import` and beside a checkpoint; hostile safetensors headers (and shard indexes) through
+# tspec.load_weights and `tspec run --weights`. NumPy's warnings are errors here: a warning on
+# stderr is not the one line the command line promises.
+
+HF_SIZES = {"d": 8, "H": 2, "H_kv": 1, "d_ff": 12, "V": 11, "N": 2, "positions": 16}
+HF_CONFIGS = {
+    "gpt2": {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 8,
+             "n_head": 2, "n_layer": 2, "vocab_size": 11, "n_positions": 16, "n_ctx": 16,
+             "n_inner": None, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new",
+             "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1,
+             "initializer_range": 0.02, "summary_type": "cls_index", "summary_use_proj": True,
+             "summary_activation": None, "summary_proj_to_labels": True,
+             "summary_first_dropout": 0.1, "scale_attn_weights": True, "use_cache": True,
+             "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
+             "bos_token_id": 0, "eos_token_id": 0, "tie_word_embeddings": True,
+             "transformers_version": "5.23.0", "dtype": "float32"},
+    "llama": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 8,
+              "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 2,
+              "vocab_size": 11, "intermediate_size": 12, "rms_norm_eps": 1e-6,
+              "hidden_act": "silu", "max_position_embeddings": 16, "head_dim": 4,
+              "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
+              "rope_theta": 500000.0, "pretraining_tp": 1, "attention_dropout": 0.0,
+              "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 8192},
+              "bos_token_id": 1, "eos_token_id": 2, "use_cache": True,
+              "transformers_version": "4.43.0", "torch_dtype": "bfloat16"},
+    "mistral": {"model_type": "mistral", "architectures": ["MistralForCausalLM"],
+                "hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 1,
+                "num_hidden_layers": 2, "vocab_size": 11, "intermediate_size": 12,
+                "rms_norm_eps": 1e-5, "sliding_window": 4, "hidden_act": "silu",
+                "max_position_embeddings": 16, "tie_word_embeddings": False,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+                "transformers_version": "5.23.0"},
+    "qwen2": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 8,
+              "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 2,
+              "vocab_size": 11, "intermediate_size": 12, "rms_norm_eps": 1e-6,
+              "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 2,
+              "layer_types": ["full_attention", "full_attention"], "hidden_act": "silu",
+              "max_position_embeddings": 16, "tie_word_embeddings": False,
+              "rope_theta": 1000000.0, "transformers_version": "5.23.0"},
+}
+# the checkpoint each family's names are read from (Qwen2's has biases on Q, K and V)
+HF_CHECKPOINTS = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "qwen2"}
+GPT2_SETS = ["N=2", "d_model=8", "H=2", "d_ff=32", "V=11", "max_len=16", "T_dec=4", "B=1"]
+
+
+def hf_state(kind: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A tiny checkpoint of Hugging Face names at HF_SIZES: GPT-2's, Llama's, or Qwen2's."""
+    d, kv, ff, V, L = (HF_SIZES[k] for k in ("d", "H_kv", "d_ff", "V", "N"))
+    k = d // HF_SIZES["H"] * kv
+    if kind == "gpt2":
+        shapes = {"transformer.wte.weight": (V, d), "transformer.wpe.weight": (16, d),
+                  "transformer.ln_f.weight": (d,), "transformer.ln_f.bias": (d,)}
+        for i in range(L):
+            p = f"transformer.h.{i}"
+            shapes.update({f"{p}.ln_1.weight": (d,), f"{p}.ln_1.bias": (d,),
+                           f"{p}.attn.c_attn.weight": (d, 3 * d), f"{p}.attn.c_attn.bias": (3 * d,),
+                           f"{p}.attn.c_proj.weight": (d, d), f"{p}.attn.c_proj.bias": (d,),
+                           f"{p}.ln_2.weight": (d,), f"{p}.ln_2.bias": (d,),
+                           f"{p}.mlp.c_fc.weight": (d, 4 * d), f"{p}.mlp.c_fc.bias": (4 * d,),
+                           f"{p}.mlp.c_proj.weight": (4 * d, d), f"{p}.mlp.c_proj.bias": (d,)})
+    else:
+        shapes = {"model.embed_tokens.weight": (V, d), "model.norm.weight": (d,),
+                  "lm_head.weight": (V, d)}
+        for i in range(L):
+            p = f"model.layers.{i}"
+            shapes.update({f"{p}.self_attn.q_proj.weight": (d, d),
+                           f"{p}.self_attn.k_proj.weight": (k, d),
+                           f"{p}.self_attn.v_proj.weight": (k, d),
+                           f"{p}.self_attn.o_proj.weight": (d, d),
+                           f"{p}.mlp.gate_proj.weight": (ff, d), f"{p}.mlp.up_proj.weight": (ff, d),
+                           f"{p}.mlp.down_proj.weight": (d, ff),
+                           f"{p}.input_layernorm.weight": (d,),
+                           f"{p}.post_attention_layernorm.weight": (d,)})
+            if kind == "qwen2":
+                shapes.update({f"{p}.self_attn.q_proj.bias": (d,),
+                               f"{p}.self_attn.k_proj.bias": (k,),
+                               f"{p}.self_attn.v_proj.bias": (k,)})
+    return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+def _safetensors_bytes(state: dict[str, np.ndarray]) -> bytes:
+    from safetensors.numpy import save
+    return save(state)
+
+
+class RawJSON:
+    """JSON text a value stands for in a generated config (an integer of 5,001 digits, which
+    Python will not write; 1e999999): put in place of its placeholder after json.dumps."""
+    def __init__(self, text: str):
+        self.text = text
+
+
+def _json_text(value, indent: int | None = 2) -> str:
+    """``value`` as JSON text, every RawJSON in it as its text."""
+    raws: list[str] = []
+
+    def marked(item):
+        if isinstance(item, RawJSON):
+            raws.append(item.text)
+            return f"\u0001RAW{len(raws) - 1}\u0001"
+        if isinstance(item, dict):
+            return {key: marked(inner) for key, inner in item.items()}
+        if isinstance(item, list):
+            return [marked(inner) for inner in item]
+        return item
+    text = json.dumps(marked(value), indent=indent)
+    for number, raw in enumerate(raws):
+        text = text.replace(json.dumps(f"\u0001RAW{number}\u0001"), raw)
+    return text
+
+
+def hostile_number(rng: random.Random):
+    return rng.choice([
+        0, -1, 1, 2, 3, 4, 7, 8, 16, 10 ** 6, 2 ** 31, 2 ** 63, 2 ** 64, 10 ** 39, 10 ** 40 - 1,
+        10 ** 40, 10 ** 400, -10 ** 400, 10 ** 4000, 1.5, 0.5, 1e-12, 1e308, 1e-320, -0.0,
+        float("nan"), float("inf"), float("-inf"), True, False, None,
+        RawJSON("1" * rng.choice([1001, 4300, 4301, 5001])), RawJSON("-" + "9" * 2000),
+        RawJSON("1e999999"), RawJSON("-0"), RawJSON("1" + "0" * 300), RawJSON("1E+400"),
+        RawJSON("0." + "0" * 2000 + "1"), RawJSON("1" * 999)])
+
+
+def hostile_value(rng: random.Random, depth: int = 0):
+    r = rng.random()
+    if r < 0.45:
+        return hostile_number(rng)
+    if r < 0.7:
+        return rng.choice(["", "gpt2", "llama", "bert", "t5", "silu", "gelu", "gelu_new", "relu",
+                           "llama3", "yarn", "default", "full_attention", "sliding_attention",
+                           "\u0000", "a\u0000b", "\n", "\u2028", "é" * 10, "x" * 5000,
+                           "GPT2LMHeadModel", "LlamaForCausalLM", "8", "1e-5", "NaN",
+                           "../../etc/passwd"])
+    if r < 0.85 and depth < 3:
+        return [hostile_value(rng, depth + 1) for _ in range(rng.choice([0, 1, 2, 3, 50]))]
+    if depth < 3:
+        return {rng.choice(["a", "rope_type", "type", "factor", "rope_theta", "", "\u0000"]):
+                hostile_value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
+    return None
+
+
+# every field the families read, and fields of models tspec does not import
+HF_FIELDS = sorted({name for config in HF_CONFIGS.values() for name in config} | {
+    "n_inner", "layer_types", "rope_parameters", "rope_scaling", "use_sliding_window",
+    "max_window_layers", "head_dim", "is_encoder_decoder", "add_cross_attention",
+    "cross_attention_hidden_size", "partial_rotary_factor", "position_embedding_type",
+    "type_vocab_size", "layer_norm_eps", "is_decoder", "id2label", "quantization_config",
+    "_name_or_path", "num_experts", "rope_type", "quantum"})
+
+
+def gen_config(rng: random.Random, family: str) -> bytes:
+    """A config.json: the family's own, with a few fields hostile, or its text broken."""
+    data = json.loads(json.dumps(HF_CONFIGS[family]))
+    r = rng.random()
+    if r < 0.1:
+        return _json_text(data).encode()
+    for _ in range(rng.choice([1, 1, 1, 2, 3])):
+        op = rng.randrange(10)
+        name = rng.choice(list(data) or ["model_type"])
+        if op <= 2:                           # a field it has, hostile
+            data[name] = hostile_value(rng)
+        elif op == 3:                         # a field of any family, hostile or plausible
+            data[rng.choice(HF_FIELDS)] = hostile_value(rng) if rng.random() < 0.7 else \
+                rng.choice([1, 2, 8, 16, 1e-5, True, False, None, "silu"])
+        elif op == 4:
+            data.pop(name, None)
+        elif op == 5:                         # identity
+            data[rng.choice(["model_type", "architectures"])] = rng.choice([
+                "gpt2", "bert", "llama", "mistral", "qwen2", "gemma", "roberta", "", None,
+                ["gpt2"], {"a": 1}, 5, ["GPT2LMHeadModel"], ["RobertaModel"], "LlamaModel",
+                ["LlamaForCausalLM", "MistralForCausalLM"], [None], ["\u0000"]])
+        elif op == 6:                         # rope tables
+            table = dict(HF_CONFIGS["llama"]["rope_scaling"])
+            key = rng.choice(list(table) + ["rope_theta", "type", "partial_rotary_factor", "x"])
+            table[key] = hostile_value(rng) if rng.random() < 0.8 else table.get(key)
+            if rng.random() < 0.3:
+                table.pop(rng.choice(list(table)), None)
+            data[rng.choice(["rope_scaling", "rope_parameters"])] = table
+        elif op == 7:                         # layer types, as many as the layers or not
+            count = rng.choice([0, 1, 2, 3, 100_000])
+            data["num_hidden_layers"] = rng.choice([count, 2, count + 1])
+            data["layer_types"] = [rng.choice(["full_attention", "sliding_attention", 3])
+                                   if rng.random() < 0.01 else "full_attention"
+                                   for _ in range(count)]
+        elif op == 8:                         # a dim at the edge of what a variant holds
+            data[rng.choice([n for n in data if isinstance(data[n], int)] or [name])] = \
+                rng.choice([10 ** 40 - 1, 10 ** 40, 2 ** 63, 4 * 10 ** 39, 10 ** 39 // 4 + 1])
+        else:                                 # deep nesting
+            data[name] = RawJSON("[" * rng.choice([10, 100, 5000]) + "]" *
+                                 rng.choice([10, 100, 5000]))
+    text = _json_text(data, indent=rng.choice([None, 2])).encode("utf-8", "surrogatepass")
+    r = rng.random()
+    if r < 0.08:
+        text = text[:rng.randint(0, len(text))]
+    elif r < 0.14:
+        text = _flip(rng, text)
+    elif r < 0.17:
+        text = rng.choice([b"", b"null", b"[]", b"1", b'"x"', b"\xef\xbb\xbf" + text,
+                           text.decode().encode("utf-16"), text + b" x", b"{" * 100_000,
+                           text[:-1] + b', "n_layer": 3, "n_layer": 4}', b" " * 1_000_001,
+                           text + b" " * 1_000_000])
+    return text
+
+
+def gen_config_case(rng: random.Random, index: int, ctx: Context) -> Case:
+    family = rng.choice(list(HF_CONFIGS))
+    mode = rng.choices(["import", "beside", "cli"], weights=[5, 5, 1])[0]
+    return Case("config", index, gen_config(rng, family), ".json",
+                extra={"family": family, "mode": mode,
+                       "argv": rng.choice(["import", "check", "run"]) if mode == "cli"
+                       else None})
+
+
+def run_config(case: Case, ctx: Context):
+    folder = ctx.fresh("")
+    folder.mkdir()
+    path = folder / "config.json"
+    path.write_bytes(case.data)
+    family, mode = case.extra["family"], case.extra["mode"]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            if mode == "import":
+                text = from_hf(path)
+                return text, api.check(api.load(path))
+            os.link(ctx.hf_files[HF_CHECKPOINTS[family]], folder / "model.safetensors")
+            if mode == "beside":
+                return api.load_weights(ctx.hf_variants[family], folder)
+            command = case.extra["argv"]
+            argv = {"import": ["import", str(path)], "check": ["check", str(folder)],
+                    "run": ["run", str(folder), "--set", "T_dec=4", "--set", "B=1",
+                            "--weights", str(folder)]}[command]
+            return run_cli(argv, ctx)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# ---- safetensors headers
+
+HEADER_DTYPES = [["F32"], {"F32": 1}, 4, None, "", "f32", "F32 ", "BF16", "F16", "F64",
+                 "F8_E4M3", "I64", "BOOL", True, "\u0000"]
+
+
+def _shape_value(rng: random.Random):
+    return rng.choice([
+        [2 ** 62] * rng.choice([2, 63, 64, 65, 300, 30_000]), [2 ** 63], [2 ** 63 - 1, 0],
+        [0, 10 ** 30], [0, 2 ** 63], [-1], [[2]], [1.5], [True], [], [0], "8", None,
+        [RawJSON("9" * 5001)], [RawJSON("9" * 999), 0], [1] * 100_000, [8, 8, 8, 8],
+        [2 ** 31, 2 ** 31, 2 ** 31]])
+
+
+def gen_header_bytes(rng: random.Random, valid: bytes) -> bytes:
+    header, data = _split_safetensors(valid)
+    names = [n for n in header if n != "__metadata__"]
+    op = rng.randrange(20)
+    if op < 6:                                  # the weight files' mutations
+        return gen_safetensors(rng, valid)
+    name = rng.choice(names)
+    entry = header[name]
+    if op == 6:
+        entry["dtype"] = rng.choice(HEADER_DTYPES)
+    elif op in (7, 8):
+        entry["shape"] = _shape_value(rng)
+        if rng.random() < 0.3:
+            entry["data_offsets"] = [0, rng.choice([0, 4, 2 ** 64, 10 ** 30])]
+    elif op == 9:
+        entry["data_offsets"] = rng.choice([
+            [0, RawJSON("9" * 5001)], [RawJSON("-" + "9" * 30), 4], [0, 2 ** 64], [0.0, 4],
+            [True, 4], [0, None], [[0], 4], [2 ** 63, 2 ** 63 + 4], "0,4", {}])
+    elif op in (10, 11):                        # layer numbers read from names
+        prefix = name.split(".")[0]
+        number = rng.choice(["99999999999999999999", "9" * 5000, "2", "3", "7", "01", "-1",
+                             "1" * 41, "0" * 5000, "1" + "0" * 4300, "4294967296"])
+        layer = (f"transformer.h.{number}.ln_1.bias" if prefix == "transformer" else
+                 f"model.layers.{number}.input_layernorm.weight" if prefix == "model" else
+                 f"decoder.layers.{number}.norm_1.beta")
+        header[layer] = dict(entry)
+        if rng.random() < 0.5:                  # and the layer before it gone
+            for other in [n for n in names if ".0." in n][:rng.randint(1, 5)]:
+                header.pop(other, None)
+    elif op == 12:                              # an odd name
+        header[rng.choice(["\u0000", "", "a" * 10_000, "\u2028", name + "\u0000",
+                           name.replace(".0.", ".00."), "transformer.h..ln_1.bias",
+                           "transformer.h.٣.ln_1.bias"])] = header.pop(name)
+    elif op == 13:                              # not finite, or past float16's range
+        array = np.frombuffer(bytearray(data), dtype=np.uint8)
+        start, _ = header[name]["data_offsets"]
+        if header[name]["dtype"] == "F32":
+            value = rng.choice([np.nan, np.inf, -np.inf, 1e6, 3e38])
+            array[start:start + 4] = np.frombuffer(np.float32(value).tobytes(), np.uint8)
+        data = array.tobytes()
+    elif op == 14:                              # integers of many digits anywhere
+        text = json.dumps(header).replace("]", ", " + "1" * rng.choice([999, 1001, 5001])
+                                          + "]", 1)
+        return _safetensors(text.encode(), data)
+    elif op == 15:
+        header["__metadata__"] = rng.choice([{"format": "pt"}, {"n": RawJSON("7" * 2000)},
+                                             [1] * 1000, {"a": {"b": {"c": None}}}])
+    elif op == 16:                              # the same names twice, one lying
+        text = json.dumps(header)
+        text = text[:-1] + f', {json.dumps(name)}: {_json_text(_lying(rng, entry), None)}}}'
+        return _safetensors(text.encode(), data)
+    elif op == 17:                              # a tensor 1-D or 0-D that is a matrix
+        count = int(np.prod(entry["shape"]))
+        entry["shape"] = rng.choice([[count], [], [1, 1, count]]) if count == 1 or \
+            rng.random() < 0.8 else [count]
+    elif op == 18:                              # dtype and data agree, another dtype
+        for other in names:
+            header[other]["dtype"] = rng.choice(["F16", "BF16", "F64", "F32"])
+        return _safetensors(_json_text(header, None).encode(), data + bytes(len(data)))
+    else:
+        for other in names[:rng.randint(1, 4)]:
+            header.pop(other, None)
+    return _safetensors(_json_text(header, None).encode(), data)
+
+
+def _lying(rng: random.Random, entry: dict) -> dict:
+    return {**entry, "shape": _shape_value(rng)} if rng.random() < 0.5 else \
+        {**entry, "dtype": rng.choice(HEADER_DTYPES)}
+
+
+def gen_header_case(rng: random.Random, index: int, ctx: Context) -> Case:
+    names = rng.choice(["gpt2", "gpt2", "tspec"])
+    valid = ctx.hf_bytes[names]
+    data = valid if rng.random() < 0.08 else gen_header_bytes(rng, valid)
+    settings = list(GPT2_SETS)
+    if rng.random() < 0.15:                     # the variant's sizes against the file's
+        other = rng.choice(["N=1000000", f"N={10 ** 39}", "N=1", "N=3", "d_model=16", "V=12",
+                            f"d_model={10 ** 39}", "max_len=8"])
+        settings = [other if setting.split("=")[0] == other.split("=")[0] else setting
+                    for setting in settings]
+    mode = rng.choices(["api", "index", "cli"], weights=[16, 3, 1])[0]
+    index_text = None
+    if mode == "index":
+        header, _ = _split_safetensors(valid)
+        shard = rng.choice(["model-1.safetensors", "a\u0000b.safetensors", "", ".", "..",
+                            "../model-1.safetensors", "sub/model-1.safetensors",
+                            "model-2.safetensors", "\u2028", "m" * 300])
+        weight_map = {n: shard for n in header if n != "__metadata__"}
+        if rng.random() < 0.3:
+            weight_map[rng.choice(list(weight_map))] = rng.choice(
+                ["model-2.safetensors", 5, None, "model-1.safetensors"])
+        if rng.random() < 0.2:
+            weight_map["extra"] = "model-1.safetensors"
+        index_text = _json_text({"metadata": {"total_size": hostile_number(rng)},
+                                 "weight_map": weight_map}, None)
+        if rng.random() < 0.1:
+            index_text = rng.choice(["[]", "{", '{"weight_map": 5}', index_text[:50],
+                                     '{"weight_map": {}, "n": ' + "9" * 5001 + "}"])
+    dtype = rng.choice([None] * 16 + ["float16", "float64", "float16", "bfloat16", "int8", 5])
+    return Case("header", index, data, ".safetensors",
+                extra={"names": names, "settings": settings, "mode": mode,
+                       "index": index_text, "dtype": dtype})
+
+
+def run_header(case: Case, ctx: Context):
+    folder = ctx.fresh("")
+    folder.mkdir()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            mode, settings = case.extra["mode"], case.extra["settings"]
+            if mode == "index":
+                (folder / "model-1.safetensors").write_bytes(case.data)
+                (folder / "model.safetensors.index.json").write_text(case.extra["index"])
+                path = folder
+            else:
+                path = folder / "model.safetensors"
+                path.write_bytes(case.data)
+            if mode == "cli":
+                argv = ["run", "gpt2_small", *[part for setting in settings
+                                               for part in ("--set", setting)],
+                        "--weights", str(path)]
+                if case.extra["dtype"] in ("float16", "float64"):
+                    argv += ["--dtype", case.extra["dtype"]]
+                return run_cli(argv, ctx)
+            return api.load_weights("gpt2_small", path, settings, dtype=case.extra["dtype"])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+HF_TARGETS = {"config": (gen_config_case, run_config),
+              "header": (gen_header_case, run_header)}
 
 
 # ---------------------------------------------------------------------------------------------

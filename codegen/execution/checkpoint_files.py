@@ -22,14 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
+from tspec.checking import limits
 from tspec.codegen.execution import checkpoints, weights
 from tspec.codegen.execution.weights import FLOAT_DTYPES, WeightsError
-from tspec.errors import ConfigError, UsageError, quoted
+from tspec.errors import ConfigError, UsageError, hidden, quoted
 from tspec.files import open_regular
 from tspec.importing.convert import identity, imported
 from tspec.importing.families import model_type_of
 from tspec.importing.fields import shown
 from tspec.importing.source import read_config
+from tspec.inputs import LongInteger, count_text, json_loads, short_repr, user_path
 from tspec.ops.catalogue import SETTINGS
 
 INDEX = "model.safetensors.index.json"
@@ -37,6 +39,8 @@ SINGLE = "model.safetensors"
 PICKLED = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 MAX_HEADER = 100_000_000        # bytes; safetensors' own limit
 MAX_INDEX = 100_000_000
+MAX_RANK = 64                   # axes of a tensor: NumPy's own limit
+MAX_SIZE = 2 ** 63              # one axis's size: below it, as NumPy's indices are
 
 # safetensors' dtypes: element size, and the NumPy dtype the bytes are read as (bfloat16 and
 # float8 as unsigned integers of their width: NumPy has no type for them)
@@ -127,18 +131,22 @@ _READS = {"GPT-2": "GPT-2 checkpoints (model_type gpt2, and its classes)",
 
 def family(choices: dict[str, str]):
     """The family name and map for a variant's choices (every choice, defaults included), or
-    None where no map fits them."""
+    None where no map fits them. The map takes a checkpoint and, as ``layers``, the variant's
+    layers (None: any number)."""
     if choices.get("encoder_io") in ("bert", "bert_unpooled") and \
             choices.get("arch") == "encoder_only":
         pooler = choices.get("encoder_io") == "bert"
-        return "BERT", lambda state: checkpoints.from_bert(state, pooler=pooler)
+        return "BERT", lambda state, layers=None: checkpoints.from_bert(
+            state, pooler=pooler, layers=layers)
     if choices.get("arch") == "decoder_only":
         tied = {"output_embedding": choices.get("output_embedding", "separate")}
         if choices.get("positional") == "learned" and \
                 choices.get("normalization") == "layer_norm":
-            return "GPT-2", lambda state: checkpoints.from_gpt2(state, **tied)
+            return "GPT-2", lambda state, layers=None: checkpoints.from_gpt2(
+                state, **tied, layers=layers)
         if choices.get("positional") == "rotary" and choices.get("normalization") == "rms_norm":
-            return "Llama", lambda state: checkpoints.from_llama(state, **tied)
+            return "Llama", lambda state, layers=None: checkpoints.from_llama(
+                state, **tied, layers=layers)
     return None
 
 
@@ -147,25 +155,35 @@ def load_variant(path: str | Path, spec, choices: dict[str, str], dims: dict[str
     """A variant's parameters from ``path``: a .npz file of the spec's names (``weights.load``)
     or a checkpoint (``load``), at the shapes the spec gives them at ``dims``; a checkpoint
     beside a Hugging Face config.json must be of the model it describes (``require_described``:
-    the variant's ``settings``, the rest at the catalogue's defaults)."""
-    path = Path(path)
-    shapes = weights.expected_shapes(spec, choices, dims)
+    the variant's ``settings``, the rest at the catalogue's defaults). The layer counts are
+    compared before the variant's parameters are listed (a million layers take seconds)."""
+    path = user_path(path, "a weights path")
+    if dtype is not None:
+        dtype = _dtype({}, None, dtype, str(path))
+    limits.require_tensor_count(spec)       # blocks calling blocks 2**60 times: refused
     chosen = spec.choice_values(choices)
 
     def described(names: str) -> None:
         require_described(path, spec, chosen, dims, settings or {}, variant, names)
     if path.suffix != ".npz":
-        return load(path, shapes, chosen, variant, dtype, described)
+        return load(path, spec, chosen, dims, variant, dtype, described)
     described("tspec")
-    params = weights.load(path, shapes)
+    names = weights.npz_names(path)
+    if names is not None:               # else the load says why it is unreadable
+        _check_layers(names, *weights.layer_counts(spec, chosen, dims), str(path), variant)
+    params = weights.load(path, weights.expected_shapes(spec, chosen, dims))
     flat = weights.flatten(params)
     stored = sorted({str(array.dtype) for array in flat.values()})
     if dtype is not None:
-        dtype = _dtype({}, None, dtype, str(path))
-        params = weights.nest({name: array.astype(dtype, copy=False)
-                               for name, array in flat.items()})
+        with np.errstate(over="ignore", invalid="ignore"):     # said below, by parameter
+            converted = {name: array.astype(dtype, copy=False) for name, array in flat.items()}
+        for name, array in converted.items():
+            _require_finite(array, flat[name], name, name, str(path))
+        params = weights.nest(converted)
     else:
         dtype = np.dtype(stored[0]) if stored else np.dtype("float32")
+        for name, array in flat.items():
+            _require_finite(array, array, name, name, str(path))
     return Weights(params, path, "tspec", dtype, stored, {})
 
 
@@ -244,19 +262,25 @@ def require_described(path: Path, spec, choices: dict[str, str], dims: dict[str,
                            f"--weights {shlex.quote(str(path))}")
 
 
-def load(path: str | Path, shapes: dict[str, tuple], choices: dict[str, str], variant: str,
+def load(path: str | Path, spec, choices: dict[str, str], dims: dict[str, int], variant: str,
          dtype=None, described=None) -> Weights:
-    """A variant's parameters from a checkpoint: names mapped, every name and shape checked
-    against ``shapes``, the memory of the parameters in ``dtype`` counted, then each tensor read
-    through the memory map and converted. ``dtype`` None: the checkpoint's own where the
-    generated code computes in it (float16, float32 or float64, one for all), else float32.
-    ``described``: called with the names the checkpoint is read under ("tspec", or the family
-    whose map reads it) before they are mapped (``require_described``)."""
+    """A variant's parameters from a checkpoint: names mapped, the layer counts compared, then
+    every name and shape checked against the spec's at ``dims`` (``choices``: every choice,
+    defaults included), the memory of the parameters in ``dtype`` counted, then each tensor read
+    through the memory map and converted, and refused where a value is not finite. ``dtype``
+    None: the checkpoint's own where the generated code computes in it (float16, float32 or
+    float64, one for all), else float32. ``described``: called with the names the checkpoint is
+    read under ("tspec", or the family whose map reads it) before they are mapped
+    (``require_described``)."""
     path = Path(path)
     where = str(path)
+    counts, total = weights.layer_counts(spec, choices, dims)
     checkpoint = open_checkpoint(path)
     try:
-        if any(name in shapes for name in checkpoint):
+        # the spec's own names, every layer number as the first layer's (listing them all
+        # would take as long as the variant has layers)
+        own = weights.expected_shapes(spec, choices, dims, cap=1)
+        if any(_first_copy(name) in own for name in checkpoint):
             names = "tspec"
             if described is not None:
                 described(names)
@@ -273,12 +297,16 @@ def load(path: str | Path, shapes: dict[str, tuple], choices: dict[str, str], va
             names, mapping = chosen
             if described is not None:
                 described(names)
+            stack = "encoder" if names == "BERT" else "decoder"
             try:
-                plan = mapping(checkpoint)
+                plan = mapping(checkpoint, layers=counts.get(f"{stack}.layers"))
+            except checkpoints.LayersPast as error:
+                raise WeightsError(f"{where}: {error.said(stack, variant)}") from None
             except WeightsError as error:
                 raise WeightsError(f"{where}: {error}") from None
         # layer counts, names and shapes, then dtypes: all from the headers
-        _check_layers(plan, shapes, where, variant)
+        _check_layers(plan, counts, total, where, variant)
+        shapes = weights.expected_shapes(spec, choices, dims)
         weights._check({name: (tensor.shape, np.dtype("float32"))
                         for name, tensor in plan.items()}, shapes, where)
         _check_dtypes(plan, checkpoint, where)
@@ -293,7 +321,7 @@ def load(path: str | Path, shapes: dict[str, tuple], choices: dict[str, str], va
         for name, other, message in plan.same:
             if not _equal(checkpoint.array(name), checkpoint.array(other)):
                 raise WeightsError(f"{where}: {plan.what}: {message}")
-        flat = {name: _read(checkpoint, plan[name], dtype) for name in shapes}
+        flat = {name: _read(checkpoint, plan[name], dtype, name, where) for name in shapes}
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
     finally:
@@ -301,16 +329,35 @@ def load(path: str | Path, shapes: dict[str, tuple], choices: dict[str, str], va
     return Weights(weights.nest(flat), path, names, dtype, stored, dict(plan.unused))
 
 
-def _check_layers(plan, shapes: dict[str, tuple], where: str, variant: str) -> None:
-    """A checkpoint with another number of layers than the variant: said as such, before the
-    names of every parameter of the layers one side lacks."""
-    for stack in ("encoder", "decoder"):
-        found, wanted = (len({name.split(".")[2] for name in names
-                              if name.startswith(f"{stack}.layers.")})
-                         for names in (plan, shapes))
+def _first_copy(name: str) -> str:
+    """A flat name with every layer number as the first layer's: decoder.layers.7.W to
+    decoder.layers.0.W (a block's instance is a name, never a number)."""
+    return ".".join("0" if part.isdigit() else part for part in name.split("."))
+
+
+# parameters a spec may have past a checkpoint's tensors before the missing ones are not
+# listed but counted (listing them is the variant's size, not the file's)
+MAX_MISSING = 100_000
+
+
+def _check_layers(names, counts: dict[str, int], total: int, where: str,
+                  variant: str) -> None:
+    """A checkpoint (its parameter names, as mapped) with another number of layers than the
+    variant (``counts``: weights.layer_counts'), said as such before the names of every
+    parameter of the layers one side lacks; a spec with far more parameters at its dims
+    (``total``) than the checkpoint has tensors, said by counts."""
+    for prefix, wanted in counts.items():
+        start = f"{prefix}."
+        found = len({name[len(start):].partition(".")[0] for name in names
+                     if name.startswith(start)})
         if found != wanted and found and wanted:
-            raise WeightsError(f"{where}: the checkpoint has {found} {stack} layers; {variant} "
+            stack = f"{prefix.removesuffix('layers').replace('.', ' ')}layers" \
+                if prefix.split(".")[-1] == "layers" else f"copies of {prefix}"
+            raise WeightsError(f"{where}: the checkpoint has {found} {stack}; {variant} "
                                f"has {wanted}")
+    if total > len(names) + MAX_MISSING:
+        raise WeightsError(f"{where}: {variant} has {count_text(total)} parameters at its "
+                           f"dims; the checkpoint has {len(names):,} tensors")
 
 
 def _check_dtypes(plan, checkpoint: Checkpoint, where: str) -> None:
@@ -327,13 +374,15 @@ def _check_dtypes(plan, checkpoint: Checkpoint, where: str) -> None:
 
 def _dtype(plan, checkpoint: Checkpoint, dtype, where: str) -> np.dtype:
     if dtype is not None:
+        given = dtype
         try:
             dtype = np.dtype(dtype)
-        except TypeError:
+        except (TypeError, ValueError):
             dtype = None
-        if dtype not in FLOAT_DTYPES:
+        # (np.dtype(None) is float64, and a dtype compares equal to None)
+        if dtype is None or not any(dtype == known for known in FLOAT_DTYPES):
             raise UsageError(f"{where}: parameters are converted to float16, float32 or "
-                             f"float64, not {dtype}")
+                             f"float64, not {short_repr(given)}")
         return dtype
     stored = {_FLOATS[checkpoint[tensor.name].dtype] for tensor in plan.values()}
     if len(stored) == 1 and next(iter(stored)) != "bfloat16":
@@ -344,32 +393,82 @@ def _dtype(plan, checkpoint: Checkpoint, dtype, where: str) -> np.dtype:
     return np.dtype("float32")
 
 
-def _read(checkpoint: Checkpoint, tensor, dtype: np.dtype) -> np.ndarray:
+def _read(checkpoint: Checkpoint, tensor, dtype: np.dtype, name: str, where: str
+          ) -> np.ndarray:
     """One parameter, in the run's dtype: the stored tensor read in its own order (the memory
-    map's pages in sequence) and converted. A transpose (nn.Linear's y = x W^T) is a view of
-    it, in column order, as PyTorch itself computes with the stored matrix: BLAS and the
-    generated code take either order, and no second copy is made; a slice (GPT-2's stacked
-    Q, K, V) is copied out of it."""
-    whole = _converted(checkpoint.array(tensor.name), checkpoint[tensor.name].dtype, dtype)
-    if all(step == "T" for step in tensor.steps):
+    map's pages in sequence) and converted, refused where a value is not finite (``name``:
+    the parameter's, ``where`` the checkpoint's, for the error). A transpose (nn.Linear's
+    y = x W^T) is a view of it, in column order, as PyTorch itself computes with the stored
+    matrix: BLAS and the generated code take either order, and no second copy is made; a
+    slice (GPT-2's stacked Q, K, V) is copied out of it."""
+    stored, label = checkpoint.array(tensor.name), checkpoint[tensor.name].dtype
+    whole = _converted(stored, label, dtype)
+    if all(step == "T" for step in tensor.steps):       # all of it: checked as stored
+        _require_finite(whole, stored, name, tensor.name, where, label)
         return tensor.of(whole)
-    return np.ascontiguousarray(tensor.of(whole))
+    part = tensor.of(whole)
+    _require_finite(part, tensor.of(stored), name, tensor.name, where, label)
+    return np.ascontiguousarray(part)
 
 
 def _converted(stored: np.ndarray, label: str, dtype: np.dtype) -> np.ndarray:
     """A stored tensor as a new array of ``dtype``; bfloat16's bits are the high half of a
-    float32's, so it widens exactly by a shift."""
+    float32's, so it widens exactly by a shift. A value past the dtype's range becomes an
+    infinity, silently (``_require_finite`` says so, by parameter)."""
     out = np.empty(stored.shape, dtype)
-    if label != "BF16":
-        np.copyto(out, stored, casting="unsafe")
-        return out
-    wide = out if dtype == np.float32 else np.empty(stored.shape, np.float32)
-    bits = wide.view(np.uint32)
-    np.copyto(bits, stored, casting="unsafe")       # zero-extended ...
-    bits <<= 16                                     # ... into the high half
-    if wide is not out:
-        np.copyto(out, wide, casting="unsafe")
+    with np.errstate(over="ignore", invalid="ignore"):
+        if label != "BF16":
+            np.copyto(out, stored, casting="unsafe")
+            return out
+        wide = out if dtype == np.float32 else np.empty(stored.shape, np.float32)
+        bits = wide.view(np.uint32)
+        np.copyto(bits, stored, casting="unsafe")       # zero-extended ...
+        bits <<= 16                                     # ... into the high half
+        if wide is not out:
+            np.copyto(out, wide, casting="unsafe")
     return out
+
+
+FINITE_BLOCK = 1 << 20              # elements a finiteness check looks at at once
+
+
+def _non_finite(array: np.ndarray, label: str | None = None) -> int:
+    """How many values of ``array`` (a view: a slice, a memory map) are NaN or infinite, a
+    block of rows at a time, so that no mask or copy of the whole is made; ``label``: the
+    safetensors dtype whose bits the array holds (BF16), if not its own."""
+    if array.ndim == 0:
+        array = array.reshape(1)
+    row = math.prod(array.shape[1:])
+    if row > FINITE_BLOCK:                  # rows too long for one block: each on its own
+        return sum(_non_finite(part, label) for part in array)
+    count, step = 0, max(1, FINITE_BLOCK // max(row, 1))
+    for start in range(0, array.shape[0], step):
+        block = array[start:start + step]
+        if label == "BF16":
+            block = _converted(block, label, np.dtype("float32"))
+        elif block.dtype.kind != "f":
+            return 0
+        count += block.size - int(np.count_nonzero(np.isfinite(block)))
+    return count
+
+
+def _require_finite(array: np.ndarray, stored: np.ndarray, name: str, entry: str,
+                    where: str, label: str | None = None) -> None:
+    """Refuse a parameter holding a NaN or an infinity (read, or made by converting a value
+    past the run's dtype's range), naming it and its checkpoint entry: a model computes
+    nothing with it, and what fails later (a decoding check, the logits) would not say why."""
+    if not _non_finite(array):
+        return
+    shown = f"parameter {name}" + (f" (entry {weights._shown(entry)})" if entry != name else "")
+    stored_bad = _non_finite(stored, label)
+    if not stored_bad:
+        limit = np.finfo(array.dtype).max
+        raise WeightsError(f"{where}: {shown} holds values past the range of {array.dtype} "
+                           f"(largest {limit:.6g}), which converting them made infinite; "
+                           "load it in a wider dtype")
+    raise WeightsError(f"{where}: {shown} holds {stored_bad:,} value"
+                       f"{'s' * (stored_bad != 1)} that {'are' if stored_bad != 1 else 'is'} "
+                       "not finite (NaN or infinite); a model's weights are finite")
 
 
 def _equal(a: np.ndarray, b: np.ndarray, rows: int = 4096) -> bool:
@@ -431,7 +530,9 @@ def _header(path: Path) -> dict[str, Entry]:
     except OSError as error:
         raise bad(error.strerror or " ".join(str(error).split())) from None
     try:
-        header = json.loads(text.decode("utf-8"))
+        header = json_loads(text.decode("utf-8"))
+    except LongInteger as error:
+        raise bad(f"its header holds {error}") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise bad(f"its header is not JSON ({' '.join(str(error).split())})") from None
     if not isinstance(header, dict):
@@ -445,18 +546,25 @@ def _header(path: Path) -> dict[str, Entry]:
         if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
             raise bad(f"entry {shown} is not {{dtype, shape, data_offsets}}")
         label, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
-        if label not in _DTYPES:
-            raise bad(f"entry {shown} has dtype {label!r}, which safetensors does not define")
-        if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
-            raise bad(f"entry {shown} has the shape {shape!r}; sizes are non-negative integers")
+        if not isinstance(label, str) or label not in _DTYPES:
+            raise bad(f"entry {shown} has dtype {short_repr(label)}, which safetensors does "
+                      "not define")
+        # the rank and every size bounded before any arithmetic on them
+        if isinstance(shape, list) and len(shape) > MAX_RANK:
+            raise bad(f"entry {shown} has a shape of {len(shape):,} axes; a tensor has at most "
+                      f"{MAX_RANK}")
+        if not isinstance(shape, list) or not all(
+                type(n) is int and 0 <= n < MAX_SIZE for n in shape):
+            raise bad(f"entry {shown} has the shape {short_repr(shape)}; sizes are non-negative "
+                      "integers below 2**63")
         if not isinstance(offsets, list) or len(offsets) != 2 or \
                 not all(type(n) is int for n in offsets) or not 0 <= offsets[0] <= offsets[1]:
-            raise bad(f"entry {shown} has the data_offsets {offsets!r}")
-        need = math.prod(shape) * _DTYPES[label][0]
+            raise bad(f"entry {shown} has the data_offsets {short_repr(offsets)}")
+        need = math.prod(shape) * _DTYPES[label][0]        # 64 sizes below 2**63 at most
         if offsets[1] - offsets[0] != need or offsets[1] > data:
-            raise bad(f"entry {shown} ({label}, shape {tuple(shape)}) needs {need:,} bytes; "
-                      f"its offsets {offsets} give {offsets[1] - offsets[0]:,}, in "
-                      f"{data:,} bytes of data")
+            raise bad(f"entry {shown} ({label}, shape {short_repr(tuple(shape))}) needs "
+                      f"{count_text(need)} bytes; its offsets {short_repr(offsets)} give "
+                      f"{count_text(offsets[1] - offsets[0])}, in {data:,} bytes of data")
         entries[name] = Entry(label, tuple(shape), path, begin + offsets[0], begin + offsets[1])
         spans.append((offsets[0], offsets[1], name))
     spans.sort()
@@ -477,7 +585,7 @@ def _shards(folder: Path, index_name: str = INDEX) -> dict[str, Entry]:
         raise UsageError(f"cannot read {index}: "
                          f"{error.strerror or ' '.join(str(error).split())}") from None
     try:
-        weight_map = json.loads(text)["weight_map"]
+        weight_map = json_loads(text.decode(json.detect_encoding(text)))["weight_map"]
     except (UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
         raise UsageError(f"cannot read {index}: not a JSON object with a weight_map") from None
     if not isinstance(weight_map, dict) or not all(
@@ -485,6 +593,10 @@ def _shards(folder: Path, index_name: str = INDEX) -> dict[str, Entry]:
             for file in weight_map.values()):
         raise UsageError(f"cannot read {index}: its weight_map maps names to the files of "
                          "shards in the same folder")
+    odd = next((file for file in weight_map.values() if any(map(hidden, file))), None)
+    if odd is not None:         # a NUL the system refuses; any: no shard is named so
+        raise UsageError(f"cannot read {index}: its weight_map names the shard "
+                         f"{short_repr(odd)}, whose name holds a control character")
     entries: dict[str, Entry] = {}
     for file in sorted(set(weight_map.values())):
         for name, entry in _header(folder / file).items():

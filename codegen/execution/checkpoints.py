@@ -76,6 +76,27 @@ class Tensor:
         return array
 
 
+class LayersPast(WeightsError):
+    """A checkpoint numbering a layer past the variant's ``most``: ``count`` layers (0, 1, ...
+    without a gap), or else ``number``, the highest, in entry ``key``. ``said`` puts it as a
+    loader names the stack and the variant."""
+
+    def __init__(self, source, prefix: str, most: int, number: int, count: int | None,
+                 key: str):
+        self.prefix, self.most, self.number, self.count, self.key = \
+            prefix, most, number, count, key
+        has = f"{count} layers" if count is not None else \
+            f"layer {number} ({prefix}N, in {_shown(key)})"
+        super().__init__(f"{source.what}: {source.noun} has {has}; the variant has {most} "
+                         f"layer{'s' * (most != 1)}")
+
+    def said(self, stack: str, variant: str) -> str:
+        if self.count is not None:
+            return f"the checkpoint has {self.count} {stack} layers; {variant} has {self.most}"
+        return (f"the checkpoint has layer {self.number} (in {_shown(self.key)}); {variant} has "
+                f"{self.most} {stack} layer{'s' * (self.most != 1)}")
+
+
 class Plan(dict):
     """What a map makes of a checkpoint it has not read: spec name -> Tensor; ``unused``: entry
     -> why it is no parameter; ``same``: (entry, entry, message) pairs whose data must be equal
@@ -125,6 +146,15 @@ class _Source:
                                f"need {tuple(whole)}")
         return Tensor(name, shape, whole=whole is not None, what=self.what)
 
+    def matrix(self, name: str, what: str) -> Tensor:
+        """Entry ``name``, which must be a matrix (``what`` says of what): a map reads its
+        columns as the model's width."""
+        tensor = self(name)
+        if len(tensor.shape) != 2:
+            raise WeightsError(f"{self.what}: entry {_shown(name)} has shape {tensor.shape}; "
+                               f"it is {what}")
+        return tensor
+
     def _array(self, name: str) -> np.ndarray:
         if name not in self.arrays:
             self.arrays[name] = _array(self.state[name], self.what, name)
@@ -133,19 +163,38 @@ class _Source:
     def has(self, name: str) -> bool:
         return name in self.state
 
-    def layers(self, prefix: str, pattern: str = r"(\d+)\.") -> int:
+    def layers(self, prefix: str, pattern: str = r"(\d+)\.", most: int | None = None) -> int:
         """How many layers the entries under ``prefix`` number (``prefix`` + N + "."), after
-        checking that they are 0, 1, ... without a gap; a gap is named."""
+        checking that they are 0, 1, ... without a gap; a gap is named. ``most``: the layers
+        the variant has, past which a number is refused at once. Nothing is built from a
+        number read from a name (one of 10**20 is a gap of 10**20 layers, said as a range)."""
         found = re.compile(re.escape(prefix) + pattern)
-        numbers = sorted({int(match.group(1)) for key in self.state
-                          if (match := found.match(key))})
-        gaps = sorted(set(range(numbers[-1] + 1)) - set(numbers)) if numbers else []
+        seen: dict[str, str] = {}            # a number as written -> the first entry with it
+        for key in self.state:
+            if (match := found.match(key)):
+                seen.setdefault(match.group(1), key)
+        numbers = set()
+        for text, key in seen.items():
+            digits = text.lstrip("0") or "0"
+            if len(digits) > 40:                # past any dim a variant may give
+                raise WeightsError(f"{self.what}: {self.noun} has layer {digits[:12]}... (a "
+                                   f"number of {len(digits):,} digits): no model has that "
+                                   f"many layers ({prefix}N)")
+            numbers.add(int(digits))
+        numbers = sorted(numbers)
+        gaps = [(low + 1, high - 1) for low, high in zip([-1, *numbers], numbers)
+                if high > low + 1]              # runs of missing numbers, first and last
+        if most is not None and numbers and numbers[-1] >= most:
+            raise LayersPast(self, prefix, most, numbers[-1], None if gaps else len(numbers),
+                             seen[next(text for text in seen
+                                       if int(text.lstrip("0") or "0") == numbers[-1])])
         if gaps:
-            missing = (f"layer {gaps[0]} is missing" if len(gaps) == 1 else
-                       f"layers {_numbers(gaps)} are missing")
+            missing = sum(last - first + 1 for first, last in gaps)
+            said = (f"layer {gaps[0][0]} is missing" if missing == 1 else
+                    f"layers {_runs(gaps)} are missing")
             raise WeightsError(f"{self.what}: {self.noun} has layer{'s' * (len(numbers) > 1)} "
                                f"{_numbers(numbers)}: "
-                               f"{missing} ({prefix}N)")
+                               f"{said} ({prefix}N)")
         return len(numbers)
 
     def must_equal(self, name: str, other: str, message: str) -> None:
@@ -181,13 +230,20 @@ def _numbers(numbers: list[int]) -> str:
     """0, 1, 3 as "0, 1, 3"; runs of three or more as ranges: "0-16, 18-31"."""
     runs: list[list[int]] = []
     for number in numbers:
-        if runs and number == runs[-1][-1] + 1:
-            runs[-1].append(number)
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
         else:
-            runs.append([number])
+            runs.append([number, number])
+    return _runs(runs)
+
+
+def _runs(runs) -> str:
+    """Runs of numbers, (first, last) each, as _numbers says them: "2-99999999999999999998"
+    (nothing is counted out)."""
     parts = []
-    for run in runs:
-        parts.extend([f"{run[0]}-{run[-1]}"] if len(run) >= 3 else map(str, run))
+    for first, last in runs:
+        parts.extend([f"{first}-{last}"] if last - first >= 2 else
+                     map(str, range(first, last + 1)))
     return ", ".join(parts)
 
 
@@ -222,7 +278,8 @@ def from_torch_multi_head_attention(state: dict) -> dict[str, np.ndarray]:
     parameters (W_Q, W_K, W_V, W_O and their biases)."""
     read = _Source(state, "nn.MultiheadAttention")
     flat: dict[str, np.ndarray] = {}
-    _linear_attention(read, "", "", flat, read("in_proj_weight").shape[1], "in_proj_weight")
+    width = read.matrix("in_proj_weight", "Q, K and V stacked, (3 * d_model, d_model)").shape[1]
+    _linear_attention(read, "", "", flat, width, "in_proj_weight")
     return read.finish({name.lstrip("."): value for name, value in flat.items()})
 
 
@@ -243,7 +300,7 @@ def from_torch_transformer(state: dict, *, norm: str, embedding=None,
     if output is not None:
         flat["W_out"] = _array(output, "nn.Transformer", "output")
     width_of = "encoder.layers.0.self_attn.in_proj_weight"
-    width = read(width_of).shape[1]
+    width = read.matrix(width_of, "Q, K and V stacked, (3 * d_model, d_model)").shape[1]
     for stack in ("encoder", "decoder"):
         for index in range(read.layers(f"{stack}.layers.")):
             source, target = f"{stack}.layers.{index}", f"{stack}.layers.{index}"
@@ -269,7 +326,8 @@ def from_torch_transformer(state: dict, *, norm: str, embedding=None,
     return read.finish(flat)
 
 
-def from_gpt2(state: dict, *, output_embedding: str = "tied") -> dict[str, np.ndarray]:
+def from_gpt2(state: dict, *, output_embedding: str = "tied",
+              layers: int | None = None) -> dict[str, np.ndarray]:
     """Hugging Face ``GPT2LMHeadModel`` (or ``GPT2Model``) to the spec.
 
     The spec's decoder-only model with norm=pre, activation=gelu_tanh, positional=learned,
@@ -278,14 +336,16 @@ def from_gpt2(state: dict, *, output_embedding: str = "tied") -> dict[str, np.nd
     own) takes ``lm_head.weight`` only as a copy of ``wte.weight`` (a state dict holds both, a
     saved file usually neither) and refuses one that differs, which such a variant could not
     compute with; "separate" takes it as ``W_out`` (nn.Linear, transposed) and needs it.
+    ``layers``: the variant's layer count, past which a layer number is refused at once.
     """
     prefix = "transformer." if any(k.startswith("transformer.") for k in state) else ""
     ignore = {r".*\.attn\.(masked_)?bias": "a causal-mask buffer of older versions"}
     read = _Source(state, "GPT-2", ignore)
-    flat = {"E": read(f"{prefix}wte.weight"), "P_table": read(f"{prefix}wpe.weight")}
+    flat = {"E": read.matrix(f"{prefix}wte.weight", "the token embedding, (V, d_model)"),
+            "P_table": read(f"{prefix}wpe.weight")}
     width = flat["E"].shape[1]
     side_by_side = f"Q, K and V side by side at the width of {prefix}wte.weight ({width})"
-    for index in range(read.layers(f"{prefix}h.")):
+    for index in range(read.layers(f"{prefix}h.", most=layers)):
         source, target = f"{prefix}h.{index}", f"decoder.layers.{index}"
         _layer_norm(read, f"{source}.ln_1", f"{target}.norm_1", flat)
         weight = read(f"{source}.attn.c_attn.weight", (width, 3 * width), side_by_side)
@@ -306,7 +366,8 @@ def from_gpt2(state: dict, *, output_embedding: str = "tied") -> dict[str, np.nd
     return read.finish(flat)
 
 
-def from_bert(state: dict, *, pooler: bool = True) -> dict[str, np.ndarray]:
+def from_bert(state: dict, *, pooler: bool = True,
+              layers: int | None = None) -> dict[str, np.ndarray]:
     """Hugging Face ``BertModel`` to the spec, every parameter; ``pooler=False`` for the
     variant without one (encoder_io=bert_unpooled), which names a pooler the checkpoint holds
     as unused.
@@ -318,7 +379,8 @@ def from_bert(state: dict, *, pooler: bool = True) -> dict[str, np.ndarray]:
     dense layer (``W_pool``, ``b_pool``). A ``BertFor...`` model's state (keys under
     ``bert.``) gives its BertModel part; its ``cls.`` heads are not in the spec and are left
     out. A BertModel built without its pooler (and a ``BertForMaskedLM``) lacks
-    ``pooler.dense.weight``: under ``pooler=True`` an error saying so.
+    ``pooler.dense.weight``: under ``pooler=True`` an error saying so. ``layers`` as for
+    ``from_gpt2``.
     """
     prefix = _bert_prefix(state)
     ignored = {
@@ -338,7 +400,7 @@ def from_bert(state: dict, *, pooler: bool = True) -> dict[str, np.ndarray]:
             "E_type": read(f"{at}.token_type_embeddings.weight"),
             "gamma_emb": read(f"{at}.LayerNorm.weight"),
             "beta_emb": read(f"{at}.LayerNorm.bias")}
-    _bert_layers(read, prefix, flat)
+    _bert_layers(read, prefix, flat, layers)
     if pooler:
         _linear(read, f"{prefix}pooler.dense", "W_pool", "b_pool", flat)
     return read.finish(flat)
@@ -365,9 +427,9 @@ def _bert_prefix(state: dict) -> str:
     return "bert." if any(k.startswith("bert.") for k in state) else ""
 
 
-def _bert_layers(read, prefix: str, flat: dict) -> None:
+def _bert_layers(read, prefix: str, flat: dict, most: int | None = None) -> None:
     """BERT's encoder layers to ``encoder.layers.i``: nn.Linear weights, y = x W^T + b."""
-    count = read.layers(f"{prefix}encoder.layer.")
+    count = read.layers(f"{prefix}encoder.layer.", most=most)
     for index in range(count):
         source, target = f"{prefix}encoder.layer.{index}", f"encoder.layers.{index}"
         for part, name in zip("QKV", ("query", "key", "value")):
@@ -387,7 +449,8 @@ def _bert_layers(read, prefix: str, flat: dict) -> None:
                            "attention.self.query.weight' (no encoder layers)")
 
 
-def from_llama(state: dict, *, output_embedding: str = "separate") -> dict[str, np.ndarray]:
+def from_llama(state: dict, *, output_embedding: str = "separate",
+               layers: int | None = None) -> dict[str, np.ndarray]:
     """Hugging Face ``LlamaForCausalLM`` (or ``LlamaModel``) to the spec, every parameter;
     ``MistralForCausalLM`` and ``Qwen2ForCausalLM`` too (the same names; Qwen2's biases on
     q_proj, k_proj and v_proj to b_Q, b_K and b_V, for attention_bias=qkv); the MLP's biases,
@@ -404,12 +467,13 @@ def from_llama(state: dict, *, output_embedding: str = "separate") -> dict[str, 
     with i + d_k/2, as the spec's rotary does, so the projections need no permutation. A
     ``LlamaModel`` has no ``lm_head``: an error (the spec's model ends in the vocabulary).
     ``output_embedding`` is the variant's choice: "tied" (``tie_word_embeddings``) takes an
-    ``lm_head.weight`` only as a copy of ``embed_tokens.weight``, as ``from_gpt2`` does.
+    ``lm_head.weight`` only as a copy of ``embed_tokens.weight``, as ``from_gpt2`` does;
+    ``layers`` as for ``from_gpt2``.
     """
     prefix = "model." if any(k.startswith("model.") for k in state) else ""
     read = _Source(state, "Llama")
     flat = {"E": read(f"{prefix}embed_tokens.weight")}
-    count = read.layers(f"{prefix}layers.")
+    count = read.layers(f"{prefix}layers.", most=layers)
     for index in range(count):
         source, target = f"{prefix}layers.{index}", f"decoder.layers.{index}"
         for part, name in zip("QKVO", ("q_proj", "k_proj", "v_proj", "o_proj")):

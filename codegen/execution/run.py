@@ -2,6 +2,8 @@
 with `--decode`, the same sequence decoded step by step from a prompt."""
 
 import contextlib
+import math
+import sys
 import time
 import traceback
 from dataclasses import dataclass, replace
@@ -20,6 +22,7 @@ from tspec.codegen.lowering.lower import DECODING, lower
 from tspec.codegen.lowering.spelling import Spelling
 from tspec.codegen.rendering.render import render
 from tspec.errors import RunError, TspecError, UsageError
+from tspec.inputs import integer, short_repr
 from tspec.language.model import (
     NEW,
     PAST,
@@ -193,8 +196,7 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
              typecheck: bool, max_memory: int | None = None,
              weights_path: str | None = None) -> _Prepared:
     spec = variant.spec
-    if seed < 0:
-        raise UsageError(f"--seed must be a non-negative integer, got {seed}")
+    seed, dtype, max_memory = _options(seed, dtype, max_memory)
     choices = spec.choice_values(variant.choices)
     if choices.get(DECODING) == "step":
         raise UsageError("tspec run runs a model whole; a decoding step needs the cache a "
@@ -211,20 +213,21 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
     lowered = lower(spec, choices, chosen)
     module = load_source(render(lowered), typecheck=typecheck)
     module.MEMORY_LIMIT = max_memory        # the generated functions' own checks: the same
+    params = None
+    if weights_path is not None:            # its layers compared before the spec's are listed
+        from tspec.codegen.execution import checkpoint_files
+        limits.doing(f"loading the weights of {variant.name}", str(weights_path))
+        params = checkpoint_files.load_variant(weights_path, spec, choices, sizes,
+                                               variant.name, dtype, variant.settings)
     shapes = weights.expected_shapes(spec, choices, sizes)
     inputs_shapes = [(name, shape) for name, shape, _, _ in _inputs(spec, choices, sizes)]
     for name, shape in [*shapes.items(), *inputs_shapes]:
         if len(shape) > MAX_RANK:
             raise UsageError(f"{name} has {len(shape)} axes; arrays have at most {MAX_RANK}, so "
                              f"{variant.name} cannot run")
-    if weights_path is None:
+    if params is None:
         limits.doing(f"drawing the weights and inputs of {variant.name}")
         params = weights.random_params(shapes, seed, np.dtype(dtype))
-    else:
-        from tspec.codegen.execution import checkpoint_files
-        limits.doing(f"loading the weights of {variant.name}", str(weights_path))
-        params = checkpoint_files.load_variant(weights_path, spec, choices, sizes,
-                                               variant.name, dtype, variant.settings)
     rng = np.random.default_rng(seed + 1)
     inputs = {}
     for name, shape, kind, rows in _inputs(spec, choices, sizes):
@@ -236,6 +239,38 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
             inputs[name] = rng.standard_normal(shape).astype(dtype)
     return _Prepared(spec, choices, sizes, lowered, module, params, shapes, inputs,
                      dict(variant.settings), dtype)
+
+
+def _options(seed, dtype, max_memory) -> tuple[int, str, int | None]:
+    """A run's options as the API may give them (NumPy's integers, a dtype object), checked:
+    the seed a non-negative integer, the dtype float16, float32 or float64 (by its name),
+    the memory limit a positive integer of bytes or None."""
+    number = integer(seed)
+    if number is None or number < 0:
+        raise UsageError(f"--seed must be a non-negative integer, got {short_repr(seed)}")
+    try:                        # (np.dtype(None) is float64: None is no dtype here)
+        name = None if dtype is None or isinstance(dtype, (bool, int, float)) else \
+            np.dtype(dtype).name
+    except (TypeError, ValueError):
+        name = None
+    if name not in DECODE_TOLERANCE:
+        raise UsageError(f"a run's dtype is float16, float32 or float64, not "
+                         f"{short_repr(dtype)}")
+    if max_memory is not None:
+        limit = integer(max_memory)
+        if limit is None or limit < 1:
+            raise UsageError(f"--max-memory must be a positive number of bytes, got "
+                             f"{short_repr(max_memory)}")
+        max_memory = limit
+    return number, name, max_memory
+
+
+def _steps(steps) -> int:
+    """A decoding's step count as the API may give it (a NumPy integer too)."""
+    number = integer(steps)
+    if number is None:
+        raise UsageError(f"--decode takes a number of steps, got {short_repr(steps)}")
+    return number
 
 
 def _params(prepared: _Prepared, name: str) -> list:
@@ -270,6 +305,7 @@ def run(variant: Variant, backend: str = "numpy", seed: int = 0, dtype: str = "f
     A variant whose estimated memory is past ``max_memory`` bytes (None: the machine's) is
     refused before anything is allocated. ``weights_path``: a checkpoint to run with (as
     ``tspec.load_weights`` reads it, converted to ``dtype``) instead of seeded weights."""
+    decode_steps = None if decode_steps is None else _steps(decode_steps)
     prepared = _prepare(variant, backend, seed, dtype, typecheck, max_memory, weights_path)
     if decode_steps is not None:
         _can_decode(prepared, variant.name, decode_steps)
@@ -299,6 +335,7 @@ def decode(variant: Variant, steps: int, backend: str = "numpy", seed: int = 0,
     """The variant's random sequence of T_dec positions: the full forward over all of it,
     then prefill over the first T_dec - ``steps`` and decode_step for each of the rest, one
     position a step; the steps' logits against the full forward's at the same positions."""
+    steps = _steps(steps)
     prepared = _prepare(variant, backend, seed, dtype, typecheck, max_memory, weights_path)
     _can_decode(prepared, variant.name, steps)
     entry = getattr(prepared.module, prepared.lowered.entry)
@@ -379,6 +416,11 @@ def _decode(prepared: _Prepared, steps: int, full_logits, variant_name: str
     """Prefill, then one position a step, against the full forward's ``full_logits``."""
     module, sizes = prepared.module, prepared.sizes
     limits.doing(f"decoding with {variant_name}")
+    scale = float(abs(full_logits).max())                # NumPy or CuPy
+    if not math.isfinite(scale):            # nothing to compare the steps with: say why
+        raise RunError(f"{variant_name}: the full forward's logits are not finite (NaN or "
+                       f"infinite), so decoding is not compared with them: "
+                       f"{_not_finite(prepared)}")
     sequence = _sequence(prepared)
     length = sizes[sequence]
     prompt = length - steps
@@ -414,7 +456,6 @@ def _decode(prepared: _Prepared, steps: int, full_logits, variant_name: str
               if hasattr(array, "shape")]
     # the first layer of a stack; every state of a model without one
     layer = [(name, shape) for name, shape in states if ".0." in f".{name}."] or states
-    scale = float(abs(full_logits).max())                # NumPy or CuPy
     return DecodeResult(prompt, steps, prefill_seconds, step_seconds, layer,
                         float(max(differences)), scale,
                         DECODE_TOLERANCE[prepared.dtype] * max(1.0, scale))
@@ -429,9 +470,24 @@ def _new_positions_axis(prepared: _Prepared, stepping: dict[str, str]) -> int:
 
 
 def _difference(step, full, axis: int, start: int, stop: int) -> float:
-    """The largest |step - full| over the positions start..stop of the full output."""
+    """The largest |step - full| over the positions start..stop of the full output; infinite
+    where a step's logit is NaN (which ``max`` of the steps' differences would skip)."""
     index = (slice(None),) * axis + (slice(start, stop),)
-    return float(abs(step - full[index]).max())          # NumPy or CuPy
+    difference = float(abs(step - full[index]).max())    # NumPy or CuPy
+    return difference if not math.isnan(difference) else math.inf
+
+
+def _not_finite(prepared: _Prepared) -> str:
+    """Why a forward's outputs are not finite: the first parameter holding a NaN or an
+    infinity (looked for on request: here), or else the dtype the values overflowed."""
+    for name, array in weights.flatten(prepared.params).items():
+        if getattr(array, "size", 0) and not math.isfinite(float(abs(array).max())):
+            xp = sys.modules[type(array).__module__.partition(".")[0]]   # NumPy or CuPy
+            count = int(array.size - xp.count_nonzero(xp.isfinite(array)))
+            return (f"parameter {name} holds {count:,} value{'s' * (count != 1)} that "
+                    f"{'are' if count != 1 else 'is'} not finite")
+    return (f"every parameter is finite, and the values grow past {prepared.dtype}'s range "
+            "on the way")
 
 
 def _positions(prepared: _Prepared, choices: dict[str, str], name: str, array: np.ndarray,

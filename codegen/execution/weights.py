@@ -22,7 +22,8 @@ import numpy as np
 import sympy
 
 from tspec.checking.prove import evaluate
-from tspec.errors import UsageError, VariantError
+from tspec.checking.limits import MAX_CALL_DEPTH
+from tspec.errors import LimitError, SpecError, UsageError, VariantError
 from tspec.files import open_regular, write_atomic
 from tspec.language.model import BlockCall, Spec, TensorDecl, concrete_values, select, under
 
@@ -34,37 +35,86 @@ class WeightsError(VariantError):
     """Parameters that do not fit the spec: missing, unexpected, or of the wrong shape."""
 
 
-def expected_shapes(spec: Spec, choices: dict[str, str], dims: dict[str, int]) -> dict:
-    """Every parameter's flat name and concrete shape (family axis first), in spec order."""
+def expected_shapes(spec: Spec, choices: dict[str, str], dims: dict[str, int], *,
+                    cap: int | None = None) -> dict:
+    """Every parameter's flat name and concrete shape (family axis first), in spec order.
+    ``cap``: at most that many copies of a repeated block (``cap=1``: the first layer's names
+    alone, to tell a file's names by without listing a million layers)."""
     chosen = spec.choice_values(choices)
     spec = under(spec, chosen)          # the blocks as the model under these choices names them
     values = concrete_values(spec, chosen, dims)
     out: dict[str, tuple[int, ...]] = {}
 
-    def size(expr, where):
-        try:
-            value = evaluate(sympy.sympify(expr), values)
-        except KeyError as missing:
-            raise UsageError(f"{where}: dim {missing.args[0]} has no value; give it with "
-                             f"--set {missing.args[0]}=VALUE") from None
-        return int(value)
-
-    def walk(statements, prefix):
+    def walk(statements, prefix, active=()):
         for s in select(statements, chosen):
             if isinstance(s, TensorDecl) and s.role == "param" and s.shape is not None:
                 name = prefix + s.name
-                family = (size(s.shape.family, name),) if s.shape.family is not None else ()
-                out[name] = family + tuple(size(d, name) for d in s.shape.dims)
+                family = (_size(s.shape.family, name, values),) \
+                    if s.shape.family is not None else ()
+                out[name] = family + tuple(_size(d, name, values) for d in s.shape.dims)
             elif isinstance(s, BlockCall):
-                block = spec.blocks[s.block]
+                block = _called(spec, s, active)
                 if s.repeat is None:
-                    walk(block.body, f"{prefix}{s.instance}.")
+                    walk(block.body, f"{prefix}{s.instance}.", (*active, s.block))
                 else:
-                    for index in range(size(s.repeat, prefix + s.instance)):
-                        walk(block.body, f"{prefix}{s.instance}.{index}.")
+                    count = _size(s.repeat, prefix + s.instance, values)
+                    for index in range(count if cap is None else min(count, cap)):
+                        walk(block.body, f"{prefix}{s.instance}.{index}.", (*active, s.block))
 
     walk(spec.body, "")
     return out
+
+
+def _called(spec: Spec, call: BlockCall, active: tuple[str, ...]):
+    """The block a call calls, refused where it is one of the blocks calling it (a spec the
+    checker refuses, whose parameters have no end) or past the checker's depth."""
+    if call.block in active:
+        cycle = [*active[active.index(call.block):], call.block]
+        raise SpecError(f"block {call.block} calls itself: {' -> '.join(cycle)}",
+                        file=call.file, line=call.line)
+    if len(active) >= MAX_CALL_DEPTH:
+        raise LimitError(f"blocks call blocks more than {MAX_CALL_DEPTH} deep; the checker "
+                         f"follows at most {MAX_CALL_DEPTH}", file=call.file, line=call.line)
+    return spec.blocks[call.block]
+
+
+def layer_counts(spec: Spec, choices: dict[str, str], dims: dict[str, int]
+                 ) -> tuple[dict[str, int], int]:
+    """Without listing them: each repeated block's count by the prefix of its copies
+    (``decoder.layers`` -> N; a repeat inside one, under its first copy:
+    ``decoder.layers.0.experts``), and how many parameters the spec has at ``dims``, every
+    copy counted (a product, not a list)."""
+    chosen = spec.choice_values(choices)
+    spec = under(spec, chosen)
+    values = concrete_values(spec, chosen, dims)
+    counts: dict[str, int] = {}
+
+    def walk(statements, prefix, active=()) -> int:
+        total = 0
+        for s in select(statements, chosen):
+            if isinstance(s, TensorDecl) and s.role == "param" and s.shape is not None:
+                total += 1
+            elif isinstance(s, BlockCall):
+                block = _called(spec, s, active)
+                inner = (*active, s.block)
+                if s.repeat is None:
+                    total += walk(block.body, f"{prefix}{s.instance}.", inner)
+                else:
+                    count = _size(s.repeat, prefix + s.instance, values)
+                    counts[prefix + s.instance] = count
+                    total += count * walk(block.body, f"{prefix}{s.instance}.0.", inner)
+        return total
+
+    return counts, walk(spec.body, "")
+
+
+def _size(expr, where: str, values: dict) -> int:
+    try:
+        value = evaluate(sympy.sympify(expr), values)
+    except KeyError as missing:
+        raise UsageError(f"{where}: dim {missing.args[0]} has no value; give it with "
+                         f"--set {missing.args[0]}=VALUE") from None
+    return int(value)
 
 
 def nest(flat: dict[str, np.ndarray]) -> dict:
@@ -248,6 +298,16 @@ def _load_npz(path: Path, shapes: dict[str, tuple]) -> dict:
         raise UsageError(f"cannot read {path}: {_one_line(error) or type(error).__name__}"
                          ) from None
     return validate(flat, shapes, str(path))
+
+
+def npz_names(path: Path) -> list[str] | None:
+    """The array names of a .npz file, from its zip's directory alone (nothing decompressed),
+    or None where it cannot be read as a zip (``load`` says why)."""
+    try:
+        with _opened(path) as stream, zipfile.ZipFile(stream) as archive:
+            return [name.removesuffix(".npy") for name in archive.namelist()]
+    except (UsageError, *_READ_ERRORS):
+        return None
 
 
 def _opened(path: Path):

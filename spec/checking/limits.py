@@ -8,12 +8,12 @@ work of a command (diffs, docs pages, grids) does before each phase (``doing``).
 line puts every command but `run` under one (``--time-limit``, default TIME_LIMIT).
 """
 
-import math
 import signal
 import threading
 import time
 
 from tspec.errors import LimitError, UsageError
+from tspec.inputs import real, short_repr
 from tspec.language.model import BlockCall, Equation, Let, Spec, TensorDecl, When
 
 TIME_LIMIT = 60.0            # seconds a check may take by default (the built-in spec: ~0.6)
@@ -62,8 +62,12 @@ class time_limit:
 
     def __init__(self, seconds: float | None, command: str = "the command",
                  phase: str | None = None):
-        if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
-            raise UsageError(f"a time limit is a positive number of seconds, not {seconds:g}")
+        if seconds is not None:             # a Python or NumPy number, bounded first
+            number = real(seconds)
+            if number is None or number <= 0:
+                shown = f"{seconds:g}" if isinstance(seconds, float) else short_repr(seconds)
+                raise UsageError(f"a time limit is a positive number of seconds, not {shown}")
+            seconds = number
         self.seconds = seconds
         self.command = command
         self.phase = phase        # what the work inside starts with, for an error before the

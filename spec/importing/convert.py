@@ -13,6 +13,9 @@ from tspec.importing.families import (
 from tspec.importing.fields import Fields, shown
 from tspec.importing.source import read_config
 from tspec.importing.writing import variant_text
+from tspec.inputs import user_path
+from tspec.language.variant import MAX_DIGITS
+from tspec.numbers import integer_text
 
 
 def imported(config, *, pooler: bool = True) -> tuple[Imported, str]:
@@ -40,6 +43,10 @@ def imported(config, *, pooler: bool = True) -> tuple[Imported, str]:
     if classes and all(name in WITHOUT_POOLER for name in classes):
         pooler = False
     result = FAMILIES[model_type](fields, pooler)
+    for name, value in result.dims.items():     # each read bounded; one made of them too
+        if value >= 10 ** MAX_DIGITS:
+            raise ConfigError(f"{source}: {name} = {integer_text(value)} has more than "
+                              f"{MAX_DIGITS} digits, the most a dim may have")
     fields.finish()
     result.fields = {name: fields.kinds[name] for name in data}
     return result, source
@@ -67,10 +74,10 @@ def from_hf(config, out: str | Path | None = None, *, pooler: bool = True) -> st
 
     Every field is mapped, irrelevant to the forward pass, or refused with a ``ConfigError``
     naming it and its value. ``pooler=False`` imports a BertModel built without its pooler."""
+    path = None if out is None else user_path(out, "--out")    # refused before any work
     result, source = imported(config, pooler=pooler)
     text = variant_text(result, source)
-    if out is not None:
-        path = Path(out)
+    if path is not None:
         if path.is_dir():
             raise UsageError(f"--out {quoted(str(path))} is a folder; name the variant file")
         try:

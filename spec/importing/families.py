@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from tspec.importing.fields import Fields
 from tspec.importing.rope import rope_settings
+from tspec.language.variant import MAX_DIGITS
 
 
 @dataclass
@@ -24,6 +25,9 @@ class Imported:
     notes: list[str] = field(default_factory=list)
     # each field of the config and how it was accounted for (Fields.kinds)
     fields: dict[str, str] = field(default_factory=dict)
+    # the config field each dim, choice and setting comes from (where the config sets it),
+    # for errors and findings placed at its line of config.json
+    origins: dict[str, str] = field(default_factory=dict)
 
 
 # Hugging Face activation names (ACT2FN's spellings) and the spec's activation options;
@@ -47,10 +51,15 @@ def gpt2(fields: Fields, pooler: bool) -> Imported:
     """GPT2LMHeadModel: pre-LN with a final LayerNorm, learned positions, biases everywhere,
     Conv1D products (y = x W + b, the spec's own layout)."""
     d_model = fields.integer("n_embd", 768)
+    d_ff = fields.integer("n_inner", required=False)
+    if d_ff is None:                    # GPT-2's own default, 4 * n_embd: a dim too
+        d_ff = 4 * d_model
+        if d_ff >= 10 ** MAX_DIGITS:
+            raise fields.error(f"n_inner is not set, and d_ff = 4 * n_embd = {d_ff} has more "
+                               f"than {MAX_DIGITS} digits, the most a dim may have")
     dims = {"V": fields.integer("vocab_size", 50257), "max_len": fields.integer("n_positions", 1024),
             "d_model": d_model, "N": fields.integer("n_layer", 12),
-            "H": fields.integer("n_head", 12),
-            "d_ff": fields.integer("n_inner", 4 * d_model, required=False)}
+            "H": fields.integer("n_head", 12), "d_ff": d_ff}
     choices = {"arch": "decoder_only", "norm": "pre",
                "activation": _activation(fields, "activation_function", "gelu_new"),
                "positional": "learned",
@@ -66,7 +75,11 @@ def gpt2(fields: Fields, pooler: bool) -> Imported:
                       # GPT2DoubleHeadsModel's multiple-choice head, not in GPT2LMHeadModel
                       "summary_type", "summary_use_proj", "summary_activation",
                       "summary_proj_to_labels")
-    return Imported("gpt2", "GPT2LMHeadModel", choices, dims, settings)
+    return Imported("gpt2", "GPT2LMHeadModel", choices, dims, settings, origins={
+        "V": "vocab_size", "max_len": "n_positions", "d_model": "n_embd", "N": "n_layer",
+        "H": "n_head", "d_ff": "n_inner" if fields.data.get("n_inner") is not None else "n_embd",
+        "activation": "activation_function", "output_embedding": "tie_word_embeddings",
+        "eps": "layer_norm_epsilon"})
 
 
 # the BERT heads that build their BertModel without its pooler (add_pooling_layer=False), as
@@ -94,7 +107,11 @@ def bert(fields: Fields, pooler: bool) -> Imported:
     fields.irrelevant(*DROPOUTS,
                       "tie_word_embeddings")         # ties an LM head, which BertModel lacks
     model = "BertModel" + ("" if pooler else " (add_pooling_layer=False)")
-    return Imported("bert", model, choices, dims, settings)
+    return Imported("bert", model, choices, dims, settings, origins={
+        "V": "vocab_size", "d_model": "hidden_size", "N": "num_hidden_layers",
+        "H": "num_attention_heads", "d_ff": "intermediate_size",
+        "max_len": "max_position_embeddings", "V_type": "type_vocab_size",
+        "activation": "hidden_act", "eps": "layer_norm_eps"})
 
 
 def llama(fields: Fields, pooler: bool) -> Imported:
@@ -104,6 +121,7 @@ def llama(fields: Fields, pooler: bool) -> Imported:
     imported.choices["attention_bias"] = "all" if fields.flag("attention_bias", False) \
         else "none"
     imported.choices["feed_forward_bias"] = "all" if fields.flag("mlp_bias", False) else "none"
+    imported.origins.update(attention_bias="attention_bias", feed_forward_bias="mlp_bias")
     # a tensor-parallel split of the same products, which 5.x ignores
     fields.irrelevant("pretraining_tp")
     return imported
@@ -160,7 +178,17 @@ def _rotary_decoder(fields: Fields, family: str, model: str) -> Imported:
     fields.irrelevant(*DROPOUTS,
                       # rotary positions have no table: the length trained at is no dim
                       "max_position_embeddings")
-    return Imported(family, model, choices, dims, settings)
+    rope = "rope_parameters" if fields.data.get("rope_parameters") is not None else \
+        "rope_scaling"
+    origins = {"V": "vocab_size", "d_model": "hidden_size", "N": "num_hidden_layers",
+               "H": "num_attention_heads", "d_ff": "intermediate_size",
+               "H_kv": "num_key_value_heads", "key_value_heads": "num_key_value_heads",
+               "d_k": "head_dim", "d_v": "head_dim", "head_dims": "head_dim",
+               "output_embedding": "tie_word_embeddings", "W": "sliding_window",
+               "attention_window": "sliding_window", "eps": "rms_norm_eps",
+               "theta": "rope_theta" if fields.has("rope_theta") else rope,
+               **dict.fromkeys(("rope_factor", "rope_low", "rope_high", "rope_context"), rope)}
+    return Imported(family, model, choices, dims, settings, origins=origins)
 
 
 def _window(fields: Fields, family: str, layers: int) -> int | None:

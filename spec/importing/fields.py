@@ -2,9 +2,12 @@
 the forward pass (listed, by name), or refused by name and value in one line."""
 
 import json
-import math
 
 from tspec.errors import ConfigError
+from tspec.inputs import integer, real, short_repr
+from tspec.language.variant import MAX_DIGITS
+
+_DIM_BOUND = 10 ** MAX_DIGITS
 
 # Fields of every transformers config (PretrainedConfig, 4.x and 5.x) that do not change a
 # model's forward pass: bookkeeping, what the outputs include, generation defaults, the task
@@ -42,13 +45,28 @@ GENERIC_FIXED = {"is_encoder_decoder": False, "add_cross_attention": False,
 
 
 def shown(value) -> str:
-    """A config value as an error shows it: JSON, cut short when long."""
+    """A config value as an error shows it: JSON, cut short when long; an integer of more
+    than 80 digits as ``~1.000e5000`` (never converted to text), and a value JSON cannot
+    write (a long integer inside, an object, nesting too deep) as Python's repr, cut short."""
+    if _long_integers(value):
+        return short_repr(value)
     try:
         text = json.dumps(value, sort_keys=True)
-    except (TypeError, ValueError):
-        text = repr(value)
+    except (TypeError, ValueError, RecursionError):
+        return short_repr(value)
     text = text if text.isprintable() else ascii(text)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _long_integers(value, depth: int = 0) -> bool:
+    """Whether ``value`` is, or holds near its top, an integer of more than 80 digits."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value.bit_length() > 266
+    if depth < 4 and isinstance(value, (list, tuple)):
+        return any(_long_integers(item, depth + 1) for item in value[:32])
+    if depth < 4 and isinstance(value, dict):
+        return any(_long_integers(item, depth + 1) for item in list(value.values())[:32])
+    return False
 
 
 class Fields:
@@ -88,10 +106,14 @@ class Fields:
             if default is None and required:
                 raise self.error(f"{name} is missing; a {self.family} config needs it")
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        number = integer(value)
+        if number is None or number < least:
             raise self.refuse(name, value, "is not a positive integer" if least == 1 else
                               f"is not an integer of at least {least}")
-        return value
+        if number >= _DIM_BOUND:            # a variant's dims have at most MAX_DIGITS
+            raise self.refuse(name, value, f"is not a positive integer of at most "
+                                           f"{MAX_DIGITS} digits")
+        return number
 
     def number(self, name: str, default: float | None = None) -> float:
         """A positive finite number (a setting)."""
@@ -100,10 +122,10 @@ class Fields:
             if default is None:
                 raise self.error(f"{name} is missing; a {self.family} config needs it")
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                not math.isfinite(value) or value <= 0:
+        number = real(value)                # None past a float's range: 10**400
+        if number is None or number <= 0:
             raise self.refuse(name, value, "is not a positive number")
-        return float(value)
+        return number
 
     def flag(self, name: str, default: bool) -> bool:
         value = self.raw(name)

@@ -2,9 +2,8 @@
 ``rope_theta`` and ``rope_scaling`` or 5.x's ``rope_parameters``; every other rope type
 (linear, dynamic, yarn, longrope...) refused by name."""
 
-import math
-
 from tspec.importing.fields import Fields
+from tspec.inputs import real
 
 # the llama3 scaling's fields and the settings they become (spec.ops.catalogue.ROPE_SCALING)
 LLAMA3 = {"factor": "rope_factor", "low_freq_factor": "rope_low",
@@ -60,5 +59,6 @@ def rope_settings(fields: Fields) -> dict[str, float]:
 
 
 def _positive(value) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and \
-        math.isfinite(value) and value > 0
+    """A positive finite number (an integer past a float's range is none)."""
+    number = real(value)
+    return number is not None and number > 0

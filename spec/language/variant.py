@@ -21,7 +21,6 @@ non-positive values, a name set twice, each get an error naming the file and lin
 
 import contextlib
 import difflib
-import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from tspec.errors import (
     quoted,
 )
 from tspec.files import read_limited
+from tspec.inputs import real, short_repr
 from tspec.language.model import Spec
 from tspec.ops.catalogue import SETTINGS
 
@@ -77,7 +77,16 @@ class Variant:
                 if name not in self.defaulted}
 
     def with_settings(self, settings: list[str]) -> "Variant":
-        """A copy with ``NAME=VALUE`` settings applied (command-line --set)."""
+        """A copy with ``NAME=VALUE`` settings applied (command-line --set); ``settings`` of
+        another type than a list or tuple of strings (the API's) is a UsageError."""
+        if not isinstance(settings, (list, tuple)):
+            got = f"the str {short_repr(settings)}" if isinstance(settings, str) else \
+                type(settings).__name__
+            raise UsageError(f"settings are a list of NAME=VALUE strings, got {got}")
+        odd = next((item for item in settings if not isinstance(item, str)), None)
+        if odd is not None:
+            raise UsageError(f"settings are a list of NAME=VALUE strings, got "
+                             f"{short_repr(odd)} among them")
         dims, choices, numbers = dict(self.dims), dict(self.choices), dict(self.settings)
         places, setting_places = dict(self.places), dict(self.setting_places)
         seen: set[str] = set()
@@ -157,11 +166,11 @@ def _setting_text(text: str, where: str) -> float:
 
 
 def _setting_value(value, where: str, file=None, line=None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not math.isfinite(value) or value <= 0:
-        raise VariantError(f"{where}: settings are positive finite numbers, got {value!r}",
-                           file=file, line=line)
-    return float(value)
+    number = real(value)        # None past a float's range (an integer of 400 digits) too
+    if number is None or number <= 0:
+        raise VariantError(f"{where}: settings are positive finite numbers, got "
+                           f"{short_repr(value)}", file=file, line=line)
+    return number
 
 
 def _choice_value(spec: Spec, name: str, value, where: str, file=None, line=None) -> str:
@@ -284,7 +293,7 @@ def variant_from_text(text: str, path: Path, resolve_spec, called: str | None = 
                 raise VariantError(f"[dims] {name}: a value of more than {MAX_DIGITS} digits",
                                    file=file)
         dims[name] = value
-    places = {name: (_line_of(text, "dims", name), f"{name} = {value}") for name in dims}
+    places = {name: (_line_of(text, "dims", name), f"{name} = {dims[name]}") for name in dims}
     choices: dict[str, str] = {}
     for name, value in data.get("choices", {}).items():
         with _at_line(text, "choices", name):

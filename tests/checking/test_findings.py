@@ -412,6 +412,9 @@ def test_unused_dim(tmp_path):
     # under grouped, G is used and H (set in the file) is not
     assert [f.message for f in api.check(variant.with_settings(["heads=grouped"])).findings] \
         == ["H is set but unused: it is used under heads = all"]
+    # a dim set before others is shown with its own value (it showed the last dim's: G = 8)
+    finding, = api.check(variant_of(tmp_path, "[dims]\nG = 2\nd = 8\nH = 4\n")).findings
+    assert (finding.line, finding.equation) == (3, "G = 2")
 
 
 def test_unused_dim_that_nothing_uses(tmp_path):

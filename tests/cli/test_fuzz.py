@@ -34,7 +34,7 @@ from tspec.language import parser as language
 SEED = 8
 COUNT = {"parse": 300, "expr": 300, "check": 300, "variant": 300, "set": 300, "grid": 200,
          "weights": 400, "cli": 150, "docs": 40, "output": 24, "printers": 10,
-         "meanings": 30, "shapes": 40, "diff": 20, "run": 10}
+         "meanings": 30, "shapes": 40, "diff": 20, "run": 10, "config": 1500, "header": 1500}
 TIME_LIMIT = 60.0        # only so that a hang fails the test instead of stopping the run
 SHAPES = {"E": (11, 8), "W": (8,)}      # the parameters the weight-file tests expect
 

@@ -11,6 +11,8 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
+import warnings
 
 import numpy as np
 import pytest
@@ -271,12 +273,40 @@ def test_spec_named_safetensors_load_through_the_same_reader_in_any_dtype(tmp_pa
     (b'{"E": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}', bytes(4),
      "entry E (F32, shape (2,)) needs 8 bytes; its offsets [0, 8] give 8, in 4 bytes of data"),
     (b'{"E": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}', bytes(8),
-     "entry E has the shape [-2]; sizes are non-negative integers"),
+     "entry E has the shape [-2]; sizes are non-negative integers below 2**63"),
     (b'{"E": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 8]}}', bytes(8),
      "entry E has dtype 'Q9', which safetensors does not define"),
     ((b'{"E": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, '
       b'"F": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}'), bytes(8),
      "entries E and F overlap"),
+    # issue 32: each was an internal error (a TypeError, a ValueError past 4,300 digits)
+    (b'{"E": {"dtype": ["F32"], "shape": [2], "data_offsets": [0, 8]}}', bytes(8),
+     "entry E has dtype ['F32'], which safetensors does not define"),
+    (b'{"E": {"dtype": {"F32": 1}, "shape": [2], "data_offsets": [0, 8]}}', bytes(8),
+     "entry E has dtype {'F32': 1}, which safetensors does not define"),
+    (b'{"E": {"dtype": "F32", "shape": [' + b",".join([b"4611686018427387904"] * 300)
+     + b'], "data_offsets": [0, 4]}}', bytes(4),
+     "entry E has a shape of 300 axes; a tensor has at most 64"),
+    (b'{"E": {"dtype": "F32", "shape": [' + b",".join([b"1"] * 100_000)
+     + b'], "data_offsets": [0, 4]}}', bytes(4),
+     "entry E has a shape of 100,000 axes; a tensor has at most 64"),
+    (b'{"E": {"dtype": "F32", "shape": [' + b",".join([b"4611686018427387904"] * 64)
+     + b'], "data_offsets": [0, 4]}}', bytes(4),
+     ("entry E (F32, shape (4611686018427387904, 4611686018427387904, 4611686018427387904, "
+     "4611686018427...) needs ~1.228e1195 bytes; its offsets [0, 4] give 4, in 4 bytes of data")),
+    (b'{"E": {"dtype": "F32", "shape": [9223372036854775808], "data_offsets": [0, 4]}}',
+     bytes(4), ("entry E has the shape [9223372036854775808]; sizes are non-negative integers "
+               "below 2**63")),
+    (b'{"E": {"dtype": "F32", "shape": [0, ' + b"9" * 5001 + b'], "data_offsets": [0, 0]}}',
+     b"", ("its header holds an integer of 5,001 digits (line 1, column 37); tspec reads "
+          "integers of at most 1,000")),
+    (b'{"E": {"dtype": "F32", "shape": [1], "data_offsets": [0, ' + b"9" * 999 + b"]}}",
+     bytes(4), ("entry E (F32, shape (1,)) needs 4 bytes; its offsets [0, ~1.000e999] give "
+               "~1.000e999, in 4 bytes of data")),
+    (b'{"E": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "__metadata__": '
+     b'{"n": ' + b"7" * 2000 + b"}}", bytes(4),
+     ("its header holds an integer of 2,000 digits (line 1, column 85); tspec reads integers "
+     "of at most 1,000")),
 ])
 def test_a_lying_header_is_named(tmp_path, header, data, reason):
     path = tmp_path / "w.safetensors"
@@ -286,6 +316,30 @@ def test_a_lying_header_is_named(tmp_path, header, data, reason):
         return
     with raises(UsageError, f"cannot read {path}: {reason}"):
         checkpoint_files.open_checkpoint(path)
+
+
+def test_a_header_of_a_long_shape_is_refused_at_once(tmp_path):
+    # issue 32: [2**62] * K was multiplied out first, in time quadratic in K (256 s at 6.3 MB)
+    path = tmp_path / "w.safetensors"
+    header = (b'{"E": {"dtype": "F32", "shape": [' + b",".join([b"4611686018427387904"] * 300_000)
+              + b'], "data_offsets": [0, 4]}}')
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(4))
+    began = time.perf_counter()
+    with raises(UsageError, f"cannot read {path}: entry E has a shape of 300,000 axes; a tensor "
+                            "has at most 64"):
+        checkpoint_files.open_checkpoint(path)
+    assert time.perf_counter() - began < 2.0
+
+
+def test_a_shard_named_with_a_nul_is_refused(tmp_path):
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"E": "model-1.safetensors\u0000.txt"}}))
+    with raises(UsageError, f"cannot read {folder / 'model.safetensors.index.json'}: its "
+                            "weight_map names the shard 'model-1.safetensors\\x00.txt', whose "
+                            "name holds a control character"):
+        tspec.load_weights("gpt2_small", folder, GPT2)
 
 
 def test_any_bytes_as_a_checkpoint_end_in_weights_or_our_error(tmp_path):
@@ -326,6 +380,84 @@ def test_tspec_run_with_a_checkpoint(tmp_path, capsys):
     assert (code, out) == (2, "")
     assert err == (f"tspec: error: {path}: the checkpoint has 2 decoder layers; gpt2_small "
                    "has 12\n")
+
+
+
+# issue 32: weights that are not finite were loaded without a word, and `--decode` then blamed
+# the cache states for the NaN logits; converting past float16's range warned on stderr
+
+def _with(state: dict, name: str, index, value) -> dict:
+    state = {key: tensor.detach().clone() for key, tensor in state.items()}
+    state[name].view(-1)[index] = value
+    return state
+
+
+@pytest.mark.parametrize("value, count", [(float("nan"), 1), (float("inf"), 1)])
+def test_weights_that_are_not_finite_are_refused_where_they_are_read(tmp_path, value, count):
+    path = save(tmp_path / "model.safetensors",
+                _with(gpt2().state_dict(), "transformer.h.1.attn.c_proj.weight", 5, value))
+    with raises(WeightsError, f"{path}: parameter decoder.layers.1.self_attention.W_O (entry "
+                              "transformer.h.1.attn.c_proj.weight) holds 1 value that is not "
+                              "finite (NaN or infinite); a model's weights are finite"):
+        tspec.load_weights("gpt2_small", path, GPT2)
+    stacked = save(tmp_path / "stacked.safetensors",
+                   _with(gpt2().state_dict(), "transformer.h.0.attn.c_attn.weight",
+                         slice(0, 3 * d_model * 2), value))      # Q, K and V of 2 rows each
+    with raises(WeightsError, f"{stacked}: parameter decoder.layers.0.self_attention.W_Q (entry "
+                              "transformer.h.0.attn.c_attn.weight) holds 32 values that are "
+                              "not finite (NaN or infinite); a model's weights are finite"):
+        tspec.load_weights("gpt2_small", stacked, GPT2)
+
+
+@pytest.mark.parametrize("stored", [torch.float32, torch.bfloat16])
+def test_values_past_float16_s_range_are_refused_without_a_warning(tmp_path, stored):
+    state = _with(gpt2().state_dict(), "transformer.wpe.weight", 3, 1e6)
+    path = save(tmp_path / "model.safetensors", {k: v.to(stored) for k, v in state.items()})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")              # NumPy's overflow warning: an error
+        with raises(WeightsError, f"{path}: parameter P_table (entry transformer.wpe.weight) "
+                                  "holds values past the range of float16 (largest 65504), "
+                                  "which converting them made infinite; load it in a wider "
+                                  "dtype"):
+            tspec.load_weights("gpt2_small", path, GPT2, dtype="float16")
+        assert tspec.load_weights("gpt2_small", path, GPT2, dtype="float32").dtype == "float32"
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".safetensors"])
+def test_spec_named_weights_that_are_not_finite_are_refused(tmp_path, suffix):
+    variant = tspec.load("gpt2_small", GPT2)
+    params = weights.random_params(
+        weights.expected_shapes(variant.spec, variant.choices, variant.dims), 0, np.float32)
+    params["E"][2, 3] = np.nan
+    path = tmp_path / f"w{suffix}"
+    weights.save(path, params)
+    with raises(WeightsError, f"{path}: parameter E holds 1 value that is not finite (NaN or "
+                              "infinite); a model's weights are finite"):
+        tspec.load_weights(variant, path)
+    with raises(WeightsError, f"{path}: parameter E holds 1 value that is not finite (NaN or "
+                              "infinite); a model's weights are finite"):
+        tspec.load_weights(variant, path, dtype="float64")
+
+
+def test_decoding_with_weights_that_are_not_finite_says_so_not_the_cache(tmp_path, capsys,
+                                                                        monkeypatch):
+    path = save(tmp_path / "model.safetensors",
+                _with(gpt2().state_dict(), "transformer.ln_f.bias", 0, float("nan")))
+    sets = [part for setting in GPT2 for part in ("--set", setting)]
+    code, out, err = run(capsys, "run", "gpt2_small", *sets, "--set", "T_dec=8", "--weights",
+                         str(path), "--decode", "3")
+    assert (code, out) == (2, "")
+    assert err == (f"tspec: error: {path}: parameter decoder.final_norm.beta (entry "
+                   "transformer.ln_f.bias) holds 1 value that is not finite (NaN or infinite); "
+                   "a model's weights are finite\n")
+    # the weights given to the generated code otherwise: what decoding says of them
+    monkeypatch.setattr(checkpoint_files, "_require_finite", lambda *_: None)
+    code, out, err = run(capsys, "run", "gpt2_small", *sets, "--set", "T_dec=8", "--weights",
+                         str(path), "--decode", "3")
+    assert (code, out) == (1, "")
+    assert err == ("tspec: error: gpt2_small: the full forward's logits are not finite (NaN or "
+                   "infinite), so decoding is not compared with them: parameter "
+                   "decoder.final_norm.beta holds 1 value that is not finite\n")
 
 
 # -- the maps: issue 23's untied lm_head and layer gaps
@@ -399,6 +531,72 @@ def test_two_missing_layers_are_named_together():
     with raises(WeightsError, "Llama: state dict has layers 0, 2, 4: layers 1, 3 are missing "
                               "(model.layers.N)"):
         checkpoints.from_llama(state)
+
+
+# issue 32: a layer number read from a name, and the variant's layer count, were built into a
+# range (10**20 layers: out of memory; N = 10**6 against 2 layers: 103 s, 2.8 GB) before any
+# comparison
+
+HUGE = "transformer.h.99999999999999999999.ln_1.bias"
+
+
+def test_a_layer_number_past_the_variant_s_is_refused_before_anything_is_built(tmp_path):
+    state = {name: tensor for name, tensor in gpt2().state_dict().items()}
+    state[HUGE] = torch.zeros(8)
+    path = save(tmp_path / "model.safetensors", state)
+    began = time.perf_counter()
+    with raises(WeightsError, f"{path}: the checkpoint has layer 99999999999999999999 (in "
+                              f"{HUGE}); gpt2_small has 2 decoder layers"):
+        tspec.load_weights("gpt2_small", path, GPT2)
+    assert time.perf_counter() - began < 5.0
+    with raises(WeightsError, "GPT-2: state dict has layer 99999999999999999999 "
+                              f"(transformer.h.N, in {HUGE}); the variant has 2 layers"):
+        checkpoints.from_gpt2(state, layers=2)
+    with raises(WeightsError, "GPT-2: state dict has 2 layers; the variant has 1 layer"):
+        checkpoints.from_gpt2(gpt2().state_dict(), layers=1)
+
+
+def test_more_layers_than_the_variant_s_are_said_as_counts(tmp_path):
+    path = save(tmp_path / "model.safetensors", gpt2(layers=3).state_dict())
+    with raises(WeightsError, f"{path}: the checkpoint has 3 decoder layers; gpt2_small has 2"):
+        tspec.load_weights("gpt2_small", path, GPT2)
+
+
+@pytest.mark.parametrize("number, message", [
+    ("99999999999999999999", ("layers 0, 1, 99999999999999999999: layers "
+                             "2-99999999999999999998 are missing")),
+    ("4", "layers 0, 1, 4: layers 2, 3 are missing"),
+    ("5", "layers 0, 1, 5: layers 2-4 are missing"),
+    ("9" * 5000, (f"layer {'9' * 12}... (a number of 5,000 digits): no model has that many "
+                 "layers")),
+])
+def test_a_gap_to_a_huge_layer_number_is_named_without_counting_it_out(number, message):
+    state = dict(gpt2().state_dict())
+    state[f"transformer.h.{number}.ln_1.bias"] = torch.zeros(8)
+    began = time.perf_counter()
+    with raises(WeightsError, f"GPT-2: state dict has {message} (transformer.h.N)"):
+        checkpoints.from_gpt2(state)
+    assert time.perf_counter() - began < 5.0
+
+
+@pytest.mark.parametrize("names", ["GPT-2", "tspec", "npz"])
+def test_the_layer_counts_are_compared_before_the_variant_s_layers_are_listed(tmp_path, names):
+    if names == "GPT-2":
+        path = save(tmp_path / "model.safetensors", gpt2().state_dict())
+    else:
+        variant = tspec.load("gpt2_small", GPT2)
+        shapes = weights.expected_shapes(variant.spec, variant.choices, variant.dims)
+        path = tmp_path / ("w.npz" if names == "npz" else "w.safetensors")
+        weights.save(path, weights.random_params(shapes, 0, np.float32))
+    many = ["N=1000000", *GPT2[1:]]
+    began = time.perf_counter()
+    with raises(WeightsError, f"{path}: the checkpoint has 2 decoder layers; gpt2_small has "
+                              "1000000"):
+        tspec.load_weights("gpt2_small", path, many)
+    assert time.perf_counter() - began < 5.0        # before: 103 s and 2.8 GB
+    with raises(WeightsError, f"{path}: the checkpoint has 2 decoder layers; gpt2_small has "
+                              f"{10 ** 39}"):
+        tspec.load_weights("gpt2_small", path, [f"N={10 ** 39}", *GPT2[1:]])
 
 
 # -- a real checkpoint, and one of a gigabyte
@@ -950,3 +1148,24 @@ def test_a_config_json_that_is_no_file_is_refused_not_skipped(tmp_path):
         tspec.load_weights("gpt2_small", path, GPT2)
     (tmp_path / "config.json").rmdir()
     assert tspec.load_weights("gpt2_small", path, GPT2).names == "tspec"
+
+
+def test_weights_for_a_spec_whose_blocks_call_themselves_are_refused_not_recursed(tmp_path):
+    # found hunting issue 32's class: load_weights lists the parameters of a spec the checker
+    # refuses (a RecursionError), or of blocks calling blocks twice, sixty deep (2**60 walks)
+    spec = tmp_path / "cyclic.tspec"
+    spec.write_text('dim B "b"\ndim d "d"\nblock f(X "B d") -> Y:\n    param W "d d"\n'
+                    '    Y "B d" = f(X)\ninput X "B d"\nY "B d" = f(X)\noutput Y\n')
+    path = tmp_path / "w.safetensors"
+    weights.save(path, {"W": np.zeros((2, 2), np.float32)})
+    with raises(tspec.SpecError, f"{spec}:5: block f calls itself: f -> f"):
+        tspec.load_weights(spec, path, ["d=2", "B=1"])
+    lines = ['dim B "b"', 'dim d "d"', 'block f0(X "B d") -> Y:', '    param W "d d"',
+             '    Y "B d" = X @ W']
+    for i in range(1, 60):
+        lines += [f'block f{i}(X "B d") -> Y:', f'    A "B d" = f{i - 1}(X)',
+                  f'    Y "B d" = f{i - 1}(A)']
+    deep = tmp_path / "deep.tspec"
+    deep.write_text("\n".join([*lines, 'input X "B d"', 'Y "B d" = f59(X)', "output Y"]) + "\n")
+    with pytest.raises(tspec.LimitError, match="the spec expands to about 10"):
+        tspec.load_weights(deep, path, ["d=2", "B=1"])

@@ -339,3 +339,132 @@ def test_the_classes_of_each_family_import(family):
     for architectures in ([], None, heads):
         tspec.from_hf({**defaults(family), "architectures": architectures})
         assert getattr(transformers, heads[-1])      # a class transformers has
+
+
+# Issue 32: every number of a config is bounded before arithmetic or conversion (an integer of
+# 5,001 digits, 10**400 for a setting: internal errors), NumPy's scalars are numbers, and the
+# API's misuses are tspec's own errors
+
+GPT2_TINY = {"model_type": "gpt2", "n_embd": 16, "n_head": 4, "n_layer": 2, "vocab_size": 13,
+             "n_positions": 16}
+LLAMA_TINY = {"model_type": "llama", "hidden_size": 16, "num_attention_heads": 4,
+              "num_hidden_layers": 2, "vocab_size": 13, "intermediate_size": 24}
+SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+BIG = 10 ** 400
+HUGE = 10 ** 5000
+
+
+@pytest.mark.parametrize("data, message", [
+    ({**GPT2_TINY, "layer_norm_epsilon": BIG},
+     "layer_norm_epsilon = ~1.000e400 is not a positive number"),
+    ({**LLAMA_TINY, "rope_theta": BIG}, "rope_theta = ~1.000e400 is not a positive number"),
+    ({**LLAMA_TINY, "rope_parameters": {"rope_type": "default", "rope_theta": BIG}},
+     "rope_parameters.rope_theta = ~1.000e400 is not a positive number"),
+    ({**LLAMA_TINY, "rope_scaling": {**SCALING, "factor": BIG}},
+     "rope_scaling.factor = ~1.000e400 is not a positive number"),
+    ({**GPT2_TINY, "n_embd": HUGE}, ("n_embd = ~1.000e5000 is not a positive integer of at "
+                                    "most 40 digits")),
+    ({**GPT2_TINY, "n_layer": 10 ** 40}, ("n_layer = 100000000000000000000000000000000000000"
+                                         "00 is not a positive integer of at most 40 digits")),
+    ({**GPT2_TINY, "n_embd": 10 ** 40 - 1},
+     ("n_inner is not set, and d_ff = 4 * n_embd = 39999999999999999999999999999999999999996 "
+     "has more than 40 digits, the most a dim may have")),
+    ({**GPT2_TINY, "quantum": HUGE},
+     'quantum = ~1.000e5000 is not a field tspec knows for model_type "gpt2"'),
+    ({**GPT2_TINY, "layer_types": [HUGE]},
+     'layer_types = [~1.000e5000] is not a field tspec knows for model_type "gpt2"'),
+    ({**GPT2_TINY, "model_type": ["gpt2"]},
+     ('model_type = ["gpt2"] is not supported; tspec imports gpt2, bert, llama, mistral, qwen2 '
+     "configs")),
+], ids=["eps", "theta", "theta-5x", "llama3-factor", "digits", "41-digits", "derived",
+        "irrelevant-field", "nested", "model-type-list"])
+def test_a_number_past_what_a_setting_or_dim_holds_is_refused_by_name(data, message):
+    with raises(ConfigError, f"a config dict: {message}"):
+        tspec.from_hf(data)
+
+
+@pytest.mark.parametrize("text, place, message", [
+    ('{"model_type": "gpt2", "n_embd": ' + "1" * 5001 + "}", ":1:34",
+     "an integer of 5,001 digits; tspec reads integers of at most 1,000"),
+    ('{\n  "model_type": "gpt2",\n  "layer_norm_epsilon": 1' + "0" * 400 + "\n}", "",
+     "layer_norm_epsilon = ~1.000e400 is not a positive number"),
+])
+def test_a_config_file_of_huge_numbers_is_refused(tmp_path, text, place, message):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with raises(ConfigError, f"{path}{place}: {message}"):
+        tspec.from_hf(path)
+
+
+def test_numpy_scalars_are_numbers():
+    np = pytest.importorskip("numpy")
+    data = {**GPT2_TINY, "n_embd": np.int64(16), "n_head": np.int32(4),
+            "layer_norm_epsilon": np.float32(1e-5), "tie_word_embeddings": np.bool_(True),
+            "n_inner": np.uint16(64)}
+    text = tspec.from_hf(data)
+    assert text == tspec.from_hf({**GPT2_TINY, "layer_norm_epsilon": float(np.float32(1e-5)),
+                                  "n_inner": 64})
+    rope = {**LLAMA_TINY, "rope_scaling": {**SCALING, "factor": np.float64(8.0)}}
+    assert "rope_factor = 8.0" in tspec.from_hf(rope)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda tmp: tspec.from_hf(GPT2_TINY, out=42), UsageError,
+     "--out is a str or a path object, got int 42"),
+    (lambda tmp: tspec.from_hf(GPT2_TINY, out=f"{tmp}/a\0b.toml"), UsageError,
+     "--out '{tmp}/a\\x00b.toml' holds a NUL character, which no file name holds"),
+    (lambda tmp: tspec.from_hf(f"{tmp}/a\0b.json"), UsageError,
+     "a config path '{tmp}/a\\x00b.json' holds a NUL character, which no file name holds"),
+    (lambda tmp: tspec.from_hf(3.5), UsageError,
+     "a config is a path, a dict or a transformers PretrainedConfig, got float"),
+    (lambda tmp: tspec.load(f"{tmp}/a\0b.toml"), UsageError,
+     ("a spec or variant path '{tmp}/a\\x00b.toml' holds a NUL character, which no file name "
+     "holds")),
+    (lambda tmp: api.read_spec(f"{tmp}/a\0b.tspec"), UsageError,
+     "a spec path '{tmp}/a\\x00b.tspec' holds a NUL character, which no file name holds"),
+    (lambda tmp: tspec.load(42), UsageError,
+     ("a spec or variant is a name, a path, a config dict or a transformers PretrainedConfig, "
+     "got int")),
+    (lambda tmp: tspec.load({**GPT2_TINY, "n_embd": HUGE}), ConfigError,
+     "a config dict: n_embd = ~1.000e5000 is not a positive integer of at most 40 digits"),
+    (lambda tmp: tspec.check("base", 42), UsageError,
+     "settings are a list of NAME=VALUE strings, got int"),
+    (lambda tmp: tspec.check("base", "H=8"), UsageError,
+     "settings are a list of NAME=VALUE strings, got the str 'H=8'"),
+    (lambda tmp: tspec.check("base", [8]), UsageError,
+     "settings are a list of NAME=VALUE strings, got 8 among them"),
+    (lambda tmp: tspec.check("base", time_limit="x"), UsageError,
+     "a time limit is a positive number of seconds, not 'x'"),
+], ids=["out-int", "out-nul", "config-nul", "config-float", "load-nul", "read-spec-nul",
+        "load-int", "load-huge", "settings-int", "settings-str", "settings-items",
+        "time-limit-str"])
+def test_the_api_refuses_a_misuse_with_its_own_error(tmp_path, call, error, message):
+    with raises(error, message.replace("{tmp}", str(tmp_path))):
+        call(tmp_path)
+
+
+def test_a_time_limit_may_be_a_numpy_number():
+    np = pytest.importorskip("numpy")
+    assert tspec.check("base", time_limit=np.float32(60)).ok
+    assert tspec.check("base", time_limit=np.int64(60)).ok
+
+
+def test_an_imported_variant_is_placed_at_the_lines_of_its_config(tmp_path):
+    # issue 32: its places were the lines of the TOML made in memory, named as config.json's
+    # (`config.json:7: [dims] d_model: a value of more than 40 digits`, line 7 vocab_size)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**GPT2_TINY, "layer_norm_epsilon": 1e-6}, indent=2))
+    lines = {name: number for number, line in enumerate(path.read_text().splitlines(), 1)
+             for name in GPT2_TINY | {"layer_norm_epsilon": 0} if f'"{name}"' in line}
+    variant = api.load(path)
+    assert variant.places["d_model"] == (lines["n_embd"], "d_model = 16")
+    assert variant.places["V"] == (lines["vocab_size"], "V = 13")
+    assert variant.places["d_ff"] == (lines["n_embd"], "d_ff = 64")        # 4 * n_embd
+    assert variant.places["arch"] == (None, 'arch = "decoder_only"')        # no field gives it
+    assert variant.setting_places["eps"] == (lines["layer_norm_epsilon"], "eps = 1e-06")
+    assert api.load({**GPT2_TINY}).places["d_model"] == (None, "d_model = 16")
+    path.write_text(json.dumps({**GPT2_TINY, "n_embd": 10 ** 40}, indent=2))
+    with raises(ConfigError, f"{path}: n_embd = 10000000000000000000000000000000000000000 is "
+                             "not a positive integer of at most 40 digits"):
+        api.load(path)

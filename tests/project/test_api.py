@@ -137,3 +137,37 @@ def test_a_built_in_name_is_the_built_in_whatever_the_folder_holds(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     assert tspec.load("llama3_8b").choices["positional"] == "rotary"
     assert tspec.load("./llama3_8b").choices["positional"] == "learned"
+
+
+# issue 32: the API's misuses were raw errors (a TypeError comparing 'a' with 0), and NumPy's
+# integers and dtypes were not taken
+@pytest.mark.parametrize("options, message", [
+    ({"seed": "a"}, "--seed must be a non-negative integer, got 'a'"),
+    ({"seed": -1}, "--seed must be a non-negative integer, got -1"),
+    ({"dtype": 5}, "a run's dtype is float16, float32 or float64, not 5"),
+    ({"dtype": "float8"}, "a run's dtype is float16, float32 or float64, not 'float8'"),
+    ({"dtype": None}, "a run's dtype is float16, float32 or float64, not None"),
+    ({"dtype": "int32"}, "a run's dtype is float16, float32 or float64, not 'int32'"),
+    ({"max_memory": "x"}, "--max-memory must be a positive number of bytes, got 'x'"),
+    ({"weights_path": 42}, "a weights path is a str or a path object, got int 42"),
+])
+def test_run_refuses_options_of_the_wrong_kind_with_its_own_error(options, message):
+    with raises(tspec.UsageError, message):
+        tspec.run("gpt2_small", TINY, **options)
+
+
+def test_run_and_decode_take_numpy_integers_and_dtypes():
+    result = tspec.run("gpt2_small", TINY, seed=np.int64(1), dtype=np.float64,
+                       max_memory=np.int64(1 << 34))
+    assert result.outputs["logits"].dtype == np.float64
+    assert tspec.decode("gpt2_small", np.int32(2), TINY, dtype=np.dtype("float32")).steps == 2
+    with raises(tspec.UsageError, "--decode takes a number of steps, got 'a'"):
+        tspec.decode("gpt2_small", "a", TINY)
+
+
+def test_a_setting_past_a_float_s_range_in_a_variant_file_is_refused(tmp_path):
+    path = tmp_path / "v.toml"
+    path.write_text('spec = "transformer"\n[settings]\neps = 1' + "0" * 400 + "\n")
+    with raises(tspec.VariantError, f"{path}:3: [settings] eps: settings are positive finite "
+                                    "numbers, got ~1.000e400"):
+        tspec.load(path)
