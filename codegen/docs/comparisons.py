@@ -65,9 +65,12 @@ def comparisons(variants: list[Variant]) -> list[Comparison]:
         spec = variant.spec
         key = (spec.name, tuple(choices_in_force(spec, spec.choice_values(variant.choices))
                                 .items()))
-        groups.setdefault(key, []).append(profile(variant, api.shapes(variant)))
+        groups.setdefault(key, []).append(variant)
     out = []
-    for members in groups.values():
+    for group in groups.values():
+        if len(group) < 2:          # nothing to compare it with: not profiled (its shapes
+            continue                # and counts took as long as its page)
+        members = [profile(variant, api.shapes(variant)) for variant in group]
         members.sort(key=lambda p: (_total(p) is None, _total(p) or 0, p.variant.name))
         for a, b in itertools.pairwise(members):
             diff = compare(a, b)

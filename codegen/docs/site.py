@@ -9,6 +9,7 @@ published models, our parameter count beside the published one. The counts come 
 prepared here as strings; the templates (Markdown, HTML) only place them.
 """
 
+import functools
 import unicodedata
 from dataclasses import dataclass
 from fractions import Fraction
@@ -153,15 +154,18 @@ def page(variant: Variant) -> Page:
     choices = spec.choice_values(variant.choices)
     # as `tspec check` checks it (a spec it refuses, a tensor never computed: no costs), then
     # at the sizes the pages give the dims it leaves free
-    require_proved(variant, "no documentation written")
+    report = require_proved(variant, "no documentation written")
     bodies = costs(spec, choices)
     used = used_dims(spec, choices, bodies)
     dims = sizes_for(variant, used)
-    result = check(spec, choices, dims)
-    limits.doing(f"making the documentation of {variant.name}")
-    require_none(result.findings, f"in {variant.name} at the sizes its pages take "
-                 f"({sizes_text({k: v for k, v in dims.items() if k not in variant.dims})})",
-                 "no documentation written")
+    if variant.is_spec or report.concrete is None or dims != variant.dims:
+        # sizes the check of the variant did not take (a dim it leaves free): checked there;
+        # at the variant's own sizes that check has said it already
+        result = check(spec, choices, dims)
+        limits.doing(f"making the documentation of {variant.name}")
+        require_none(result.findings, f"in {variant.name} at the sizes its pages take "
+                     f"({sizes_text({k: v for k, v in dims.items() if k not in variant.dims})})",
+                     "no documentation written")
     model = bodies[spec.name]
     values_by_symbol = concrete_values(spec, choices, dims)
     values = {str(k): int(v) for k, v in values_by_symbol.items()}
@@ -413,13 +417,23 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
     """One body's view; concrete figures at its first call (``values``: every dim's value)."""
     binding = calls[0][1] if calls else {}
 
+    numbers: dict = {}          # expression -> its number: the steps share their dims and
+    shown: dict = {}            # counts, shape -> its text and sizes: and their shapes
+
     def number(expr) -> "int | _Free":
-        return _number(sympy.sympify(expr).xreplace(binding), values)
+        found = numbers.get(expr)
+        if found is None:
+            found = numbers[expr] = _number(sympy.sympify(expr).xreplace(binding), values)
+        return found
 
     def concrete(shape) -> str:
-        sizes = [integer_text(n) if isinstance(n, int) else format(n) for n in map(number, (
-                 (shape.family,) if shape.family is not None else ()) + shape.dims)]
-        return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
+        found = shown.get(shape)
+        if found is None:
+            sizes = [integer_text(n) if isinstance(n, int) else format(n) for n in map(
+                number, ((shape.family,) if shape.family is not None else ()) + shape.dims)]
+            found = shown[shape] = f"{shape.text()} = (" + ", ".join(sizes) + \
+                ("," if len(sizes) == 1 else "") + ")"
+        return found
 
     equations = []
     meanings = _meanings(spec, choices, body)
@@ -439,8 +453,8 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
         equations.append(EquationView(
             title=f"{step.output}: {meaning}" if meaning else step.output,
             latex=latex, mathml=markup.formula(latex),
-            inputs=[f"`{n}` {s.text()} = {concrete(s)}" for n, s in step.inputs],
-            output=f"`{step.output}` {step.shape.text()} = {concrete(step.shape)}",
+            inputs=[f"`{n}` {concrete(s)}" for n, s in step.inputs],
+            output=f"`{step.output}` {concrete(step.shape)}",
             parameters=params or "none",
             flops_latex=_plain_latex(step.flops.total),
             flops_number=_count(number(step.flops.total)),
@@ -527,7 +541,13 @@ def _latex(expr) -> str:
 
 def _plain_latex(expr) -> str:
     """A count in LaTeX, common factors pulled out, dims named as in the equations."""
-    expr = sympy.sympify(expr)
+    return _count_latex(sympy.sympify(expr))
+
+
+@functools.lru_cache(maxsize=4096)
+def _count_latex(expr) -> str:
+    """``_plain_latex`` of one expression: once per formula (the equations of a page share a
+    few: every step of a chain costs 2*B*d), as sympy's printer takes a millisecond each."""
     if expr == 0:
         return "0"
     names = {s: name_latex(str(s)) for s in expr.free_symbols}
