@@ -51,10 +51,25 @@ def target(variant: Variant) -> str | None:
 
 def shipped(variants: list[Variant]) -> bool:
     """Whether the variants are the shipped ones, every one of them, as `tspec docs` with no
-    target documents them."""
+    target documents them (nothing set on them with --set)."""
     builtin = api.builtin_variants()
     return sorted(v.name for v in variants) == sorted(builtin) and all(
-        target(v) == v.name for v in variants)
+        target(v) == v.name and not settings_given(v) for v in variants)
+
+
+def settings_given(variant: Variant) -> list[str]:
+    """The --set settings a variant was made with, each ``NAME=VALUE`` as given: its dims and
+    choices, then its settings."""
+    places = [*variant.places.values(), *variant.setting_places.values()]
+    return [text.removeprefix("--set ") for line, text in places
+            if line is None and text.startswith("--set ")]
+
+
+def _settings_text(variant: Variant, varied: tuple[str, ...] = ()) -> str:
+    """`` --set NAME=VALUE ...``: what a command needs to give the variant as it is (but the
+    dims a grid varies, ``varied``, which a --set would fix)."""
+    return "".join(f" --set {shlex.quote(text)}" for text in settings_given(variant)
+                   if text.split("=", 1)[0].strip() not in varied)
 
 
 def comparisons(variants: list[Variant]) -> list[Comparison]:
@@ -76,8 +91,10 @@ def comparisons(variants: list[Variant]) -> list[Comparison]:
             diff = compare(a, b)
             figures = {c.name: _change(c.a, c.b) for c in diff.totals}
             first, second = target(a.variant), target(b.variant)
+            same = settings_given(a.variant) == settings_given(b.variant)   # diff sets both
             out.append(Comparison(
-                f"tspec diff {first} {second}" if first and second else
+                f"tspec diff {first} {second}{_settings_text(a.variant)}"
+                if first and second and same else
                 f"{a.variant.name} {ARROW} {b.variant.name}",
                 "; ".join(f"{c.name} {_number(c.a)} {ARROW} {_number(c.b)}" for c in diff.dims)
                 or "none", figures["parameters"], figures["flops"],
@@ -103,7 +120,7 @@ def grid_example(variants: list[Variant]) -> GridExample | None:
                 for p in grid.points()]
         return GridExample(
             f"tspec check {target(variant)} --grid H={','.join(map(str, axes['H']))} "
-            f"--grid d_model={axes['d_model']}",
+            f"--grid d_model={axes['d_model']}{_settings_text(variant, tuple(axes))}",
             ["H", "d_model", "valid", "parameters", "FLOPs", "activation bytes", "breaks"],
             rows, grid.summary())
     return None
