@@ -122,7 +122,12 @@ def _check(tree: Element) -> None:
 
 def rich(text) -> Markup:
     """Docs text for HTML: $...$ as MathML, `...` as code, the rest escaped."""
-    text = str(text)
+    return _rich(str(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _rich(text: str) -> Markup:
+    """``rich`` of a text: once for each (a page's FLOP formulas and shapes repeat)."""
     if "$" not in text:         # code and text alone (an equation's inputs): escaped at once,
         #                         which no backtick and no $ comes out of
         return Markup(_CODE.sub(r"<code>\1</code>", str(escape(text))))
@@ -166,7 +171,13 @@ def markdown(value, table: bool = False) -> Markdown:
     where a ``|`` in code is escaped too."""
     if isinstance(value, Markdown):
         return value
-    text = _shown(str(value))
+    return _markdown(str(value), table)
+
+
+@functools.lru_cache(maxsize=4096)
+def _markdown(text: str, table: bool) -> Markdown:
+    """``markdown`` of a text: once for each (a page's FLOP formulas and shapes repeat)."""
+    text = _shown(text)
     out, end = [], 0
     for match in _RICH.finditer(text):
         out.append(_md_text(text[end:match.start()]))
