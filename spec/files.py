@@ -1,6 +1,8 @@
-"""The files tspec writes and the ones users name for it to read: writing every file of a run
-whole or none of them, telling when they are stale, reading a user's file within a limit, and
-how generated files name the spec lines they come from."""
+"""The files tspec writes and the ones users name for it to read: what a command may replace
+(``write_outputs``, the one writer of every command: only files tspec wrote, never through a
+symbolic link), writing every file of a run whole or none of them (``write_files``), telling
+when they are stale, reading a user's file within a limit, and how generated files name the
+spec lines they come from."""
 
 import difflib
 import errno
@@ -103,7 +105,9 @@ def _refusal(path: Path, force: bool) -> str | None:
 
 def write_atomic(path: str | Path, content: str | bytes, *,
                  root: str | Path | None = None) -> Path:
-    """Write one file whole (see ``write_files``); returns its path."""
+    """Write one file whole (see ``write_files``: whatever is there is replaced, as a caller
+    that names the file itself asks, ``weights.save``; a command writes ``write_outputs``);
+    returns its path."""
     return write_files({path: content}, root=root)[0]
 
 
