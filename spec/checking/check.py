@@ -2393,16 +2393,19 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
         for name, decl, shape, selection, other in run.states:
             key = (name, id(decl), shape, other, run.prover_key, ids[id(run)])
             states[key] = states.get(key, 0) | members.matching(way | selection)
-            state_choices.setdefault(key, spec.choice_values(run.choices | selection))
+            if key not in state_choices:
+                state_choices[key] = spec.choice_values(run.choices | selection)
     decls = {id(entry[1]): entry[1] for _, run in runs for entry in run.states}
     # the states of a step that no `update` writes, with the choices of one run that keeps
     # them (each such state is judged below by what its start is computed from)
     unwritten: dict[tuple, list] = {}
     for way, run in runs:
         for name, decl, shape, selection, _ in run.states:
+            if (run.choices | selection).get(DECODING) != STEP:
+                continue
             # (a choice no body the run checked consults: at its default)
             chosen = spec.choice_values(run.choices | selection)
-            if chosen.get(DECODING) == STEP and not _written(spec, decl, chosen):
+            if not _written(spec, decl, chosen):
                 entry = unwritten.setdefault((name, id(decl)), [0, chosen, shape])
                 entry[0] |= members.matching(way | selection)
     for (name, decl_id, *_), bits in states.items():
@@ -2609,8 +2612,15 @@ def _written(spec: Spec, decl: TensorDecl, choices: dict) -> bool:
         memo[id(original)] = next((block for block in spec.blocks.values()
                                    if _declares(block.body, original)), None)
     block = memo[id(original)]
-    return block is not None and any(isinstance(s, Update) and s.state == original.name
-                                     for s in select(block.body, choices))
+    if block is None:
+        return False
+    # the same block under the same options of the choices it consults: the same answer
+    relevant = tuple((c, choices[c]) for c in _choices_used(spec, block.name))
+    key = ("written", id(original), relevant)
+    if key not in memo:
+        memo[key] = any(isinstance(s, Update) and s.state == original.name
+                        for s in select(block.body, choices))
+    return memo[key]
 
 
 def _unwritten_states(spec: Spec, unwritten: dict, decls: dict, step: int) -> list[tuple]:
