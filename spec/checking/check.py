@@ -2437,6 +2437,11 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
     kept = 0        # the step combinations that keep a state
     misnamed: dict[tuple, Finding] = {}      # (file, line) of a step's call -> its finding
     misbound: dict[tuple, Finding] = {}      # the same, for a call that binds a local dim
+    misfits: dict[str, list] = {}            # a place -> its states that misfit their starts
+    kept_at: dict[str, set] = {}             # a place -> the names of the states it keeps
+    for name, decl_id, *_ in states:
+        kept_at.setdefault(name[:len(name) - len(decls[decl_id].name)], set()).add(
+            decls[decl_id].name)
     for key, bits in states.items():
         name, decl_id, shape, other, prover_key, step_inputs = key
         bits &= step
@@ -2462,11 +2467,9 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                                                        (shape, other), (start, start_other),
                                                        dtype, prefill)
                 if finding is not None and finding.cause is None and start is not None:
-                    call = _misbound_call(spec, state_choices[key], prefix.rstrip("."), decl,
-                                          shape, start.subs(prefill), provers[prover_key],
-                                          found, misbound, both)
-                    if call is not None:
-                        finding.cause = call.key()
+                    misfits.setdefault(prefix, []).append(
+                        (finding, state_choices[key], decl, shape, start.subs(prefill),
+                         provers[prover_key], both))
                 # a use of the state's declaration that fits it (no finding) or not
                 found.append((finding, both, (decl,)))
         if bits & ~covered:
@@ -2484,6 +2487,16 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
             if call is not None:
                 state.cause = call.key()    # the call's instance, not the state, is the slip
             found.append((state, bits & ~covered, ()))
+    # every state of a place misfitting its start along a local dim of the block: the call
+    # that binds that dim, not each state, is the slip (one state misfitting alone: its start)
+    for prefix, entries in misfits.items():
+        if {entry[2].name for entry in entries} != kept_at.get(prefix, set()):
+            continue
+        for finding, chosen, decl, shape, start, prover, both in entries:
+            call = _misbound_call(spec, chosen, prefix.rstrip("."), decl, shape, start, prover,
+                                  found, misbound, both)
+            if call is not None:
+                finding.cause = call.key()
     # a state no update writes is judged by what its start is computed from, where the start
     # fits it (one that does not is the slip: cross-attention keys started from the queries)
     misfit = {f.tensor for f, _, _ in found if f is not None and
