@@ -2559,25 +2559,17 @@ def _misbound_call(spec: Spec, chosen: dict, where: str, decl: TensorDecl, shape
     if binding is None or binding[0] >= len(call.args):
         return None
     index, given = binding
-    place = (call.file, call.line, str(dim))
-    if place not in misbound:
-        misbound[place] = Finding(
-            kind="decoding-mismatch",
-            message=f"{call.block}'s {dim} is bound by {call.args[index]}, passed as "
-                    f"{given.name}, to {format_expr(shape.dims[differing[0]])}, where prefill "
-                    f"starts its state {decl.name} over {format_expr(start.dims[differing[0]])}: "
-                    f"the states of {instance} misfit their starts",
-            file=call.file, line=call.line, tensor=f"{parent}.{call.output}".lstrip("."),
-            equation=f"{call.output} = {call.text}" if call.text else "",
-            hint=f"pass as {given.name} a tensor whose {dim} is "
-                 f"{format_expr(start.dims[differing[0]])}, or check which argument is not the "
-                 "one meant")
-        found.append((misbound[place], bits, ()))
-    else:
-        for number, (finding, more, compared) in enumerate(found):
-            if finding is misbound[place]:
-                found[number] = (finding, more | bits, compared)
-    return misbound[place]
+    return _found_once(found, misbound, (call.file, call.line, str(dim)), bits, lambda: Finding(
+        kind="decoding-mismatch",
+        message=f"{call.block}'s {dim} is bound by {call.args[index]}, passed as "
+                f"{given.name}, to {format_expr(shape.dims[differing[0]])}, where prefill "
+                f"starts its state {decl.name} over {format_expr(start.dims[differing[0]])}: "
+                f"the states of {instance} misfit their starts",
+        file=call.file, line=call.line, tensor=f"{parent}.{call.output}".lstrip("."),
+        equation=f"{call.output} = {call.text}" if call.text else "",
+        hint=f"pass as {given.name} a tensor whose {dim} is "
+             f"{format_expr(start.dims[differing[0]])}, or check which argument is not the "
+             "one meant"))
 
 
 def _misnamed_call(spec: Spec, chosen: dict, where: str, found: list, misnamed: dict,
@@ -2595,26 +2587,31 @@ def _misnamed_call(spec: Spec, chosen: dict, where: str, found: list, misnamed: 
     call = next((c for c in step if c.instance == instance), None)
     if call is None:
         return None
-    place = (call.file, call.line)
-    if place not in misnamed:
-        names = ", ".join(sorted({c.instance for c in full}))
-        close = difflib.get_close_matches(instance, [c.instance for c in full], n=1)
-        misnamed[place] = Finding(
-            kind="decoding-mismatch",
-            message=f"the decoding step calls {call.block} as {instance} in "
-                    f"{parent or 'the model'}, where the full model calls no block of that "
-                    f"name (it calls {names} there): the states of {instance} start from "
-                    "tensors the full model does not compute",
-            file=call.file, line=call.line, tensor=f"{parent}.{call.output}".lstrip("."),
-            equation=f"{call.output} = {call.text}" if call.text else "",
-            hint="name the call as the full model names it at the same place"
-                 + (f" (as {close[0]})" if close else ""))
-        found.append((misnamed[place], bits, ()))
-    else:
-        for index, (finding, more, compared) in enumerate(found):
-            if finding is misnamed[place]:
-                found[index] = (finding, more | bits, compared)
-    return misnamed[place]
+    names = ", ".join(sorted({c.instance for c in full}))
+    close = difflib.get_close_matches(instance, [c.instance for c in full], n=1)
+    return _found_once(found, misnamed, (call.file, call.line), bits, lambda: Finding(
+        kind="decoding-mismatch",
+        message=f"the decoding step calls {call.block} as {instance} in "
+                f"{parent or 'the model'}, where the full model calls no block of that "
+                f"name (it calls {names} there): the states of {instance} start from "
+                "tensors the full model does not compute",
+        file=call.file, line=call.line, tensor=f"{parent}.{call.output}".lstrip("."),
+        equation=f"{call.output} = {call.text}" if call.text else "",
+        hint="name the call as the full model names it at the same place"
+             + (f" (as {close[0]})" if close else "")))
+
+
+def _found_once(found: list, memo: dict, place: tuple, bits: int, make) -> Finding:
+    """The finding of one place (a call), made once (``make()``) and added to ``found`` with
+    the combinations ``bits``; met again under other combinations, its bits widened."""
+    if place not in memo:
+        memo[place] = make()
+        found.append((memo[place], bits, ()))
+        return memo[place]
+    for index, (finding, more, compared) in enumerate(found):
+        if finding is memo[place]:
+            found[index] = (finding, more | bits, compared)
+    return memo[place]
 
 
 def _written(spec: Spec, decl: TensorDecl, choices: dict) -> bool:
