@@ -4,14 +4,16 @@ encoder-only model and a Llama-style decoder, per backend (generated/numpy/, gen
 Each architecture's file is rendered from the spec under that architecture with the seeds'
 defaults for every other choice; BERT's under the choices of BertModel (the bert_base
 variant's), Llama's under those of the llama3_8b variant. Byte-identical on every run,
-headed by the spec's name and content hash. Beside them, each backend's folder holds its
+headed by tspec's header (``spec.files.HEADERS``: what tspec may replace), then the spec's
+name and content hash. Beside them, each backend's folder holds its
 runtime, _runtime.py, the helpers every model there calls: each folder is a package of its own.
 
 `tspec generate VARIANT_OR_SPEC` writes one model instead: a variant's (a built-in name or a
 .toml), or a spec's under its default choices, as DIR/NAME.py for one backend, NAME the
 variant's (its file's stem) or the spec's, with DIR/_runtime.py and DIR/__init__.py (written
 only where none is) beside it: DIR is a package, ``from DIR import NAME``. DIR defaults to
-generated/<backend>/ in the checkout, beside the built-in models. The module is the one its
+generated/<backend>/ in the checkout for a built-in variant or spec, beside the built-in
+models, and to the working directory for any other. The module is the one its
 choices give, with the variant's dims and settings as the defaults of the keyword arguments
 that take them (H, H_kv, eps, theta): called with none, it computes that variant.
 ``tspec.compile`` loads the same text with no file in the user's tree: ``load_variant``.
@@ -36,7 +38,7 @@ from tspec.codegen.lowering.lower import lower
 from tspec.codegen.lowering.spelling import Spelling
 from tspec.codegen.rendering.render import render, render_runtime, runtime_named, runtime_version
 from tspec.errors import UsageError, quoted
-from tspec.files import inside, stale_diff, write_files
+from tspec.files import HEADERS, headed, inside, stale_diff, write_outputs
 from tspec.language.model import Spec
 from tspec.language.names import module_name_like
 from tspec.language.variant import Variant
@@ -99,9 +101,9 @@ def files(backends: tuple[str, ...] = tuple(BACKENDS)) -> dict[str, str]:
     spec = api.read_spec(api.BUILTIN_SPEC)
     out = {}
     for backend in backends:
-        out[f"{backend}/__init__.py"] = (f'"""Generated forward code for {backend}: one module '
-                                         'per architecture of the built-in Transformer, '
-                                         'BERT and Llama."""\n')
+        out[f"{backend}/__init__.py"] = headed("__init__.py", (
+            f'"""Generated forward code for {backend}: one module per architecture of the '
+            'built-in Transformer, BERT and Llama."""\n'))
         for name, choices in BUILTIN_MODELS.items():
             out[f"{backend}/{name}.py"] = source(spec, choices, backend)
         out[f"{backend}/_runtime.py"] = runtime_source(backend)
@@ -117,10 +119,12 @@ def default_dir() -> Path:
     return api.in_checkout("generated", "generated code", "--out DIR")
 
 
-def write(out: Path, backends: tuple[str, ...] = tuple(BACKENDS)) -> list[Path]:
-    """Write every generated file, or none (``spec.files.write_files``)."""
+def write(out: Path, backends: tuple[str, ...] = tuple(BACKENDS), *,
+          force: bool = False) -> list[Path]:
+    """Write every generated file, or none (``spec.files.write_outputs``: a file there that
+    tspec did not write is refused unless ``force``)."""
     texts = files(backends)                 # every file made before any is written
-    write_files(texts, root=out)
+    write_outputs(texts, root=out, force=force)
     return [out / relative for relative in texts]
 
 
@@ -133,8 +137,8 @@ def stale(out: Path, backends: tuple[str, ...] = tuple(BACKENDS)) -> str:
 # -- one model: `tspec generate VARIANT_OR_SPEC`, tspec.compile
 
 _MODULE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
-PACKAGE_DOC = ('"""Generated forward code for {backend} (`tspec generate`): each model module '
-               'here imports the runtime beside it, _runtime.py."""\n')
+PACKAGE_DOC = (HEADERS[".py"] + '"""Generated forward code for {backend} (`tspec generate`): '
+               'each model module here imports the runtime beside it, _runtime.py."""\n')
 
 
 def module_name(variant: Variant) -> str:
@@ -184,10 +188,17 @@ def _shown_variant(variant: Variant) -> str:
     return f"{path.parent.name}/{path.name}" if path.name == "config.json" else path.name
 
 
-def variant_dir(backend: str, out: Path | None) -> Path:
-    """Where one model's module goes: ``out``, or generated/<backend>/ in the checkout;
-    refused when it names something other than a folder."""
-    folder = out if out is not None else default_dir() / backend_named(backend).name
+def variant_dir(variant: Variant, backend: str, out: Path | None) -> Path:
+    """Where one model's module goes: ``out``; else, for a built-in variant or spec,
+    generated/<backend>/ in the checkout, and for any other (a user's) the working directory,
+    so that no command writes a user's model into tspec's own tree unasked. Refused when it
+    names something other than a folder."""
+    if out is not None:
+        folder = out
+    elif api.is_builtin(variant):
+        folder = default_dir() / backend_named(backend).name
+    else:
+        folder = Path.cwd()
     if os.path.lexists(folder) and not folder.is_dir():
         raise UsageError(f"--out {quoted(str(folder))} is not a folder: it names the folder "
                          "the module, its runtime and __init__.py go in")
@@ -221,16 +232,18 @@ def _same_folder(a: Path, b: Path) -> bool:
         return False
 
 
-def write_variant(variant: Variant, backend: str, out: Path) -> list[Path]:
-    """Write one model's files into ``out`` (``variant_files``), all or none. A folder whose
-    runtime is another backend's is refused: its models would lose theirs."""
+def write_variant(variant: Variant, backend: str, out: Path, *,
+                  force: bool = False) -> list[Path]:
+    """Write one model's files into ``out`` (``variant_files``), all or none; a file there
+    that tspec did not write is refused unless ``force`` (``spec.files.write_outputs``). A
+    folder whose runtime is another backend's is refused: its models would lose theirs."""
     texts = variant_files(variant, backend, out)
     chosen = backend_named(backend).name
     other = _runtime_backend(out / "_runtime.py")
     if other is not None and other != chosen:
         raise UsageError(f"{out} holds the {other} runtime, which its models import: a folder's "
                          f"models share one backend; give --out another folder for {chosen}")
-    write_files(texts, root=out)
+    write_outputs(texts, root=out, force=force)
     return [out / relative for relative in texts]
 
 
@@ -253,7 +266,7 @@ def stale_variant(variant: Variant, backend: str, out: Path) -> str:
 
 def command(target: str, backend: str, out: Path | None) -> str:
     """The command that writes one model's files again, as a shell takes it."""
-    words = ["tspec", "generate", target]
+    words = ["tspec", "generate", str(target)]
     if backend != "numpy":
         words += ["--backend", backend]
     if out is not None:

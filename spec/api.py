@@ -69,6 +69,18 @@ def read_spec(path: str | Path) -> Spec:
     return _parse_cached(str(path), stat.st_mtime_ns, stat.st_size)
 
 
+def is_builtin(variant: Variant) -> bool:
+    """Whether a variant (or a bare spec) is one tspec ships, as it ships it: loaded by its
+    built-in name, from the built-in's file (settings given on it aside: the caller knows)."""
+    if variant.file is None:
+        return False
+    shipped = (builtin_specs() if variant.is_spec else builtin_variants()).get(variant.name)
+    try:
+        return shipped is not None and Path(variant.file).resolve() == shipped.resolve()
+    except (OSError, RuntimeError):
+        return False
+
+
 def checkout() -> Path | None:
     """The project checkout tspec runs from (an editable install), or None when installed
     as a package: generated files have a default home only in a checkout."""

@@ -8,19 +8,29 @@
                [--time-limit SECONDS]
     tspec shapes VARIANT [--set NAME=VALUE ...] [--format text|json] [--time-limit SECONDS]
     tspec list
-    tspec audit [--check] [--out PATH]
+    tspec import CONFIG [--out FILE] [--force] [--no-pooler] [--time-limit SECONDS]
+    tspec audit [--check] [--out PATH] [--force]
     tspec docs [SPEC_OR_VARIANT ...] [--set ...] [--out DIR] [--format md|html|all] [--check]
-               [--time-limit SECONDS]
-    tspec generate [--backend numpy|cupy] [--out DIR] [--check]
-    tspec generate VARIANT_OR_SPEC [--backend numpy|cupy] [--out DIR] [--check]
+               [--force] [--time-limit SECONDS]
+    tspec generate [--backend numpy|cupy] [--out DIR] [--check] [--force]
+                   [--time-limit SECONDS]
+    tspec generate VARIANT_OR_SPEC [--backend numpy|cupy] [--out DIR] [--check] [--force]
+                   [--time-limit SECONDS]
     tspec run VARIANT [--set NAME=VALUE ...] [--weights PATH] [--backend numpy] [--seed N]
               [--typecheck] [--decode STEPS] [--max-memory SIZE] [--time-limit SECONDS]
     tspec --version
 
-`python -m tspec` is the same command. check, diff, shapes and docs stop at their time limit
-(--time-limit, default 60 s: the whole command, its proofs and the rest) with a one-line error
-naming where it was, exit 2; run has none unless given one; generate, import, audit and list
-take none.
+`python -m tspec` is the same command. Every command that reads a user's files (check, diff,
+shapes, docs, generate, import and run) stops at its time limit (--time-limit, default 60 s:
+the whole command, its proofs and the rest) with a one-line error naming where it was, exit 2;
+audit and list, which read only tspec's own files, take none.
+
+What a command writes (generate, docs, audit, import --out) it writes whole or not at all,
+and over a file only where tspec wrote it (the file begins with tspec's header): any other,
+and a symbolic link, is refused unless --force is given (which replaces the link itself,
+never its target); a named pipe or a device is refused even so (spec/files.py,
+``write_outputs``). A user's variant or spec is written to the working directory unless --out
+says otherwise; only tspec's own go to the checkout's generated/ and docs/variants/.
 
 Exit status: 0 when everything is proved, 1 when there are findings (or, for `audit --check`,
 a stale report; for a grid, an invalid combination; for `diff`, a difference; for `run`, an
@@ -31,11 +41,13 @@ Ctrl-C, 141 when the reader of the output went away (`tspec check | head`).
 
 import argparse
 import gc
+import linecache
 import os
 import re
 import select
 import sys
 import traceback
+import warnings
 from pathlib import Path
 
 from tspec import __version__, api
@@ -52,6 +64,7 @@ from tspec.checking.findings import (
 )
 from tspec.checking.report import require_proved
 from tspec.errors import FindingsError, GridError, TspecError, UsageError, hidden
+from tspec.files import HEADERS, write_outputs
 from tspec.language.model import choices_in_force
 from tspec.language.model import lets as derived_dims
 
@@ -60,9 +73,9 @@ EXIT_INTERRUPTED = 130     # 128 + SIGINT, as a shell reports a command stopped 
 EXIT_BROKEN_PIPE = 141     # 128 + SIGPIPE, as a shell reports `yes | head`
 EXIT_INTERNAL = 70         # EX_SOFTWARE: a defect of tspec's own, never of the input
 COLLECTOR_THRESHOLDS = (100_000, 50, 100)     # gc.set_threshold while a command runs
-TIME_LIMITS = (f"check, diff, shapes and docs stop at --time-limit (default "
-               f"{limits.TIME_LIMIT:g} s) with an error, exit 2; run only when given one; "
-               "generate, import, audit and list take none.")
+TIME_LIMITS = (f"check, diff, shapes, docs, generate, import and run, which read a user's "
+               f"files, stop at --time-limit (default {limits.TIME_LIMIT:g} s) with an error, "
+               "exit 2; audit and list, which read only tspec's own, take none.")
 
 
 def _one_line(message: str) -> str:
@@ -145,6 +158,8 @@ def _parser() -> argparse.ArgumentParser:
                                "one model, the folder it goes in, default generated/BACKEND/)")
     generate.add_argument("--check", action="store_true",
                           help="exit 1 with a diff when the files on disk are stale")
+    _force(generate)
+    _time_limit(generate, "stop generating code that takes longer")
 
     run = commands.add_parser("run", help="run a variant's generated forward pass on random "
                                           "weights and tokens")
@@ -167,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="refuse a variant whose parameters, inputs and activations would "
                           "take more than SIZE (bytes, or with K, M, G, T: powers of 1024); "
                           "default: the memory this process may use")
-    _time_limit(run, "stop a run that takes longer", default=None)
+    _time_limit(run, "stop a run that takes longer")
 
     docs = commands.add_parser("docs", help="write each variant's documentation: dims, "
                                             "shapes, parameters, FLOPs, memory, diagrams")
@@ -176,11 +191,14 @@ def _parser() -> argparse.ArgumentParser:
                            "variant")
     _settings(docs)
     docs.add_argument("--out", metavar="DIR", type=Path,
-                      help="where the pages go (default: docs/variants in the checkout)")
+                      help="where the pages go (default: docs/variants in the checkout for "
+                           "tspec's own variants, the working directory for any other or "
+                           "with --set)")
     docs.add_argument("--format", choices=("md", "html", "all"), default="all",
                       help="Markdown, HTML or both (default)")
     docs.add_argument("--check", action="store_true",
                       help="exit 1 with a diff when the pages on disk are stale")
+    _force(docs)
     _time_limit(docs, "stop making pages that takes longer")
 
     imports = commands.add_parser(
@@ -192,9 +210,11 @@ def _parser() -> argparse.ArgumentParser:
                          help="a config.json, or a folder holding one")
     imports.add_argument("--out", metavar="FILE", type=Path,
                          help="write the variant TOML there (default: standard output)")
+    _force(imports)
     imports.add_argument("--no-pooler", action="store_true",
                          help="BERT: a BertModel built without its pooler "
                               "(add_pooling_layer=False)")
+    _time_limit(imports, "stop an import that takes longer")
 
     audit = commands.add_parser("audit", help="check the seed transcriptions and write "
                                               "docs/seed-audit.md")
@@ -203,7 +223,14 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--out", metavar="PATH", type=Path,
                        help="where the report goes (default: docs/seed-audit.md in the "
                             "checkout)")
+    _force(audit)
     return parser
+
+
+def _force(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--force", action="store_true",
+                        help="replace a file that tspec did not write (one without its "
+                             "header), or a symbolic link (the link itself, not its target)")
 
 
 def _time_limit(parser: argparse.ArgumentParser, what: str,
@@ -231,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     # 5.4 s with these; benchmarks/RESULTS.md)
     thresholds = gc.get_threshold()
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
+    shown = warnings.showwarning
+    warnings.showwarning = _Warnings().show
     try:
         try:
             code = _command(argv)
@@ -243,6 +272,31 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sys.stdout = output.stream
         gc.set_threshold(*thresholds)
+        warnings.showwarning = shown
+
+
+class _Warnings:
+    """How a warning raised while a command runs is said (Python's own way takes two lines,
+    the second the source line): once for each message, in one line on stderr, with where it
+    was: the statement of the generated code (a NumPy overflow in a model's forward pass, whose
+    outputs then hold inf or NaN), else the file and line. The filters in force still decide
+    which are shown."""
+
+    def __init__(self):
+        self.said: set[tuple[type, str]] = set()
+
+    def show(self, message, category, filename, lineno, file=None, line=None) -> None:
+        text = _one_line(str(message))
+        if (category, text) in self.said:       # each overflow of a chain of equations: once
+            return
+        self.said.add((category, text))
+        if linecache.getline(filename, 1) == HEADERS[".py"]:   # code tspec generated
+            code = (line if line is not None else linecache.getline(filename, lineno)).strip()
+            where = f"in the generated code at {_one_line(code)}" if code else \
+                "in the generated code"
+        else:
+            where = f"at {Path(filename).name}:{lineno}"
+        _say(f"tspec: warning: {category.__name__}: {text}, {where}")
 
 
 def _command(argv: list[str] | None) -> int:
@@ -253,7 +307,7 @@ def _command(argv: list[str] | None) -> int:
                "generate": _generate, "run": _run, "docs": _docs,
                "import": _import}[args.command]
     seconds = getattr(args, "time_limit", None)
-    if seconds is None:                   # run without --time-limit; audit, generate
+    if seconds is None:                   # audit: tspec's own files alone
         return command(args)
     # the whole command: reading, checking, and the rest
     with limits.time_limit(seconds, f"tspec {args.command}", "reading its input"):
@@ -549,12 +603,13 @@ def _variant_header(variant) -> list[str]:
 
 
 def _import(args) -> int:
-    from tspec.importing import from_hf
-    text = from_hf(args.config, args.out, pooler=not args.no_pooler)
+    from tspec.importing import from_hf, writing
+    text = from_hf(args.config, pooler=not args.no_pooler)
     if args.out is None:
         print(text, end="")
     else:
-        print(f"wrote {args.out}")
+        writing.write(args.out, text, force=args.force)
+        print(f"wrote {display_path(str(args.out))}")
     return 0
 
 
@@ -564,7 +619,7 @@ def _audit(args) -> int:
     if args.check:
         return _verdict_on_stale(audit.stale(path), display_path(str(path)),
                                  f"{display_path(str(path))} is current", "tspec audit")
-    audit.write(path)
+    write_outputs({path: audit.render()}, force=args.force)     # as every command writes
     print(f"wrote {display_path(str(path))}")
     return EXIT_OK
 
@@ -592,7 +647,7 @@ def _generate(args) -> int:
                                  f"generated code in {display_path(str(out))}",
                                  f"{folders} {'is' if len(backends) == 1 else 'are'} current",
                                  "tspec generate")
-    for path in generate.write(out, backends):
+    for path in generate.write(out, backends, force=args.force):
         print(f"wrote {display_path(str(path))}")
     return EXIT_OK
 
@@ -604,14 +659,14 @@ def _generate_one(args) -> int:
     chosen = backend(args.backend or "numpy").name
     variant = api.load(args.target)
     generate.module_name(variant)                 # refused before anything is generated
-    out = generate.variant_dir(chosen, args.out)
+    out = generate.variant_dir(variant, chosen, args.out)
     if args.check:
         module = display_path(str(out / f"{variant.name}.py"))
         return _verdict_on_stale(generate.stale_variant(variant, chosen, out),
                                  f"the code of {variant.name} in {display_path(str(out))}",
                                  f"{module} is current",
                                  generate.command(args.target, chosen, args.out))
-    for path in generate.write_variant(variant, chosen, out):
+    for path in generate.write_variant(variant, chosen, out, force=args.force):
         print(f"wrote {display_path(str(path))}")
     return EXIT_OK
 
@@ -620,13 +675,16 @@ def _docs(args) -> int:
     from tspec.codegen.docs import site as docs
     variants = [api.load(t, args.settings) for t in args.targets] if args.targets else \
         [v.with_settings(args.settings) for v in docs.shipped_variants()]
-    out = args.out or docs.default_dir()
+    out = args.out or docs.default_dir(variants)
     if args.check:
         return _verdict_on_stale(docs.stale(out, variants, args.format),
                                  f"documentation in {display_path(str(out))}",
                                  f"{display_path(str(out))} is current", "tspec docs")
-    for path in docs.write(out, variants, args.format):
+    paths, unwritten = docs.write(out, variants, args.format, force=args.force)
+    for path in paths:
         print(f"wrote {display_path(str(path))}")
+    if unwritten:
+        print(unwritten)
     return EXIT_OK
 
 

@@ -112,6 +112,7 @@ from tspec.analysis.grid import parse_axis
 from tspec.codegen.docs import site as docs
 from tspec.codegen.execution import weights
 from tspec.errors import TspecError
+from tspec.files import HEADERS
 from tspec.importing import from_hf
 from tspec.language import parser as language
 from tspec.language.expr import tokenize
@@ -994,6 +995,7 @@ def _html_problems(text: str) -> list[str]:
 
 
 def _markdown_problems(text: str) -> list[str]:
+    text = text.removeprefix(HEADERS[".md"])    # tspec's own first line: the one comment allowed
     md = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
     md.validateLink = lambda url: True          # every link shown, to be judged here
     lines, problems, header, in_head = text.split("\n"), [], 0, False
@@ -1375,7 +1377,9 @@ def run_cli(argv: list[str], ctx: Context) -> int:
     if status not in (0, 1, 2):
         raise Crash(f"exit status {status!r}")
     if status == 2:
-        text = err.getvalue()
+        # a warning (a NumPy overflow in a model's forward pass) is a line of its own
+        text = "".join(line for line in err.getvalue().splitlines(True)
+                       if not line.startswith("tspec: warning: "))
         if not (text.startswith("tspec: error: ") and text.endswith("\n")
                 and text.count("\n") == 1 and len(text) > len("tspec: error: \n")):
             raise Crash(f"exit 2 without exactly one error line: {text!r}")

@@ -51,10 +51,25 @@ def target(variant: Variant) -> str | None:
 
 def shipped(variants: list[Variant]) -> bool:
     """Whether the variants are the shipped ones, every one of them, as `tspec docs` with no
-    target documents them."""
+    target documents them (nothing set on them with --set)."""
     builtin = api.builtin_variants()
     return sorted(v.name for v in variants) == sorted(builtin) and all(
-        target(v) == v.name for v in variants)
+        target(v) == v.name and not settings_given(v) for v in variants)
+
+
+def settings_given(variant: Variant) -> list[str]:
+    """The --set settings a variant was made with, each ``NAME=VALUE`` as given: its dims and
+    choices, then its settings."""
+    places = [*variant.places.values(), *variant.setting_places.values()]
+    return [text.removeprefix("--set ") for line, text in places
+            if line is None and text.startswith("--set ")]
+
+
+def _settings_text(variant: Variant, varied: tuple[str, ...] = ()) -> str:
+    """`` --set NAME=VALUE ...``: what a command needs to give the variant as it is (but the
+    dims a grid varies, ``varied``, which a --set would fix)."""
+    return "".join(f" --set {shlex.quote(text)}" for text in settings_given(variant)
+                   if text.split("=", 1)[0].strip() not in varied)
 
 
 def comparisons(variants: list[Variant]) -> list[Comparison]:
@@ -65,16 +80,21 @@ def comparisons(variants: list[Variant]) -> list[Comparison]:
         spec = variant.spec
         key = (spec.name, tuple(choices_in_force(spec, spec.choice_values(variant.choices))
                                 .items()))
-        groups.setdefault(key, []).append(profile(variant, api.shapes(variant)))
+        groups.setdefault(key, []).append(variant)
     out = []
-    for members in groups.values():
+    for group in groups.values():
+        if len(group) < 2:          # nothing to compare it with: not profiled (its shapes
+            continue                # and counts took as long as its page)
+        members = [profile(variant, api.shapes(variant)) for variant in group]
         members.sort(key=lambda p: (_total(p) is None, _total(p) or 0, p.variant.name))
         for a, b in itertools.pairwise(members):
             diff = compare(a, b)
             figures = {c.name: _change(c.a, c.b) for c in diff.totals}
             first, second = target(a.variant), target(b.variant)
+            same = settings_given(a.variant) == settings_given(b.variant)   # diff sets both
             out.append(Comparison(
-                f"tspec diff {first} {second}" if first and second else
+                f"tspec diff {first} {second}{_settings_text(a.variant)}"
+                if first and second and same else
                 f"{a.variant.name} {ARROW} {b.variant.name}",
                 "; ".join(f"{c.name} {_number(c.a)} {ARROW} {_number(c.b)}" for c in diff.dims)
                 or "none", figures["parameters"], figures["flops"],
@@ -100,7 +120,7 @@ def grid_example(variants: list[Variant]) -> GridExample | None:
                 for p in grid.points()]
         return GridExample(
             f"tspec check {target(variant)} --grid H={','.join(map(str, axes['H']))} "
-            f"--grid d_model={axes['d_model']}",
+            f"--grid d_model={axes['d_model']}{_settings_text(variant, tuple(axes))}",
             ["H", "d_model", "valid", "parameters", "FLOPs", "activation bytes", "breaks"],
             rows, grid.summary())
     return None

@@ -8,6 +8,7 @@ neighbours straight down, a longer one (a residual, a mask) as an arc at the sid
 once where it leaves its producer.
 """
 
+import re
 from dataclasses import dataclass
 from html import escape
 
@@ -80,12 +81,15 @@ def mermaid(g: Graph) -> list[str]:
 
 _MERMAID_NAMED = {'"': "#quot;", "<": "#lt;", ">": "#gt;"}
 _MERMAID_PLAIN = frozenset(" _:=()[],@+*-./")
+_MERMAID_AS_IS = re.compile(r"[A-Za-z0-9 _:=()\[\],@+*\-./]*")     # ASCII of those kinds
 
 
 def _mermaid_text(text: str) -> str:
     """A label inside Mermaid's quotes: letters, digits and the punctuation of equations and
     shapes as they are, every other character as Mermaid's own entity (#quot;, #60;), so that no
     label can end its quotes, its line or the Markdown fence, or hold a directive or HTML."""
+    if _MERMAID_AS_IS.fullmatch(text):          # nearly every label: nothing to spell
+        return text
     return "".join(c if c.isalnum() and c.isprintable() or c in _MERMAID_PLAIN
                    else _MERMAID_NAMED.get(c, f"#{ord(c)};") for c in text)
 

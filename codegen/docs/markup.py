@@ -46,6 +46,7 @@ ATTRIBUTES = frozenset(["display", "mathvariant", "stretchy", "fence", "separato
 _VALUE = re.compile(r"[A-Za-z0-9 .#%+-]*\Z")            # words, numbers, lengths, colours
 _CHARACTER_REFERENCE = re.compile(r"&amp;(#x[0-9A-Fa-f]{1,6};|#[0-9]{1,7};)")
 _RICH = re.compile(r"\$([^$]+)\$|`([^`]+)`")
+_CODE = re.compile(r"`([^`]+)`")
 
 
 class _Outside(Exception):
@@ -54,11 +55,45 @@ class _Outside(Exception):
 
 # -- MathML
 
-@functools.lru_cache(maxsize=4096)
 def mathml(latex: str, display: str = "inline") -> str | None:
-    """``latex`` as MathML that the allow-list holds, or None when it cannot be shown so."""
+    """``latex`` as MathML that the allow-list holds, or None when it cannot be shown so.
+
+    Formulas that differ only in the numbers of their names (``\\mathrm{X1} = ...`` and
+    ``\\mathrm{X2} = ...``, the equations of a chain) are converted once, with a
+    placeholder for each such number that is put back in the MathML: latex2mathml takes a
+    third of a millisecond a formula, which for 20,000 equations was most of a page's time."""
     if len(latex) > MAX_LATEX:
         return None
+    numbers = []
+
+    def placeholder(found: re.Match) -> str:
+        numbers.append(found.group())
+        return f"{_PLACEHOLDER}{len(numbers) - 1:06d}9"
+
+    template = _NAME_NUMBER.sub(placeholder, latex) if not _LONG_NUMBER.search(latex) else latex
+    if not numbers:
+        return _mathml(latex, display)
+    drawn = _mathml(template, display)
+    if drawn is None:
+        return _mathml(latex, display)
+    marks = [f"{_PLACEHOLDER}{index:06d}9" for index in range(len(numbers))]
+    if any(drawn.count(mark) != 1 for mark in marks):      # not as it was drawn: no template
+        return _mathml(latex, display)
+    for mark, number in zip(marks, numbers):
+        drawn = drawn.replace(mark, number)
+    return drawn
+
+
+# a number in a name, after a letter (``X12``): tokenized as a number whatever its digits (not
+# after _ or ^, where one digit alone is the script, nor a decimal's part)
+_NAME_NUMBER = re.compile(r"(?<=[A-Za-z])[0-9]+(?![0-9]|\.[0-9])")
+_LONG_NUMBER = re.compile(r"[0-9]{8}")       # digits a placeholder could be mistaken for
+_PLACEHOLDER = "9087"                         # then six digits and a 9: 11 digits in all
+
+
+@functools.lru_cache(maxsize=4096)
+def _mathml(latex: str, display: str) -> str | None:
+    """``mathml`` of one formula, converted."""
     try:
         tree = latex2mathml.converter.convert_to_element(latex, display=display)
     except Exception:  # noqa: BLE001 (a third-party parser of user text: any failure means
@@ -87,7 +122,15 @@ def _check(tree: Element) -> None:
 
 def rich(text) -> Markup:
     """Docs text for HTML: $...$ as MathML, `...` as code, the rest escaped."""
-    text = str(text)
+    return _rich(str(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _rich(text: str) -> Markup:
+    """``rich`` of a text: once for each (a page's FLOP formulas and shapes repeat)."""
+    if "$" not in text:         # code and text alone (an equation's inputs): escaped at once,
+        #                         which no backtick and no $ comes out of
+        return Markup(_CODE.sub(r"<code>\1</code>", str(escape(text))))
     out, end = [], 0
     for match in _RICH.finditer(text):
         out.append(escape(text[end:match.start()]))
@@ -128,7 +171,13 @@ def markdown(value, table: bool = False) -> Markdown:
     where a ``|`` in code is escaped too."""
     if isinstance(value, Markdown):
         return value
-    text = "".join("\ufffd" if hidden(c) else c for c in str(value))
+    return _markdown(str(value), table)
+
+
+@functools.lru_cache(maxsize=4096)
+def _markdown(text: str, table: bool) -> Markdown:
+    """``markdown`` of a text: once for each (a page's FLOP formulas and shapes repeat)."""
+    text = _shown(text)
     out, end = [], 0
     for match in _RICH.finditer(text):
         out.append(_md_text(text[end:match.start()]))
@@ -171,7 +220,7 @@ def cells(values) -> Markdown:
 
 def code(value, table: bool = False) -> Markdown:
     """Text as one code span (a fence of backticks longer than any run in the text)."""
-    text = "".join("\ufffd" if hidden(c) else c for c in str(value))
+    text = _shown(str(value))
     if table:
         text = text.replace("|", "\\|")
     fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
@@ -181,7 +230,15 @@ def code(value, table: bool = False) -> Markdown:
 
 def latex(value) -> Markdown:
     """LaTeX that the template itself puts between $ or $$ signs."""
-    return Markdown(_md_math("".join("\ufffd" if hidden(c) else c for c in str(value))))
+    return Markdown(_md_math(_shown(str(value))))
+
+
+def _shown(text: str) -> str:
+    """``text`` with every character that ends a line or does not show as U+FFFD (a printable
+    text, as nearly every one is, at once: no such character is printable)."""
+    if text.isprintable():
+        return text
+    return "".join("\ufffd" if hidden(c) else c for c in text)
 
 
 def finalize(value):

@@ -9,7 +9,11 @@ published models, our parameter count beside the published one. The counts come 
 prepared here as strings; the templates (Markdown, HTML) only place them.
 """
 
+import functools
+import hashlib
+import re
 import unicodedata
+import urllib.parse
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -34,13 +38,19 @@ from tspec.checking.findings import display_path
 from tspec.checking.prove import evaluate as prove_evaluate
 from tspec.checking.report import require_none, require_proved, sizes_text
 from tspec.codegen.docs import diagram, markup
-from tspec.codegen.docs.comparisons import comparisons, grid_example, shipped, target
+from tspec.codegen.docs.comparisons import (
+    comparisons,
+    grid_example,
+    settings_given,
+    shipped,
+    target,
+)
 from tspec.codegen.docs.scaling import scaling
 from tspec.codegen.lowering.body import model_summary
 from tspec.codegen.lowering.lower import step_choices
 from tspec.codegen.rendering.render import environment
 from tspec.errors import UsageError
-from tspec.files import inside, shown, stale_diff, write_files
+from tspec.files import headed, inside, open_regular, shown, stale_diff, tspecs, write_outputs
 from tspec.files import where as spec_line
 from tspec.language.latex import name_latex
 from tspec.language.model import (
@@ -153,15 +163,18 @@ def page(variant: Variant) -> Page:
     choices = spec.choice_values(variant.choices)
     # as `tspec check` checks it (a spec it refuses, a tensor never computed: no costs), then
     # at the sizes the pages give the dims it leaves free
-    require_proved(variant, "no documentation written")
+    report = require_proved(variant, "no documentation written")
     bodies = costs(spec, choices)
     used = used_dims(spec, choices, bodies)
     dims = sizes_for(variant, used)
-    result = check(spec, choices, dims)
-    limits.doing(f"making the documentation of {variant.name}")
-    require_none(result.findings, f"in {variant.name} at the sizes its pages take "
-                 f"({sizes_text({k: v for k, v in dims.items() if k not in variant.dims})})",
-                 "no documentation written")
+    if variant.is_spec or report.concrete is None or dims != variant.dims:
+        # sizes the check of the variant did not take (a dim it leaves free): checked there;
+        # at the variant's own sizes that check has said it already
+        result = check(spec, choices, dims)
+        limits.doing(f"making the documentation of {variant.name}")
+        require_none(result.findings, f"in {variant.name} at the sizes its pages take "
+                     f"({sizes_text({k: v for k, v in dims.items() if k not in variant.dims})})",
+                     "no documentation written")
     model = bodies[spec.name]
     values_by_symbol = concrete_values(spec, choices, dims)
     values = {str(k): int(v) for k, v in values_by_symbol.items()}
@@ -174,7 +187,7 @@ def page(variant: Variant) -> Page:
              for name, body in bodies.items()]
     decoding = _decoding(spec, choices, dims)
     return Page(
-        name=variant.name, title=spec.title, description=variant.description,
+        name=page_name(variant), title=spec.title, description=variant.description,
         spec_file=shown(spec.file), spec_hash=spec.text_hash[:16],
         choices=[f"{k} = {v}" for k, v in choices_in_force(spec, choices).items()],
         sizes=", ".join(f"{k} = {v}" for k, v in dims.items()
@@ -184,7 +197,9 @@ def page(variant: Variant) -> Page:
         parameter_list=_parameter_list(spec, choices, bodies, paths, number),
         flops=_flop_rows(spec, model, number, dims, choices),
         memory=_memory_rows(bodies, paths, number),
-        published=_published(variant, number(model.parameters)),
+        # the published model's count, where --set changed no dim or choice of it
+        published=[] if _sets_the_model(variant) else _published(variant,
+                                                                   number(model.parameters)),
         scaling=_scaling(spec, choices, model, values_by_symbol),
         decoding=decoding,
         bodies=views,
@@ -361,6 +376,13 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
+def _sets_the_model(variant: Variant) -> bool:
+    """Whether --set gave the variant a dim or a choice (a setting alone, eps, leaves the
+    published model's parameters as they are)."""
+    return any(line is None and text.startswith("--set ")
+               for line, text in variant.places.values())
+
+
 def _published(variant: Variant, ours: int) -> list[str]:
     if variant.published is None or ours is FREE:
         return []
@@ -413,13 +435,23 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
     """One body's view; concrete figures at its first call (``values``: every dim's value)."""
     binding = calls[0][1] if calls else {}
 
+    numbers: dict = {}          # expression -> its number: the steps share their dims and
+    shown: dict = {}            # counts, shape -> its text and sizes: and their shapes
+
     def number(expr) -> "int | _Free":
-        return _number(sympy.sympify(expr).xreplace(binding), values)
+        found = numbers.get(expr)
+        if found is None:
+            found = numbers[expr] = _number(sympy.sympify(expr).xreplace(binding), values)
+        return found
 
     def concrete(shape) -> str:
-        sizes = [integer_text(n) if isinstance(n, int) else format(n) for n in map(number, (
-                 (shape.family,) if shape.family is not None else ()) + shape.dims)]
-        return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
+        found = shown.get(shape)
+        if found is None:
+            sizes = [integer_text(n) if isinstance(n, int) else format(n) for n in map(
+                number, ((shape.family,) if shape.family is not None else ()) + shape.dims)]
+            found = shown[shape] = f"{shape.text()} = (" + ", ".join(sizes) + \
+                ("," if len(sizes) == 1 else "") + ")"
+        return found
 
     equations = []
     meanings = _meanings(spec, choices, body)
@@ -439,8 +471,8 @@ def _body_view(spec, choices, values, body: BodyCost, calls: list) -> BodyView:
         equations.append(EquationView(
             title=f"{step.output}: {meaning}" if meaning else step.output,
             latex=latex, mathml=markup.formula(latex),
-            inputs=[f"`{n}` {s.text()} = {concrete(s)}" for n, s in step.inputs],
-            output=f"`{step.output}` {step.shape.text()} = {concrete(step.shape)}",
+            inputs=[f"`{n}` {concrete(s)}" for n, s in step.inputs],
+            output=f"`{step.output}` {concrete(step.shape)}",
             parameters=params or "none",
             flops_latex=_plain_latex(step.flops.total),
             flops_number=_count(number(step.flops.total)),
@@ -527,7 +559,13 @@ def _latex(expr) -> str:
 
 def _plain_latex(expr) -> str:
     """A count in LaTeX, common factors pulled out, dims named as in the equations."""
-    expr = sympy.sympify(expr)
+    return _count_latex(sympy.sympify(expr))
+
+
+@functools.lru_cache(maxsize=4096)
+def _count_latex(expr) -> str:
+    """``_plain_latex`` of one expression: once per formula (the equations of a page share a
+    few: every step of a chain costs 2*B*d), as sympy's printer takes a millisecond each."""
     if expr == 0:
         return "0"
     names = {s: name_latex(str(s)) for s in expr.free_symbols}
@@ -564,25 +602,34 @@ def _per(total, per) -> str:
 
 # -- files
 
-def files(variants: list[Variant], format: str = "all") -> dict[str, str]:
-    """File name -> text: one page per variant and an index, in one format or both."""
-    if format not in FORMATS + ("all",):
-        raise UsageError(f"unknown docs format {format!r}; formats: md, html, all")
-    formats = FORMATS if format == "all" else (format,)
+def files(variants: list[Variant], format: str = "all", *,
+          index: bool = True) -> dict[str, str]:
+    """File name -> text: one page per variant and (``index``) their index, in one format or
+    both; each headed by tspec's header (``spec.files.HEADERS``)."""
+    formats = _formats(format)
     unique_pages(variants, formats)
     pages = [page(v) for v in variants]
-    compared, grid = comparisons(variants), grid_example(variants)
-    index = _index(variants, formats)
+    if index:
+        compared, grid = comparisons(variants), grid_example(variants)
+        about = _index(variants, formats)
     envs = _environments()
     out = {}
     for kind in formats:
         env = envs[kind]
         for p in pages:
-            out[f"{p.name}.{kind}"] = env.get_template(f"docs/variant.{kind}.j2").render(
-                page=p, dtype=DTYPE, bytes=BYTES[DTYPE])
-        out[f"index.{kind}"] = env.get_template(f"docs/index.{kind}.j2").render(
-            index=index, pages=pages, comparisons=compared, grid=grid)
+            out[f"{p.name}.{kind}"] = headed(f"{p.name}.{kind}", env.get_template(
+                f"docs/variant.{kind}.j2").render(page=p, dtype=DTYPE, bytes=BYTES[DTYPE]))
+        if index:
+            out[f"{INDEX}.{kind}"] = headed(f"{INDEX}.{kind}", env.get_template(
+                f"docs/index.{kind}.j2").render(index=about, pages=pages,
+                                                 comparisons=compared, grid=grid))
     return out
+
+
+def _formats(format: str) -> tuple[str, ...]:
+    if format not in FORMATS + ("all",):
+        raise UsageError(f"unknown docs format {format!r}; formats: md, html, all")
+    return FORMATS if format == "all" else (format,)
 
 
 INDEX = "index"
@@ -633,21 +680,22 @@ def unique_pages(variants: list[Variant], formats: tuple[str, ...]) -> None:
 
     taken: dict[str, Variant | None] = {key(INDEX): None}
     for variant in variants:
-        if key(variant.name) not in taken:
-            taken[key(variant.name)] = variant
+        name = page_name(variant)
+        if key(name) not in taken:
+            taken[key(name)] = variant
             continue
-        other = taken[key(variant.name)]
+        other = taken[key(name)]
         if other is None:
-            raise UsageError(f"{given(variant)} would be written as {files_of(variant.name)}, "
+            raise UsageError(f"{given(variant)} would be written as {files_of(name)}, "
                              "the index of the pages; docs pages are named after their "
                              "variants: rename it")
         if other is variant or other.file is not None and other.file == variant.file:
             raise UsageError(f"{given(variant)} is given twice")
-        if other.name == variant.name:
-            clash = f"would both be written as {files_of(variant.name)}"
+        if page_name(other) == name:
+            clash = f"would both be written as {files_of(name)}"
         else:
-            clash = (f"would be written as {other.name}.{formats[0]} and "
-                     f"{variant.name}.{formats[0]}, one file where case is ignored")
+            clash = (f"would be written as {page_name(other)}.{formats[0]} and "
+                     f"{name}.{formats[0]}, one file where case is ignored")
         raise UsageError(f"{given(other)} and {given(variant)} {clash}; docs pages are named "
                          "after their variants: rename one")
 
@@ -670,18 +718,93 @@ def shipped_variants() -> list[Variant]:
     return [api.load(name) for name in sorted(api.builtin_variants())]
 
 
-def default_dir() -> Path:
-    return api.in_checkout(Path("docs") / "variants", "docs", "--out DIR")
+def default_dir(variants: list[Variant] | None = None) -> Path:
+    """Where pages go unless --out says: docs/variants in the checkout for tspec's own variants
+    as shipped (``variants`` None: every one), the working directory for any other, or for any
+    made with --set: no command writes a user's pages into tspec's tree unasked."""
+    if variants is None or all(api.is_builtin(v) and not settings_given(v) for v in variants):
+        return api.in_checkout(Path("docs") / "variants", "docs", "--out DIR")
+    return Path.cwd()
 
 
-def write(out: Path, variants: list[Variant], format: str = "all") -> list[Path]:
-    """Write every page, or none (``spec.files.write_files``): each all old or all new."""
-    pages = files(variants, format)          # every page made before any is written
-    write_files(pages, root=out)
-    return [out / name for name in pages]
+def page_name(variant: Variant) -> str:
+    """The name of a variant's pages: its own, and for one made with --set the settings after
+    it (``base+H=16+norm=pre``, every character safe in a file's name), so that it never takes
+    the name of the variant's own page (past MAX_PAGE_NAME bytes, a digest of the settings)."""
+    given = settings_given(variant)
+    if not given:
+        return variant.name
+    suffix = "".join(f"+{_file_safe(text)}" for text in given)
+    name = variant.name + suffix
+    if len(name.encode()) > MAX_PAGE_NAME:      # within a file name's 255 bytes, and unique
+        name = f"{variant.name[:MAX_PAGE_NAME // 2]}+{hashlib.sha256(suffix.encode()).hexdigest()[:12]}"
+    return name
+
+
+MAX_PAGE_NAME = 120     # bytes of a page's name; past it, a --set suffix is a digest of itself
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=-]")
+
+
+def _file_safe(text: str) -> str:
+    return _UNSAFE.sub("_", text)
+
+
+def plan(out: Path, variants: list[Variant], format: str = "all") -> tuple[bool, str]:
+    """Whether a run of ``variants`` into ``out`` writes the index, and if not, the line that
+    says why: it is written only where every variant an index already there lists is among
+    them (the shipped index by `tspec docs` of every shipped variant), so that a partial run
+    never rewrites an index of pages it did not build."""
+    names = {page_name(v) for v in variants}
+    missing: list[str] = []
+    for kind in _formats(format):
+        listed = _indexed(out / f"{INDEX}.{kind}", kind)
+        missing += [name for name in sorted(listed - names) if name not in missing]
+    if not missing:
+        return True, ""
+    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3
+                                      else "")
+    files = " and ".join(f"{INDEX}.{kind}" for kind in _formats(format))
+    return False, (f"not written: {files}, which list{'s' if len(files.split()) == 1 else ''} "
+                   f"{len(missing)} variant{'s' * (len(missing) != 1)} this run did not "
+                   f"document ({shown}); document all of them in one run to write "
+                   f"{'it' if len(files.split()) == 1 else 'them'}")
+
+
+_LISTED = {"md": re.compile(r"^\| .*\]\(([^()\s]+)\.md\) \| \[.*\]\(\1\.html\) \|$",
+                            re.MULTILINE),
+           "html": re.compile(r'<tr><td><a href="([^"<>]+)\.html">')}
+
+
+def _indexed(path: Path, kind: str) -> set[str]:
+    """The variants an index tspec wrote lists (its pages' links); none where there is no
+    index, or one tspec did not write (which the write then refuses, unless --force)."""
+    try:
+        with open_regular(path) as stream:
+            text = stream.read(MAX_INDEX).decode("utf-8", "replace")
+    except OSError:
+        return set()
+    if not tspecs(text.encode()):
+        return set()
+    return {urllib.parse.unquote(link) for link in _LISTED[kind].findall(text)}
+
+
+MAX_INDEX = 16 << 20    # bytes of an index read to learn what it lists
+
+
+def write(out: Path, variants: list[Variant], format: str = "all", *,
+          force: bool = False) -> tuple[list[Path], str]:
+    """Write every page, and the index where ``plan`` says, or none (``spec.files.
+    write_outputs``: each all old or all new, and a file there that tspec did not write
+    refused unless ``force``); the paths written, and the line saying why the index was not."""
+    index, why = plan(out, variants, format)
+    pages = files(variants, format, index=index)   # every page made before any is written
+    write_outputs(pages, root=out, force=force)
+    return [out / name for name in pages], why
 
 
 def stale(out: Path, variants: list[Variant], format: str = "all") -> str:
-    """A unified diff of every page that differs from what generation gives; '' when none."""
+    """A unified diff of every page that differs from what generation gives (the index where a
+    write would write it); '' when none."""
+    index, _ = plan(out, variants, format)
     return "".join(stale_diff(inside(out, name), text)
-                   for name, text in files(variants, format).items())
+                   for name, text in files(variants, format, index=index).items())

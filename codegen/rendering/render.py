@@ -25,6 +25,7 @@ from tspec.codegen.rendering.layout import LINE_LENGTH
 from tspec.codegen.rendering.printer import Printer
 from tspec.codegen.rendering.steps import StepRenderer
 from tspec.errors import CodegenError, hidden
+from tspec.files import HEADERS
 from tspec.language.expr import dim_text
 
 # the folders templates are looked up in, in this order (environment() reads it once)
@@ -52,6 +53,7 @@ DECODING_CHECKS = "; {step} its cache (rt.check_cache); prefill's go to {entry}"
 ALSO = {"require_memory": "past MEMORY_LIMIT, {they} {verb} to start (rt.require_memory)",
         "embed": "token ids must index their table (rt.embed)",
         "require_size": "a block checks that sizes it reads twice agree (rt.require_size)"}
+HEADER = HEADERS[".py"].rstrip("\n")         # the first line: what tspec may replace
 VERSION_LINE = 'VERSION = "{}"  # of this runtime: the sha256 of its text without this line'
 # every runtime rendered in this process: its text by its backend, helpers and templates; its
 # backend's name and text by VERSION
@@ -81,7 +83,7 @@ def render(module: ir.Module) -> str:
     steps = StepRenderer(printer, environment().get_template("steps.py.j2").module)
     functions = [_function_view(f, printer, steps, module.backend) for f in module.functions]
     context = {
-        "module": module, "title": title, "spec_file": spec_file,
+        "module": module, "title": title, "spec_file": spec_file, "header": HEADER,
         "module_open": _docstring_open([title, spec_file]),
         "backend": module.backend, "xp": module.backend.alias,
         "array": module.backend.array_type,
@@ -110,6 +112,7 @@ def render_runtime(backend: Backend) -> str:
         for helper in helpers:
             _require_template(helper, backend)
         context = {"backend": backend, "xp": backend.alias, "array": backend.array_type,
+                   "header": HEADER,
                    "helpers": [ir.Helper(h.name, backend.template(h.name)) for h in helpers],
                    "version_line": VERSION_LINE.format("")}
         imports = _declared_imports(backend, [*RUNTIME_IMPORTS,

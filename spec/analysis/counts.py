@@ -298,33 +298,38 @@ def used_dims(spec, choices, bodies: dict[str, BodyCost]) -> set[str]:
         for step in body.steps:
             for shape in [step.shape] + [s for _, s in step.inputs + step.params]:
                 if shape is not None:          # an unstated shape nothing determines
-                    found |= {str(s) for s in shape.free_symbols()}
-            found |= {str(s) for s in sympy.sympify(step.flops.total).free_symbols}
+                    found |= _names(shape.free_symbols())
+            found |= _names(sympy.sympify(step.flops.total).free_symbols)
             if step.callee and step.record.repeat is not None:
-                found |= {str(s) for s in sympy.sympify(step.record.repeat).free_symbols}
+                found |= _names(sympy.sympify(step.record.repeat).free_symbols)
             if isinstance(step.record, Equation):     # a dim an op reads (a mask's window W)
                 found |= _term_dims(step.record.expr)
         for _, shape, _ in body.own_params:
             if shape is not None:
-                found |= {str(s) for s in shape.free_symbols()}
+                found |= _names(shape.free_symbols())
     for statement in select(spec.body, choices):
         if isinstance(statement, Let) and statement.dim in found:
-            found |= {str(s) for s in statement.expr.free_symbols}
+            found |= _names(statement.expr.free_symbols)
     return found
 
+
+def _names(symbols) -> set[str]:
+    """The names of some symbols, as ``str`` gives them (a plain symbol's name at once: sympy's
+    printer takes microseconds a symbol, which a spec of 20,000 tensors asks 100,000 times)."""
+    return {s.name if type(s) is sympy.Symbol else str(s) for s in symbols}
 
 
 def _term_dims(term) -> set[str]:
     """The dims an equation's op tree names as values (``sliding_window_mask(T, T, W)``,
     ``rotary(X, T_past)``, a slice's bounds), whatever its shapes and FLOPs say."""
     if isinstance(term, ScalarExpr):
-        return {str(s) for s in sympy.sympify(term.expr).free_symbols}
+        return _names(sympy.sympify(term.expr).free_symbols)
     if not isinstance(term, OpNode):
         return set()
     found = set().union(*(_term_dims(a) for a in term.args))
     for value in term.attr.values():
         if isinstance(value, sympy.Basic):
-            found |= {str(s) for s in value.free_symbols}
+            found |= _names(value.free_symbols)
     return found
 
 

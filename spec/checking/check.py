@@ -2393,16 +2393,19 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
         for name, decl, shape, selection, other in run.states:
             key = (name, id(decl), shape, other, run.prover_key, ids[id(run)])
             states[key] = states.get(key, 0) | members.matching(way | selection)
-            state_choices.setdefault(key, spec.choice_values(run.choices | selection))
+            if key not in state_choices:
+                state_choices[key] = spec.choice_values(run.choices | selection)
     decls = {id(entry[1]): entry[1] for _, run in runs for entry in run.states}
     # the states of a step that no `update` writes, with the choices of one run that keeps
     # them (each such state is judged below by what its start is computed from)
     unwritten: dict[tuple, list] = {}
     for way, run in runs:
         for name, decl, shape, selection, _ in run.states:
+            if (run.choices | selection).get(DECODING) != STEP:
+                continue
             # (a choice no body the run checked consults: at its default)
             chosen = spec.choice_values(run.choices | selection)
-            if chosen.get(DECODING) == STEP and not _written(spec, decl, chosen):
+            if not _written(spec, decl, chosen):
                 entry = unwritten.setdefault((name, id(decl)), [0, chosen, shape])
                 entry[0] |= members.matching(way | selection)
     for (name, decl_id, *_), bits in states.items():
@@ -2434,6 +2437,11 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
     kept = 0        # the step combinations that keep a state
     misnamed: dict[tuple, Finding] = {}      # (file, line) of a step's call -> its finding
     misbound: dict[tuple, Finding] = {}      # the same, for a call that binds a local dim
+    misfits: dict[str, list] = {}            # a place -> its states that misfit their starts
+    kept_at: dict[str, set] = {}             # a place -> the names of the states it keeps
+    for name, decl_id, *_ in states:
+        kept_at.setdefault(name[:len(name) - len(decls[decl_id].name)], set()).add(
+            decls[decl_id].name)
     for key, bits in states.items():
         name, decl_id, shape, other, prover_key, step_inputs = key
         bits &= step
@@ -2459,11 +2467,9 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                                                        (shape, other), (start, start_other),
                                                        dtype, prefill)
                 if finding is not None and finding.cause is None and start is not None:
-                    call = _misbound_call(spec, state_choices[key], prefix.rstrip("."), decl,
-                                          shape, start.subs(prefill), provers[prover_key],
-                                          found, misbound, both)
-                    if call is not None:
-                        finding.cause = call.key()
+                    misfits.setdefault(prefix, []).append(
+                        (finding, state_choices[key], decl, shape, start.subs(prefill),
+                         provers[prover_key], both))
                 # a use of the state's declaration that fits it (no finding) or not
                 found.append((finding, both, (decl,)))
         if bits & ~covered:
@@ -2481,6 +2487,16 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
             if call is not None:
                 state.cause = call.key()    # the call's instance, not the state, is the slip
             found.append((state, bits & ~covered, ()))
+    # every state of a place misfitting its start along a local dim of the block: the call
+    # that binds that dim, not each state, is the slip (one state misfitting alone: its start)
+    for prefix, entries in misfits.items():
+        if {entry[2].name for entry in entries} != kept_at.get(prefix, set()):
+            continue
+        for finding, chosen, decl, shape, start, prover, both in entries:
+            call = _misbound_call(spec, chosen, prefix.rstrip("."), decl, shape, start, prover,
+                                  found, misbound, both)
+            if call is not None:
+                finding.cause = call.key()
     # a state no update writes is judged by what its start is computed from, where the start
     # fits it (one that does not is the slip: cross-attention keys started from the queries)
     misfit = {f.tensor for f, _, _ in found if f is not None and
@@ -2543,25 +2559,17 @@ def _misbound_call(spec: Spec, chosen: dict, where: str, decl: TensorDecl, shape
     if binding is None or binding[0] >= len(call.args):
         return None
     index, given = binding
-    place = (call.file, call.line, str(dim))
-    if place not in misbound:
-        misbound[place] = Finding(
-            kind="decoding-mismatch",
-            message=f"{call.block}'s {dim} is bound by {call.args[index]}, passed as "
-                    f"{given.name}, to {format_expr(shape.dims[differing[0]])}, where prefill "
-                    f"starts its state {decl.name} over {format_expr(start.dims[differing[0]])}: "
-                    f"the states of {instance} misfit their starts",
-            file=call.file, line=call.line, tensor=f"{parent}.{call.output}".lstrip("."),
-            equation=f"{call.output} = {call.text}" if call.text else "",
-            hint=f"pass as {given.name} a tensor whose {dim} is "
-                 f"{format_expr(start.dims[differing[0]])}, or check which argument is not the "
-                 "one meant")
-        found.append((misbound[place], bits, ()))
-    else:
-        for number, (finding, more, compared) in enumerate(found):
-            if finding is misbound[place]:
-                found[number] = (finding, more | bits, compared)
-    return misbound[place]
+    return _found_once(found, misbound, (call.file, call.line, str(dim)), bits, lambda: Finding(
+        kind="decoding-mismatch",
+        message=f"{call.block}'s {dim} is bound by {call.args[index]}, passed as "
+                f"{given.name}, to {format_expr(shape.dims[differing[0]])}, where prefill "
+                f"starts its state {decl.name} over {format_expr(start.dims[differing[0]])}: "
+                f"the states of {instance} misfit their starts",
+        file=call.file, line=call.line, tensor=f"{parent}.{call.output}".lstrip("."),
+        equation=f"{call.output} = {call.text}" if call.text else "",
+        hint=f"pass as {given.name} a tensor whose {dim} is "
+             f"{format_expr(start.dims[differing[0]])}, or check which argument is not the "
+             "one meant"))
 
 
 def _misnamed_call(spec: Spec, chosen: dict, where: str, found: list, misnamed: dict,
@@ -2579,26 +2587,31 @@ def _misnamed_call(spec: Spec, chosen: dict, where: str, found: list, misnamed: 
     call = next((c for c in step if c.instance == instance), None)
     if call is None:
         return None
-    place = (call.file, call.line)
-    if place not in misnamed:
-        names = ", ".join(sorted({c.instance for c in full}))
-        close = difflib.get_close_matches(instance, [c.instance for c in full], n=1)
-        misnamed[place] = Finding(
-            kind="decoding-mismatch",
-            message=f"the decoding step calls {call.block} as {instance} in "
-                    f"{parent or 'the model'}, where the full model calls no block of that "
-                    f"name (it calls {names} there): the states of {instance} start from "
-                    "tensors the full model does not compute",
-            file=call.file, line=call.line, tensor=f"{parent}.{call.output}".lstrip("."),
-            equation=f"{call.output} = {call.text}" if call.text else "",
-            hint="name the call as the full model names it at the same place"
-                 + (f" (as {close[0]})" if close else ""))
-        found.append((misnamed[place], bits, ()))
-    else:
-        for index, (finding, more, compared) in enumerate(found):
-            if finding is misnamed[place]:
-                found[index] = (finding, more | bits, compared)
-    return misnamed[place]
+    names = ", ".join(sorted({c.instance for c in full}))
+    close = difflib.get_close_matches(instance, [c.instance for c in full], n=1)
+    return _found_once(found, misnamed, (call.file, call.line), bits, lambda: Finding(
+        kind="decoding-mismatch",
+        message=f"the decoding step calls {call.block} as {instance} in "
+                f"{parent or 'the model'}, where the full model calls no block of that "
+                f"name (it calls {names} there): the states of {instance} start from "
+                "tensors the full model does not compute",
+        file=call.file, line=call.line, tensor=f"{parent}.{call.output}".lstrip("."),
+        equation=f"{call.output} = {call.text}" if call.text else "",
+        hint="name the call as the full model names it at the same place"
+             + (f" (as {close[0]})" if close else "")))
+
+
+def _found_once(found: list, memo: dict, place: tuple, bits: int, make) -> Finding:
+    """The finding of one place (a call), made once (``make()``) and added to ``found`` with
+    the combinations ``bits``; met again under other combinations, its bits widened."""
+    if place not in memo:
+        memo[place] = make()
+        found.append((memo[place], bits, ()))
+        return memo[place]
+    for index, (finding, more, compared) in enumerate(found):
+        if finding is memo[place]:
+            found[index] = (finding, more | bits, compared)
+    return memo[place]
 
 
 def _written(spec: Spec, decl: TensorDecl, choices: dict) -> bool:
@@ -2609,8 +2622,15 @@ def _written(spec: Spec, decl: TensorDecl, choices: dict) -> bool:
         memo[id(original)] = next((block for block in spec.blocks.values()
                                    if _declares(block.body, original)), None)
     block = memo[id(original)]
-    return block is not None and any(isinstance(s, Update) and s.state == original.name
-                                     for s in select(block.body, choices))
+    if block is None:
+        return False
+    # the same block under the same options of the choices it consults: the same answer
+    relevant = tuple((c, choices[c]) for c in _choices_used(spec, block.name))
+    key = ("written", id(original), relevant)
+    if key not in memo:
+        memo[key] = any(isinstance(s, Update) and s.state == original.name
+                        for s in select(block.body, choices))
+    return memo[key]
 
 
 def _unwritten_states(spec: Spec, unwritten: dict, decls: dict, step: int) -> list[tuple]:

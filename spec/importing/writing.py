@@ -1,8 +1,17 @@
 """An imported config as variant TOML: a comment naming the source, the description, and
 the [dims], [choices] and [settings] tables (every value a number or an option name the
-importer chose, never text copied from the config)."""
+importer chose, never text copied from the config); and the TOML written to a file
+(`tspec import --out`), as every file tspec writes is (``spec.files.write_outputs``)."""
 
+from pathlib import Path
+
+from tspec.errors import UsageError, quoted
+from tspec.files import write_outputs
 from tspec.importing.families import Imported
+
+# how an imported variant begins, whatever the config: what tells tspec the file is its own
+# (spec.files.SIGNATURES holds it)
+FIRST_LINE = "# Imported by `tspec import` from "
 
 # the order dims are written in (the spec's own order of declaration)
 DIM_ORDER = ("d_model", "H", "H_kv", "d_k", "d_v", "d_ff", "N", "V", "max_len", "V_type", "W")
@@ -30,7 +39,7 @@ def variant_text(imported: Imported, source: str) -> str:
     if "W" in dims:
         parts.append(f"sliding window {dims['W']}")
     description = f"{imported.model}: " + ", ".join(parts)
-    lines = [f"# Imported by `tspec import` from {source}",
+    lines = [f"{FIRST_LINE}{source}",
              f"# (model_type {imported.family!r}, Hugging Face {imported.model}).",
              *(f"# {note}" for note in imported.notes),
              'spec = "transformer"',
@@ -43,3 +52,15 @@ def variant_text(imported: Imported, source: str) -> str:
     lines += ["", "[settings]"]
     lines += [f"{name} = {value!r}" for name, value in imported.settings.items()]
     return "\n".join(lines) + "\n"
+
+
+def write(out: str | Path, text: str, *, force: bool = False) -> Path:
+    """Write an imported variant's TOML to ``out`` as every file tspec writes is: whole or not
+    at all (a failed write leaves the old file as it was), never into a named pipe or a device
+    (refused, nothing waits), never through a symbolic link, and over a file only where tspec
+    wrote it (an imported variant) unless ``force``."""
+    path = Path(out)
+    if path.is_dir():
+        raise UsageError(f"--out {quoted(str(path))} is a folder; name the variant file")
+    write_outputs({path: text}, force=force)
+    return path

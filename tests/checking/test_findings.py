@@ -273,7 +273,7 @@ def test_out_of_range_relative_position_bias_offsets_need_the_keys_length():
            "2*T_kv-1 must not exceed 2*T_q-1", line=8,
            equation="L = relative_position_bias(R, T_q, T_kv)", tensor="L",
            counterexample={"T_q": 1, "T_kv": 2},
-           hint="add the constraint `require 2*T_kv - 1 <= 2*T_q - 1`")
+           hint="add the constraint `require T_kv <= T_q`")
 
 
 def test_unproved():

@@ -64,14 +64,16 @@ def test_every_command_stops_at_its_time_limit_naming_its_phase(clock, capsys, t
                                        f"limit of 60 s, {phase}{RETRY}")
 
 
-def test_run_has_no_time_limit_unless_given(clock, capsys):
+def test_run_stops_at_the_default_time_limit_as_check_does(clock, capsys):
+    # before: run had no time limit unless given one (issue 32)
     clock.at = "running the forward pass of base"
-    assert cli.main(["run", "base", *TINY]) == 0
-    assert capsys.readouterr().err == ""
+    assert cli.main(["run", "base", *TINY]) == 2
+    assert capsys.readouterr().err == ("tspec: error: tspec run stopped at its time limit of "
+                                       f"60 s, running the forward pass of base{RETRY}")
 
 
 def test_the_time_limit_is_the_commands_own_option(capsys):
-    for command in ("check", "shapes", "diff", "docs", "run"):
+    for command in ("check", "shapes", "diff", "docs", "run", "generate", "import"):
         with pytest.raises(SystemExit):
             cli.main([command, "--help"])
         assert "--time-limit SECONDS" in capsys.readouterr().out

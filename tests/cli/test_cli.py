@@ -386,16 +386,21 @@ def test_the_readmes_check_examples_are_what_check_prints(capsys, tmp_path, monk
 
 
 def test_the_help_says_truly_which_commands_stop_at_a_time_limit(capsys):
-    # it said every command but run stops at its time limit; generate and import have none
+    # it said every command but run stops at its time limit; generate and import had none,
+    # and run none unless given one (issue 32): every command that reads a user's files has
+    # the default check has
     parser = cli._parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
     limited = {name: next((a.default for a in sub._actions if a.dest == "time_limit"), "none")
                for name, sub in commands.items()}
-    assert limited == {"check": 60, "diff": 60, "shapes": 60, "docs": 60, "run": None,
-                       "list": "none", "generate": "none", "import": "none", "audit": "none"}
-    assert parser.epilog == ("check, diff, shapes and docs stop at --time-limit (default 60 s) "
-                             "with an error, exit 2; run only when given one; generate, "
-                             "import, audit and list take none.")
+    assert limited == {"check": 60, "diff": 60, "shapes": 60, "docs": 60, "run": 60,
+                       "list": "none", "generate": 60, "import": 60, "audit": "none"}
+    assert parser.epilog == ("check, diff, shapes, docs, generate, import and run, which read "
+                             "a user's files, stop at --time-limit (default 60 s) with an "
+                             "error, exit 2; audit and list, which read only tspec's own, take "
+                             "none.")
+    assert "(check, diff,\nshapes, docs, generate, import and run) stops at its time limit" \
+        in cli.__doc__
 
 
 @pytest.mark.parametrize("argv, code, refused", [
@@ -424,3 +429,56 @@ def test_every_command_reports_a_dim_set_for_nothing_as_check_does(capsys, tmp_p
     assert (got, err) == (2, ("tspec: error: 2 findings in mine and 1 finding in big: nothing "
                              f"compared (the first: {mine}:10: unused-dim: H_kv is set but "
                              "unused: it is used under key_value_heads = grouped)\n"))
+
+
+@pytest.mark.parametrize("command", ["generate", "import", "run"])
+def test_every_command_that_reads_a_users_files_stops_at_its_time_limit(
+        tmp_path, monkeypatch, capsys, command):
+    # before: generate and import took no --time-limit (a usage error), run had none unless
+    # given one; now each stops as check does, in one line, exit 2, nothing written
+    import time
+
+    import tspec.importing
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 16, "n_head": 2,
+        "n_layer": 1, "n_positions": 64, "vocab_size": 11}))
+    imported = tspec.importing.from_hf
+
+    def slowly(*args, **kwargs):                # a config that takes long to read
+        time.sleep(30)
+        return imported(*args, **kwargs)
+    monkeypatch.setattr(tspec.importing, "from_hf", slowly)
+    api.load("base")       # parsed already: a limit inside the parser is said as a bad token
+    argv = {"generate": ["generate", "base", "--out", str(tmp_path / "out")],
+            "import": ["import", str(tmp_path), "--out", str(tmp_path / "out.toml")],
+            "run": ["run", "base"]}[command]
+    code, out, err = run(capsys, *argv, "--time-limit", "0.05")
+    assert (code, out) == (2, "")
+    assert re.fullmatch(r"tspec: error: (.*: )?(the check|tspec \w+) stopped at its time limit "
+                        r"of 0.05 s, [^\n]*; give it longer with --time-limit SECONDS\n", err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+CHAIN = ['spec chain "a chain"', 'dim B "batch"', 'dim d "width"', 'input X0 "B d" "x"',
+         *(f'X{i} "B d" = relu(X{i - 1}) + X{i - 1}' for i in range(1, 200)), "output X199"]
+
+
+def test_a_numpy_warning_is_one_line_said_once(tmp_path, capsys):
+    # before: Python's two lines a warning (the cache's file name, then the source line), for
+    # every statement that overflowed: X129's, X130's
+    (tmp_path / "chain.tspec").write_text("\n".join(CHAIN) + "\n")
+    (tmp_path / "chain.toml").write_text('spec = "chain.tspec"\n[dims]\nB = 2\nd = 3\n')
+    code, _, err = run(capsys, "run", str(tmp_path / "chain.toml"))
+    assert (code, err) == (0, ("tspec: warning: RuntimeWarning: overflow encountered in add, in "
+                              "the generated code at X129 = rt.relu(X128) + X128  # B d\n"))
+
+
+def test_a_warning_of_tspecs_own_code_names_its_file_and_line(monkeypatch, capsys):
+    import warnings
+
+    def warned(args):
+        warnings.warn("a thing\nover two lines", UserWarning, stacklevel=1)
+        return 0
+    monkeypatch.setattr(cli, "_list", lambda: warned(None))
+    assert run(capsys, "list") == (0, "", ("tspec: warning: UserWarning: a thing\\nover two "
+                                          f"lines, at test_cli.py:{warned.__code__.co_firstlineno + 1}\n"))

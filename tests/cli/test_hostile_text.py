@@ -31,6 +31,7 @@ from tspec.errors import (
     UsageError,
     VariantError,
 )
+from tspec.files import HEADERS
 from tspec.language.parser import parse, parse_file
 
 # every place a spec holds free text: the title, a source, a note, a dim's, a parameter's, a
@@ -122,7 +123,7 @@ def test_a_carriage_return_ending_a_line_is_accepted():
 def test_backslashes_make_every_docstring_raw_and_keep_the_text():
     text = "\\N{LATIN SMALL LETTER A} \\x \\"
     generated = source(parse(SPEC.format(text=text), "t.tspec"), {})
-    assert generated.startswith(f'r"""{text}.\n')
+    assert generated.startswith(f'{HEADERS[".py"]}r"""{text}.\n')
     # the model function's: the spec under the module's choices
     assert f'r"""{text}: the model under this module\'s choices. From {text} (t.tspec).' \
         in " ".join(generated.split())

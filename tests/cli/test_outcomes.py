@@ -152,7 +152,7 @@ def interrupted(*args, **kwargs):
 
 @pytest.mark.parametrize("name, where", [
     ("check", (api, "check")), ("shapes", (api, "shapes")), ("diff", (api, "diff")),
-    ("list", (api, "load")), ("audit", (audit, "write")), ("docs", (docs, "write")),
+    ("list", (api, "load")), ("audit", (audit, "render")), ("docs", (docs, "write")),
     ("generate", (generate, "write")), ("run", (run_module, "run")), ("grid", (api, "grid")),
 ])
 def test_ctrl_c_in_any_command_is_one_line_and_130(capsys, monkeypatch, tmp_path, name, where):
@@ -548,7 +548,7 @@ def test_docs_of_a_spec_without_batch_and_positions_leave_per_token_figures_out(
     code, _, err = run(capsys, "docs", str(path), "--set", "n=3", "--set", "d=4", "--out",
                        str(tmp_path / "docs"))
     assert (code, err) == (0, "")
-    page = (tmp_path / "docs" / "plain.md").read_text(encoding="utf-8")
+    page = (tmp_path / "docs" / "plain+n=3+d=4.md").read_text(encoding="utf-8")
     assert "| matrix products | $2 d^{2} n$ | 96 | — |" in page
 
 

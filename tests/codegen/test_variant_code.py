@@ -260,14 +260,31 @@ def test_check_of_another_backend_names_it_in_the_command(capsys, tmp_path):
     assert not out.exists()
 
 
-def test_the_default_folder_is_the_backends_in_the_checkout(capsys, tmp_path, monkeypatch):
+def test_the_default_folder_is_the_backends_in_the_checkout_for_a_built_in(capsys, tmp_path,
+                                                                             monkeypatch):
     monkeypatch.setattr(api, "checkout", lambda: tmp_path)
-    code, printed, err = run(capsys, "generate", str(tiny_llama(tmp_path)))
+    code, printed, err = run(capsys, "generate", "gpt2_small")
     assert (code, err) == (0, "")
     assert listing(tmp_path / "generated" / "numpy") == ["__init__.py", "_runtime.py",
-                                                         "llama_tiny.py"]
-    code, printed, _ = run(capsys, "generate", str(tmp_path / "llama_tiny.toml"), "--check")
-    assert (code, printed) == (0, f"{tmp_path}/generated/numpy/llama_tiny.py is current\n")
+                                                         "gpt2_small.py"]
+    code, printed, _ = run(capsys, "generate", "gpt2_small", "--check")
+    assert (code, printed) == (0, f"{tmp_path}/generated/numpy/gpt2_small.py is current\n")
+
+
+def test_a_users_variant_goes_to_the_working_directory(capsys, tmp_path, monkeypatch):
+    # before: into the checkout's generated/numpy/, beside tspec's own models (issue 32)
+    monkeypatch.setattr(api, "checkout", lambda: tmp_path / "checkout")
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    tiny_llama(tmp_path / "work")
+    code, printed, err = run(capsys, "generate", "llama_tiny.toml")
+    assert (code, err) == (0, "")
+    assert printed == "wrote __init__.py\nwrote llama_tiny.py\nwrote _runtime.py\n"
+    assert listing(tmp_path / "work") == ["__init__.py", "_runtime.py", "llama_tiny.py",
+                                          "llama_tiny.toml"]
+    assert not (tmp_path / "checkout").exists()
+    assert run(capsys, "generate", "llama_tiny.toml", "--check")[:2] == (
+        0, "llama_tiny.py is current\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,7 +359,7 @@ def test_a_folder_of_another_backends_models(capsys, tmp_path):
 def test_a_built_in_models_name_in_the_built_in_folder(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(api, "checkout", lambda: tmp_path)
     path = tiny_llama(tmp_path, "llama")
-    err = refused(capsys, tmp_path, str(path))
+    err = refused(capsys, tmp_path, str(path), "--out", str(tmp_path / "generated" / "numpy"))
     assert err == (f"tspec: error: llama is the name of a built-in model of "
                    f"{tmp_path}/generated/numpy, which `tspec generate` writes there: give "
                    "--out another folder, or name the variant otherwise\n")
