@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import sympy
 
-from tspec.checking.prove import evaluate
 from tspec.checking.limits import MAX_CALL_DEPTH
+from tspec.checking.prove import evaluate
 from tspec.errors import LimitError, SpecError, UsageError, VariantError
 from tspec.files import open_regular, write_atomic
 from tspec.language.model import BlockCall, Spec, TensorDecl, concrete_values, select, under

@@ -1169,3 +1169,54 @@ def test_weights_for_a_spec_whose_blocks_call_themselves_are_refused_not_recurse
     deep.write_text("\n".join([*lines, 'input X "B d"', 'Y "B d" = f59(X)', "output Y"]) + "\n")
     with pytest.raises(tspec.LimitError, match="the spec expands to about 10"):
         tspec.load_weights(deep, path, ["d=2", "B=1"])
+
+
+# issue 32: a 1-D c_attn or wte (a tensor of the wrong rank, its elements right in number) was
+# an internal error (a tuple index out of range) where a map reads the width from it
+@pytest.mark.parametrize("family, name, message", [
+    ("GPT-2", "transformer.h.0.attn.c_attn.weight",
+     ("GPT-2: entry transformer.h.0.attn.c_attn.weight has shape (768,); Q, K and V side by "
+     "side at the width of transformer.wte.weight (16) need (16, 48)")),
+    ("GPT-2", "transformer.h.1.attn.c_attn.bias",
+     ("GPT-2: entry transformer.h.1.attn.c_attn.bias has shape (1, 48); Q, K and V side by side "
+     "at the width of transformer.wte.weight (16) need (48,)")),
+    ("GPT-2", "transformer.wte.weight",
+     ("GPT-2: entry transformer.wte.weight has shape (208,); it is the token embedding, "
+     "(V, d_model)")),
+    ("Llama", "model.embed_tokens.weight",
+     "parameter E has shape (208,); the spec expects (13, 16)"),
+    ("Llama", "model.layers.0.self_attn.q_proj.weight",
+     "parameter decoder.layers.0.self_attention.W_Q has shape (256,); the spec expects (16, 16)"),
+    ("BERT", "embeddings.word_embeddings.weight",
+     "parameter E has shape (208,); the spec expects (13, 16)"),
+])
+def test_a_tensor_of_another_rank_is_refused_by_name(tmp_path, family, name, message):
+    make, variant, settings, _ = FAMILIES[family]
+    state = make().state_dict()
+    state[name] = state[name].reshape(-1) if state[name].ndim == 2 else state[name][None]
+    path = save(tmp_path / "model.safetensors", state)
+    with raises(WeightsError, f"{path}: {message}"):
+        tspec.load_weights(variant, path, settings)
+
+
+# issue 32: a malformed config.json beside a checkpoint was an internal error
+@pytest.mark.parametrize("text, why", [
+    (b"{not json", "malformed JSON: Expecting property name enclosed in double quotes"),
+    (b'{"model_type": "gpt2", "n_embd": 16,',
+     "malformed JSON: Expecting property name enclosed in double quotes"),
+    (b"[1, 2]", "a config is a JSON object, got list"),
+    (b'"gpt2"', "a config is a JSON object, got str"),
+    (b"\xff\xfe{", "not UTF-8 text (invalid start byte at byte 0)"),
+    (b'{"model_type": ["gpt2"]}', ('model_type = ["gpt2"] is not supported; tspec imports '
+     "gpt2, bert, llama, mistral, qwen2 configs")),
+    (b'{"model_type": "gpt2", "n_embd": ' + b"9" * 5001 + b"}",
+     "an integer of 5,001 digits; tspec reads integers of at most 1,000"),
+])
+def test_a_malformed_config_beside_a_checkpoint_is_refused(tmp_path, text, why):
+    folder = tmp_path / "gpt2"
+    gpt2().save_pretrained(folder)
+    (folder / "config.json").write_bytes(text)
+    with raises(WeightsError, f"{folder}: the config.json beside it is not one tspec can "
+                              f"compare with gpt2_small ({why}); move it away to load the "
+                              "tensors unchecked"):
+        tspec.load_weights("gpt2_small", folder, GPT2)
