@@ -2131,6 +2131,7 @@ def _kind(message: str) -> str:
     text = message.split("\n")[0]
     text = re.sub(r"^(tspec: error: |[A-Za-z]+Error: )", "", text)
     text = re.sub(r"(/|\.\./)?[\w./-]*\.(tspec|toml|npz|safetensors)(:\d+)*:? ?", "", text)
+    text = re.sub(r"/[\w./-]*tspec-fuzz-[\w.-]*/[\w./-]*", "PATH", text)   # a worker's files
     text = re.sub(r"'[^']*'|\"[^\"]*\"|\d+", "_", text)
     return text[:80]
 
