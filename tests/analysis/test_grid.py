@@ -12,12 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.command_line import ROOT, run
 from support.compare import assert_agrees
+from support.specs import builtin_line
 
 import tspec
 from tspec import api, cli
 from tspec.analysis.counts import DTYPE
 from tspec.analysis.grid import MAX_COMBINATIONS
 from tspec.errors import GridError, UsageError
+
+# lines of the built-in spec, found by their text
+HEADS = builtin_line("require d_model % H == 0")
+ROTARY_HEADS = builtin_line("require d_model % (2*H) == 0")
 
 SYNTAX = "expected NAME=START:STOP:STEP, NAME=A,B,C or NAME=VALUE"
 
@@ -28,7 +33,7 @@ pytestmark = pytest.mark.usefixtures("in_checkout")     # paths print relative t
 # ---------------------------------------------------------------------------------------------
 # Output
 
-TABLE = """\
+TABLE = f"""\
 == gpt2_small (spec/variants/gpt2_small.toml): grid over H, d_model (6 combinations)
    proved once, for every size the constraints allow (choices arch=decoder_only, norm=pre, \
 activation=gelu_tanh, positional=learned, output_embedding=tied, head_dims=split, \
@@ -43,9 +48,9 @@ attention_bias=all, normalization=layer_norm, key_value_heads=all, feed_forward_
  8      640  yes     99,773,824  236,499,206,144     1,824,137,216
  8      768  yes    124,439,808  293,194,399,744     1,914,314,752
 12      512  no               —                —                 —  \
-require d_model % H == 0 (spec/transformer.tspec:40)
+require d_model % H == 0 (spec/transformer.tspec:{HEADS})
 12      640  no               —                —                 —  \
-require d_model % H == 0 (spec/transformer.tspec:40)
+require d_model % H == 0 (spec/transformer.tspec:{HEADS})
 12      768  yes    124,439,808  293,546,721,280     2,316,967,936
 
 6 combinations: 4 valid, 2 invalid
@@ -93,7 +98,7 @@ def test_json(capsys):
                        "flops": None, "activation_bytes": None,
                        "breaks": [{"kind": "constraint-violated",
                                    "statement": "require d_model % H == 0",
-                                   "file": "spec/transformer.tspec", "line": 40}]}
+                                   "file": "spec/transformer.tspec", "line": HEADS}]}
 
 
 def test_csv(capsys):
@@ -105,7 +110,7 @@ def test_csv(capsys):
                        "breaks"]
     assert rows[1] == ["8", "512", "true", "76680704", "183025238016", "1733959680", ""]
     assert rows[4] == ["12", "512", "false", "", "", "",
-                       "require d_model % H == 0 (spec/transformer.tspec:40)"]
+                       f"require d_model % H == 0 (spec/transformer.tspec:{HEADS})"]
     assert len(rows) == 7
 
 
@@ -114,8 +119,8 @@ def test_a_combination_breaking_two_constraints_names_both(capsys):
                        "d_model=513", "--grid", "H=8", "--format", "csv")
     assert code == 1
     assert list(csv.reader(io.StringIO(out)))[1][-1] == (
-        "require d_model % H == 0 (spec/transformer.tspec:40); "
-        "require d_model % (2 * H) == 0 (spec/transformer.tspec:52)")
+        f"require d_model % H == 0 (spec/transformer.tspec:{HEADS}); "
+        f"require d_model % (2 * H) == 0 (spec/transformer.tspec:{ROTARY_HEADS})")
 
 
 def test_free_dims_leave_the_counts_empty_and_say_so(capsys):

@@ -4,6 +4,7 @@ from fractions import Fraction
 
 import pytest
 import sympy
+from support.specs import builtin_line
 
 import tspec
 from tspec import api
@@ -855,7 +856,8 @@ def test_findings_one_suggested_constraint_fixes_follow_the_first():
     weak = text.replace(old, "        require d_model % H == 0\n")
     found = check(tspec.parse(weak, "t.tspec"), all_choices=True).findings
     (cause, rest), = grouped(found)
-    assert (cause.line, cause.kind, len(rest)) == (105, "not-divisible", 6)
+    assert (cause.line, cause.kind, len(rest)) == (builtin_line("= rotary(Q_u)"),
+                                                   "not-divisible", 6)
     assert {f.hint for f in found} == {cause.hint}
     pasted = weak + cause.hint.split("`")[1] + "\n"
     assert check(tspec.parse(pasted, "t.tspec"), all_choices=True).findings == []
@@ -863,20 +865,23 @@ def test_findings_one_suggested_constraint_fixes_follow_the_first():
 
 def test_a_state_hint_offers_a_redeclaration_only_where_it_fixes():
     # the cross-attention cache started from the queries: declared as the queries are, it no
-    # longer fits its use at line 185 (was offered: 'or declare it "B T_past d_k"')
+    # longer fits its use (was offered: 'or declare it "B T_past d_k"')
     text = api.BUILTIN_SPEC.read_text()
     old = "        state K_src[H] \"B T_x d_k\" \"the source's keys, per head\" from K_h\n"
     assert text.count(old) == 1
     choices = {"arch": "encoder_decoder", "decoding": "step"}
     finding = only(text.replace(old, old.replace("from K_h", "from Q_h")), choices=choices)
-    assert (finding.line, finding.hint) == (183, ('start K_src from a tensor of its shape '
-                                                 '(declared "B T_past d_k", it would move the '
-                                                 'mismatch to line 185)'))
+    use = builtin_line("scaled_dot_product_attention(Q_h, K_src, V_src, L_h)")
+    assert (finding.line, finding.hint) == (
+        builtin_line("state K_src[H] "), ('start K_src from a tensor of its shape (declared '
+                                          f'"B T_past d_k", it would move the mismatch to line '
+                                          f'{use})'))
     # declared wrong, where its start is right: the redeclaration fixes it, and is offered;
     # its use that does not fit follows from it
     found = findings_of(text.replace(old, old.replace('"B T_x d_k"', '"T T_x d_k"')),
                         choices=choices)
-    assert [(f.line, f.caused_by is found[0]) for f in found] == [(183, False), (185, True)]
+    assert [(f.line, f.caused_by is found[0]) for f in found] == [
+        (builtin_line("state K_src[H] "), False), (use, True)]
     assert found[0].hint == 'start K_src from a tensor of its shape, or declare it "B T d_k"'
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.command_line import run
 from support.refusals import raises
-from support.specs import TINY
+from support.specs import TINY, builtin_line
 
 import tspec
 from tspec import api
@@ -122,7 +122,8 @@ STEP_INPUT = '        input u "B T_new" int "ids of the positions this step adds
 
 @pytest.mark.parametrize("edit, where, message", [
     # a cache updated with the new keys alone
-    ((("        update K_past = K_h\n", "        update K_past = K_n\n"),), 159,
+    ((("        update K_past = K_h\n", "        update K_past = K_n\n"),),
+     builtin_line("update K_past = K_h"),
      ("update K_past = K_n: K_n is [H] B T_new d_k (axis 1), where the next step's K_past is "
       "[H] B T_new+T_past d_k ([H] B T_past d_k with T_past + T_new for T_past: the positions "
       "it has and this step's new ones)")),
@@ -165,20 +166,22 @@ def test_a_decoding_step_is_checked_with_the_full_model_that_starts_it():
     text = transformer_with(old, old.replace("Z_enc", "Y_1"))
     found = check(tspec.parse(text, "t.tspec"), {"arch": "encoder_decoder", "decoding": "step"},
                   all_choices=True).findings
+    states = [builtin_line(f"state {name} ") for name in
+              ("K_src[H_kv]", "V_src[H_kv]", "K_src[H]", "V_src[H]")]
     assert [(f.line, f.kind, f.choices, f.caused_by is found[0]) for f in found] == [
-        (266, "argument-mismatch", "norm=post, decoding=full", False),
-        (177, "shape-mismatch", "norm=post, key_value_heads=grouped, decoding=step", True),
-        (178, "shape-mismatch", "norm=post, key_value_heads=grouped, decoding=step", True),
-        (183, "shape-mismatch", "norm=post, key_value_heads=all, decoding=step", True),
-        (184, "shape-mismatch", "norm=post, key_value_heads=all, decoding=step", True)]
+        (builtin_line(old), "argument-mismatch", "norm=post, decoding=full", False),
+        (states[0], "shape-mismatch", "norm=post, key_value_heads=grouped, decoding=step", True),
+        (states[1], "shape-mismatch", "norm=post, key_value_heads=grouped, decoding=step", True),
+        (states[2], "shape-mismatch", "norm=post, key_value_heads=all, decoding=step", True),
+        (states[3], "shape-mismatch", "norm=post, key_value_heads=all, decoding=step", True)]
     # neither argument is "expected" (the mask was); the states say which is likelier wrong
     assert found[0].message == (
         "multi_head_attention's inputs X_kv and L_h disagree on T_kv: Y_1 (B T_dec d_model), "
         "passed as X_kv, gives T_kv = T_dec, but L_cross_h ([H] B T_dec T), passed as L_h, "
         "gives T_kv = T")
     assert found[0].hint.endswith(
-        "; with L_cross_h's T_kv (T), the states at lines 177, 178, 183, 184 fit their starts: "
-        "Y_1 is the likelier one not meant")
+        f"; with L_cross_h's T_kv (T), the states at lines {', '.join(map(str, states))} fit "
+        "their starts: Y_1 is the likelier one not meant")
 
 
 # ---------------------------------------------------------------------------------------------

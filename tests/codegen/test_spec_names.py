@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from support.arrays import keywords
 from support.refusals import raises
-from support.specs import TINY
+from support.specs import TINY, builtin_line
 
 from tspec import api
 from tspec.codegen.execution import weights
@@ -189,7 +189,8 @@ def test_the_module_spells_a_keyword_dim_otherwise_and_its_entry_check_knows_it(
     params = weights.random_params(shapes, seed=3, dtype=np.float64)
     u, m = np.zeros((2, 4), dtype=np.int64), np.ones((2, 4), dtype=bool)
     with raises(ValueError, "transformer: the arguments break `require d_model % eps == 0` "
-                            "(d_model=8, eps=3; renamed.tspec:40)"):
+                            f"(d_model=8, eps=3; renamed.tspec:"
+                            f"{builtin_line('require d_model % H == 0')})"):
         module.prefill(u, m, params, eps_=3, H_kv=1)
 
 

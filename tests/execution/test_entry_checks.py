@@ -9,11 +9,15 @@ import numpy as np
 import pytest
 from jaxtyping import Bool, Float, Int
 from support.arrays import BACKENDS
+from support.specs import builtin_line
 
 from tspec import api
 from tspec.codegen.execution import weights
 from tspec.codegen.generate import source
 from tspec.generated.numpy import _runtime as rt
+
+# lines of the built-in spec, found by their text
+HEADS = builtin_line("require d_model % H == 0")
 
 
 class LayerParams(TypedDict):
@@ -182,7 +186,7 @@ def test_inputs_that_do_not_fit_each_other_are_refused(arrays, arguments, messag
 
 @pytest.mark.parametrize("keywords, message", [
     ({"H": 3}, ("the arguments break `require d_model % H == 0` (H=3, d_model=8; "
-               "spec/transformer.tspec:40)")),
+               f"spec/transformer.tspec:{HEADS})")),
     ({"H": 0}, "H = 0: a dim must be an integer >= 1"),
     ({"H": 2, "eps": -1.0}, "eps = -1.0: a setting must be a finite number > 0"),
     ({"H": 2, "eps": float("nan")}, "eps = nan: a setting must be a finite number > 0"),

@@ -31,10 +31,14 @@ from support.arrays import BACKENDS, CUPY, CUPY_ON_CPU, MARKS, NUMPY, to_numpy
 from support.arrays import keywords as required_keywords
 from support.compare import assert_close, flat
 from support.reference_numpy import softmax as softmax_reference
+from support.specs import builtin_line
 
 from tspec import api
 from tspec.codegen.execution import weights
 from tspec.codegen.generate import BUILTIN_MODELS, source
+
+# lines of the built-in spec, found by their text
+POSITIONS = builtin_line("require T <= max_len")
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 MODELS = list(BUILTIN_MODELS)        # encoder_decoder, encoder_only, decoder_only, bert, llama
@@ -537,7 +541,7 @@ def test_a_sequence_longer_than_the_position_table_is_refused(arrays):
     with pytest.raises(ValueError) as error:
         run(arrays, module, inputs(module.transformer, 2, 9), P)
     assert str(error.value) == ("transformer: the arguments break `require T <= max_len` (T=9, "
-                                "max_len=8; spec/transformer.tspec:59)")
+                                f"max_len=8; spec/transformer.tspec:{POSITIONS})")
     with pytest.raises(ValueError) as error:
         module.rt.table_rows(P["P_table"], "P_table", 0, 9)
     assert str(error.value) == ("P_table has 8 rows, but positions 0 to 8 need 9: a sequence, "

@@ -48,3 +48,14 @@ def settings_for(spec, choices: dict, dims: dict) -> list[str]:
     used = used_dims(spec, chosen)
     return [f"{k}={v}" for k, v in choices_in_force(spec, chosen).items()] + \
         [f"{k}={v}" for k, v in dims.items() if k in used]
+
+
+def builtin_line(text: str) -> int:
+    """The line of the built-in spec (spec/transformer.tspec) that holds ``text``, found by
+    its content, so that a test naming a line of the spec does not break when lines are added
+    to it; ``text`` must be on exactly one line."""
+    from tspec import api
+    found = [number for number, line in enumerate(api.BUILTIN_SPEC.read_text().splitlines(), 1)
+             if text in line]
+    assert len(found) == 1, f"{text!r} is on lines {found} of the built-in spec, not on one"
+    return found[0]
