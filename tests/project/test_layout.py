@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
-LAYERS = ["language", "checking", "analysis", "codegen", "execution", "docs", "cli", "project"]
+LAYERS = ["language", "importing", "checking", "analysis", "codegen", "execution", "docs", "cli", "project"]
 
 
 def modules() -> list[Path]:
