@@ -4,6 +4,7 @@ differ). `tspec run` executes generated code, so this is what stands between a d
 and the user's machine."""
 
 import ast
+import functools
 import os
 import stat
 from pathlib import Path
@@ -83,7 +84,10 @@ def program(text: str) -> str:
     return ast.dump(tree)
 
 
-PLAIN = program(source(parse(SPEC.format(text="plain"), "t.tspec"), {}))
+@functools.cache
+def plain() -> str:
+    """The program of the spec with plain text (generated when a test first asks)."""
+    return program(source(parse(SPEC.format(text="plain"), "t.tspec"), {}))
 
 
 @pytest.mark.parametrize("text", HOSTILE, ids=[ascii(t[:24]) for t in HOSTILE])
@@ -92,7 +96,7 @@ def test_hostile_text_is_refused_or_changes_no_code(text):
         generated = source(parse(SPEC.format(text=text), "t.tspec"), {})
     except TspecError:
         return
-    assert program(generated) == PLAIN
+    assert program(generated) == plain()
 
 
 @pytest.mark.parametrize("text, error, message", [
@@ -117,7 +121,7 @@ def test_text_that_could_leave_a_comment_or_docstring_is_refused_by_the_parser(
 
 def test_a_carriage_return_ending_a_line_is_accepted():
     spec = parse(SPEC.format(text="plain").replace("\n", "\r\n"), "t.tspec")
-    assert program(source(spec, {})) == PLAIN
+    assert program(source(spec, {})) == plain()
 
 
 def test_backslashes_make_every_docstring_raw_and_keep_the_text():
@@ -446,5 +450,5 @@ def test_a_spec_path_that_is_not_utf8_is_named_by_its_escapes(tmp_path, name, sh
     path.write_text(SPEC.format(text="plain"))
     generated = source(parse_file(path), {})
     assert f"{tmp_path}/{shown}" in generated
-    assert program(generated) == PLAIN
+    assert program(generated) == plain()
     compile(generated, "generated.py", "exec")

@@ -338,12 +338,18 @@ PROSE = {("Function", "summary"), ("Function", "source"), ("Function", "where"),
          ("Number", "spelling")}
 
 
-def built_in_modules():
-    for name, choices in generate.BUILTIN_MODELS.items():
-        for backend_name in ("numpy", "cupy"):
-            yield f"{backend_name}/{name}", lower(SPEC, choices, backend(backend_name))
-    yield "decoding", lower(SPEC, {"arch": "encoder_decoder", "decoding": "step"},
-                            backend("numpy"))
+# the built-in spec's modules, by name: each lowered when a test first asks for it (not at
+# collection)
+BUILT_IN = [f"{backend_name}/{name}" for name in generate.BUILTIN_MODELS
+            for backend_name in ("numpy", "cupy")] + ["decoding"]
+
+
+@functools.cache
+def built_in_module(name: str):
+    if name == "decoding":
+        return lower(SPEC, {"arch": "encoder_decoder", "decoding": "step"}, backend("numpy"))
+    backend_name, model = name.split("/")
+    return lower(SPEC, generate.BUILTIN_MODELS[model], backend(backend_name))
 
 
 def strings(record, owner=None, field=None):
@@ -362,10 +368,11 @@ def strings(record, owner=None, field=None):
             yield from strings(getattr(record, each.name), type(record).__name__, each.name)
 
 
-@pytest.mark.parametrize("name, module", list(built_in_modules()), ids=lambda v: str(v)[:30])
-def test_no_record_holds_python_text(name, module):
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_no_record_holds_python_text(name):
     """A name is an identifier; the prose fields are the only other text. Python text in a
     record (``rt.project(X, W)``, ``d_k = Q_h.shape[-1]``) fails here."""
+    module = built_in_module(name)
     records = module.functions + module.params_classes + module.constants
     found = list(strings(records))
     assert found
@@ -381,10 +388,11 @@ def test_no_record_holds_python_text(name, module):
             assert ir.IDENTIFIER.match(text), (name, text)
 
 
-@pytest.mark.parametrize("name, module", list(built_in_modules())[:2], ids=lambda v: str(v)[:30])
-def test_every_field_of_a_step_is_typed(name, module):
+@pytest.mark.parametrize("name", BUILT_IN[:2])
+def test_every_field_of_a_step_is_typed(name):
     """A step's fields hold expressions, shapes, comments, steps or names, never bare text
     beside a declared record type."""
+    module = built_in_module(name)
     for record in ir.walk(module.functions):
         if not isinstance(record, (ir.Step, ir.Expr)):
             continue
@@ -479,7 +487,8 @@ def test_every_runtime_name_a_model_calls_is_in_its_runtime():
             if isinstance(node, (ast.FunctionDef, ast.ClassDef))} | {
             target.id for node in runtime.body if isinstance(node, ast.Assign)
             for target in node.targets if isinstance(target, ast.Name)}
-    for name, module in built_in_modules():
+    for name in BUILT_IN:
+        module = built_in_module(name)
         used = ir.helpers_used(module)
         assert {"project", "record", "subtrace", "require_memory", "keep_masked"} <= used
         missing = used - defined[module.backend.name]
