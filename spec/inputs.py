@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from tspec.errors import TspecError, UsageError, quoted
+from tspec.numbers import approximate
 
 # digits of an integer in JSON text that tspec converts: as many as a constant in a spec may
 # have (spec.numbers.SHOWN_DIGITS); a size, an offset or a dim has at most 40
@@ -179,17 +180,6 @@ def _short(value, parts: list[str], room: int, depth: int) -> int:
     text = text if text.isprintable() else ascii(text)
     parts.append(text[:room + 1])
     return room - len(text)
-
-
-def approximate(n: int) -> str:
-    """An integer as four significant digits, ``~9.999e7679``, read from its binary digits
-    (no conversion to text), as spec.numbers shows one past its digits."""
-    logarithm = math.log10(abs(n))
-    exponent = math.floor(logarithm)
-    mantissa = round(10 ** (logarithm - exponent), 3)
-    if mantissa >= 10:
-        mantissa, exponent = mantissa / 10, exponent + 1
-    return f"{'-' if n < 0 else ''}~{mantissa:.3f}e{exponent}"
 
 
 def count_text(n: int) -> str:

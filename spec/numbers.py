@@ -38,6 +38,12 @@ def integer_text(n: int, grouped: bool = False) -> str:
     n = int(n)
     if exact(n):
         return f"{n:,}" if grouped else str(n)
+    return approximate(n)
+
+
+def approximate(n: int) -> str:
+    """A nonzero integer as four significant digits, ``~9.999e7679``, read from its binary
+    digits (its logarithm: no conversion to text, which takes time quadratic in its digits)."""
     logarithm = math.log10(abs(n))
     exponent = math.floor(logarithm)
     mantissa = round(10 ** (logarithm - exponent), 3)

@@ -533,7 +533,7 @@ class _Run:
         if self.check_constraints():
             # sizes that break a constraint are outside the spec: nothing more to evaluate
             return []
-        if self.constraints and not self.unsatisfiable():
+        if self.constraints and not self.constraints_satisfiable():
             return []
         for let in self.lets:
             limits.reached(let)
@@ -576,8 +576,9 @@ class _Run:
                     for row in rows] + list(reported.values())
         return rows
 
-    def unsatisfiable(self) -> bool:
-        """Report constraints that no sizes meet (every claim would hold vacuously)."""
+    def constraints_satisfiable(self) -> bool:
+        """Whether some sizes meet every constraint; where none do, or none are found, that
+        is reported (every claim would hold vacuously) and the answer is False."""
         answer = self.prover.satisfiable()
         if answer == "yes":
             return True

@@ -348,6 +348,7 @@ def test_bounds_on_each_factor_bound_their_product():
     assert not p.at_most(Q_ * R_, L_).proved
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)     # each ~0.8 s: the search runs out first
 @example([6, 18, 33], 0, [P_])          # products in the thousands, where floats went wrong
 @given(st.lists(st.integers(1, 40), min_size=2, max_size=3), st.integers(0, 50),

@@ -23,6 +23,7 @@ def base_rows():
     return {row.name: row for row in api.shapes("base")}
 
 
+@pytest.mark.slow
 def test_builtin_spec_proves_under_all_110592_choice_combinations(transformer):
     report = tspec.api.check(transformer)
     assert report.findings == []
@@ -33,6 +34,7 @@ def test_builtin_spec_proves_under_all_110592_choice_combinations(transformer):
         assert {combo[name] for combo in report.proof.combinations} == set(choice.options)
 
 
+@pytest.mark.slow
 def test_encoder_io_is_in_force_only_in_encoder_only_models(transformer):
     """The choices a combination's statements consult: encoder_io only with arch=encoder_only,
     output_embedding not under encoder_io=bert or bert_unpooled (no vocabulary projection),
@@ -57,6 +59,7 @@ def test_encoder_io_is_in_force_only_in_encoder_only_models(transformer):
     assert len(distinct) == 2 * 2 * 2 * others + others + 2 * (others // 2) == 30720
 
 
+@pytest.mark.slow
 def test_a_finding_in_one_model_is_reported_for_every_combination_that_selects_it():
     """A mistake under encoder_io=bert only (the pooler's weight declared d_model x V): found
     in the 72 models that have it, described by the choices that select it (output_embedding,
@@ -277,6 +280,7 @@ def test_scores_without_the_transpose_are_caught():
     assert inner.counterexample["T"] != inner.counterexample["d_k"]
 
 
+@pytest.mark.slow
 def test_removing_the_divisibility_constraint_is_caught():
     findings, lines = check_mutated("    require d_model % H == 0\n", "")
     not_integral = [f for f in findings if f.kind == "not-integral"]

@@ -118,6 +118,7 @@ def test_a_command_whose_output_is_closed_from_the_start_writes_nothing_and_succ
     assert (process.returncode, err) == (0, b"")
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_proof_ends_in_one_line_and_130(tmp_path):
     # shapes that are polynomials of degree 53 to 60: comparing them takes sympy seconds each
     # (about 24 s in all), so the signal comes while the check runs

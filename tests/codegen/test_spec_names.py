@@ -161,6 +161,7 @@ def test_the_names_drawn_include_the_settings_and_the_code_names():
 SIZES_TO_SET = ["d_model=8", "H=2", "d_ff=12", "N=2", "V=11"]
 
 
+@pytest.mark.slow
 def test_tspec_run_passes_a_keyword_dim_spelt_otherwise_by_its_spec_name():
     """`tspec run` (api.run) of a spec whose head count is named `eps` (the LayerNorm
     epsilon's keyword) and whose decoder input is named `trace`: the same outputs, bit for
@@ -243,6 +244,7 @@ def test_a_variants_dim_named_like_a_setting_is_the_default_of_its_own_keyword()
     assert (keywords["eps_"].default, keywords["eps"].default) == (2, 1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("old, new", [("u", "i"), ("m_tgt", "dtype"), ("u", "cache")])
 def test_tspec_run_decodes_a_spec_whose_input_is_named_like_code(old, new):
     """`tspec run --decode` passed the decoding step its inputs by their code names (a

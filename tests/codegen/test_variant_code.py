@@ -205,6 +205,7 @@ def test_compile_refuses_a_variant_with_findings_and_a_missing_backend():
             tspec.compile("gpt2_small", backend="cupy")
 
 
+@pytest.mark.slow
 def test_a_spec_is_written_under_its_default_choices_named_after_it(capsys, tmp_path):
     out = tmp_path / "models"
     code, _, err = run(capsys, "generate", "transformer", "--out", str(out))

@@ -109,6 +109,7 @@ def _chain(path: Path, length: int) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc")
 @pytest.mark.parametrize("kind", ["layers", "equations"])
 def test_the_estimate_grows_at_least_as_fast_as_what_a_run_takes(tmp_path, kind):
