@@ -215,6 +215,9 @@ def require_described(path: Path, spec, choices: dict[str, str], dims: dict[str,
     def uncomparable(error: ConfigError | UsageError) -> WeightsError:
         why = error.message.replace(f"{quoted(str(config))}: ", "").removeprefix(
             "a config dict: ")
+        if getattr(error, "line", None) is not None:        # where in config.json
+            why += f", at line {error.line}" + (
+                f", column {error.column}" if error.column is not None else "")
         return WeightsError(f"{beside} is not one tspec can compare with {variant} ({why}); "
                             "move it away to load the tensors unchecked")
     try:

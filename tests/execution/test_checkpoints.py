@@ -1201,16 +1201,18 @@ def test_a_tensor_of_another_rank_is_refused_by_name(tmp_path, family, name, mes
 
 # issue 32: a malformed config.json beside a checkpoint was an internal error
 @pytest.mark.parametrize("text, why", [
-    (b"{not json", "malformed JSON: Expecting property name enclosed in double quotes"),
+    (b"{not json", ("malformed JSON: Expecting property name enclosed in double quotes, at "
+                    "line 1, column 2")),
     (b'{"model_type": "gpt2", "n_embd": 16,',
-     "malformed JSON: Expecting property name enclosed in double quotes"),
+     ("malformed JSON: Expecting property name enclosed in double quotes, at line 1, "
+      "column 37")),
     (b"[1, 2]", "a config is a JSON object, got list"),
     (b'"gpt2"', "a config is a JSON object, got str"),
     (b"\xff\xfe{", "not UTF-8 text (invalid start byte at byte 0)"),
     (b'{"model_type": ["gpt2"]}', ('model_type = ["gpt2"] is not supported; tspec imports '
      "gpt2, bert, llama, mistral, qwen2 configs")),
     (b'{"model_type": "gpt2", "n_embd": ' + b"9" * 5001 + b"}",
-     "an integer of 5,001 digits; tspec reads integers of at most 1,000"),
+     "an integer of 5,001 digits; tspec reads integers of at most 1,000, at line 1, column 34"),
 ])
 def test_a_malformed_config_beside_a_checkpoint_is_refused(tmp_path, text, why):
     folder = tmp_path / "gpt2"
