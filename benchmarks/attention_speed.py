@@ -49,7 +49,7 @@ def main() -> None:
     else:
         import cupy as cp
 
-        from tspec.codegen.execution.loading import load_source
+        from tspec.execution.loading import load_source
         rt = load_source(source(spec, {}, "cupy"), private=True).rt
         B, H, d, T, T_cache = 8, 12, 64, 1024, 4096
     torch = None

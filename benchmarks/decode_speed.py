@@ -24,7 +24,7 @@ def main() -> None:
     import numpy as np
 
     from tspec import api
-    from tspec.codegen.execution.run import _prepare, with_run_defaults
+    from tspec.execution.run import _prepare, with_run_defaults
 
     variant = with_run_defaults(api.load("transformer", [
         "arch=decoder_only", "d_model=768", "H=12", "N=12", "d_ff=3072", "V=1000",

@@ -102,9 +102,9 @@ def main() -> None:
     import torch
 
     from tspec import api
-    from tspec.codegen.execution import checkpoints, weights
-    from tspec.codegen.execution.loading import load_module, load_source
     from tspec.codegen.generate import source
+    from tspec.execution import checkpoints, weights
+    from tspec.execution.loading import load_module, load_source
 
     torch.set_num_threads(args.threads)
     spec = api.read_spec(api.BUILTIN_SPEC)

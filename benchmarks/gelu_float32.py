@@ -62,8 +62,8 @@ def main() -> None:
         print(", ".join(repr(c) for c in coefficients))
         return
     from tspec import api
-    from tspec.codegen.execution.loading import load_source
     from tspec.codegen.generate import source
+    from tspec.execution.loading import load_source
 
     module = load_source(source(api.read_spec(api.BUILTIN_SPEC), {"activation": "gelu"}))
     gelu = module.rt.gelu.__wrapped__                 # one call, no row chunks on threads

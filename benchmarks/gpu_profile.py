@@ -24,9 +24,9 @@ def main() -> None:
     import torch
 
     from tspec import api
-    from tspec.codegen.execution import weights
-    from tspec.codegen.execution.loading import load_source
     from tspec.codegen.generate import source
+    from tspec.execution import weights
+    from tspec.execution.loading import load_source
 
     spec = api.read_spec(api.BUILTIN_SPEC)
     B, T = 8, 1024

@@ -54,8 +54,8 @@ def main() -> None:
     import torch
 
     from tspec import api
-    from tspec.codegen.execution import checkpoints, weights
     from tspec.codegen.generate import source
+    from tspec.execution import checkpoints, weights
 
     spec = api.read_spec(api.BUILTIN_SPEC)
     if args.cpu:
@@ -71,7 +71,7 @@ def main() -> None:
     else:
         import cupy as cp
 
-        from tspec.codegen.execution.loading import load_source
+        from tspec.execution.loading import load_source
         device = torch.device("cuda")
         B, T = 8, 1024
         base, gpt2 = (512, 8, 2048, 6), (768, 12, 3072, 12)

@@ -279,7 +279,7 @@ def load_variant(variant: Variant, backend: str = "numpy", *,
     """One model's module (``variant_source``), imported: its text is written once per
     content to this user's cache folder of generated code, beside the runtime it was
     generated with, as `tspec run` loads its code (``execution.loading.load_source``)."""
-    from tspec.codegen.execution.loading import load_source
+    from tspec.execution.loading import load_source
     chosen = backend_named(backend)
     text = variant_source(variant, chosen.name)
     try:

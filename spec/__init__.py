@@ -37,7 +37,7 @@ _API = {
     "parse": "tspec.language.parser",
     "parse_file": "tspec.language.parser",
     "Variant": "tspec.language.variant",
-    "WeightsError": "tspec.codegen.execution.weights",
+    "WeightsError": "tspec.execution.weights",
 }
 
 __all__ = ["CodegenError", "ConfigError", "Diff", "Finding", "FindingsError", "Grid",
@@ -69,7 +69,6 @@ if TYPE_CHECKING:
         source,
     )
     from tspec.checking.findings import Finding
-    from tspec.codegen.execution.weights import WeightsError
     from tspec.errors import (
         CodegenError,
         ConfigError,
@@ -83,6 +82,7 @@ if TYPE_CHECKING:
         UsageError,
         VariantError,
     )
+    from tspec.execution.weights import WeightsError
     from tspec.importing import from_hf
     from tspec.language.parser import parse, parse_file
     from tspec.language.variant import Variant

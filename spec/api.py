@@ -33,7 +33,7 @@ from tspec.language.shape import Shape
 from tspec.language.variant import Variant, load_variant, parse_setting, variant_from_text
 
 if TYPE_CHECKING:
-    from tspec.codegen.execution.run import DecodeResult, RunResult
+    from tspec.execution.run import DecodeResult, RunResult
 
 SPEC_DIR = Path(__file__).resolve().parent
 BUILTIN_SPEC = SPEC_DIR / "transformer.tspec"
@@ -340,8 +340,8 @@ def run(target: Variant | Spec | str, settings: list[str] | None = None,
     as `tspec run` does: dims it leaves free at tspec run's sizes (B = 2, T = 32, V = 1000,
     ...), the variant checked at them first (findings: a CodegenError, nothing runs).
     ``options``: backend, seed, dtype, typecheck, decode_steps, max_memory, as
-    tspec.codegen.execution.run.run takes them."""
-    from tspec.codegen.execution.run import run as run_variant
+    tspec.execution.run.run takes them."""
+    from tspec.execution.run import run as run_variant
     return run_variant(_runnable(target, settings), **options)
 
 
@@ -350,12 +350,12 @@ def decode(target: Variant | Spec | str, steps: int, settings: list[str] | None 
     """Decode a variant's seeded random sequence: prefill, then ``steps`` positions one at a
     time, against the full forward's logits (`tspec run --decode STEPS`). Sizes, check and
     ``options`` as for ``run`` (without decode_steps)."""
-    from tspec.codegen.execution.run import decode as decode_variant
+    from tspec.execution.run import decode as decode_variant
     return decode_variant(_runnable(target, settings), steps, **options)
 
 
 def _runnable(target: Variant | Spec | str, settings: list[str] | None) -> Variant:
-    from tspec.codegen.execution.run import with_run_defaults
+    from tspec.execution.run import with_run_defaults
     variant = with_run_defaults(_variant(target, settings))
     require_proved(variant, "nothing to run")
     return variant
@@ -375,7 +375,7 @@ def load_weights(target: Variant | Spec | str, path: str | Path,
     else float32) once their memory is counted. A parameter missing, unexpected or of another
     shape is a WeightsError naming it; a file that cannot be read, or a pickle (.bin, .pt), a
     UsageError."""
-    from tspec.codegen.execution import checkpoint_files
+    from tspec.execution import checkpoint_files
     variant = _variant(target, settings)
     return checkpoint_files.load_variant(path, variant.spec, variant.choices, variant.dims,
                                          variant.name, dtype, variant.settings)

@@ -672,7 +672,7 @@ def _generate_one(args) -> int:
 
 
 def _docs(args) -> int:
-    from tspec.codegen.docs import site as docs
+    from tspec.docs import site as docs
     variants = [api.load(t, args.settings) for t in args.targets] if args.targets else \
         [v.with_settings(args.settings) for v in docs.shipped_variants()]
     out = args.out or docs.default_dir(variants)
@@ -689,7 +689,7 @@ def _docs(args) -> int:
 
 
 def _run(args) -> int:
-    from tspec.codegen.execution.run import run, with_run_defaults
+    from tspec.execution.run import run, with_run_defaults
     variant = with_run_defaults(api.load(args.target, args.settings))
     require_proved(variant, "nothing to run")
     max_memory = None if args.max_memory is None else _size(args.max_memory, "--max-memory")

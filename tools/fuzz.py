@@ -8,7 +8,7 @@ Inputs are generated, not stored: input INDEX of TARGET under SEED is always the
 random generator is seeded with "SEED:TARGET:INDEX"), so a crash can be replayed by its index.
 Generators mix grammar-made inputs with mutations of real ones: the built-in spec and seeds,
 small spec fragments, the shipped variants, and weight files written by
-``codegen.execution.weights.save`` then truncated, byte-flipped or given lying headers.
+``tspec.execution.weights.save`` then truncated, byte-flipped or given lying headers.
 
 Each input ends in one of:
 
@@ -35,11 +35,11 @@ Targets:
     set      --set values: Variant.with_settings, then api.check
     grid     --grid values: spec.grid.parse_axis, then api.grid and its text, CSV and JSON; and
              the API's mapping form (dim name -> a range, list, set or array of odd values)
-    weights  codegen.execution.weights.load on truncated, flipped and lying .safetensors and
+    weights  tspec.execution.weights.load on truncated, flipped and lying .safetensors and
              .npz files
     cli      spec.cli.main on generated argument lists (check, shapes, diff, list, and run at
              tiny sizes)
-    docs     codegen.docs.site.files (HTML and Markdown) of a small spec and variant whose every
+    docs     tspec.docs.site.files (HTML and Markdown) of a small spec and variant whose every
              text (title, source, note, meanings, description, published source and note, the
              variant's file name) is hostile: HTML, LaTeX, Markdown and Mermaid syntax, links,
              control characters. Beyond ending well, every page must pass ``page_problems``:
@@ -109,9 +109,9 @@ from markdown_it import MarkdownIt
 
 from tspec import api, cli
 from tspec.analysis.grid import parse_axis
-from tspec.codegen.docs import site as docs
-from tspec.codegen.execution import weights
+from tspec.docs import site as docs
 from tspec.errors import TspecError
+from tspec.execution import weights
 from tspec.files import HEADERS
 from tspec.importing import from_hf
 from tspec.language import parser as language
@@ -1545,7 +1545,7 @@ def gen_meanings_case(rng: random.Random, index: int, ctx: Context) -> Case:
 
 
 def run_meanings(case: Case, ctx: Context):
-    from tspec.codegen.docs import site as docs
+    from tspec.docs import site as docs
     first, second, third = (m.replace('"', "'") for m in case.data)
     text = (f'spec tiny "{first}"\ndim B "batch"\ndim T "length"\ndim d "{second}"\n'
             f'input X "B T d" "x"\nparam W "d d" "{third}"\nY "B T d" "y" = X @ W\n'

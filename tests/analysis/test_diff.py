@@ -9,7 +9,7 @@ from support.specs import builtin_line
 
 import tspec
 from tspec import api
-from tspec.codegen.docs import site as docs
+from tspec.docs import site as docs
 
 # lines of the built-in spec, found by their text
 HEADS = builtin_line("require d_model % H == 0")
@@ -221,7 +221,7 @@ def test_a_side_with_findings_is_counted_as_check_counts_it_and_compares_nothing
 
 
 def test_the_docs_index_compares_each_variant_with_the_next_larger_of_its_kind():
-    from tspec.codegen.docs.comparisons import comparisons, grid_example
+    from tspec.docs.comparisons import comparisons, grid_example
     variants = [api.load(name) for name in ("gpt2_medium", "base", "gpt2_small", "big",
                                             "bert_base")]
     rows = comparisons(variants)

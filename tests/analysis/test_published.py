@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tspec import api
-from tspec.codegen.execution import checkpoints, weights
+from tspec.execution import checkpoints, weights
 from tspec.ops.catalogue import SETTINGS
 
 # Hugging Face's GPT-2 checkpoints (tied output embedding, so lm_head adds nothing)

@@ -13,10 +13,10 @@ from support.specs import TINY, builtin_line
 import tspec
 from tspec import api
 from tspec.checking.check import check, combinations
-from tspec.codegen.execution.loading import load_source
-from tspec.codegen.execution.run import run as run_variant
 from tspec.codegen.generate import source
 from tspec.errors import SpecError
+from tspec.execution.loading import load_source
+from tspec.execution.run import run as run_variant
 from tspec.language.variant import Variant
 
 HEADS = '''\

@@ -239,8 +239,8 @@ def test_a_trace_of_many_names_is_recorded_in_calls_of_at_most_256_keywords():
     # n^1.3, not linearly
     import numpy as np
 
-    from tspec.codegen.execution.loading import load_source
     from tspec.codegen.rendering.steps import TRACE_KEYWORDS
+    from tspec.execution.loading import load_source
     n = 600
     text = ('dim B "batch"\ndim d "width"\ninput X0 "B d" "x"\n'
             + "".join(f'X{i + 1} "B d" "x{i + 1}" = X{i} + X{i}\n' for i in range(n))

@@ -27,8 +27,8 @@ from support.refusals import raises
 from tspec import api, cli
 from tspec.analysis.evaluate import Evaluator
 from tspec.analysis.grid import parse_axis
-from tspec.codegen.execution import weights
 from tspec.errors import GridError, SpecError, TspecError, UsageError, VariantError
+from tspec.execution import weights
 from tspec.language import parser as language
 
 SEED = 8

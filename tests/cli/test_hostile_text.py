@@ -19,11 +19,10 @@ from support.refusals import raises
 
 from tspec import api
 from tspec.cli import main
-from tspec.codegen.docs import diagram, markup
-from tspec.codegen.docs import site as docs
-from tspec.codegen.execution import loading as runtime
 from tspec.codegen.generate import source
 from tspec.codegen.rendering import render as render_module
+from tspec.docs import diagram, markup
+from tspec.docs import site as docs
 from tspec.errors import (
     CodegenError,
     SpecError,
@@ -32,6 +31,7 @@ from tspec.errors import (
     UsageError,
     VariantError,
 )
+from tspec.execution import loading as runtime
 from tspec.files import HEADERS
 from tspec.language.parser import parse, parse_file
 

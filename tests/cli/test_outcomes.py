@@ -24,11 +24,11 @@ from tspec import __main__ as entry
 from tspec import api, cli, files
 from tspec.checking import audit
 from tspec.codegen import generate
-from tspec.codegen.docs import site as docs
-from tspec.codegen.execution import checkpoints, weights
-from tspec.codegen.execution import run as run_module
-from tspec.codegen.execution.weights import WeightsError
+from tspec.docs import site as docs
 from tspec.errors import SpecError
+from tspec.execution import checkpoints, weights
+from tspec.execution import run as run_module
+from tspec.execution.weights import WeightsError
 from tspec.language.expr import parse_expression, to_sympy
 from tspec.language.shape import dim_symbol
 from tspec.numbers import SHOWN_DIGITS, expr_text, integer_text, shown_json, value_text
@@ -542,7 +542,7 @@ def test_float128_weights_are_refused_by_name(tmp_path):
 
 def test_docs_of_a_spec_without_batch_and_positions_leave_per_token_figures_out(capsys,
                                                                                  tmp_path):
-    # before: KeyError: 'T' (codegen/docs/site.py, the positions FLOPs are counted per)
+    # before: KeyError: 'T' (spec/docs/site.py, the positions FLOPs are counted per)
     path = tmp_path / "plain.tspec"
     path.write_text('spec plain "no B, no T"\ndim n "rows"\ndim d "width"\ninput X "n d" "x"\n'
                     'param W "d d" "w"\nY "n d" "y" = X @ W\noutput Y\n')

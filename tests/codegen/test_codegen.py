@@ -25,12 +25,12 @@ from tspec import api, cli, codegen
 from tspec.checking.check import check
 from tspec.codegen import generate, ir
 from tspec.codegen.backends import backend
-from tspec.codegen.execution import weights
-from tspec.codegen.execution.loading import load_module, load_source
 from tspec.codegen.generate import source
 from tspec.codegen.lowering.lower import lower
 from tspec.codegen.lowering.spelling import CODE_NAMES
 from tspec.errors import CodegenError, SpecError, UsageError
+from tspec.execution import weights
+from tspec.execution.loading import load_module, load_source
 from tspec.language.model import BlockCall, Equation, TensorDecl, When, outputs, step_function
 from tspec.language.parser import parse
 from tspec.language.shape import Shape

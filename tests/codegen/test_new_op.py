@@ -19,11 +19,11 @@ from support.refusals import raises
 
 from tspec import api
 from tspec.analysis.counts import costs
-from tspec.codegen.docs import site as docs
-from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import source
 from tspec.codegen.rendering import render
+from tspec.docs import site as docs
 from tspec.errors import CodegenError
+from tspec.execution.loading import load_source
 from tspec.ops import catalogue
 from tspec.ops.catalogue import Elementwise
 

@@ -18,11 +18,11 @@ from support.refusals import raises
 from support.specs import TINY, builtin_line
 
 from tspec import api
-from tspec.codegen.execution import weights
-from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import files, source, variant_source
 from tspec.codegen.lowering.spelling import Spelling
 from tspec.errors import SpecError, VariantError
+from tspec.execution import weights
+from tspec.execution.loading import load_source
 from tspec.language.expr import tokenize
 from tspec.language.names import check_name
 from tspec.language.parser import parse

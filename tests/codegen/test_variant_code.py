@@ -16,8 +16,8 @@ import tspec
 from tspec import api
 from tspec.checking.findings import findings_text
 from tspec.codegen import generate
-from tspec.codegen.execution import weights
 from tspec.errors import FindingsError, UsageError
+from tspec.execution import weights
 
 # lines of the built-in spec, found by their text
 HEADS = builtin_line("require d_model % H == 0")
@@ -83,7 +83,7 @@ def imported(monkeypatch, folder, name):
 def run_inputs(variant, seed, dtype):
     """The weights and inputs `tspec run` draws for a decoder-only variant at seed ``seed``
     (weights.random_params at ``seed``, the tokens from ``seed + 1``, no position masked)."""
-    from tspec.codegen.execution.run import with_run_defaults
+    from tspec.execution.run import with_run_defaults
     sized = with_run_defaults(variant)
     shapes = weights.expected_shapes(sized.spec, sized.choices, sized.dims)
     params = weights.random_params(shapes, seed, np.dtype(dtype))

@@ -27,9 +27,9 @@ from support.refusals import raises
 from tspec import api, files
 from tspec.cli import main
 from tspec.codegen import generate
-from tspec.codegen.docs import site as docs
-from tspec.codegen.execution import weights
+from tspec.docs import site as docs
 from tspec.errors import CodegenError, SpecError, SpecSyntaxError, UsageError
+from tspec.execution import weights
 from tspec.files import inside, write_atomic, write_files
 
 

@@ -11,10 +11,10 @@ import tspec
 from tspec import api, cli
 from tspec.analysis.counts import Activations, costs, evaluate
 from tspec.checking.findings import findings_text
-from tspec.codegen.docs import site as docs
-from tspec.codegen.execution import weights
-from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import source
+from tspec.docs import site as docs
+from tspec.execution import weights
+from tspec.execution.loading import load_source
 from tspec.language.shape import Shape
 from tspec.ops.base import Value
 from tspec.ops.catalogue import FUNCTIONS, OPS, SCALAR_FUNCTIONS

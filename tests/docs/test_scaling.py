@@ -10,8 +10,8 @@ import pytest
 
 from tspec import api
 from tspec.analysis.counts import costs, evaluate, used_dims
-from tspec.codegen.docs import site as docs
-from tspec.codegen.docs.scaling import ENCODER_DECODER
+from tspec.docs import site as docs
+from tspec.docs.scaling import ENCODER_DECODER
 from tspec.language.model import concrete_values
 
 # Hugging Face configs, as `tspec import` reads them (the fields a family needs, the rest at
@@ -176,7 +176,7 @@ def test_a_model_the_terms_do_not_describe_gets_a_sentence_not_a_wrong_row():
     from dataclasses import replace
 
     from tspec.analysis.counts import Flops
-    from tspec.codegen.docs.scaling import UNDESCRIBED, scaling
+    from tspec.docs.scaling import UNDESCRIBED, scaling
     v = api.load("gpt2_small")
     choices = v.spec.choice_values(v.choices)
     model = costs(v.spec, choices)[v.spec.name]

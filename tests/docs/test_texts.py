@@ -13,7 +13,7 @@ import pytest
 from support.command_line import run
 
 from tspec import api
-from tspec.codegen.docs import site as docs
+from tspec.docs import site as docs
 from tspec.files import HEADERS
 
 DECODER, ENCODER, BOTH = "gpt2_small", "bert_base", "base"

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tspec import api
-from tspec.codegen.execution.loading import load_module
+from tspec.execution.loading import load_module
 
 GENERATED = api.checkout() / "generated"
 

@@ -25,10 +25,10 @@ from support.command_line import run
 from support.refusals import raises
 
 import tspec
-from tspec.codegen.execution import checkpoint_files, checkpoints, weights
-from tspec.codegen.execution.loading import load_source
-from tspec.codegen.execution.weights import WeightsError
 from tspec.errors import UsageError
+from tspec.execution import checkpoint_files, checkpoints, weights
+from tspec.execution.loading import load_source
+from tspec.execution.weights import WeightsError
 
 d_model, H, d_ff, N, V = 16, 4, 24, 2, 13
 GPT2 = ["N=2", f"d_model={d_model}", f"H={H}", f"d_ff={4 * d_model}", f"V={V}", "max_len=16"]
@@ -688,7 +688,7 @@ def test_a_gigabyte_checkpoint_loads_within_its_own_size_of_memory(tmp_path):
         import resource, sys
         import numpy as np
         import tspec
-        from tspec.codegen.execution import checkpoint_files, weights
+        from tspec.execution import checkpoint_files, weights
         variant = tspec.load("llama3_8b", {settings!r})
         data = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status")
                     if line.startswith("VmData:"))

@@ -91,7 +91,7 @@ def test_a_bert_without_its_pooler_loads_into_the_unpooled_variant(tmp_path, cap
     transformers = pytest.importorskip("transformers")
     from support.command_line import run
 
-    from tspec.codegen.execution.weights import WeightsError
+    from tspec.execution.weights import WeightsError
     torch.manual_seed(3)
     config = transformers.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2,
                                      num_attention_heads=4, intermediate_size=24,

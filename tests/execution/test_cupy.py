@@ -23,8 +23,8 @@ from support.reference_numpy import softmax as softmax_reference
 from support.strategies import variants  # random variants over every choice
 
 from tspec import api
-from tspec.codegen.execution import weights
 from tspec.codegen.generate import source
+from tspec.execution import weights
 
 pytestmark = pytest.mark.parametrize("device", DEVICES)
 SPEC = api.read_spec(api.BUILTIN_SPEC)

@@ -23,12 +23,12 @@ from support.specs import TINY, settings_for
 
 from tspec import api
 from tspec.checking.check import check
-from tspec.codegen.docs import site as docs
-from tspec.codegen.execution import weights
-from tspec.codegen.execution.loading import load_source
-from tspec.codegen.execution.run import decode, with_run_defaults
 from tspec.codegen.generate import source
+from tspec.docs import site as docs
 from tspec.errors import CodegenError, SpecError, SpecSyntaxError
+from tspec.execution import weights
+from tspec.execution.loading import load_source
+from tspec.execution.run import decode, with_run_defaults
 from tspec.language.parser import parse
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
@@ -774,7 +774,7 @@ def test_decoding_matches_hugging_face_gpt2_with_its_own_cache_step_by_step(arra
     theirs on the CPU or, beside CuPy on a GPU, on CUDA."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from tspec.codegen.execution import checkpoints
+    from tspec.execution import checkpoints
     torch.manual_seed(5)
     config = transformers.GPT2Config(vocab_size=SIZES["V"], n_positions=12, n_embd=8, n_layer=2,
                                      n_head=2, resid_pdrop=0.0, embd_pdrop=0.0,

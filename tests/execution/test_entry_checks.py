@@ -12,8 +12,8 @@ from support.arrays import BACKENDS
 from support.specs import builtin_line
 
 from tspec import api
-from tspec.codegen.execution import weights
 from tspec.codegen.generate import source
+from tspec.execution import weights
 from tspec.generated.numpy import _runtime as rt
 
 # lines of the built-in spec, found by their text

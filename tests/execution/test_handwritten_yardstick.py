@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from support.command_line import ROOT
 
-from tspec.codegen.execution import checkpoints, weights
+from tspec.execution import checkpoints, weights
 
 d_model, H, d_ff = 16, 4, 24
 pytestmark = pytest.mark.reference

@@ -28,7 +28,7 @@ from support.hf_configs import (
 )
 
 from tspec import api, cli
-from tspec.codegen.execution import weights
+from tspec.execution import weights
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

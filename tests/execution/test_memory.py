@@ -11,12 +11,12 @@ import pytest
 
 from tspec import api
 from tspec.cli import main
-from tspec.codegen.execution import run as run_module
-from tspec.codegen.execution import weights
-from tspec.codegen.execution.loading import load_module, load_source
-from tspec.codegen.execution.run import _keywords, _prepare, estimate_memory, run, with_run_defaults
 from tspec.codegen.generate import source
 from tspec.errors import UsageError
+from tspec.execution import run as run_module
+from tspec.execution import weights
+from tspec.execution.loading import load_module, load_source
+from tspec.execution.run import _keywords, _prepare, estimate_memory, run, with_run_defaults
 from tspec.language.parser import parse
 
 GENERATED = api.SPEC_DIR.parent / "generated" / "numpy"
@@ -89,7 +89,7 @@ def test_tiny_arrays_in_huge_numbers_are_refused_before_the_run(capsys, monkeypa
 PEAK = """
 import sys
 from tspec import api
-from tspec.codegen.execution.run import estimate_memory, run, with_run_defaults
+from tspec.execution.run import estimate_memory, run, with_run_defaults
 variant = with_run_defaults(api.load(sys.argv[1], sys.argv[2:]))
 def status(key):
     return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status")
@@ -202,7 +202,7 @@ def test_the_default_limit_is_the_memory_this_process_may_use():
     assert model.rt.memory_total() == weights.memory_bytes()
     _, hard = resource.getrlimit(resource.RLIMIT_AS)      # a process may lower its own only
     limit = 6 * 2**30 if hard == resource.RLIM_INFINITY else min(6 * 2**30, hard)
-    script = ("import resource, sys; from tspec.codegen.execution.loading import load_module; "
+    script = ("import resource, sys; from tspec.execution.loading import load_module; "
               f"resource.setrlimit(resource.RLIMIT_AS, ({limit}, {hard})); "
               f"print(load_module({str(GENERATED / 'decoder_only.py')!r}).rt.memory_total())")
     shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -34,8 +34,8 @@ from support.reference_numpy import softmax as softmax_reference
 from support.specs import builtin_line
 
 from tspec import api
-from tspec.codegen.execution import weights
 from tspec.codegen.generate import BUILTIN_MODELS, source
+from tspec.execution import weights
 
 # lines of the built-in spec, found by their text
 POSITIONS = builtin_line("require T <= max_len")

@@ -18,11 +18,11 @@ from support.pools import on_a_pool
 from tspec import api
 from tspec.codegen import generate
 from tspec.codegen.backends import backend
-from tspec.codegen.execution import weights
-from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import source
 from tspec.codegen.lowering.lower import lower
 from tspec.codegen.rendering.render import render, render_runtime
+from tspec.execution import weights
+from tspec.execution.loading import load_source
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 

@@ -5,7 +5,7 @@ nn.Transformer (post-LN and norm_first, ReLU and GELU, causal and key-padding ma
 Face GPT-2, BERT (BertModel, from token ids and types to the pooled output) and Llama
 (LlamaForCausalLM: RMSNorm, rotary positions, grouped-query attention, SwiGLU) built offline
 from small configs with random weights. The same weights go to both sides through the
-explicit name maps of codegen.execution.checkpoints; every named intermediate the reference exposes
+explicit name maps of tspec.execution.checkpoints; every named intermediate the reference exposes
 (through forward hooks or its own outputs) is compared, float64 against float64 within 1e-10
 and float32 (float16) against float64 within the named tolerance.
 
@@ -28,8 +28,8 @@ from support.arrays import BACKEND_DTYPES, BACKENDS, NUMPY, to_numpy
 from support.compare import TOLERANCES, assert_close, flat
 
 from tspec import api
-from tspec.codegen.execution import checkpoints, weights
 from tspec.codegen.generate import source
+from tspec.execution import checkpoints, weights
 
 torch.backends.mha.set_fastpath_enabled(False)     # the reference path, not the fused kernels
 pytestmark = pytest.mark.reference

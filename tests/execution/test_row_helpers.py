@@ -32,10 +32,10 @@ from support.refusals import raises
 
 from tspec import api
 from tspec.codegen.backends import backend as backend_named
-from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import runtime_source, source
 from tspec.codegen.lowering.lower import lower
 from tspec.codegen.rendering.render import render
+from tspec.execution.loading import load_source
 from tspec.language.parser import parse
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)

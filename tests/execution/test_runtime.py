@@ -19,9 +19,9 @@ from support.refusals import raises
 
 from tspec import api, cli
 from tspec.codegen import generate
-from tspec.codegen.execution import weights
-from tspec.codegen.execution.loading import load_module, load_source
 from tspec.codegen.generate import source
+from tspec.execution import weights
+from tspec.execution.loading import load_module, load_source
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 GENERATED = api.checkout() / "generated"
@@ -123,7 +123,7 @@ def test_importing_a_model_starts_nothing_and_its_first_forward_starts_the_pool(
     script = (f"import threading, sys\nsys.path[:0] = [{str(CHECKOUT / 'tests')!r}, "
               f"{str(CHECKOUT / 'tests' / 'execution')!r}]\n"
               "import test_runtime\n"
-              "from tspec.codegen.execution.loading import load_module\n"
+              "from tspec.execution.loading import load_module\n"
               "before = threading.active_count()\n"
               f"model = load_module({str(GENERATED / 'numpy' / 'decoder_only.py')!r})\n"
               "rt = model.rt\n"
@@ -158,7 +158,7 @@ def test_a_model_imports_and_runs_without_resource_or_sysconf():
               f"sys.path[:0] = [{str(CHECKOUT / 'tests')!r}, "
               f"{str(CHECKOUT / 'tests' / 'execution')!r}]\n"
               "import importlib, test_runtime\n"
-              "from tspec.codegen.execution import weights\n"
+              "from tspec.execution import weights\n"
               "model = importlib.import_module('tspec.generated.numpy.decoder_only')\n"
               "logits = test_runtime.decoder_forward(model)\n"
               "print(model.rt.resource, model.rt.memory_total(), weights.memory_bytes(), "

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tspec import api
-from tspec.codegen.execution.loading import load_module
-from tspec.codegen.execution.run import _keywords, _prepare, with_run_defaults
+from tspec.execution.loading import load_module
+from tspec.execution.run import _keywords, _prepare, with_run_defaults
 
 GENERATED = api.SPEC_DIR.parent / "generated" / "numpy"
 

@@ -11,9 +11,9 @@ from support.refusals import raises
 import tspec
 from tspec.analysis.counts import costs
 from tspec.checking.check import check, combinations
-from tspec.codegen.execution.loading import load_source
 from tspec.codegen.generate import source
 from tspec.errors import LimitError, SpecError, SpecSyntaxError
+from tspec.execution.loading import load_source
 from tspec.language.model import (
     BlockCall,
     Equation,

@@ -15,7 +15,7 @@ from support.refusals import raises
 from support.specs import builtin_line
 
 import tspec
-from tspec.codegen.execution import weights
+from tspec.execution import weights
 
 # lines of the built-in spec, found by their text
 HEADS = builtin_line("require d_model % H == 0")

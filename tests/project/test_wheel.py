@@ -15,7 +15,7 @@ import pytest
 from support.command_line import ROOT
 
 import tspec
-from tspec.codegen.execution import weights
+from tspec.execution import weights
 from tspec.generated.numpy import llama
 
 TINY = ["d_model=16", "H=2", "H_kv=1", "N=1", "d_ff=8", "V=50"]     # llama3_8b, small

@@ -19,7 +19,7 @@ import pytest
 from support import cupy_on_cpu
 
 from tspec import api
-from tspec.codegen.execution.loading import load_source
+from tspec.execution.loading import load_source
 
 
 def _find_cupy():

@@ -7,7 +7,7 @@ from support.arrays import to_numpy
 import tspec
 from tspec import api
 from tspec.analysis.counts import DTYPE, costs, evaluate, used_dims
-from tspec.codegen.docs.site import sizes_for
+from tspec.docs.site import sizes_for
 
 # max |ours - reference| <= TOLERANCE * max(1, max |reference|), per tensor
 TOLERANCES = {

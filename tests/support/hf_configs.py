@@ -7,7 +7,7 @@ import inspect
 import numpy as np
 
 from tspec import api
-from tspec.codegen.execution import checkpoints, weights
+from tspec.execution import checkpoints, weights
 
 # family -> (config class, the model class the import describes, the checkpoint map)
 FAMILIES = {"gpt2": ("GPT2Config", "GPT2LMHeadModel", "from_gpt2"),

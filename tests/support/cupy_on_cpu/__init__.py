@@ -10,7 +10,7 @@ stand-in; nothing else in the process sees it (real CuPy, where installed, stays
 import contextlib
 import sys
 
-from tspec.codegen.execution import loading as runtime
+from tspec.execution import loading as runtime
 
 from . import kernels, standin
 from .kernels import CompileError, KernelError

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tspec.codegen.execution.loading import _private_folder
+from tspec.execution.loading import _private_folder
 from tspec.files import write_atomic
 
 PRELUDE = Path(__file__).with_name("cuda_on_cpu.h")

@@ -16,12 +16,12 @@ from tspec.checking import limits
 from tspec.checking.check import check
 from tspec.checking.prove import evaluate
 from tspec.codegen.backends import backend as backend_named
-from tspec.codegen.execution import weights
-from tspec.codegen.execution.loading import load_source
 from tspec.codegen.lowering.lower import DECODING, lower
 from tspec.codegen.lowering.spelling import Spelling
 from tspec.codegen.rendering.render import render
 from tspec.errors import RunError, TspecError, UsageError
+from tspec.execution import weights
+from tspec.execution.loading import load_source
 from tspec.inputs import integer, short_repr
 from tspec.language.model import (
     NEW,
@@ -215,7 +215,7 @@ def _prepare(variant: Variant, backend: str, seed: int, dtype: str,
     module.MEMORY_LIMIT = max_memory        # the generated functions' own checks: the same
     params = None
     if weights_path is not None:            # its layers compared before the spec's are listed
-        from tspec.codegen.execution import checkpoint_files
+        from tspec.execution import checkpoint_files
         limits.doing(f"loading the weights of {variant.name}", str(weights_path))
         params = checkpoint_files.load_variant(weights_path, spec, choices, sizes,
                                                variant.name, dtype, variant.settings)

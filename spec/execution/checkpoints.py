@@ -26,7 +26,7 @@ import re
 
 import numpy as np
 
-from tspec.codegen.execution.weights import WeightsError, _shown
+from tspec.execution.weights import WeightsError, _shown
 
 
 def _array(value, what: str, name: str) -> np.ndarray:

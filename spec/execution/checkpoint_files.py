@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from tspec.checking import limits
-from tspec.codegen.execution import checkpoints, weights
-from tspec.codegen.execution.weights import FLOAT_DTYPES, WeightsError
 from tspec.errors import ConfigError, UsageError, hidden, quoted
+from tspec.execution import checkpoints, weights
+from tspec.execution.weights import FLOAT_DTYPES, WeightsError
 from tspec.files import open_regular
 from tspec.importing.convert import identity, imported
 from tspec.importing.families import model_type_of

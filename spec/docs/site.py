@@ -37,18 +37,18 @@ from tspec.checking.check import check
 from tspec.checking.findings import display_path
 from tspec.checking.prove import evaluate as prove_evaluate
 from tspec.checking.report import require_none, require_proved, sizes_text
-from tspec.codegen.docs import diagram, markup
-from tspec.codegen.docs.comparisons import (
+from tspec.codegen.lowering.body import model_summary
+from tspec.codegen.lowering.lower import step_choices
+from tspec.codegen.rendering.render import environment
+from tspec.docs import diagram, markup
+from tspec.docs.comparisons import (
     comparisons,
     grid_example,
     settings_given,
     shipped,
     target,
 )
-from tspec.codegen.docs.scaling import scaling
-from tspec.codegen.lowering.body import model_summary
-from tspec.codegen.lowering.lower import step_choices
-from tspec.codegen.rendering.render import environment
+from tspec.docs.scaling import scaling
 from tspec.errors import UsageError
 from tspec.files import headed, inside, open_regular, shown, stale_diff, tspecs, write_outputs
 from tspec.files import where as spec_line
