@@ -21,6 +21,7 @@ import sympy
 
 from tspec.analysis.attention import AttentionCore, attention_core
 from tspec.checking.check import topological
+from tspec.checking.prove import concrete_values
 from tspec.checking.prove import evaluate as prove_evaluate
 from tspec.language.model import (
     Block,
@@ -33,7 +34,6 @@ from tspec.language.model import (
     Spec,
     TensorDecl,
     TensorRef,
-    concrete_values,
     declarations,
     local_binding,
     select,

@@ -19,9 +19,9 @@ from tspec.analysis.counts import DTYPE, call_paths, costs, free_sizes, used_dim
 from tspec.checking import limits
 from tspec.checking.check import check as check_spec
 from tspec.checking.findings import display_path
-from tspec.checking.prove import evaluate
+from tspec.checking.prove import concrete_values, evaluate
 from tspec.checking.report import require_none, require_proved, sizes_text
-from tspec.language.model import choices_in_force, concrete_values
+from tspec.language.model import choices_in_force
 from tspec.language.uses import settings_read
 from tspec.language.variant import Variant
 from tspec.numbers import integer_text

@@ -22,6 +22,7 @@ from sympy.solvers.simplex import InfeasibleLPError, UnboundedLPError, linprog
 
 from tspec.errors import LimitError
 from tspec.language.expr import MAX_DEGREE, degree, dependency_order, derived_degrees, dim_text
+from tspec.language.model import Spec, lets
 
 SEARCH_MAX = 12          # largest size tried per dim in the counterexample search
 SEARCH_BUDGET = 20000    # candidate assignments tried per claim
@@ -799,3 +800,16 @@ def _compositions(total: int, parts: int, largest: int):
             break
         for tail in _compositions(rest, parts - 1, largest):
             yield (first,) + tail
+
+
+def concrete_values(spec: Spec, choices: dict[str, str], dims: dict[str, int]) -> dict:
+    """Dim symbol -> value for every dim that has one: given, bound by the spec, or derived
+    from those (through the prover's own composition of derived dims)."""
+    symbols = spec.symbols()
+    derived = {symbols[let.dim]: let.expr for let in lets(spec, spec.choice_values(choices))}
+    given = {name: dim.value for name, dim in spec.dims.items() if dim.value is not None}
+    given |= dims
+    prover = Prover(list(symbols.values()), [], derived,
+                    {symbols[n]: v for n, v in given.items()})
+    return {symbol: evaluate(expr, {}) for symbol, expr in prover.substitution.items()
+            if not expr.free_symbols}

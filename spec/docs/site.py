@@ -35,6 +35,7 @@ from tspec.analysis.counts import (
 from tspec.checking import limits
 from tspec.checking.check import check
 from tspec.checking.findings import display_path
+from tspec.checking.prove import concrete_values
 from tspec.checking.prove import evaluate as prove_evaluate
 from tspec.checking.report import require_none, require_proved, sizes_text
 from tspec.codegen.lowering.body import model_summary
@@ -60,7 +61,6 @@ from tspec.language.model import (
     TensorDecl,
     Update,
     choices_in_force,
-    concrete_values,
     select,
     step_function,
 )

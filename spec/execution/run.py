@@ -14,7 +14,7 @@ import sympy
 from tspec.analysis import counts
 from tspec.checking import limits
 from tspec.checking.check import check
-from tspec.checking.prove import evaluate
+from tspec.checking.prove import concrete_values, evaluate
 from tspec.codegen.backends import backend as backend_named
 from tspec.codegen.lowering.lower import DECODING, lower
 from tspec.codegen.lowering.spelling import Spelling
@@ -30,7 +30,6 @@ from tspec.language.model import (
     OpNode,
     TensorDecl,
     TensorRef,
-    concrete_values,
     model_inputs,
     prompt_dims,
     select,

@@ -22,10 +22,10 @@ import numpy as np
 import sympy
 
 from tspec.checking.limits import MAX_CALL_DEPTH
-from tspec.checking.prove import evaluate
+from tspec.checking.prove import concrete_values, evaluate
 from tspec.errors import LimitError, SpecError, UsageError, VariantError
 from tspec.files import open_regular, write_atomic
-from tspec.language.model import BlockCall, Spec, TensorDecl, concrete_values, select, under
+from tspec.language.model import BlockCall, Spec, TensorDecl, select, under
 
 # the dtypes generated code computes in (no erf, BLAS or CUDA kernel takes float128)
 FLOAT_DTYPES = tuple(np.dtype(name) for name in ("float16", "float32", "float64"))

@@ -623,20 +623,6 @@ def select(statements: list, choices: dict[str, str]) -> list:
     return out
 
 
-def concrete_values(spec: Spec, choices: dict[str, str], dims: dict[str, int]) -> dict:
-    """Dim symbol -> value for every dim that has one: given, bound by the spec, or derived
-    from those (through the prover's own composition of derived dims)."""
-    from tspec.checking.prove import Prover, evaluate
-    symbols = spec.symbols()
-    derived = {symbols[let.dim]: let.expr for let in lets(spec, spec.choice_values(choices))}
-    given = {name: dim.value for name, dim in spec.dims.items() if dim.value is not None}
-    given |= dims
-    prover = Prover(list(symbols.values()), [], derived,
-                    {symbols[n]: v for n, v in given.items()})
-    return {symbol: evaluate(expr, {}) for symbol, expr in prover.substitution.items()
-            if not expr.free_symbols}
-
-
 # ---------------------------------------------------------------------------------------------
 # The spec under choices: renamed blocks
 

@@ -10,9 +10,9 @@ import pytest
 
 from tspec import api
 from tspec.analysis.counts import costs, evaluate, used_dims
+from tspec.checking.prove import concrete_values
 from tspec.docs import site as docs
 from tspec.docs.scaling import ENCODER_DECODER
-from tspec.language.model import concrete_values
 
 # Hugging Face configs, as `tspec import` reads them (the fields a family needs, the rest at
 # its defaults): published sizes, and small ones off the published shapes

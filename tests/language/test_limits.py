@@ -248,7 +248,7 @@ def test_a_degree_past_the_limit_once_derived_dims_are_put_in_is_refused(text, m
 
 def test_the_prover_refuses_a_huge_degree_wherever_it_is_built():
     # concrete_values (the docs, diffs, runs) builds one before any check
-    from tspec.language.model import concrete_values
+    from tspec.checking.prove import concrete_values
     spec = parse('dim d "d"\ndim a "a"\ndim b "b"\nlet a = d**64\nlet b = a**8\n', "k.tspec")
     with pytest.raises(LimitError) as caught:
         concrete_values(spec, {}, {"d": 10 ** 39})
@@ -262,7 +262,7 @@ def test_thousands_of_derived_dims_in_a_chain_are_put_in_each_other():
                                            for i in range(1, 3000)]
     spec = parse("\n".join(lines + ['input X "B a2999" "x"', "output X"]) + "\n", "l.tspec")
     assert check(spec).ok
-    from tspec.language.model import concrete_values
+    from tspec.checking.prove import concrete_values
     values = concrete_values(spec, {}, {"a0": 5, "B": 1})
     assert values[spec.symbols()["a2999"]] == 3004
 
