@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
-from tspec import api
+from tspec import shipped
 from tspec.checking.report import require_proved
 from tspec.codegen import ir
 from tspec.codegen.backends import BACKENDS
@@ -98,7 +98,7 @@ def with_defaults(module: ir.Module, values: Mapping[str, int | float]) -> ir.Mo
 
 def files(backends: tuple[str, ...] = tuple(BACKENDS)) -> dict[str, str]:
     """Every generated file for some backends (default: all): relative path -> text."""
-    spec = api.read_spec(api.BUILTIN_SPEC)
+    spec = shipped.read_spec(shipped.BUILTIN_SPEC)
     out = {}
     for backend in backends:
         out[f"{backend}/__init__.py"] = headed("__init__.py", (
@@ -116,7 +116,7 @@ def runtime_source(backend: str = "numpy") -> str:
 
 
 def default_dir() -> Path:
-    return api.in_checkout("generated", "generated code", "--out DIR")
+    return shipped.in_checkout("generated", "generated code", "--out DIR")
 
 
 def write(out: Path, backends: tuple[str, ...] = tuple(BACKENDS), *,
@@ -180,7 +180,7 @@ def _shown_variant(variant: Variant) -> str:
     """A variant as a module's docstring names it: a built-in one, or an imported config
     object, by its name; one from a file by the file's name (a config.json with its folder's),
     which no working directory changes."""
-    builtin = api.builtin_variants()
+    builtin = shipped.builtin_variants()
     if variant.file is None or variant.name in builtin and \
             Path(variant.file) == builtin[variant.name]:
         return variant.name
@@ -195,7 +195,7 @@ def variant_dir(variant: Variant, backend: str, out: Path | None) -> Path:
     names something other than a folder."""
     if out is not None:
         folder = out
-    elif api.is_builtin(variant):
+    elif shipped.is_builtin(variant):
         folder = default_dir() / backend_named(backend).name
     else:
         folder = Path.cwd()
@@ -212,7 +212,7 @@ def variant_files(variant: Variant, backend: str, out: Path) -> dict[str, str]:
     is refused: that file is what plain `tspec generate` writes."""
     name = module_name(variant)
     chosen = backend_named(backend).name
-    root = api.checkout()
+    root = shipped.checkout()
     if name in BUILTIN_MODELS and root is not None and \
             _same_folder(out, root / "generated" / chosen):
         raise UsageError(f"{name} is the name of a built-in model of {out}, which `tspec "

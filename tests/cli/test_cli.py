@@ -10,7 +10,7 @@ from support.command_line import ROOT, run
 from support.refusals import raises
 from support.specs import builtin_line
 
-from tspec import api, cli
+from tspec import api, cli, shipped
 from tspec.checking.findings import KINDS, findings_text
 from tspec.errors import UsageError
 
@@ -317,7 +317,7 @@ def test_audit_writes_where_told_and_check_finds_it_stale(capsys, tmp_path):
 
 
 def test_audit_outside_a_checkout_needs_out(capsys, monkeypatch):
-    monkeypatch.setattr(api, "checkout", lambda: None)
+    monkeypatch.setattr(shipped, "checkout", lambda: None)
     code, out, err = run(capsys, "audit")
     assert (code, out) == (2, "")
     assert err == ("tspec: error: tspec is not running from a project checkout, so the report "

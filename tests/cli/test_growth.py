@@ -14,7 +14,7 @@ import pytest
 from support.command_line import ROOT
 from sympy.core.cache import clear_cache
 
-from tspec import api, cli
+from tspec import cli, shipped
 from tspec.analysis.diff import _union
 
 _found = importlib.util.spec_from_file_location("command_growth",
@@ -30,7 +30,7 @@ LIMIT = (LARGE / SMALL) ** 1.2
 
 def calls(arguments: list[str]) -> int:
     """Function calls (Python and built-in) a command makes, from cold caches."""
-    api._parse_cached.cache_clear()
+    shipped._parse_cached.cache_clear()
     clear_cache()
     profile = cProfile.Profile()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):

@@ -13,7 +13,7 @@ from support.refusals import raises
 from support.specs import builtin_line
 
 import tspec
-from tspec import api
+from tspec import api, shipped
 from tspec.checking.findings import findings_text
 from tspec.codegen import generate
 from tspec.errors import FindingsError, UsageError
@@ -267,7 +267,7 @@ def test_check_of_another_backend_names_it_in_the_command(capsys, tmp_path):
 
 def test_the_default_folder_is_the_backends_in_the_checkout_for_a_built_in(capsys, tmp_path,
                                                                              monkeypatch):
-    monkeypatch.setattr(api, "checkout", lambda: tmp_path)
+    monkeypatch.setattr(shipped, "checkout", lambda: tmp_path)
     code, printed, err = run(capsys, "generate", "gpt2_small")
     assert (code, err) == (0, "")
     assert listing(tmp_path / "generated" / "numpy") == ["__init__.py", "_runtime.py",
@@ -278,7 +278,7 @@ def test_the_default_folder_is_the_backends_in_the_checkout_for_a_built_in(capsy
 
 def test_a_users_variant_goes_to_the_working_directory(capsys, tmp_path, monkeypatch):
     # before: into the checkout's generated/numpy/, beside tspec's own models (issue 32)
-    monkeypatch.setattr(api, "checkout", lambda: tmp_path / "checkout")
+    monkeypatch.setattr(shipped, "checkout", lambda: tmp_path / "checkout")
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
     tiny_llama(tmp_path / "work")
@@ -362,7 +362,7 @@ def test_a_folder_of_another_backends_models(capsys, tmp_path):
 
 
 def test_a_built_in_models_name_in_the_built_in_folder(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(api, "checkout", lambda: tmp_path)
+    monkeypatch.setattr(shipped, "checkout", lambda: tmp_path)
     path = tiny_llama(tmp_path, "llama")
     err = refused(capsys, tmp_path, str(path), "--out", str(tmp_path / "generated" / "numpy"))
     assert err == (f"tspec: error: llama is the name of a built-in model of "
@@ -373,7 +373,7 @@ def test_a_built_in_models_name_in_the_built_in_folder(capsys, tmp_path, monkeyp
 
 
 def test_outside_a_checkout_one_model_needs_out(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(api, "checkout", lambda: None)
+    monkeypatch.setattr(shipped, "checkout", lambda: None)
     err = refused(capsys, tmp_path, "gpt2_small")
     assert err == ("tspec: error: tspec is not running from a project checkout, so generated "
                    "code has no default place: give --out DIR\n")
