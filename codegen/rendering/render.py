@@ -300,14 +300,37 @@ def _constant_view(constant: ir.Constant) -> dict:
 def _params_views(classes: list[ir.ParamsClass], printer: Printer,
                   backend: Backend) -> list[dict]:
     """Each parameter class as the module defines it: one whose fields are an earlier one's
-    (a decoding step's block that takes the full model's parameters) is that one, by name."""
+    is that one, by name. Fields are compared with the classes they hold taken as the ones
+    they alias, so that a decoding step's classes (a layer holding a cached attention whose
+    class is the full attention's) are the full model's, all the way up."""
     first: dict[tuple, str] = {}
+    aliases: dict[str, str] = {}
     views = []
     for params in classes:
-        same = first.setdefault(params.fields, params.name)
-        views.append({"name": params.name, "alias": same} if same != params.name else
-                     _params_view(params, printer, backend))
+        same = first.setdefault(_fields_key(params.fields, aliases), params.name)
+        if same != params.name:
+            aliases[params.name] = same
+            views.append({"name": params.name, "alias": same})
+        else:
+            views.append(_params_view(params, printer, backend))
     return views
+
+
+def _fields_key(fields: tuple[ir.Field, ...], aliases: dict[str, str]) -> tuple:
+    """What makes two parameter classes the same: each field's name and type, a class it
+    holds as the class that one aliases, and the meaning of an array (a field holding a
+    class means the block it is for, which a step's block names otherwise)."""
+    key = []
+    for field in fields:
+        annotation = field.annotation
+        if isinstance(annotation, ir.PlainType) and \
+                (annotation.name in aliases or annotation.of in aliases):
+            annotation = ir.PlainType(aliases.get(annotation.name, annotation.name),
+                                      aliases.get(annotation.of, annotation.of))
+        holds_class = isinstance(annotation, ir.PlainType) and annotation.name not in (
+            "int", "float", "dict", "dtype")
+        key.append((field.name, annotation, None if holds_class else field.meaning))
+    return tuple(key)
 
 
 def _params_view(params: ir.ParamsClass, printer: Printer, backend: Backend) -> dict:

@@ -136,28 +136,13 @@ class TransformerParams(TypedDict):
 CachedSelfAttentionParams = MultiHeadAttentionParams  # the same parameters
 
 
-class DecoderLayerStepParams(TypedDict):
-    """Parameters of decoder_layer_step, keyed by the spec's names."""
-
-    norm_1: NormalizeParams  # normalize
-    self_attention: CachedSelfAttentionParams  # cached_self_attention
-    norm_2: NormalizeParams  # normalize
-    feed_forward: FeedForwardParams  # feed_forward
+DecoderLayerStepParams = DecoderLayerParams  # the same parameters
 
 
-class DecoderStepParams(TypedDict):
-    """Parameters of decoder_step, keyed by the spec's names."""
-
-    layers: list[DecoderLayerStepParams]  # N copies of decoder_layer_step
-    final_norm: NormalizeParams  # normalize
+DecoderStepParams = DecoderParams  # the same parameters
 
 
-class DecodeStepParams(TypedDict):
-    """Parameters of decode_step, keyed by the spec's names."""
-
-    E: Float[cp.ndarray, "V d_model"]  # token embedding
-    W_out: Float[cp.ndarray, "d_model V"]  # output projection to the vocabulary
-    decoder: DecoderStepParams  # decoder_step
+DecodeStepParams = TransformerParams  # the same parameters
 
 
 @rt.typechecked

@@ -118,27 +118,13 @@ class TransformerParams(TypedDict):
 CachedSelfAttentionParams = MultiHeadAttentionParams  # the same parameters
 
 
-class DecoderLayerStepParams(TypedDict):
-    """Parameters of decoder_layer_step, keyed by the spec's names."""
-
-    self_attention: CachedSelfAttentionParams  # cached_self_attention
-    norm_1: AddAndLayerNormParams  # add_and_layer_norm
-    feed_forward: FeedForwardParams  # feed_forward
-    norm_2: AddAndLayerNormParams  # add_and_layer_norm
+DecoderLayerStepParams = DecoderLayerParams  # the same parameters
 
 
-class DecoderStepParams(TypedDict):
-    """Parameters of decoder_step, keyed by the spec's names."""
-
-    layers: list[DecoderLayerStepParams]  # N copies of decoder_layer_step
+DecoderStepParams = DecoderParams  # the same parameters
 
 
-class DecodeStepParams(TypedDict):
-    """Parameters of decode_step, keyed by the spec's names."""
-
-    E: Float[np.ndarray, "V d_model"]  # token embedding
-    W_out: Float[np.ndarray, "d_model V"]  # output projection to the vocabulary
-    decoder: DecoderStepParams  # decoder_step
+DecodeStepParams = TransformerParams  # the same parameters
 
 
 @rt.typechecked

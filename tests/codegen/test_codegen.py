@@ -988,3 +988,23 @@ def test_a_parameter_the_model_outputs_is_returned():
     Y, returned = module.outparam(X, {"W": W})
     np.testing.assert_array_equal(Y, X @ W)
     assert returned is W
+
+
+@pytest.mark.parametrize("model", ["decoder_only", "llama"])
+def test_a_decoding_steps_parameter_classes_are_the_full_models(model):
+    # a step whose blocks take the full model's parameters (a cached self-attention takes
+    # multi_head_attention's) declared its own copies of every class above them
+    module = load_module(generate.default_dir() / "numpy" / f"{model}.py")
+    assert module.CachedSelfAttentionParams is module.MultiHeadAttentionParams
+    assert module.DecoderLayerStepParams is module.DecoderLayerParams
+    assert module.DecoderStepParams is module.DecoderParams
+    assert module.DecodeStepParams is module.TransformerParams
+
+
+def test_a_step_that_takes_other_parameters_keeps_classes_of_its_own():
+    # the encoder-decoder's cached cross-attention reads the source's keys and values from the
+    # cache, not W_K and W_V: its layer's parameters are not the full layer's
+    module = load_module(generate.default_dir() / "numpy" / "encoder_decoder.py")
+    assert set(module.CachedCrossAttentionParams.__annotations__) == {"W_Q", "W_O"}
+    assert module.DecoderLayerStepParams is not module.DecoderLayerParams
+    assert module.DecodeStepParams is not module.TransformerParams
