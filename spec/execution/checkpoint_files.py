@@ -262,7 +262,8 @@ def require_described(path: Path, spec, choices: dict[str, str], dims: dict[str,
         raise WeightsError(f"{beside} describes another model than {variant} "
                            f"({'; '.join(differ)}); run the variant it describes, setting "
                            f"none of these: tspec run {shlex.quote(str(config.parent))} "
-                           f"--weights {shlex.quote(str(path))}")
+                           f"--weights {shlex.quote(str(path))}, or move it away to load the "
+                           "tensors regardless")
 
 
 def load(path: str | Path, spec, choices: dict[str, str], dims: dict[str, int], variant: str,

@@ -219,6 +219,19 @@ def test_the_readmes_list_of_ops_names_every_function_a_spec_can_call():
     assert sorted((set(FUNCTIONS) | set(SCALAR_FUNCTIONS)) - named) == []
 
 
+def test_the_readmes_built_in_names_are_every_built_in():
+    # it left out llama3_8b; `A ... B` stands for the names of a family (gpt2_*, seed_*)
+    readme = (api.SPEC_DIR.parent / "README.md").read_text()
+    listed = " ".join(readme.split("A target is a built-in name (", 1)[1].split(")", 1)[0]
+                      .split())
+    names = set(re.findall(r"`(\w+)`", listed))
+    families = {a.rsplit("_", 1)[0] for a, b in re.findall(r"`(\w+)` \.\.\. `(\w+)`", listed)}
+    built_in = set(api.builtin_specs()) | set(api.builtin_variants())
+    assert sorted(n for n in built_in if n not in names and n.rsplit("_", 1)[0] not in families) \
+        == []
+    assert names <= built_in
+
+
 def test_variant_text_is_escaped_in_html(tmp_path):
     path = tmp_path / "hostile.toml"
     path.write_text('spec = "transformer"\ndescription = "<script>alert(1)</script> & more"\n'

@@ -719,6 +719,7 @@ def test_a_gigabyte_checkpoint_loads_within_its_own_size_of_memory(tmp_path):
 # A checkpoint beside its config.json is the model that config describes
 
 NONE_OF_THESE = "setting none of these: tspec run"
+OR_AWAY = ", or move it away to load the tensors regardless"
 
 def test_a_checkpoint_of_another_model_of_the_same_shapes_is_refused_by_its_config(tmp_path):
     """A GPT-2 of 4 heads loaded for one of 2 (every shape the same: d_model 16 either way)
@@ -729,19 +730,19 @@ def test_a_checkpoint_of_another_model_of_the_same_shapes_is_refused_by_its_conf
     two_heads = [size.replace(f"H={H}", "H=2") for size in GPT2]
     with raises(WeightsError, f"{folder}: the config.json beside it describes another model "
                               "than gpt2_small (H = 4 there, 2 in gpt2_small); run the "
-                              f"variant it describes, {NONE_OF_THESE} {folder} --weights {folder}"):
+                              f"variant it describes, {NONE_OF_THESE} {folder} --weights {folder}{OR_AWAY}"):
         tspec.load_weights("gpt2_small", folder, two_heads)
     single = folder / "model.safetensors"
     with raises(WeightsError, f"{single}: the config.json beside it describes another model "
                               "than gpt2_small (H = 4 there, 2 in gpt2_small; eps = 1e-05 "
                               "there, 1e-06 in gpt2_small); run the variant it describes, "
-                              f"{NONE_OF_THESE} {folder} --weights {single}"):
+                              f"{NONE_OF_THESE} {folder} --weights {single}{OR_AWAY}"):
         tspec.load_weights("gpt2_small", single, [*two_heads, "eps=1e-6"])
     small = tspec.load("gpt2_small")
     with raises(WeightsError, f"{folder}: the config.json beside it describes another model "
                               "than gpt2_small (output_embedding = tied there, separate in "
                               "gpt2_small); run the variant it describes, "
-                              f"{NONE_OF_THESE} {folder} --weights {folder}"):
+                              f"{NONE_OF_THESE} {folder} --weights {folder}{OR_AWAY}"):
         tspec.load_weights(dataclasses.replace(small, choices=small.choices | {
             "output_embedding": "separate"}), folder, GPT2)
     loaded = tspec.load_weights("gpt2_small", folder, GPT2)     # its own: loads
@@ -759,7 +760,7 @@ def test_run_with_the_weights_of_another_model_exits_2_in_one_line(tmp_path, cap
     assert err == (f"tspec: error: {folder}: the config.json beside it describes "
                              "another model than gpt2_small (H = 4 there, 2 in gpt2_small); "
                              f"run the variant it describes, {NONE_OF_THESE} {folder} "
-                             f"--weights {folder}\n")
+                             f"--weights {folder}{OR_AWAY}\n")
 
 
 @pytest.mark.parametrize("field, value, why", [
@@ -803,7 +804,7 @@ def test_a_spec_naming_the_config_dims_otherwise_is_compared_by_the_config_names
                                   "model than transformer (H = 4 there, no dim H in "
                                   "transformer); run "
                                   f"the variant it describes, {NONE_OF_THESE} {folder} "
-                                  f"--weights {folder}"):
+                                  f"--weights {folder}{OR_AWAY}"):
             tspec.load_weights(variant, folder, sizes)
 
 
@@ -814,7 +815,7 @@ def test_the_command_to_run_instead_is_quoted_for_the_shell(tmp_path):
     with raises(WeightsError, f"{folder}: the config.json beside it describes another model "
                               f"than gpt2_small (H = 4 there, 2 in gpt2_small); run the "
                               f"variant it describes, {NONE_OF_THESE} {quoted} --weights "
-                              f"{quoted}"):
+                              f"{quoted}{OR_AWAY}"):
         tspec.load_weights("gpt2_small", folder,
                            [size.replace(f"H={H}", "H=2") for size in GPT2])
 
@@ -1108,7 +1109,7 @@ def test_spec_named_weights_beside_a_config_are_compared_with_it(tmp_path, suffi
     with raises(WeightsError, f"{path}: the config.json beside it describes another model "
                               "than gpt2_small (H = 4 there, 2 in gpt2_small); run the "
                               f"variant it describes, {NONE_OF_THESE} {folder} --weights "
-                              f"{path}"):
+                              f"{path}{OR_AWAY}"):
         tspec.load_weights("gpt2_small", path, two_heads)
     (folder / "config.json").write_text(json.dumps(
         {**_config_of(folder), "model_type": "gemma"}))
