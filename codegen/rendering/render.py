@@ -305,9 +305,10 @@ def _params_views(classes: list[ir.ParamsClass], printer: Printer,
     class is the full attention's) are the full model's, all the way up."""
     first: dict[tuple, str] = {}
     aliases: dict[str, str] = {}
+    names = {params.name for params in classes}
     views = []
     for params in classes:
-        same = first.setdefault(_fields_key(params.fields, aliases), params.name)
+        same = first.setdefault(_fields_key(params.fields, aliases, names), params.name)
         if same != params.name:
             aliases[params.name] = same
             views.append({"name": params.name, "alias": same})
@@ -316,19 +317,20 @@ def _params_views(classes: list[ir.ParamsClass], printer: Printer,
     return views
 
 
-def _fields_key(fields: tuple[ir.Field, ...], aliases: dict[str, str]) -> tuple:
+def _fields_key(fields: tuple[ir.Field, ...], aliases: dict[str, str],
+                classes: set[str]) -> tuple:
     """What makes two parameter classes the same: each field's name and type, a class it
-    holds as the class that one aliases, and the meaning of an array (a field holding a
-    class means the block it is for, which a step's block names otherwise)."""
+    holds (one of ``classes``, or a list of one) as the class that one aliases, and the
+    meaning of an array (a field holding a class means the block it is for, which a step's
+    block names otherwise)."""
     key = []
     for field in fields:
         annotation = field.annotation
-        if isinstance(annotation, ir.PlainType) and \
-                (annotation.name in aliases or annotation.of in aliases):
+        holds_class = isinstance(annotation, ir.PlainType) and \
+            bool({annotation.name, annotation.of} & classes)
+        if holds_class:
             annotation = ir.PlainType(aliases.get(annotation.name, annotation.name),
                                       aliases.get(annotation.of, annotation.of))
-        holds_class = isinstance(annotation, ir.PlainType) and annotation.name not in (
-            "int", "float", "dict", "dtype")
         key.append((field.name, annotation, None if holds_class else field.meaning))
     return tuple(key)
 

@@ -174,16 +174,15 @@ def load_variant(path: str | Path, spec, choices: dict[str, str], dims: dict[str
     params = weights.load(path, weights.expected_shapes(spec, chosen, dims))
     flat = weights.flatten(params)
     stored = sorted({str(array.dtype) for array in flat.values()})
+    converted = flat
     if dtype is not None:
         with np.errstate(over="ignore", invalid="ignore"):     # said below, by parameter
             converted = {name: array.astype(dtype, copy=False) for name, array in flat.items()}
-        for name, array in converted.items():
-            _require_finite(array, flat[name], name, name, str(path))
         params = weights.nest(converted)
     else:
         dtype = np.dtype(stored[0]) if stored else np.dtype("float32")
-        for name, array in flat.items():
-            _require_finite(array, array, name, name, str(path))
+    for name, array in converted.items():
+        _require_finite(array, flat[name], name, name, str(path))
     return Weights(params, path, "tspec", dtype, stored, {})
 
 
@@ -215,7 +214,7 @@ def require_described(path: Path, spec, choices: dict[str, str], dims: dict[str,
     def uncomparable(error: ConfigError | UsageError) -> WeightsError:
         why = error.message.replace(f"{quoted(str(config))}: ", "").removeprefix(
             "a config dict: ")
-        if getattr(error, "line", None) is not None:        # where in config.json
+        if error.line is not None:                          # where in config.json
             why += f", at line {error.line}" + (
                 f", column {error.column}" if error.column is not None else "")
         return WeightsError(f"{beside} is not one tspec can compare with {variant} ({why}); "
