@@ -37,7 +37,7 @@ import types
 from pathlib import Path
 
 from support.cupy_on_cpu import kernels as cpu_kernels
-from support.cupy_on_cpu import standin
+from support.cupy_on_cpu import modules_replaced, standin
 
 from tspec.codegen.generate import runtime_source
 
@@ -149,22 +149,14 @@ def load_runtime(text: str, records: list) -> types.ModuleType:
     (nothing else sees it); what its kernel classes are given goes to ``records``."""
     name = "_tspec_cuda_resources_runtime"
     modules = {**standin.MODULES, "cupy": _recording_cupy(records)}
-    saved = {key: sys.modules.get(key) for key in [*modules, name]}
-    sys.modules.update(modules)
-    try:
-        with tempfile.TemporaryDirectory(prefix="tspec-nvcc-") as folder:
-            path = Path(folder) / "_runtime.py"
-            path.write_text(text, encoding="utf-8")
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                sys.modules.pop(key, None)
-            else:
-                sys.modules[key] = value
+    with modules_replaced(modules, name), \
+            tempfile.TemporaryDirectory(prefix="tspec-nvcc-") as folder:
+        path = Path(folder) / "_runtime.py"
+        path.write_text(text, encoding="utf-8")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
     return module
 
 

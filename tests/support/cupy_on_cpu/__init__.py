@@ -25,10 +25,11 @@ __all__ = ["MISSING", "CompileError", "KernelError", "cupy", "load_module", "loa
 
 
 @contextlib.contextmanager
-def _as_cupy():
-    """``import cupy`` (and cupyx.scipy.special) gives the stand-in within the block."""
-    saved = {name: sys.modules.get(name) for name in standin.MODULES}
-    sys.modules.update(standin.MODULES)
+def modules_replaced(modules: dict, *more: str):
+    """``sys.modules`` with ``modules`` in place within the block; after it, every entry they
+    name, and those named ``more`` (what the block imports), as it was before."""
+    saved = {name: sys.modules.get(name) for name in [*modules, *more]}
+    sys.modules.update(modules)
     try:
         yield
     finally:
@@ -37,6 +38,11 @@ def _as_cupy():
                 sys.modules.pop(name, None)
             else:
                 sys.modules[name] = module
+
+
+def _as_cupy():
+    """``import cupy`` (and cupyx.scipy.special) gives the stand-in within the block."""
+    return modules_replaced(standin.MODULES)
 
 
 def load_source(text: str, *, typecheck: bool = False, private: bool = False,
