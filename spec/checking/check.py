@@ -12,15 +12,14 @@ import collections
 import contextlib
 import difflib
 import functools
-import itertools
 import math
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-import numpy as np
 import sympy
 
 from tspec.checking import limits
+from tspec.checking.coverage import ChoiceSpace, Cover
 from tspec.checking.findings import Finding, format_value, grouped
 from tspec.checking.limits import TIME_LIMIT, require_tensor_count
 from tspec.checking.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
@@ -65,7 +64,6 @@ from tspec.ops.catalogue import OPS
 
 DECLARED = ("input", "param", "state")   # roles given, not computed by an equation
 NEAREST_WINDOW = 4096     # how far to look for valid values near a violating one
-MAX_COMBINATIONS = 1 << 17   # choice combinations proved in one check
 
 
 @dataclass
@@ -1865,21 +1863,13 @@ def topological(producers: dict, where: str) -> list:
     return [producers[name] for name in names]
 
 
-def combinations(spec: Spec, fixed: dict | None = None) -> list[dict]:
-    """Every combination of choice values, with ``fixed`` ones held."""
+def combinations(spec: Spec, fixed: dict | None = None) -> ChoiceSpace:
+    """Every combination of choice values, with ``fixed`` ones held (a sequence computed on
+    demand: the checker never lists them)."""
     fixed = fixed or {}
     spec.choice_values(fixed)     # validates names and options
-    options = [(name, (fixed[name],) if name in fixed else choice.options)
-               for name, choice in spec.choices.items()]
-    count = 1
-    for _, values in options:
-        count *= len(values)
-    if count > MAX_COMBINATIONS:
-        raise SpecError(f"{count} combinations of choices are more than the {MAX_COMBINATIONS} "
-                        "checked at once; fix some choices (--set NAME=OPTION)",
-                        file=spec.file)
-    return [dict(zip([n for n, _ in options], combo))
-            for combo in itertools.product(*(o for _, o in options))]
+    return ChoiceSpace({name: (fixed[name],) if name in fixed else choice.options
+                        for name, choice in spec.choices.items()})
 
 
 def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *,
@@ -1915,7 +1905,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     unknown = [n for n in given if n not in spec.dims]
     if unknown:
         raise SpecError(f"unknown dim {unknown[0]!r}", file=spec.file)
-    combos = combinations(spec, choices) if all_choices else [spec.choice_values(choices)]
+    combos = combinations(spec, choices if all_choices else spec.choice_values(choices))
     fixed = dict(choices or {}) if all_choices else combos[0]
     provers = {} if provers is None else provers
     block_cache = {} if block_cache is None else block_cache
@@ -1929,8 +1919,12 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     quiet = bool(values) and partner is not None
     if quiet and partner[DECODING] == STEP:
         partner, quiet = None, False
-    checked = combos if partner is None or quiet else \
-        combos + [combo | partner for combo in combos]
+    # the combinations checked: the partner's after those asked (decoding the most
+    # significant choice, its asked value first)
+    checked = combos if partner is None or quiet else ChoiceSpace(
+        {name: (fixed[DECODING], partner[DECODING]) if name == DECODING else values
+         for name, values in zip(combos.order, combos.values)}, first=DECODING)
+    nothing = checked.nothing
     record_cache: dict = {}
     merged: dict = {}
     seen_in: dict = {}
@@ -1942,7 +1936,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     # itself; each block it calls, once for each way of setting the choices the block
     # consults that are still open (see ``selections``): the work grows with the sum of the
     # ways, not with their product, the number of combinations
-    members = _Members(checked)
+    members = checked
     runs = []
     # the choices asked first (their first way gives the rows), then the partner's
     asked = {} if partner is None else {DECODING: fixed[DECODING]}
@@ -1962,7 +1956,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
             for finding in run.findings if not (quiet and base is not fixed) else ():
                 key = finding.key()
                 merged.setdefault(key, finding)
-                seen_in[key] = seen_in.get(key, 0) | members.matching(way | finding.selection)
+                seen_in[key] = seen_in.get(key, nothing) | members.matching(way | finding.selection)
                 if finding.cause is None:
                     causes.add(key)        # a cause under some choices is a cause
     uses = record_cache.setdefault(("uses",), {})
@@ -1973,7 +1967,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
             continue
         key = finding.key()
         merged.setdefault(key, finding)
-        seen_in[key] = seen_in.get(key, 0) | found
+        seen_in[key] = seen_in.get(key, nothing) | found
         if finding.cause is None:
             causes.add(key)
         for decl in compared:
@@ -2003,10 +1997,10 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
         key = declared.key()
         merged.setdefault(key, declared)
         causes.add(key)
-        seen_in[key] = seen_in.get(key, 0)
+        seen_in[key] = seen_in.get(key, nothing)
         for use in failed:
             if own is None:
-                seen_in[key] |= seen_in.get(use, 0)
+                seen_in[key] |= seen_in.get(use, nothing)
             if use != key and use in causes and merged[use].cause is None:
                 merged[use].cause = key
                 causes.discard(use)
@@ -2034,18 +2028,17 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
             merged[key].hint = _weighed_hint(merged[key], *said.items())
     findings = list(merged.values())
     if len(checked) > 1:
+        options = {name: choice.options for name, choice in spec.choices.items()}
         for key, finding in merged.items():
-            finding.choices = "" if len(combos) == 1 and seen_in[key] & 1 else \
-                members.describe(seen_in[key], spec)
+            finding.choices = "" if len(combos) == 1 and checked[0] in seen_in[key] else \
+                seen_in[key].describe(options)
     for finding in findings:
         finding.selection = {}
     findings.sort(key=lambda f: (f.file or "", f.line or 0, f.kind, f.tensor))
     ordered = _grouped(findings, merged, causes)
     for finding in ordered if verify else ():
         if finding.caused_by is None and finding.redeclare is not None:
-            seen = seen_in[finding.key()]
-            lowest = (seen & -seen).bit_length() - 1
-            combo = checked[max(lowest, 0)]
+            combo = seen_in[finding.key()].first() or checked[0]
             finding.hint = _offered(spec, finding, combo, ordered, provers, block_cache)
             if finding.operands and finding.hint.startswith("fix the equation ("):
                 # the claim's own redeclaration moves the mismatch: a declaration the
@@ -2362,7 +2355,7 @@ def _start_names(spec: Spec) -> frozenset[str]:
     return memo
 
 
-def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tuple]:
+def _decoding_findings(spec: Spec, members: ChoiceSpace, runs: list) -> list[tuple]:
     """What a decoding step needs of the full model that starts it, as code generation and
     `tspec run --decode` need it, each finding with the combinations it holds in (a bit set)
     and the declarations it is a use of (a step's and the full model's inputs, a state; a
@@ -2381,7 +2374,8 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
     from it where its other shape fits. ``runs`` are (way, run) for each way of setting the
     model's own choices."""
     found: list[tuple] = []
-    step = members.matching({DECODING: STEP}) if decodes(spec) else 0
+    nothing = members.nothing
+    step = members.matching({DECODING: STEP}) if decodes(spec) else nothing
     inputs = {id(run): tuple(model_inputs(spec, run.choices)) for _, run in runs}
     decls_by_id = {id(d): d for group in inputs.values() for d in group}
     # the inputs as a key: their ids (a declaration is no dict key)
@@ -2393,7 +2387,7 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
     for way, run in runs:
         for name, decl, shape, selection, other in run.states:
             key = (name, id(decl), shape, other, run.prover_key, ids[id(run)])
-            states[key] = states.get(key, 0) | members.matching(way | selection)
+            states[key] = states.get(key, nothing) | members.matching(way | selection)
             if key not in state_choices:
                 state_choices[key] = spec.choice_values(run.choices | selection)
     decls = {id(entry[1]): entry[1] for _, run in runs for entry in run.states}
@@ -2407,11 +2401,11 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
             # (a choice no body the run checked consults: at its default)
             chosen = spec.choice_values(run.choices | selection)
             if not _written(spec, decl, chosen):
-                entry = unwritten.setdefault((name, id(decl)), [0, chosen, shape])
+                entry = unwritten.setdefault((name, id(decl)), [nothing, chosen, shape])
                 entry[0] |= members.matching(way | selection)
     for (name, decl_id, *_), bits in states.items():
         decl = decls[decl_id]
-        if bits & ~step:
+        if bits - step:
             found.append((Finding(
                 kind="decoding-mismatch",
                 message=f"state {decl.name} is kept where the model runs whole: a full "
@@ -2420,7 +2414,7 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                 file=decl.file, line=decl.line, tensor=name,
                 equation=f"state {decl.name} from {decl.start}",
                 hint=f"declare states in the blocks the decoding step calls, under "
-                     f"`when {DECODING} == {STEP}`"), bits & ~step, ()))
+                     f"`when {DECODING} == {STEP}`"), bits - step, ()))
     if not step:
         return found
     past = spec.symbols().get(PAST)
@@ -2433,9 +2427,9 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
             if selection.get(DECODING) != STEP:
                 place = starts.setdefault(name, {})
                 key = (dtype, shape, other, ids[id(run)])
-                place[key] = place.get(key, 0) | members.matching(way | selection |
+                place[key] = place.get(key, nothing) | members.matching(way | selection |
                                                                   {DECODING: STEP})
-    kept = 0        # the step combinations that keep a state
+    kept = nothing        # the step combinations that keep a state
     misnamed: dict[tuple, Finding] = {}      # (file, line) of a step's call -> its finding
     misbound: dict[tuple, Finding] = {}      # the same, for a call that binds a local dim
     misfits: dict[str, list] = {}            # a place -> its states that misfit their starts
@@ -2451,7 +2445,7 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
         decl = decls[decl_id]
         kept |= bits
         prefix = name[:len(name) - len(decl.name)]
-        covered = 0
+        covered = nothing
         for (dtype, start, start_other, full_inputs), start_bits in \
                 starts.get(prefix + decl.start, {}).items():
             both = bits & start_bits
@@ -2473,7 +2467,7 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                          provers[prover_key], both))
                 # a use of the state's declaration that fits it (no finding) or not
                 found.append((finding, both, (decl,)))
-        if bits & ~covered:
+        if bits - covered:
             where = prefix.rstrip(".") or "its top level"
             state = Finding(
                 kind="decoding-mismatch",
@@ -2484,10 +2478,10 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
                 hint=f"start it from a tensor the full model ({DECODING} = {FULL}) computes "
                      "in the block it calls at the same place")
             call = _misnamed_call(spec, state_choices[key], where, found, misnamed,
-                                  bits & ~covered)
+                                  bits - covered)
             if call is not None:
                 state.cause = call.key()    # the call's instance, not the state, is the slip
-            found.append((state, bits & ~covered, ()))
+            found.append((state, bits - covered, ()))
     # every state of a place misfitting its start along a local dim of the block: the call
     # that binds that dim, not each state, is the slip (one state misfitting alone: its start)
     for prefix, entries in misfits.items():
@@ -2515,7 +2509,7 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
             if both:
                 key = (ids[id(run)], ids[id(full_run)], run.outputs, full_run.outputs,
                        run.prover_key)
-                pairs[key] = pairs.get(key, 0) | both
+                pairs[key] = pairs.get(key, nothing) | both
                 provers[run.prover_key] = run.prover
                 doubted.setdefault(key, full_run.output_causes | run.output_causes)
     for key, bits in pairs.items():
@@ -2536,7 +2530,7 @@ def _decoding_findings(spec: Spec, members: "_Members", runs: list) -> list[tupl
 
 def _misbound_call(spec: Spec, chosen: dict, where: str, decl: TensorDecl, shape: Shape,
                    start: Shape, prover: Prover, found: list, misbound: dict,
-                   bits: int) -> Finding | None:
+                   bits: Cover) -> Finding | None:
     """Where a state misfits its start only along axes that are its block's local dims
     (``K_src "B T_x d_k"``, T_x the source's length), those the call at its place binds from
     the arguments passed (``cached_cross_attention(Y_1, L_self_h)`` binds T_x from the self-
@@ -2574,7 +2568,7 @@ def _misbound_call(spec: Spec, chosen: dict, where: str, decl: TensorDecl, shape
 
 
 def _misnamed_call(spec: Spec, chosen: dict, where: str, found: list, misnamed: dict,
-                   bits: int) -> Finding | None:
+                   bits: Cover) -> Finding | None:
     """Where a state's place (``decoder.layers[i].self_attn``) is a call the decoding step
     names otherwise than the full model at the same place (``as self_attention``): that call
     is the one slip behind every state it keeps. Its finding, made once (and added to
@@ -2602,7 +2596,7 @@ def _misnamed_call(spec: Spec, chosen: dict, where: str, found: list, misnamed: 
              + (f" (as {close[0]})" if close else "")))
 
 
-def _found_once(found: list, memo: dict, place: tuple, bits: int, make) -> Finding:
+def _found_once(found: list, memo: dict, place: tuple, bits: Cover, make) -> Finding:
     """The finding of one place (a call), made once (``make()``) and added to ``found`` with
     the combinations ``bits``; met again under other combinations, its bits widened."""
     if place not in memo:
@@ -2912,67 +2906,6 @@ def _step_inputs(spec: Spec, prover: Prover, step: list[TensorDecl], full: list[
         file=first.file, line=first.line, tensor=first.name,
         hint=f"take the new positions ({NEW}) where the full model takes the sequence's"),
         ())]
-
-
-class _Members:
-    """The combinations that set given choices so, as a bit set (an int, bit i for the i-th
-    combination): a finding holds in every combination that agrees with the choices it was
-    seen under."""
-
-    def __init__(self, combos: list[dict]):
-        self.combos = combos
-        self.everything = (1 << len(combos)) - 1
-        self.bits: dict[tuple[str, str], int] | None = None    # built when first asked
-        self.memo: dict[tuple, int] = {}
-
-    def matching(self, selection: dict) -> int:
-        key = tuple(selection.items())
-        found = self.memo.get(key)
-        if found is None:
-            found = self.memo[key] = self._matching(selection)
-        return found
-
-    def _matching(self, selection: dict) -> int:
-        if self.bits is None:
-            self.bits = {}
-            for name in self.combos[0]:
-                values = np.array([combo[name] for combo in self.combos])
-                for value in dict.fromkeys(values.tolist()):
-                    self.bits[(name, value)] = _bit_set(values == value)
-        found = self.everything
-        for item in selection.items():
-            found &= self.bits.get(item, 0)
-        return found
-
-    def describe(self, found: int, spec: Spec) -> str:
-        """``describe_combinations`` of the combinations in ``found``, from the bit sets (not
-        by listing them: a finding of 24576 combinations is described in microseconds)."""
-        if found == self.everything:
-            return "all choices"
-        self.matching({})          # builds the bit sets
-        parts = []
-        product = 1
-        for name in spec.choices:
-            options = spec.choices[name].options
-            every = [v for v in options if self.bits.get((name, v), 0)]
-            values = [v for v in every if found & self.bits[(name, v)]]
-            product *= len(values)
-            if values != every:
-                parts.append(f"{name}={'|'.join(values)}")
-        described = ", ".join(parts)
-        count = found.bit_count()
-        if product != count:
-            described += f" ({count} of {len(self.combos)} combinations)"
-        return described
-
-    def listed(self, found: int) -> list[dict]:
-        return [combo for i, combo in enumerate(self.combos) if found >> i & 1]
-
-
-def _bit_set(mask: np.ndarray) -> int:
-    """The int with bit i set where mask[i] is (a sum of 1 << i would take time quadratic in
-    the mask's length)."""
-    return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
 
 
 def _block_notes(spec: Spec, combo: dict) -> list[Note]:

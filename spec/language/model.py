@@ -528,6 +528,9 @@ def bodies_consulting(spec: Spec, choices: dict[str, str] | None,
     return {body for body in [None, *spec.blocks] if consults(body)}
 
 
+MAX_WAYS = 1 << 17     # ways of setting the choices one body reads, proved in one check
+
+
 def selections(spec: "Spec", block: str | None, fixed: dict[str, str]) -> list[dict[str, str]]:
     """Every way to set the choices a body consults itself that ``fixed`` leaves open, as far
     as the branches taken consult them: one dict of the newly set choices each, the options
@@ -544,6 +547,15 @@ def selections(spec: "Spec", block: str | None, fixed: dict[str, str]) -> list[d
         ways = [{}]
         for node in nodes:
             ways = [way | more for way in ways for more in node_ways(node, fixed | way)]
+            if len(ways) > MAX_WAYS:
+                where = "the model" if block is None else f"block {block}"
+                read = [name for name in spec.choices if any(name in way for way in ways)]
+                raise SpecError(
+                    f"{where} reads {len(read)} choices ({', '.join(read)}) in more than "
+                    f"{MAX_WAYS:,} ways, each proved on its own; fix some of them "
+                    "(--set NAME=OPTION), or declare the shape of a block call whose block "
+                    "reads them", file=spec.file if block is None else spec.blocks[block].file,
+                    line=None if block is None else spec.blocks[block].line)
         return ways
 
     def node_ways(node, fixed) -> list[dict]:

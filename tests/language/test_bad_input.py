@@ -665,12 +665,20 @@ def test_when_not_equal_resolves_to_the_other_options():
     assert when.options == frozenset({"gelu", "tanh"}) and not when.negate
 
 
-def test_too_many_choice_combinations_is_refused():
-    text = "".join(f"choice c{i} = a | b\n" for i in range(18))
-    with raises(SpecError, "t.tspec: 262144 combinations of choices are more than the 131072 "
-                "checked at once; fix some choices (--set NAME=OPTION)"):
+def test_a_body_read_in_too_many_ways_is_refused_and_unread_choices_cost_nothing():
+    choices = "".join(f"choice c{i} = a | b\n" for i in range(18))
+    whens = "".join(f'when c{i} == a:\n    note "n{i}"\n' for i in range(18))
+    text = HEADER + choices + 'input X "B d"\n' + whens + "output X\n"
+    with raises(SpecError, "t.tspec: the model reads 18 choices (c0, c1, c2, c3, c4, c5, c6, "
+                "c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17) in more than 131,072 "
+                "ways, each proved on its own; fix some of them (--set NAME=OPTION), or "
+                "declare the shape of a block call whose block reads them"):
         check_text(text, all_choices=True)
-    assert check_text(text, {"c0": "a"}, all_choices=True).ok
+    assert len(check_text(text, {"c0": "a"}, all_choices=True).combinations) == 1 << 17
+    # choices no body reads are no ways to prove: 2**40 combinations, one proof
+    unread = HEADER + "".join(f"choice c{i} = a | b\n" for i in range(40)) + \
+        'input X "B d"\noutput X\n'
+    assert len(check_text(unread, all_choices=True).combinations) == 1 << 40
 
 
 @pytest.mark.parametrize("text, expected", [
