@@ -420,6 +420,7 @@ class _Run:
         # tensor a state starts from, as (qualified name, decl or dtype, shape, selection)
         self.states: list = []
         self.starts: list = []
+        self.state_choices: dict = {}   # id(a state's decl) -> the choices its block reads
         self.start_names = _start_names(spec)
         self.outputs: tuple = ()
         self.output_causes: dict = {}   # output -> the finding that made its value doubtful
@@ -921,6 +922,9 @@ class _Run:
                 # never used, so nothing tells its shape; generated code still needs one
                 self.pending.append((scope.qualified(name), decl, None, None, {}))
             if decl.role == "state":
+                # whether the block writes it follows the choices the block reads
+                self.state_choices[id(decl)] = () if scope.block is None else \
+                    _choices_used(self.spec, scope.block.name)
                 self.states.append((scope.qualified(name), decl,
                                     scope.resolve_shape(decl.shape.subs(scope.binding)), {},
                                     None))
@@ -1506,23 +1510,29 @@ class _Run:
         # setting them, its findings marked with the way; the caller goes on from the declared
         # shape, the same under all of them (a call with no declared shape leaves none open)
         outer, want_rows = self.choices, self.want_rows
+        # what each way adds for the decoding pass and the unstated shapes, as it adds it
+        added: list[tuple[list, int, list]] = [(self.pending, 4, []), (self.states, 3, []),
+                                               (self.starts, 3, [])]
+        firsts = [len(kept) for kept, _, _ in added]
         for index, way in enumerate(ways):
             self.choices, self.want_rows = outer | way, want_rows and index == 0
-            start, pending_start, rows_start = len(self.findings), len(self.pending), \
-                len(scope.rows)
-            states_start, starts_start = len(self.states), len(self.starts)
+            start, rows_start = len(self.findings), len(scope.rows)
             self.call_block(scope, call, block, binding, mapped, path, declared, doubts,
                             conflicts)
             self.findings[start:] = [replace(f, selection=way | f.selection)
                                      for f in self.findings[start:]]
-            self.pending[pending_start:] = [entry[:4] + (way | entry[4],)
-                                            for entry in self.pending[pending_start:]]
-            for kept, first in ((self.states, states_start), (self.starts, starts_start)):
-                kept[first:] = [entry[:3] + (way | entry[3],) + entry[4:]
-                                for entry in kept[first:]]
+            for (kept, _, by_way), first in zip(added, firsts):
+                by_way.append(kept[first:])
+                del kept[first:]
             if index:
                 del scope.rows[rows_start:]
         self.choices, self.want_rows = outer, want_rows
+        for kept, at, by_way in added:
+            # a state is told apart by the choices its block reads (which set whether the
+            # block writes it: see ``_unwritten_states``), even where it is kept alike
+            apart = (lambda entry, way: tuple((c, way[c]) for c in self.state_choices.get(
+                id(entry[1]), ()) if c in way)) if kept is self.states else None
+            kept.extend(_marked_with_ways(by_way, ways, at, apart))
 
     def call_block(self, scope: _Scope, call: BlockCall, block: Block, binding: dict,
                    mapped, path: str, declared: TensorDecl | None, doubts: dict,
@@ -1775,6 +1785,39 @@ def _choices_used(spec: Spec, block_name: str) -> tuple[str, ...]:
     walk(spec.blocks[block_name].body)
     memo[block_name] = tuple(sorted(found))
     return memo[block_name]
+
+
+def _marked_with_ways(by_way: list[list[tuple]], ways: list[dict], at: int,
+                      apart=None) -> list[tuple]:
+    """The entries each way of setting a block's open choices added (states, starts, unstated
+    shapes: tuples whose item ``at`` is the choices they hold under), each marked with its way;
+    an entry every way adds alike holds whatever the way, and comes once, unmarked. (So what
+    a block keeps does not multiply with the ways of the blocks it calls, up the calls.)
+    ``apart(entry, way)``, where given, is more that tells an entry's ways apart."""
+    def identity(entry: tuple, way: dict):
+        parts = tuple(p if isinstance(p, (str, Shape, tuple, type(None))) else id(p)
+                      for i, p in enumerate(entry) if i != at)
+        key = parts + (tuple(entry[at].items()),) + \
+            (apart(entry, way) if apart is not None else ())
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+    keyed = [[(identity(entry, way), entry) for entry in entries]
+             for way, entries in zip(ways, by_way)]
+    everywhere = set.intersection(*({key for key, _ in entries} for entries in keyed)) \
+        if keyed else set()
+    everywhere.discard(None)
+    out = []
+    for index, (way, entries) in enumerate(zip(ways, keyed)):
+        for key, entry in entries:
+            if key in everywhere:
+                if index == 0:
+                    out.append(entry)
+            else:
+                out.append(entry[:at] + (way | entry[at],) + entry[at + 1:])
+    return out
 
 
 def _divisibility(relation) -> bool:
@@ -2034,6 +2077,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
                 seen_in[key].describe(options)
     for finding in findings:
         finding.selection = {}
+        finding.combinations = seen_in[finding.key()]
     findings.sort(key=lambda f: (f.file or "", f.line or 0, f.kind, f.tensor))
     ordered = _grouped(findings, merged, causes)
     for finding in ordered if verify else ():
@@ -2498,13 +2542,17 @@ def _decoding_findings(spec: Spec, members: ChoiceSpace, runs: list) -> list[tup
               f.equation.startswith("state ") and f.kind != "decoding-mismatch"}
     found += [entry for entry in _unwritten_states(spec, unwritten, decls, step)
               if entry[0].tensor not in misfit]
-    pairs: dict[tuple, int] = {}        # (step inputs, full inputs, prover) -> combinations
+    pairs: dict[tuple, Cover] = {}      # (step inputs, full inputs, prover) -> combinations
     doubted: dict[tuple, dict] = {}     # the same -> outputs an earlier finding made doubtful
     for way, run in runs:
         step_bits = members.matching(way) & step & kept
         if not step_bits:
             continue
-        for full_bits, _, full_run in full_runs:
+        for full_bits, full_way, full_run in full_runs:
+            # (ways that set a choice otherwise share no combination: no diagram to build)
+            if any(way.get(name, value) != value for name, value in full_way.items()
+                   if name != DECODING):
+                continue
             both = step_bits & full_bits
             if both:
                 key = (ids[id(run)], ids[id(full_run)], run.outputs, full_run.outputs,
@@ -2930,5 +2978,6 @@ def describe_combinations(present: list[dict], everything: list[dict], spec: Spe
         product *= len({c[name] for c in present})
     described = ", ".join(parts)
     if product != len(present):
-        described += f" ({len(present)} of {len(everything)} combinations)"
+        counted = f"{len(present)} of {len(everything)} combinations"
+        described = f"{described} ({counted})" if described else counted
     return described

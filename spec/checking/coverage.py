@@ -106,17 +106,20 @@ class ChoiceSpace(Sequence):
         restricted = []
         for name, value in selection.items():
             level = self.level_of.get(name)
-            if level is None or value not in self.index_of[level]:
+            position = None if level is None else self.index_of[level].get(value)
+            if position is None:
                 return self.nothing
-            restricted.append((level, self.index_of[level][value]))
+            restricted.append((level, position))
+        restricted.sort(reverse=True)
         node = FULL
-        for level, position in sorted(restricted, reverse=True):
-            node = self._node(level, tuple(node if i == position else EMPTY
-                                           for i in range(self.sizes[level])))
+        for level, position in restricted:
+            children = [EMPTY] * self.sizes[level]
+            children[position] = node
+            node = self._node(level, tuple(children))
         return Cover(self, node)
 
     def _node(self, level: int, children: tuple[int, ...]) -> int:
-        if all(child == children[0] for child in children):
+        if children.count(children[0]) == len(children):
             return children[0]         # the choice does not matter here
         key = (level, children)
         found = self.unique.get(key)
@@ -291,7 +294,8 @@ class Cover:
         described = ", ".join(parts)
         count = len(self)
         if product != count:
-            described += f" ({count} of {len(space)} combinations)"
+            counted = f"{count} of {len(space)} combinations"
+            described = f"{described} ({counted})" if described else counted
         return described
 
     def __repr__(self) -> str:

@@ -75,6 +75,9 @@ class Finding:
     # the checker's own record of the choices it saw the finding under, before ``choices``
     # describes the combinations; not part of the finding's text or data
     selection: dict = field(default_factory=dict, repr=False, compare=False)
+    # exactly the combinations of choices checked that show it (a checking.coverage.Cover:
+    # ``in``, ``len``, iteration, ``describe``), where ``choices`` says it in words
+    combinations: object = field(default=None, repr=False, compare=False)
     # the earlier finding this one follows from (its tensor's shape is what this one trips
     # over, or it is the same statement's mistake seen again), or None for a cause; while
     # checking, the checker holds that finding's key in ``cause``

@@ -1,5 +1,7 @@
 """Small specs that more than one test module runs."""
 
+import re
+
 # A decoder of one cached layer: the smallest spec with the choice `decoding` (test_decoding
 # generates and decodes it; test_rules checks that what tspec check proves of its changed
 # copies, code generation and tspec run accept).
@@ -59,3 +61,42 @@ def builtin_line(text: str) -> int:
              if text in line]
     assert len(found) == 1, f"{text!r} is on lines {found} of the built-in spec, not on one"
     return found[0]
+
+
+# Where `with_more_choices` adds its choices: block -> how many `when`s it reads there. The
+# model families to come read theirs in the attention and layer blocks (q/k norms,
+# soft-capping, sandwich norms, parallel blocks): 12 of the 15 sit there.
+MORE_CHOICES = {
+    "scaled_dot_product_attention": 3, "multi_head_attention": 3, "cached_self_attention": 1,
+    "encoder_layer": 2, "decoder_layer": 2, "feed_forward": 2, "normalize": 1,
+    "add_and_layer_norm": 1,
+}
+_EQUATION = re.compile(r'^( +)(\w+)(\[\w+\])? ("[^"]*")( "[^"]*")? = (.+)$')
+
+
+def with_more_choices(text: str, places: dict[str, int] = MORE_CHOICES) -> tuple[str, dict]:
+    """A spec's text with two-valued choices added (``extra_0 = plain | capped``...), each read
+    by a `when` in the blocks ``places`` names: an equation of the block becomes
+    `when extra_i == capped:` the same equation through tanh, `else:` as it was (ops that
+    exist, shapes unchanged). Returns the text and the number added per block."""
+    out, block, added, choices = [], None, {}, []
+    for line in text.splitlines():
+        opened = re.match(r"^block (\w+)\(", line)
+        if opened:
+            block = opened.group(1)
+        elif line and not line.startswith((" ", "#")):
+            block = None
+        equation = _EQUATION.match(line)
+        if block in places and equation and added.get(block, 0) < places[block] and \
+                " as " not in equation.group(6) and " if " not in equation.group(6):
+            indent, name, family, shape, meaning, expr = equation.groups()
+            choice = f"extra_{len(choices)}"
+            choices.append(f'choice {choice} = plain | capped "added by with_more_choices"')
+            added[block] = added.get(block, 0) + 1
+            head = f"{indent}    {name}{family or ''} {shape}{meaning or ''}"
+            out += [f"{indent}when {choice} == capped:", f"{head} = tanh({expr})",
+                    f"{indent}else:", f"{head} = {expr}"]
+            continue
+        out.append(line)
+    first = next(i for i, line in enumerate(out) if line.startswith("choice "))
+    return "\n".join(out[:first] + choices + out[first:]) + "\n", added
