@@ -1916,24 +1916,27 @@ def combinations(spec: Spec, fixed: dict | None = None) -> ChoiceSpace:
 
 
 def check(spec: Spec, choices: dict | None = None, values: dict | None = None, *,
-          all_choices: bool = False, time_limit: float | None = TIME_LIMIT) -> Result:
+          all_choices: bool = False, time_limit: float | None = TIME_LIMIT,
+          proved: Result | None = None) -> Result:
     """Check a spec: under the given choices (defaults for the rest), or under all of them.
 
     ``values`` binds dims to sizes (a variant): shapes and constraints are then evaluated too.
+    ``proved``, the check of the same spec under the same choices without values, where it
+    found nothing, spares the evaluation of every shape (see ``_values_only``).
     Past ``time_limit`` seconds, or for a spec that expands past ``limits.MAX_TENSORS``
     tensors, a LimitError (see spec.limits).
     """
     require_tensor_count(spec)
     with limits.time_limit(time_limit):
         try:
-            return _check(spec, choices, values, all_choices)
+            return _check(spec, choices, values, all_choices, proved=proved)
         except LimitError as error:       # a bound deep in the prover: where it was reached
             raise limits.placed(error) from None
 
 
 def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: bool,
            verify: bool = True, provers: dict | None = None,
-           block_cache: dict | None = None) -> Result:
+           block_cache: dict | None = None, proved: Result | None = None) -> Result:
     """See ``check``; ``verify`` False offers every hint unchecked (the check a hint's fix is
     checked by, see ``_offered``, which shares the ``provers``, the constraints and derived
     dims being the same, and what the blocks it does not change gave)."""
@@ -1952,6 +1955,10 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     fixed = dict(choices or {}) if all_choices else combos[0]
     provers = {} if provers is None else provers
     block_cache = {} if block_cache is None else block_cache
+    if proved is not None and given and not all_choices:
+        done = _values_only(spec, combos, given, proved, provers)
+        if done is not None:
+            return done
     # a model comes with its decoding step (generate emits both, and run refuses a model
     # whose step is not proved), and a step with the full model that starts it (prefill):
     # proving one proves the other, ``partner``, the same choices with decoding flipped. A
@@ -2097,6 +2104,38 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
                 root = root.caused_by
             finding.hint = f"fix the {root.kind} at line {root.line} first: this follows from it"
     return Result(spec, ordered, combos, rows, notes, given, lets)
+
+
+def _values_only(spec: Spec, combos: ChoiceSpace, given: dict, proved: Result,
+                 provers: dict) -> Result | None:
+    """A variant's check at its sizes, where the proof under its choices found nothing: every
+    claim holds for all sizes the constraints allow, so at sizes that meet the constraints
+    (and make each derived dim a positive whole number) nothing is left to find. As a net
+    under the prover, each tensor's shape the proof gives is evaluated at the sizes too: a
+    positive whole number for every size it can evaluate. None (check in full) where the
+    proof is not of this spec and choices or found something, or the sizes fail either."""
+    if proved.spec is not spec or proved.findings or len(proved.combinations) != 1 or \
+            proved.combinations[0] != combos[0]:
+        return None
+    run = _Run(spec, combos[0], given, provers, {}, rows=False)
+    if any(isinstance(s, Reused) for s in select(run.spec.body, run.choices)) or \
+            run.check_constraints() or (run.constraints and not run.constraints_satisfiable()) \
+            or run.findings:
+        return None
+    for let in run.lets:
+        limits.reached(let)
+        if run.prover.norm(let.expr).free_symbols and run.size_failure(
+                let.expr, derived_whole=False) is not None:
+            return None
+    for row in proved.tensors:
+        limits.reached(row)
+        sizes = () if row.shape is None else row.shape.dims + (
+            (row.shape.family,) if row.shape.family is not None else ())
+        for size in sizes:
+            value = run.prover.norm(size)
+            if value.is_number and not (value.is_Integer and value >= 1):
+                return None
+    return Result(spec, [], combos, proved.tensors, proved.notes, given, run.let_map)
 
 
 def _declaration_hint(spec: Spec, finding: Finding, combo: dict, known: list,

@@ -45,8 +45,8 @@ def check_variant(variant: Variant, time_limit: float | None = limits.TIME_LIMIT
     every = variant.is_spec
     with limits.time_limit(time_limit):
         proof = check_spec(spec, variant.choices, all_choices=every)
-        concrete = check_spec(spec, variant.choices, variant.dims, all_choices=every) \
-            if variant.dims else None
+        concrete = check_spec(spec, variant.choices, variant.dims, all_choices=every,
+                              proved=proof) if variant.dims else None
     findings = value_findings(variant) + _merged(proof.findings,
                                                  concrete.findings if concrete else [])
     return Report(variant, proof, concrete, findings)
