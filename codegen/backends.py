@@ -51,6 +51,10 @@ class Backend:
     memory_owner: str      # whose memory that is, as the error says
     # the helper for a product of two stacks of matrices (None: the @ operator)
     batched_matmul: str | None = None
+    # whether the attention helper applies a chain of element-wise ops to the scores (``scores=``:
+    # soft-capping, a bias over rows and keys); where it does not, a core whose scores pass
+    # through one is computed as written, and `tspec generate` says so
+    score_chains: bool = False
     # the address of an array's first element, "{}" standing for the array (extend compares
     # a state's with its buffer's)
     data_address: str = '{}.__array_interface__["data"][0]'
@@ -84,6 +88,7 @@ BACKENDS: dict[str, Backend] = {
     "numpy": Backend("numpy", "numpy", "np", "np.ndarray", "from scipy.special import erf",
                      "NumPy on the CPU", attention="attend_in_blocks",
                      attention_note="the equations below, a block of query rows at a time",
+                     score_chains=True,
                      thread_pool=True,
                      float32_gelu=True, growing_states=True,
                      memory_total=(
@@ -168,7 +173,8 @@ RUNTIME_HELPERS = (
     Helper("keep_masked"),
     # the attention strategies (Backend.attention) and what they are made of
     Helper("query_blocks", needs=("softmax", "workspace"), shared=True),
-    Helper("attend_in_blocks", needs=("keep_masked", "parallel", "query_blocks"), chosen=True),
+    Helper("attend_in_blocks", needs=("keep_masked", "parallel", "query_blocks"),
+           imports=("Callable", "Optional"), chosen=True),
     Helper("kernel_support", imports=("functools",), shared=True),
     Helper("batched_matmul", imports=("ctypes",), chosen=True),
     Helper("masked_softmax", needs=("kernel_support", "softmax"), imports=("math",),
@@ -185,6 +191,7 @@ IMPORTS = {
                                            "threading", "typing", "warnings", "weakref")},
     "ThreadPoolExecutor": "from concurrent.futures import ThreadPoolExecutor",
     "Optional": "from typing import Optional",
+    "Callable": "from collections.abc import Callable",
     "erf": "",                  # Backend.erf_import
     "resource": "",             # a try block: memory_total() does without it
 }

@@ -232,6 +232,18 @@ def _same_folder(a: Path, b: Path) -> bool:
         return False
 
 
+def notes(variant: Variant, backend: str = "numpy") -> list[str]:
+    """What the generated code of a variant computes otherwise than the spec's form asks, in
+    words (``function: why``): an attention core whose scores pass through a chain the
+    backend's strategy cannot apply is computed as written, its whole score matrix at once.
+    `tspec generate` prints them."""
+    lowered = lower(variant.spec, variant.spec.choice_values(variant.choices),
+                    backend_named(backend))
+    return [f"{function.name}: {step.unblocked}" for function in lowered.functions
+            for step in ir.walk(function) if isinstance(step, ir.AttentionCore) and
+            step.unblocked]
+
+
 def write_variant(variant: Variant, backend: str, out: Path, *,
                   force: bool = False) -> list[Path]:
     """Write one model's files into ``out`` (``variant_files``), all or none; a file there

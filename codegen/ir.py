@@ -121,7 +121,7 @@ class Call(Expr):
 
 
 # Python operator precedences, for parentheses (the renderer's printer places them)
-ATOM, POWER, UNARY, PRODUCT, SUM = 100, 90, 80, 70, 60
+ATOM, POWER, UNARY, PRODUCT, SUM, LAMBDA = 100, 90, 80, 70, 60, 0
 OPERATORS = {"+": SUM, "-": SUM, "*": PRODUCT, "/": PRODUCT, "//": PRODUCT, "@": PRODUCT,
              "**": POWER}
 
@@ -161,6 +161,18 @@ class List(Expr):
 
 
 @dataclass(frozen=True)
+class Lambda(Expr):
+    """``lambda S, rows, keys: body``: a function the runtime calls (an attention core's score
+    chain, applied to each block of scores)."""
+    parameters: tuple[str, ...]
+    body: Expr
+
+    def __post_init__(self):
+        for name in self.parameters:
+            require_identifier(name, "a lambda's parameter")
+
+
+@dataclass(frozen=True)
 class Tensor(Expr):
     """A tensor the spec names (an argument, parameter, state or computed value): how code
     reaches it, with its shape and dtype, which the passes read; printed as ``ref``."""
@@ -177,6 +189,8 @@ def precedence(expr: Expr) -> int:
         return OPERATORS[expr.op]
     if isinstance(expr, Neg):
         return UNARY
+    if isinstance(expr, Lambda):
+        return LAMBDA
     return ATOM
 
 
@@ -308,7 +322,8 @@ class CacheUpdate(Step):
 
 @dataclass(frozen=True)
 class AttentionForm:
-    """An attention core's scores as q @ k.T + L, q over the query rows and k over the keys:
+    """An attention core's scores as q @ k.T + L, q over the query rows and k over the keys,
+    or as f(q @ k.T) + L (``scores``, f as a function of a block's product, rows and keys):
     the arguments a strategy computes the three equations from."""
     q: Expr
     k: Expr
@@ -316,6 +331,9 @@ class AttentionForm:
     mask: Expr
     side_by_side: bool         # the output is a family (heads stored side by side)
     shape: Shape               # the output's
+    scores: Lambda | None = None
+    chain: tuple[str, ...] = ()    # the chain's ops (for a note where none applies it)
+    scores_shape: Shape | None = None   # the whole scores' (for that note)
 
 
 @dataclass(frozen=True)
@@ -339,6 +357,7 @@ class AttentionCore(Step):
     steps: tuple[Step, ...]
     form: AttentionForm | None = None
     strategy: AttentionStrategy | None = None
+    unblocked: str = ""        # why no strategy computes it where it has a form (a note)
     identifiers: ClassVar = ("scores", "weights", "output")
 
 

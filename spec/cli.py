@@ -668,6 +668,8 @@ def _generate_one(args) -> int:
                                  generate.command(args.target, chosen, args.out))
     for path in generate.write_variant(variant, chosen, out, force=args.force):
         print(f"wrote {display_path(str(path))}")
+    for note in generate.notes(variant, chosen):
+        print(f"note: {note}")
     return EXIT_OK
 
 

@@ -290,7 +290,8 @@ class _Body:
                 self.add_sources(ref, shape, family_source=True, state=decl.name,
                                  deep=("cache", decl.name))
                 self.cache = self.states = True
-        producers = {s.output: s for s in statements if isinstance(s, (Equation, BlockCall))}
+        producers = self.producers = {s.output: s for s in statements
+                                      if isinstance(s, (Equation, BlockCall))}
         self.updates = {s.value: s.state for s in statements if isinstance(s, Update)}
         core = self.core = attention_core(block, producers, self.decls)
         for record in topological(producers, self.name):
@@ -325,13 +326,22 @@ class _Body:
     def attention_form(self, core: AttentionCore, scores: Equation,
                        output: Equation) -> ir.AttentionForm | None:
         """An attention core's scores as q @ k.T + L, q over the query rows and k over the
-        keys, with V and L: what a strategy (``codegen.passes.attention``) computes them from,
-        a block of query rows or the scores and weights at once. None for any other scores
-        (computed as written: the same numbers, slower)."""
+        keys, or as f(q @ k.T) + L for a chain f of element-wise ops (``core.chain``), with V
+        and L: what a strategy (``codegen.passes.attention``) computes them from, a block of
+        query rows or the scores and weights at once. f is a function of a block's product
+        and its rows and keys (``ir.Lambda``), reading the biases over rows and keys at the
+        block's. None for any other scores (computed as written: the same numbers, slower)."""
         self.record = scores
-        product = scores.expr.args[0]
-        if isinstance(product, OpNode):
-            product = _scale_the_left_factor(product)
+        left = scores.expr.args[0]
+        chain = None
+        if not core.chain and (left is core.product or isinstance(left, OpNode) and
+                               left.op == "scale" and left.args[0] is core.product):
+            product = _scale_the_left_factor(left)      # q @ k.T + L: no chain to apply
+        else:
+            chain = self.score_chain(core, scores)
+            if chain is None:
+                return None
+            product = chain[0]
         if not (isinstance(product, OpNode) and product.op == "matmul" and
                 isinstance(product.args[1], OpNode) and product.args[1].op == "transpose"):
             return None
@@ -347,7 +357,73 @@ class _Body:
         out = self.values[output.output].value.shape
         # no heads to store side by side where the output is no family
         return ir.AttentionForm(q.expr, k.expr, values.expr, mask.expr,
-                                side_by_side=out.family is not None, shape=out)
+                                side_by_side=out.family is not None, shape=out,
+                                scores=None if chain is None else chain[1],
+                                chain=self.chain_ops(core, scores) if chain else (),
+                                scores_shape=self.values[core.mask].value.shape)
+
+    def score_chain(self, core: AttentionCore, scores: Equation):
+        """The product q @ k.T a chain starts from (a scale right around it put on q), and the
+        chain as a function of a block's product, rows and keys: None where it cannot be
+        written so (a chain equation computed on its own, which the function would repeat)."""
+        parameters = ("S", "rows", "keys")
+        extras = {name: self.values[name] for name in core.extras}
+        if any(self.code(name) in parameters for name in core.extras):
+            parameters = ("S_block", "rows_block", "keys_block")
+        product = core.product
+        found: list = []
+
+        def rebuilt(term):
+            if isinstance(term, OpNode) and term.op == "scale" and term.args[0] is product:
+                found.append(_scale_the_left_factor(term))
+                return TensorRef(parameters[0])
+            if term is product:
+                found.append(product)
+                return TensorRef(parameters[0])
+            if isinstance(term, TensorRef) and term.name in core.chain:
+                return rebuilt(self.producers[term.name].expr)
+            if isinstance(term, OpNode):
+                return dataclasses.replace(term, args=tuple(rebuilt(a) for a in term.args))
+            return term
+
+        body = rebuilt(scores.expr.args[0])
+        if len(found) != 1:
+            return None
+        saved = {name: self.values.get(name) for name in (parameters[0], *extras)}
+        block = Shape(_product_shape(self, found[0]))
+        self.values[parameters[0]] = Operand(ir.Tensor(ir.Name(parameters[0]), block, "float"),
+                                             Value(block, "float", tensor=parameters[0]))
+        for name, operand in extras.items():
+            shape = operand.value.shape
+            if set(shape.dims) & {core.rows, core.keys}:
+                sliced = ir.Subscript(ir.unwrap(operand.expr), (
+                    ir.Literal(Ellipsis), ir.Name(parameters[1]), ir.Name(parameters[2])))
+                self.values[name] = Operand(ir.Tensor(sliced, shape, operand.value.dtype),
+                                            operand.value)
+        try:
+            code = self.operand(body).expr
+        finally:
+            for name, operand in saved.items():
+                if operand is None:
+                    self.values.pop(name, None)
+                else:
+                    self.values[name] = operand
+        return found[0], ir.Lambda(parameters, code)
+
+    def chain_ops(self, core: AttentionCore, scores: Equation) -> tuple[str, ...]:
+        """The chain's ops, outermost first, each once: ``("scale", "tanh")``."""
+        ops: list[str] = []
+
+        def walk(term):
+            if isinstance(term, TensorRef) and term.name in core.chain:
+                walk(self.producers[term.name].expr)
+            elif isinstance(term, OpNode) and term is not core.product:
+                if term.op not in ops:
+                    ops.append(term.op)
+                for a in term.args:
+                    walk(a)
+        walk(scores.expr.args[0])
+        return tuple(ops)
 
     def require_shape(self, decl: TensorDecl) -> Shape:
         if decl.shape is None:
@@ -742,6 +818,11 @@ def _deep_expr(root: str, path: tuple, axis: int) -> ir.Expr:
     for key in path:
         array = ir.item(array, key)
     return _axis_size(array, axis)
+
+
+def _product_shape(body, product: OpNode) -> tuple:
+    """The dims of a product's value (the block's scores before the chain)."""
+    return body.operand(product).value.shape.dims
 
 
 def _along(shape: Shape, axis: sympy.Symbol, axes: set) -> bool:

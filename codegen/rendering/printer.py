@@ -136,6 +136,9 @@ class Printer:
     def _Attribute(self, expr: ir.Attribute) -> str:
         return f"{self.wrap(expr.value, ir.ATOM)}.{expr.name}"
 
+    def _Lambda(self, expr: ir.Lambda) -> str:
+        return f"lambda {', '.join(expr.parameters)}: {self(expr.body)}"
+
     def _List(self, expr: ir.List) -> str:
         return f"[{', '.join(self(i) for i in expr.items)}]"
 

@@ -97,7 +97,9 @@ class StepRenderer:
 
     def _AttentionCore(self, step: ir.AttentionCore, width: int) -> dict:
         strategy = step.strategy
-        view = {"strategy": None, "steps": self.lines(step.steps, width)}
+        view = {"strategy": None, "steps": self.lines(step.steps, width),
+                "unblocked": layout.prose(step.unblocked, width, "# ", "# ") if step.unblocked
+                else []}
         if strategy is not None:
             call = strategy.call
             view["strategy"] = {

@@ -25,6 +25,7 @@ import threading
 import typing
 import warnings
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
@@ -37,7 +38,7 @@ try:
 except ImportError:
     resource = None
 
-VERSION = "5dfcf443cd426cce"  # of this runtime: the sha256 of its text without this line
+VERSION = "f6cb5b018d998d9d"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -921,16 +922,21 @@ def attend_in_blocks(
     v: Float[np.ndarray, "*#batch T_kv d_v"],
     L: Float[np.ndarray, "*#batch T_q T_kv"],
     side_by_side: bool = True,
+    scores: Optional[Callable[[np.ndarray, slice, slice], np.ndarray]] = None,  # noqa: UP045
 ) -> Float[np.ndarray, "*#batch T_q d_v"]:
-    """Attention, softmax(q @ k.T + L) @ v, a block of query rows at a time: the blocks of
-    query_blocks(L, QUERY_BLOCK), each over the keys L leaves visible to its rows, shared out
-    among the workers. A block's scores are one array, L added into it (add_into) and kept -inf
-    where L masks in float16 (keep_masked); its weights are never stored (softmax_matmul).
+    """Attention, softmax(q @ k.T + L) @ v, or softmax(scores(q @ k.T) + L) @ v, a block of
+    query rows at a time: the blocks of query_blocks(L, QUERY_BLOCK), each over the keys L
+    leaves visible to its rows, shared out among the workers. A block's scores are one array,
+    ``scores(S, rows, keys)`` applied to it (an element-wise chain: soft-capping, a bias over
+    the rows and keys, read at the block's), L added into it (add_into) and kept -inf where L
+    masks in float16 (keep_masked); its weights are never stored (softmax_matmul).
     ``side_by_side``: the first axis is a family of heads, stored side by side for
     concat_heads (join_query_blocks); else the blocks are joined as they are."""
 
     def block(rows: slice, keys: slice) -> np.ndarray:
         S = q[..., rows, :] @ k[..., keys, :].swapaxes(-1, -2)  # *batch rows keys
+        if scores is not None:
+            S = scores(S, rows, keys)  # *batch rows keys
         S = add_into(S, L[..., rows, keys])  # *batch rows keys
         keep_masked(S, L[..., rows, keys])
         return softmax_matmul(S, v[..., keys, :])  # *batch rows d_v

@@ -51,7 +51,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("5dfcf443cd426cce", __name__)  # the runtime this was generated with
+rt.require_version("f6cb5b018d998d9d", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):

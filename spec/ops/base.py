@@ -312,6 +312,11 @@ class Op:
     # the run-time settings (catalogue.SETTINGS) its code reads (``ctx.runtime``): what a
     # variant's [settings] can change in a model that applies it
     settings: tuple[str, ...] = ()
+    # each element of its result reads only its operands' elements at the same place (after
+    # broadcasting): on a slice of rows and keys it gives that slice of the result, so an
+    # attention core's scores may pass through it and still be computed a block of query
+    # rows at a time (spec.analysis.attention)
+    elementwise: bool = False
 
     def arity(self) -> str:
         """How many positional arguments the op takes, in words ("1 or 2 arguments")."""

@@ -59,6 +59,7 @@ class Elementwise(Op):
     """A function applied to every element: shape kept, dtype float."""
     latex_name: str = ""
     params: tuple[str, ...] = ("tensor",)
+    elementwise: bool = True
 
     def infer(self, ctx, args, attrs):
         (x,) = args
@@ -82,6 +83,7 @@ class Binary(Op):
     symbol: str = "+"
     latex_symbol: str = "+"
     params: tuple[str, ...] = ("value", "value")
+    elementwise: bool = True
 
     def infer(self, ctx, args, attrs):
         a, b = args
@@ -115,6 +117,8 @@ class Binary(Op):
 
 @dataclass(frozen=True)
 class Maximum(Op):
+    elementwise: bool = True
+
     def infer(self, ctx, args, attrs):
         a, b = args
         if a.is_scalar and b.is_scalar:
@@ -139,6 +143,8 @@ class Maximum(Op):
 
 @dataclass(frozen=True)
 class Negate(Op):
+    elementwise: bool = True
+
     def infer(self, ctx, args, attrs):
         (x,) = args
         if x.dtype == "bool":
@@ -155,6 +161,8 @@ class Negate(Op):
 
 @dataclass(frozen=True)
 class Power(Op):
+    elementwise: bool = True
+
     def infer(self, ctx, args, attrs):
         x, exponent = args
         if x.is_scalar or not exponent.is_scalar:
@@ -243,6 +251,7 @@ class Scale(Op):
     """X * c or X / c for a scalar expression c over dims (1/sqrt(d_k))."""
 
     params: tuple[str, ...] = ("tensor", "value")
+    elementwise: bool = True
 
     def infer(self, ctx, args, attrs):
         tensor, factor = args

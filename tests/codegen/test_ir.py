@@ -333,7 +333,7 @@ PROSE = {("Function", "summary"), ("Function", "source"), ("Function", "where"),
          ("Function", "notes"),
          ("EquationDoc", "plain"), ("EquationDoc", "latex"), ("EquationDoc", "where"),
          ("Parameter", "meaning"), ("Field", "meaning"), ("ParamsClass", "doc"),
-         ("Comment", "before"), ("Comment", "after"), ("AttentionStrategy", "note"), ("Fused", "note"),
+         ("Comment", "before"), ("Comment", "after"), ("AttentionStrategy", "note"), ("AttentionCore", "unblocked"), ("Fused", "note"),
          ("ArrayType", "axes"), ("Constant", "comment"), ("EntryRules", "requires"), ("Literal", "value"),
          ("Number", "spelling")}
 
