@@ -2128,7 +2128,7 @@ def _values_only(spec: Spec, combos: ChoiceSpace, given: dict, proved: Result,
                 let.expr, derived_whole=False) is not None:
             return None
     for row in proved.tensors:
-        limits.reached(row)
+        limits.tick()
         sizes = () if row.shape is None else row.shape.dims + (
             (row.shape.family,) if row.shape.family is not None else ())
         for size in sizes:

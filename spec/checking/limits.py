@@ -167,9 +167,11 @@ def _described(statement) -> tuple[str | None, int | None, str]:
         what = f"let {statement.dim} = {statement.text}"
     elif isinstance(statement, TensorDecl):
         what = f"{statement.role} {statement.name}"
-    else:
+    elif hasattr(statement, "output") and hasattr(statement, "text"):
         what = f"{statement.output} = {statement.text}"
-    return statement.file, statement.line, what[:80]
+    else:          # anything else the checker may be at (a tensor's row): its name
+        what = str(getattr(statement, "name", "") or type(statement).__name__)
+    return getattr(statement, "file", None), getattr(statement, "line", None), what[:80]
 
 
 def tensor_count(spec: Spec) -> int:

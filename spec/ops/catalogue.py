@@ -44,6 +44,8 @@ SETTINGS: dict[str, Setting] = {
                                 "rope_context / rope_high are kept, those between blended"),
     "rope_context": Setting("8192.0", "rotary scaling's original_max_position_embeddings: the "
                                       "context length trained at before scaling"),
+    "score_cap": Setting("50.0", "soft-capping's bound c: softcap(x) = c * tanh(x / c) lies "
+                                 "in (-c, c) (Gemma 2's attn_logit_softcapping)"),
 }
 # the settings a rotary helper takes after theta, in its order
 ROPE_SCALING = ("rope_factor", "rope_low", "rope_high", "rope_context")
@@ -75,6 +77,20 @@ class Elementwise(Op):
             # log of a 0/1 mask: 0 where kept, -inf where masked, in the float dtype
             return ctx.call(ctx.helper("log_mask"), x.expr, ctx.dtype())
         return ctx.call(self.called(ctx), x.expr)
+
+
+@dataclass(frozen=True)
+class SoftCap(Elementwise):
+    """c * tanh(x / c), c the setting score_cap: x where it is small, bounded by c."""
+
+    def latex(self, args, attrs):
+        return f"c \\tanh\\left({args[0]} / c\\right)"
+
+    def code(self, ctx, args, attrs):
+        (x,) = args
+        cap = ctx.runtime("score_cap")
+        return ctx.operator("*", ctx.call(ctx.array_function("tanh", self.name),
+                                          ctx.operator("/", x.expr, cap)), cap)
 
 
 @dataclass(frozen=True)
@@ -785,6 +801,9 @@ OPS: dict[str, Op] = _ops(
                 activation=True),
     Elementwise("tanh", "hyperbolic tangent", latex_name="\\tanh", per_element=1,
                 spelling="tanh", array_function="tanh"),
+    # the division, tanh and the product
+    SoftCap("softcap", "c * tanh(x / c), bounded by the setting score_cap (soft-capping)",
+            per_element=3, spelling="softcap", settings=("score_cap",)),
     # x / (1 + exp(-x)): the negation, exp, the add and the division
     Elementwise("silu", "x * sigmoid(x), the SwiGLU gate's function", latex_name="\\mathrm{SiLU}",
                 per_element=4, spelling="silu", helper="silu", imports=("Optional",),

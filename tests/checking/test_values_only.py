@@ -45,3 +45,19 @@ def test_broken_sizes_are_found_either_way():
     variant = tspec.api.load("base")
     found = both_ways(variant, variant.dims | {"H": 7})
     assert [f.kind for f in found.findings] == ["constraint-violated"]
+
+
+def test_a_time_limit_at_any_place_the_checker_reaches_is_said_in_one_line(monkeypatch):
+    # the sizes' evaluation once marked a tensor's row as the place reached, and the error
+    # for it failed (a row has no equation): an internal error instead of the time limit's
+    from tspec.checking import limits
+    from tspec.checking.check import TensorRow
+    from tspec.errors import LimitError
+    row = TensorRow("encoder.layers[i].A", "output", None, "float", "", True, "", "x.tspec", 7)
+    real = limits.time.monotonic
+    with limits.time_limit(60):
+        monkeypatch.setattr(limits.time, "monotonic", lambda: real() + 3600)
+        with pytest.raises(LimitError) as raised:
+            limits.reached(row)
+    assert (raised.value.file, raised.value.line) == ("x.tspec", 7)
+    assert "encoder.layers[i].A" in str(raised.value)

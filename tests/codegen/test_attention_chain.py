@@ -36,6 +36,8 @@ def with_scores(*lines: str):
 
 CAPPED = (('S_h[H] "B T_q T_kv" "capped scores, plus the mask" = '
           '30 * tanh(Q_h @ K_h.T / sqrt(d_k) / 30) + L_h'),)
+SOFTCAP = (('S_h[H] "B T_q T_kv" "capped scores, plus the mask" = '
+           'softcap(Q_h @ K_h.T / sqrt(d_k)) + L_h'),)
 STEPS = ('S_r[H] "B T_q T_kv" "raw scores" = Q_h @ K_h.T / sqrt(d_k)',
          'S_c[H] "B T_q T_kv" "capped" = 30 * tanh(S_r / 30)',
          'S_h[H] "B T_q T_kv" "capped scores, plus the mask" = S_c + L_h')
@@ -114,6 +116,9 @@ def test_numpy_computes_a_chained_core_a_block_of_rows_at_a_time():
         "            Q_h / math.sqrt(d_k), K_h, V_h, L_h, " \
         "scores=lambda S, rows, keys: np.tanh(S / 30) * 30\n" \
         "        )  # [H] B T_q d_v\n" in capped
+    _, softcap = generated_function(with_scores(*SOFTCAP))
+    assert "scores=lambda S, rows, keys: np.tanh(S / score_cap) * score_cap,\n" in softcap
+    assert "    *, score_cap: float = 50.0, trace: dict | None = None,\n" in softcap
     _, steps = generated_function(with_scores(*STEPS))
     assert "scores=lambda S, rows, keys: np.tanh(S / 30) * 30" in steps
     assert "    S_r = Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2)  # [H] B T_q T_kv\n" in steps
@@ -137,10 +142,10 @@ def reference(q, k, v, L, chain):
     return (A / A.sum(axis=-1, keepdims=True)) @ v
 
 
-@pytest.mark.parametrize("which", ["capped", "steps", "biased"])
+@pytest.mark.parametrize("which", ["capped", "steps", "biased", "softcap"])
 def test_the_blocked_chain_gives_the_scores_numbers(which):
-    spec = biased() if which == "biased" else with_scores(*{"capped": CAPPED,
-                                                             "steps": STEPS}[which])
+    spec = biased() if which == "biased" else with_scores(*{
+        "capped": CAPPED, "steps": STEPS, "softcap": SOFTCAP}[which])
     code, _ = generated_function(spec, choices={} if which == "biased" else None)
     module = load_source(code)
     rng = np.random.default_rng(0)
@@ -149,8 +154,10 @@ def test_the_blocked_chain_gives_the_scores_numbers(which):
     causal = np.where(np.tril(np.ones((T, T), bool)), 0.0, -np.inf)
     L = np.broadcast_to(causal, (H, B, T, T))
     bias = rng.standard_normal((H, B, T, T))
-    extra = {"P_h": bias} if which == "biased" else {}
-    chain = (lambda S: S + bias) if which == "biased" else (lambda S: 30 * np.tanh(S / 30))
+    extra = {"P_h": bias} if which == "biased" else {"score_cap": 2.5} \
+        if which == "softcap" else {}
+    cap = 2.5 if which == "softcap" else 30
+    chain = (lambda S: S + bias) if which == "biased" else (lambda S: cap * np.tanh(S / cap))
     expected = reference(q, k, v, L, chain)
     blocked = module.scaled_dot_product_attention(q, k, v, L, **extra)
     written = module.scaled_dot_product_attention(q, k, v, L, **extra, trace={})
