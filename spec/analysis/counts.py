@@ -155,6 +155,7 @@ class _Costing:
         self.spec = under(spec, choices)     # the blocks and tensors renamed under the choices
         self.choices = choices
         self.done: dict[str, BodyCost] = {}
+        self.inferred: dict[tuple, tuple[Value, Flops]] = {}    # see ``term``
 
     def run(self) -> dict[str, BodyCost]:
         model = self.body(self.spec.name, None)
@@ -220,10 +221,21 @@ class _Costing:
         assert isinstance(term, OpNode)
         args = [self.term(where, a, values, flops) for a in term.args]
         op = OPS[term.op]
-        out = op.infer(Unchecked(where), args, term.attr)
-        count = sympy.sympify(op.flops(args, out, term.attr))
-        flops.append(Flops(count, ZERO) if op.kind == "matmul" else Flops(ZERO, count))
-        return out
+        # an op's shape and FLOPs follow from its operands' shapes, dtypes and scalars and its
+        # attributes alone: worked out once for each (a chain of like equations, once)
+        key = (term.op, tuple((a.shape, a.dtype, a.scalar) for a in args), term.attrs)
+        try:
+            known = self.inferred.get(key)
+        except TypeError:          # an attribute no dict can key: worked out each time
+            known, key = None, None
+        if known is None:
+            out = op.infer(Unchecked(where), args, term.attr)
+            count = sympy.sympify(op.flops(args, out, term.attr))
+            known = (out, Flops(count, ZERO) if op.kind == "matmul" else Flops(ZERO, count))
+            if key is not None:
+                self.inferred[key] = known
+        flops.append(known[1])
+        return known[0]
 
     def call(self, record: BlockCall, decls, values) -> Step:
         block = self.spec.blocks[record.block]

@@ -2127,14 +2127,17 @@ def _values_only(spec: Spec, combos: ChoiceSpace, given: dict, proved: Result,
         if run.prover.norm(let.expr).free_symbols and run.size_failure(
                 let.expr, derived_whole=False) is not None:
             return None
+    sizes = set()
     for row in proved.tensors:
+        if row.shape is not None:
+            sizes.update(row.shape.dims)
+            if row.shape.family is not None:
+                sizes.add(row.shape.family)
+    for size in sizes:               # each size once (the tensors of a model share most)
         limits.tick()
-        sizes = () if row.shape is None else row.shape.dims + (
-            (row.shape.family,) if row.shape.family is not None else ())
-        for size in sizes:
-            value = run.prover.norm(size)
-            if value.is_number and not (value.is_Integer and value >= 1):
-                return None
+        value = run.prover.norm(size)
+        if value.is_number and not (value.is_Integer and value >= 1):
+            return None
     return Result(spec, [], combos, proved.tensors, proved.notes, given, run.let_map)
 
 
