@@ -676,11 +676,17 @@ def _docs(args) -> int:
     variants = [api.load(t, args.settings) for t in args.targets] if args.targets else \
         [v.with_settings(args.settings) for v in docs.shipped_variants()]
     out = args.out or docs.default_dir(variants)
+    # the shipped documentation, as `tspec docs` alone writes it: with the manual's op reference
+    shipped = not args.targets and not args.settings and args.out is None
+    manual = docs.manual_dir() if shipped else None
     if args.check:
-        return _verdict_on_stale(docs.stale(out, variants, args.format),
-                                 f"documentation in {display_path(str(out))}",
-                                 f"{display_path(str(out))} is current", "tspec docs")
-    paths, unwritten = docs.write(out, variants, args.format, force=args.force)
+        what = display_path(str(out)) + ("" if manual is None else
+                                         f" and {display_path(str(manual / docs.OPS_PAGE))}")
+        return _verdict_on_stale(docs.stale(out, variants, args.format, manual=manual),
+                                 f"documentation in {what}",
+                                 f"{what} {'is' if manual is None else 'are'} current",
+                                 "tspec docs")
+    paths, unwritten = docs.write(out, variants, args.format, force=args.force, manual=manual)
     for path in paths:
         print(f"wrote {display_path(str(path))}")
     if unwritten:
