@@ -188,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
                                             "shapes, parameters, FLOPs, memory, diagrams")
     docs.add_argument("targets", nargs="*", metavar="SPEC_OR_VARIANT",
                       help="built-in names or .tspec/.toml paths; default: every shipped "
-                           "variant")
+                           "variant, and the manual's op reference (docs/manual/ops.md)")
     _settings(docs)
     docs.add_argument("--out", metavar="DIR", type=Path,
                       help="where the pages go (default: docs/variants in the checkout for "
@@ -197,7 +197,8 @@ def _parser() -> argparse.ArgumentParser:
     docs.add_argument("--format", choices=("md", "html", "all"), default="all",
                       help="Markdown, HTML or both (default)")
     docs.add_argument("--check", action="store_true",
-                      help="exit 1 with a diff when the pages on disk are stale")
+                      help="exit 1 with a diff when the pages on disk (and the op "
+                           "reference, where it is written) are stale")
     _force(docs)
     _time_limit(docs, "stop making pages that takes longer")
 

@@ -16,7 +16,7 @@ from tspec import api
 
 def manual_example() -> str:
     text = (api.checkout() / "docs" / "manual" / "importing.md").read_text(encoding="utf-8")
-    start = text.index("From a config to logits")
+    start = text.index("## From a config to logits")
     (block,) = re.findall(r"```python\n(.*?)```", text[start:], re.DOTALL)[:1]
     return block
 
