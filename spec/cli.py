@@ -188,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
                                             "shapes, parameters, FLOPs, memory, diagrams")
     docs.add_argument("targets", nargs="*", metavar="SPEC_OR_VARIANT",
                       help="built-in names or .tspec/.toml paths; default: every shipped "
-                           "variant")
+                           "variant, and the manual's op reference (docs/manual/ops.md)")
     _settings(docs)
     docs.add_argument("--out", metavar="DIR", type=Path,
                       help="where the pages go (default: docs/variants in the checkout for "
@@ -197,7 +197,8 @@ def _parser() -> argparse.ArgumentParser:
     docs.add_argument("--format", choices=("md", "html", "all"), default="all",
                       help="Markdown, HTML or both (default)")
     docs.add_argument("--check", action="store_true",
-                      help="exit 1 with a diff when the pages on disk are stale")
+                      help="exit 1 with a diff when the pages on disk (and the op "
+                           "reference, where it is written) are stale")
     _force(docs)
     _time_limit(docs, "stop making pages that takes longer")
 
@@ -678,11 +679,17 @@ def _docs(args) -> int:
     variants = [api.load(t, args.settings) for t in args.targets] if args.targets else \
         [v.with_settings(args.settings) for v in docs.shipped_variants()]
     out = args.out or docs.default_dir(variants)
+    # the shipped documentation, as `tspec docs` alone writes it: with the manual's op reference
+    shipped = not args.targets and not args.settings and args.out is None
+    manual = docs.manual_dir() if shipped else None
     if args.check:
-        return _verdict_on_stale(docs.stale(out, variants, args.format),
-                                 f"documentation in {display_path(str(out))}",
-                                 f"{display_path(str(out))} is current", "tspec docs")
-    paths, unwritten = docs.write(out, variants, args.format, force=args.force)
+        what = display_path(str(out)) + ("" if manual is None else
+                                         f" and {display_path(str(manual / docs.OPS_PAGE))}")
+        return _verdict_on_stale(docs.stale(out, variants, args.format, manual=manual),
+                                 f"documentation in {what}",
+                                 f"{what} {'is' if manual is None else 'are'} current",
+                                 "tspec docs")
+    paths, unwritten = docs.write(out, variants, args.format, force=args.force, manual=manual)
     for path in paths:
         print(f"wrote {display_path(str(path))}")
     if unwritten:

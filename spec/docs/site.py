@@ -41,7 +41,7 @@ from tspec.checking.report import require_none, require_proved, sizes_text
 from tspec.codegen.lowering.body import model_summary
 from tspec.codegen.lowering.lower import step_choices
 from tspec.codegen.rendering.render import environment
-from tspec.docs import diagram, markup
+from tspec.docs import diagram, markup, reference
 from tspec.docs.comparisons import (
     comparisons,
     grid_example,
@@ -792,19 +792,35 @@ MAX_INDEX = 16 << 20    # bytes of an index read to learn what it lists
 
 
 def write(out: Path, variants: list[Variant], format: str = "all", *,
-          force: bool = False) -> tuple[list[Path], str]:
+          force: bool = False, manual: Path | None = None) -> tuple[list[Path], str]:
     """Write every page, and the index where ``plan`` says, or none (``spec.files.
     write_outputs``: each all old or all new, and a file there that tspec did not write
-    refused unless ``force``); the paths written, and the line saying why the index was not."""
+    refused unless ``force``); with ``manual``, the manual's folder, the op reference there
+    too, in the same run; the paths written, and the line saying why the index was not."""
     index, why = plan(out, variants, format)
     pages = files(variants, format, index=index)   # every page made before any is written
-    write_outputs(pages, root=out, force=force)
-    return [out / name for name in pages], why
+    written = {inside(out, name): text for name, text in pages.items()}
+    if manual is not None:
+        written |= {inside(manual, name): text for name, text in reference.files().items()}
+    write_outputs(written, force=force)
+    return list(written), why
 
 
-def stale(out: Path, variants: list[Variant], format: str = "all") -> str:
+def stale(out: Path, variants: list[Variant], format: str = "all", *,
+          manual: Path | None = None) -> str:
     """A unified diff of every page that differs from what generation gives (the index where a
-    write would write it); '' when none."""
+    write would write it; with ``manual``, the op reference in that folder); '' when none."""
     index, _ = plan(out, variants, format)
-    return "".join(stale_diff(inside(out, name), text)
-                   for name, text in files(variants, format, index=index).items())
+    expected = {inside(out, name): text
+                for name, text in files(variants, format, index=index).items()}
+    if manual is not None:
+        expected |= {inside(manual, name): text for name, text in reference.files().items()}
+    return "".join(stale_diff(path, text) for path, text in expected.items())
+
+
+OPS_PAGE = reference.PAGE     # the op reference, in the manual's folder
+
+
+def manual_dir() -> Path:
+    """The manual's folder in the checkout, docs/manual, where the op reference goes."""
+    return api.in_checkout(Path("docs") / "manual", "the manual", "--out DIR")

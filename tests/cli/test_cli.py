@@ -349,16 +349,17 @@ def test_write_atomic_leaves_the_old_file_whole_when_writing_fails(tmp_path, mon
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.md"]   # no temporary left
 
 
-def _readme_check_examples() -> list[tuple[list[str], list[str]]]:
-    """The `tspec check` examples of README.md's "What `tspec check` tells you": each
-    command's arguments and the lines it shows."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## What `tspec check` tells you", 1)[1].split("\n## ", 1)[0]
+def _manual_check_examples() -> list[tuple[list[str], list[str]]]:
+    """The `tspec check` examples of the manual's "What `tspec check` tells you"
+    (docs/manual/checking.md): each command's arguments and the lines it shows."""
+    page = (ROOT / "docs" / "manual" / "checking.md").read_text()
+    section = page.split("## What `tspec check` tells you", 1)[1].split("\n## ", 1)[0]
     examples = []
-    for block in section.split("```\n")[1::2]:
-        command, *shown = block.rstrip("\n").split("\n")
-        assert command.startswith("$ tspec check ")
-        examples.append((command.removeprefix("$ tspec ").split(), shown))
+    for block in re.findall(r"```console\n(.*?)```", section, re.DOTALL):
+        for command in re.split(r"\n(?=\$ )", block.rstrip("\n")):
+            command, *shown = command.split("\n")
+            if command.startswith("$ tspec check "):  # not the one that makes mine.tspec
+                examples.append((command.removeprefix("$ tspec ").split(), shown))
     return examples
 
 
@@ -369,24 +370,24 @@ def _unnumbered(line: str) -> str:
     return re.sub(r"\b(lines?) \d+(?:(?:, | and )\d+)*", r"\1 N", line)
 
 
-def test_the_readmes_check_examples_are_what_check_prints(capsys, tmp_path, monkeypatch):
-    examples = _readme_check_examples()
+def test_the_manuals_check_examples_are_what_check_prints(capsys, tmp_path, monkeypatch):
+    examples = _manual_check_examples()
     assert len(examples) == 4
+    monkeypatch.chdir(ROOT)
     for argv, shown in examples:
-        if "mine.tspec" in argv:
-            # the built-in spec with the feed-forward weight W_1 declared d_ff d_ff
+        if "~/mine.tspec" in argv:
+            # the built-in spec with the feed-forward weight W_1 declared d_ff d_ff, in the
+            # home folder (shown as ~)
             lines = api.BUILTIN_SPEC.read_text().split("\n")
             at = builtin_line('param W_1 "d_model d_ff"') - 1
             lines[at] = lines[at].replace('"d_model d_ff"', '"d_ff d_ff"')
             (tmp_path / "mine.tspec").write_text("\n".join(lines))
-            monkeypatch.chdir(tmp_path)
-        else:
-            monkeypatch.chdir(ROOT)
+            argv = [str(tmp_path / "mine.tspec") if a == "~/mine.tspec" else a for a in argv]
         code, out, err = run(capsys, *argv)
         assert code == 1 and err == ""
-        # the spec's line numbers aside (README shows them as they were when it was written,
-        # and lines added to the spec move them)
-        printed = [_unnumbered(line) for line in out.splitlines()]
+        # the spec's line numbers aside (the manual shows them as they were when it was
+        # written, and lines added to the spec move them)
+        printed = [_unnumbered(line.replace(str(tmp_path), "~")) for line in out.splitlines()]
         # every line shown is printed, in order; "..." stands for lines or a line's end left
         # out
         at = 0
@@ -400,10 +401,11 @@ def test_the_readmes_check_examples_are_what_check_prints(capsys, tmp_path, monk
             at = found[0] + 1
 
 
-def test_the_readmes_commands_table_shows_every_option_of_every_command():
-    # it left out tspec run's --backend (a new user's trial from the README found it)
-    readme = (ROOT / "README.md").read_text()
-    rows = [line for line in readme.splitlines() if line.startswith("| `tspec ")]
+def test_the_manuals_commands_table_shows_every_option_of_every_command():
+    # it left out tspec run's --backend (a new user's trial from the README found it); the
+    # table is the manual's now (docs/manual/commands.md)
+    page = (ROOT / "docs" / "manual" / "commands.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| `tspec ")]
     commands = next(a for a in cli._parser()._actions if a.dest == "command").choices
     for name, sub in commands.items():
         options = {o for a in sub._actions for o in a.option_strings
