@@ -76,9 +76,15 @@ class time_limit:
         self.timer = False        # whether it set a timer (and a SIGALRM handler)
         self.previous = None      # the SIGALRM handler it replaced
         self.bound = None
+        self.saved = None         # inside another: its bound, place and file on entry
 
     def __enter__(self):
-        if getattr(_bound, "current", None) is not None:
+        current = getattr(_bound, "current", None)
+        if current is not None:
+            # inside another: the work inside (a check a command's phase runs) leaves the
+            # place as it found it, so that a limit past it names that phase again
+            if isinstance(current, _Bound):
+                self.saved = (current, current.at, current.file)
             return self
         self.owner = True
         if self.seconds is None:
@@ -99,6 +105,8 @@ class time_limit:
 
     def __exit__(self, *exception) -> bool:
         if not self.owner:
+            if self.saved is not None and exception[0] is None:
+                bound, bound.at, bound.file = self.saved
             return False
         while True:
             try:          # the signal may fire while this runs: then it runs again

@@ -621,7 +621,7 @@ def files(variants: list[Variant], format: str = "all", *,
                 f"docs/variant.{kind}.j2").render(page=p, dtype=DTYPE, bytes=BYTES[DTYPE]))
         if index:
             out[f"{INDEX}.{kind}"] = headed(f"{INDEX}.{kind}", env.get_template(
-                f"docs/index.{kind}.j2").render(index=about, pages=pages,
+                f"docs/index.{kind}.j2").render(index=about, pages=pages, formats=formats,
                                                  comparisons=compared, grid=grid))
     return out
 
@@ -770,7 +770,7 @@ def plan(out: Path, variants: list[Variant], format: str = "all") -> tuple[bool,
                    f"{'it' if len(files.split()) == 1 else 'them'}")
 
 
-_LISTED = {"md": re.compile(r"^\| .*\]\(([^()\s]+)\.md\) \| \[.*\]\(\1\.html\) \|$",
+_LISTED = {"md": re.compile(r"^\| .*\]\(([^()\s]+)\.md\) \|(?: \[.*\]\(\1\.html\) \|)?$",
                             re.MULTILINE),
            "html": re.compile(r'<tr><td><a href="([^"<>]+)\.html">')}
 

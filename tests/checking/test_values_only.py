@@ -61,3 +61,20 @@ def test_a_time_limit_at_any_place_the_checker_reaches_is_said_in_one_line(monke
             limits.reached(row)
     assert (raised.value.file, raised.value.line) == ("x.tspec", 7)
     assert "encoder.layers[i].A" in str(raised.value)
+
+
+def test_a_check_inside_a_commands_phase_leaves_the_phase_named(monkeypatch):
+    # `tspec run --decode` checks the decoding step while it decodes: a limit past that check
+    # blamed the check ("the check stopped ... at probs = softmax(...)"), which was done
+    from tspec.checking import limits
+    from tspec.errors import LimitError
+    variant = tspec.api.load("base")
+    real = limits.time.monotonic
+    with limits.time_limit(60, "tspec run"):
+        limits.doing("decoding with base")
+        check(variant.spec, variant.choices)
+        monkeypatch.setattr(limits.time, "monotonic", lambda: real() + 3600)
+        with pytest.raises(LimitError) as raised:
+            limits.tick()
+    assert str(raised.value).startswith("tspec run stopped at its time limit of 60 s, decoding "
+                                        "with base; give it longer")

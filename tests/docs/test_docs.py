@@ -264,3 +264,18 @@ def test_a_variant_without_a_description_is_titled_by_its_name_alone(tmp_path):
     page = docs.page(api.load(str(tmp_path / "nodesc.toml")))
     assert page.heading == "nodesc"
     assert docs.page(api.load("gpt2_small")).heading.startswith("gpt2_small: GPT-2 small")
+
+
+def test_an_index_of_markdown_pages_alone_links_no_html_page(tmp_path):
+    # `tspec docs A B --format md` wrote an index whose HTML column linked pages not written
+    variants = [api.load("base"), api.load("big")]
+    docs.write(tmp_path, variants, "md")
+    index = (tmp_path / "index.md").read_text()
+    assert ".html" not in index
+    assert "| base | " in index and "[base.md](base.md) |" in index
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base.md", "big.md", "index.md"]
+    assert docs._indexed(tmp_path / "index.md", "md") == {"base", "big"}
+    docs.write(tmp_path, variants, "md")          # tspec's own files: written again
+    docs.write(tmp_path, variants, "all")         # both: each page links both formats
+    assert "[base.html](base.html) |" in (tmp_path / "index.md").read_text()
+    assert docs._indexed(tmp_path / "index.md", "md") == {"base", "big"}
