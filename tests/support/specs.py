@@ -65,7 +65,7 @@ def builtin_line(text: str) -> int:
 
 # Where `with_more_choices` adds its choices: block -> how many `when`s it reads there. The
 # model families to come read theirs in the attention and layer blocks (q/k norms,
-# soft-capping, sandwich norms, parallel blocks): 12 of the 15 sit there.
+# soft-capping, sandwich norms, parallel blocks): 11 of the 15 sit there.
 MORE_CHOICES = {
     "scaled_dot_product_attention": 3, "multi_head_attention": 3, "cached_self_attention": 1,
     "encoder_layer": 2, "decoder_layer": 2, "feed_forward": 2, "normalize": 1,
