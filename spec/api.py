@@ -26,7 +26,7 @@ from tspec.checking.report import Report, check_variant, require_proved
 from tspec.errors import FindingsError, TspecError, UsageError
 from tspec.inputs import user_path
 from tspec.language.model import Spec
-from tspec.language.names import module_name_like
+from tspec.language.names import did_you_mean, module_name_like
 from tspec.language.shape import Shape
 from tspec.language.variant import Variant, load_variant, parse_setting, variant_from_text
 from tspec.shipped import (  # noqa: F401 (the API has always named them)
@@ -83,9 +83,9 @@ def load(target: str | Path, settings: list[str] | None = None) -> Variant:
             spec = read_spec(path)
             variant = Variant(spec.name, spec, file=str(path), is_spec=True)
     else:
-        names = ", ".join(list(specs) + list(variants))
+        names = list(specs) + list(variants)
         raise UsageError(f"no spec or variant named {target!r}: not a file, and not a "
-                         f"built-in ({names})")
+                         f"built-in ({', '.join(names)}){did_you_mean(target, names)}")
     return variant.with_settings(settings) if settings else variant
 
 

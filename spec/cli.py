@@ -763,13 +763,15 @@ def _size(text: str, option: str) -> int:
 
 def _list() -> int:
     print("specs:")
-    for name, path in api.builtin_specs().items():
+    specs, variants = api.builtin_specs(), api.builtin_variants()
+    width = max(map(len, [*specs, *variants]))      # one column for both lists
+    for name, path in specs.items():
         spec = api.read_spec(path)
-        print(f"  {name:<12} {spec.title}")
+        print(f"  {name:<{width}} {spec.title}")
     print("variants:")
-    for name in api.builtin_variants():
+    for name in variants:
         variant = api.load(name)
-        print(f"  {name:<12} {variant.description}")
+        print(f"  {name:<{width}} {variant.description}")
     print("finding kinds:")
     for kind, meaning in KINDS.items():
         print(f"  {kind:<20} {meaning}")

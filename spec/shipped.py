@@ -11,6 +11,7 @@ from tspec.checking import limits
 from tspec.errors import UsageError, quoted
 from tspec.inputs import user_path
 from tspec.language.model import Spec
+from tspec.language.names import did_you_mean
 from tspec.language.parser import parse_file
 from tspec.language.variant import Variant
 
@@ -96,5 +97,5 @@ def resolve_spec(name: str, base_dir: Path | None = None) -> Spec:
         path = base_dir / path
     if not _exists(path):
         raise UsageError(f"no spec named {name!r}: not a file, and not a built-in spec "
-                         f"({', '.join(builtin)})")
+                         f"({', '.join(builtin)}){did_you_mean(name, builtin)}")
     return read_spec(path)

@@ -1,6 +1,7 @@
 """Which names a spec may use: every name becomes code, so only plain identifiers pass."""
 
 import builtins
+import difflib
 import keyword
 import re
 
@@ -56,3 +57,10 @@ def module_name_like(text: str) -> str:
     if not name[:1].isalpha():
         name = f"model_{name}"
     return name + "_" if keyword.iskeyword(name) else name
+
+
+def did_you_mean(name: str, known) -> str:
+    """``; did you mean 'X'?`` for the known name closest to ``name``, or '' where none is
+    close: the end of a message that names an unknown name."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -44,7 +44,6 @@ A spec is a sequence of lines; a line ending in ':' opens an indented body (``bl
 Nothing here evaluates text: expressions go through ``spec.expr``'s parser and whitelist.
 """
 
-import difflib
 import hashlib
 import itertools
 from dataclasses import dataclass, replace
@@ -78,7 +77,7 @@ from tspec.language.model import (
     every_record,
     require_function_names,
 )
-from tspec.language.names import check_name
+from tspec.language.names import check_name, did_you_mean
 from tspec.language.shape import DTYPES, Dim, dim_symbol, parse_shape
 from tspec.ops.catalogue import ACTIVATIONS, FUNCTIONS, OPERATORS, OPS, SCALAR_FUNCTIONS
 
@@ -1070,9 +1069,7 @@ class _Builder:
         return records_
 
 
-def _suggest(name: str, known) -> str:
-    close = difflib.get_close_matches(name, list(known), n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
+_suggest = did_you_mean
 
 
 def _chain(choice: str, subtrees: list, file: str | None, line: int) -> tuple[list, object]:

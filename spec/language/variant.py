@@ -20,7 +20,6 @@ non-positive values, a name set twice, each get an error naming the file and lin
 """
 
 import contextlib
-import difflib
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from tspec.errors import (
 from tspec.files import read_limited
 from tspec.inputs import real, short_repr
 from tspec.language.model import Spec
+from tspec.language.names import did_you_mean
 from tspec.ops.catalogue import SETTINGS
 
 MAX_VARIANT_BYTES = 1_000_000
@@ -188,9 +188,7 @@ def _unknown(name: str, spec: Spec) -> str:
 
 def _unknown_among(name: str, spec: Spec, what: str, known: list[str]) -> str:
     """'unknown WHAT NAME in spec S', with the closest known name as a suggestion."""
-    close = difflib.get_close_matches(name, known, n=1)
-    suggestion = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown {what} {name!r} in spec {spec.name}{suggestion}"
+    return f"unknown {what} {name!r} in spec {spec.name}{did_you_mean(name, known)}"
 
 
 def _line_of(text: str, section: str | None, key: str) -> int | None:

@@ -513,3 +513,26 @@ def test_a_warning_of_tspecs_own_code_names_its_file_and_line(monkeypatch, capsy
     monkeypatch.setattr(cli, "_list", lambda: warned(None))
     assert run(capsys, "list") == (0, "", ("tspec: warning: UserWarning: a thing\\nover two "
                                           f"lines, at test_cli.py:{warned.__code__.co_firstlineno + 1}\n"))
+
+
+def test_a_misspelt_built_in_name_gets_the_closest(capsys):
+    # a misspelt dim or choice was answered "did you mean", a misspelt built-in name was not
+    code, out, err = run(capsys, "check", "gpt2_smal")
+    assert (code, out) == (2, "")
+    assert err.startswith("tspec: error: no spec or variant named 'gpt2_smal': not a file, and "
+                          "not a built-in (transformer, ")
+    assert err.endswith("; did you mean 'gpt2_small'?\n")
+    code, _, err = run(capsys, "check", "zzzz_qqqq")
+    assert code == 2 and "did you mean" not in err
+
+
+def test_list_lines_up_every_name_with_its_description(capsys):
+    # transformer_base and transformer_big, longer than the column, ran into their text
+    code, out, err = run(capsys, "list")
+    assert (code, err) == (0, "")
+    lines = out.split("finding kinds:")[0].splitlines()
+    named = [line for line in lines if line.startswith("  ")]
+    starts = {len(line) - len(line[2:].split(" ", 1)[1].lstrip()) for line in named}
+    assert len(named) == len(api.builtin_specs()) + len(api.builtin_variants())
+    assert starts == {2 + max(len(n) for n in [*api.builtin_specs(), *api.builtin_variants()])
+                      + 1}
