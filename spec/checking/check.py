@@ -1972,8 +1972,8 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     # the combinations checked: the partner's after those asked (decoding the most
     # significant choice, its asked value first)
     checked = combos if partner is None or quiet else ChoiceSpace(
-        {name: (fixed[DECODING], partner[DECODING]) if name == DECODING else values
-         for name, values in zip(combos.order, combos.values)}, first=DECODING)
+        {name: (fixed[DECODING], partner[DECODING]) if name == DECODING else options
+         for name, options in zip(combos.order, combos.values)}, first=DECODING)
     nothing = checked.nothing
     record_cache: dict = {}
     merged: dict = {}
@@ -1986,7 +1986,6 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     # itself; each block it calls, once for each way of setting the choices the block
     # consults that are still open (see ``selections``): the work grows with the sum of the
     # ways, not with their product, the number of combinations
-    members = checked
     runs = []
     # the choices asked first (their first way gives the rows), then the partner's
     asked = {} if partner is None else {DECODING: fixed[DECODING]}
@@ -2006,11 +2005,11 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
             for finding in run.findings if not (quiet and base is not fixed) else ():
                 key = finding.key()
                 merged.setdefault(key, finding)
-                seen_in[key] = seen_in.get(key, nothing) | members.matching(way | finding.selection)
+                seen_in[key] = seen_in.get(key, nothing) | checked.matching(way | finding.selection)
                 if finding.cause is None:
                     causes.add(key)        # a cause under some choices is a cause
     uses = record_cache.setdefault(("uses",), {})
-    for finding, found, compared in _decoding_findings(spec, members, runs):
+    for finding, found, compared in _decoding_findings(spec, checked, runs):
         if finding is None:             # a state that fits its start: a use that fits
             for decl in compared:
                 uses.setdefault(id(decl), [decl, {}, {}])[1][("start", id(decl))] = decl.line
@@ -2443,7 +2442,7 @@ def _start_names(spec: Spec) -> frozenset[str]:
 
 def _decoding_findings(spec: Spec, members: ChoiceSpace, runs: list) -> list[tuple]:
     """What a decoding step needs of the full model that starts it, as code generation and
-    `tspec run --decode` need it, each finding with the combinations it holds in (a bit set)
+    `tspec run --decode` need it, each finding with the combinations it holds in (a Cover)
     and the declarations it is a use of (a step's and the full model's inputs, a state; a
     state that fits its start comes with None for its finding):
 
@@ -3003,23 +3002,3 @@ def _block_notes(spec: Spec, combo: dict) -> list[Note]:
     for block in spec.blocks.values():
         notes.extend(s for s in select(block.body, combo) if isinstance(s, Note))
     return notes
-
-
-def describe_combinations(present: list[dict], everything: list[dict], spec: Spec) -> str:
-    """A short description of a set of choice combinations."""
-    if len(present) == len(everything):
-        return "all choices"
-    parts = []
-    for name in spec.choices:
-        values = sorted({c[name] for c in present}, key=spec.choices[name].options.index)
-        every = sorted({c[name] for c in everything}, key=spec.choices[name].options.index)
-        if values != every:
-            parts.append(f"{name}={'|'.join(values)}")
-    product = 1
-    for name in spec.choices:
-        product *= len({c[name] for c in present})
-    described = ", ".join(parts)
-    if product != len(present):
-        counted = f"{len(present)} of {len(everything)} combinations"
-        described = f"{described} ({counted})" if described else counted
-    return described

@@ -15,11 +15,12 @@ import re
 import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
+from support.oracle import describe_combinations
 from support.specs import with_more_choices
 
 import tspec
 from tspec import shipped
-from tspec.checking.check import check, combinations, describe_combinations
+from tspec.checking.check import check, combinations
 from tspec.language.model import DECODING, decodes
 
 from .test_mutations import BASE, CORPUS, mutated

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.oracle import describe_combinations
 
-from tspec.checking.check import describe_combinations
 from tspec.checking.coverage import ChoiceSpace
 
 OPTIONS = {"a": ("x", "y", "z"), "b": ("p", "q"), "c": ("u", "v"), "d": ("s", "t", "w")}

@@ -4,11 +4,12 @@ from fractions import Fraction
 
 import pytest
 import sympy
+from support.oracle import describe_combinations
 from support.specs import builtin_line
 
 import tspec
 from tspec import api
-from tspec.checking.check import check, combinations, describe_combinations
+from tspec.checking.check import check, combinations
 from tspec.checking.findings import KINDS, Finding, findings_data, findings_text, grouped, summary
 from tspec.language.shape import dim_symbol
 
