@@ -359,21 +359,26 @@ class _Body:
         return ir.AttentionForm(q.expr, k.expr, values.expr, mask.expr,
                                 side_by_side=out.family is not None, shape=out,
                                 scores=None if chain is None else chain[1],
-                                chain=self.chain_ops(core, scores) if chain else (),
+                                chain=() if chain is None else chain[2],
                                 scores_shape=self.values[core.mask].value.shape)
 
     def score_chain(self, core: AttentionCore, scores: Equation):
-        """The product q @ k.T a chain starts from (a scale right around it put on q), and the
-        chain as a function of a block's product, rows and keys: None where it cannot be
-        written so (a chain equation computed on its own, which the function would repeat)."""
+        """The product q @ k.T a chain starts from (a scale right around it put on q), the
+        chain as a function of a block's product, rows and keys, and the chain's ops,
+        outermost first, each once (``("scale", "tanh")``, for a note): None where it cannot
+        be written so (a chain equation computed on its own, which the function would
+        repeat)."""
         parameters = ("S", "rows", "keys")
         extras = {name: self.values[name] for name in core.extras}
         if any(self.code(name) in parameters for name in core.extras):
             parameters = ("S_block", "rows_block", "keys_block")
         product = core.product
         found: list = []
+        ops: list[str] = []
 
         def rebuilt(term):
+            if isinstance(term, OpNode) and term is not product and term.op not in ops:
+                ops.append(term.op)
             if isinstance(term, OpNode) and term.op == "scale" and term.args[0] is product:
                 found.append(_scale_the_left_factor(term))
                 return TensorRef(parameters[0])
@@ -390,7 +395,7 @@ class _Body:
         if len(found) != 1:
             return None
         saved = {name: self.values.get(name) for name in (parameters[0], *extras)}
-        block = Shape(_product_shape(self, found[0]))
+        block = self.operand(found[0]).value.shape
         self.values[parameters[0]] = Operand(ir.Tensor(ir.Name(parameters[0]), block, "float"),
                                              Value(block, "float", tensor=parameters[0]))
         for name, operand in extras.items():
@@ -408,22 +413,7 @@ class _Body:
                     self.values.pop(name, None)
                 else:
                     self.values[name] = operand
-        return found[0], ir.Lambda(parameters, code)
-
-    def chain_ops(self, core: AttentionCore, scores: Equation) -> tuple[str, ...]:
-        """The chain's ops, outermost first, each once: ``("scale", "tanh")``."""
-        ops: list[str] = []
-
-        def walk(term):
-            if isinstance(term, TensorRef) and term.name in core.chain:
-                walk(self.producers[term.name].expr)
-            elif isinstance(term, OpNode) and term is not core.product:
-                if term.op not in ops:
-                    ops.append(term.op)
-                for a in term.args:
-                    walk(a)
-        walk(scores.expr.args[0])
-        return tuple(ops)
+        return found[0], ir.Lambda(parameters, code), tuple(ops)
 
     def require_shape(self, decl: TensorDecl) -> Shape:
         if decl.shape is None:
@@ -818,11 +808,6 @@ def _deep_expr(root: str, path: tuple, axis: int) -> ir.Expr:
     for key in path:
         array = ir.item(array, key)
     return _axis_size(array, axis)
-
-
-def _product_shape(body, product: OpNode) -> tuple:
-    """The dims of a product's value (the block's scores before the chain)."""
-    return body.operand(product).value.shape.dims
 
 
 def _along(shape: Shape, axis: sympy.Symbol, axes: set) -> bool:
