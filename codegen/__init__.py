@@ -2,7 +2,3 @@
 
 if __name__ != "tspec.codegen":  # the checkout's codegen/ folder imported as a top-level package
     raise ImportError("codegen/ is the source folder of tspec.codegen: import tspec.codegen")
-
-from tspec import moved as _moved
-
-_moved.install()        # tspec.codegen.execution and tspec.codegen.docs: see tspec.moved

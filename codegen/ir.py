@@ -19,7 +19,7 @@ import sympy
 
 from tspec.analysis.counts import Activations
 from tspec.errors import CodegenError
-from tspec.language.shape import Shape
+from tspec.symbolic.shape import Shape
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

@@ -22,6 +22,10 @@ if __name__ != "tspec":          # the checkout's spec/ folder imported as a top
 from importlib import import_module as _import_module
 from typing import TYPE_CHECKING
 
+from tspec import moved as _moved
+
+_moved.install()        # old import paths of modules that moved: see tspec.moved
+
 __version__ = "0.2.0"            # pyproject.toml reads it (a literal, read without importing)
 
 # each public name -> the module that defines it

@@ -27,7 +27,6 @@ from tspec.errors import FindingsError, TspecError, UsageError
 from tspec.inputs import user_path
 from tspec.language.model import Spec
 from tspec.language.names import did_you_mean, module_name_like
-from tspec.language.shape import Shape
 from tspec.language.variant import Variant, load_variant, parse_setting, variant_from_text
 from tspec.shipped import (  # noqa: F401 (the API has always named them)
     BUILTIN_SPEC,
@@ -41,6 +40,7 @@ from tspec.shipped import (  # noqa: F401 (the API has always named them)
     read_spec,
     resolve_spec,
 )
+from tspec.symbolic.shape import Shape
 
 if TYPE_CHECKING:
     from tspec.execution.run import DecodeResult, RunResult

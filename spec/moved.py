@@ -4,8 +4,11 @@ seen at both), found by a finder on ``sys.meta_path``.
 
     tspec.codegen.execution   ->  tspec.execution   (running models, loading weights)
     tspec.codegen.docs        ->  tspec.docs        (the documentation site)
+    tspec.language.expr       ->  tspec.symbolic.expr
+    tspec.language.shape      ->  tspec.symbolic.shape
 
-Both moved in issue 33: running models and loading weights are not code generation.
+All moved in issue 33: running models and loading weights are not code generation, and the
+shape algebra sits beneath the op catalogue, which the language's reader stands on.
 """
 
 import importlib
@@ -13,7 +16,9 @@ import importlib.abc
 import importlib.util
 import sys
 
-MOVED = {"tspec.codegen.execution": "tspec.execution", "tspec.codegen.docs": "tspec.docs"}
+MOVED = {"tspec.codegen.execution": "tspec.execution", "tspec.codegen.docs": "tspec.docs",
+         "tspec.language.expr": "tspec.symbolic.expr",
+         "tspec.language.shape": "tspec.symbolic.shape"}
 
 
 class Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):

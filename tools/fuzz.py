@@ -115,10 +115,10 @@ from tspec.execution import weights
 from tspec.files import HEADERS
 from tspec.importing import from_hf
 from tspec.language import parser as language
-from tspec.language.expr import tokenize
 from tspec.language.model import Let
 from tspec.language.variant import Variant
 from tspec.ops.catalogue import SETTINGS
+from tspec.symbolic.expr import tokenize
 
 STATUSES = ("result", "ours", "crash", "hang")
 # Shares of --inputs per target: cheap targets get more (the mix keeps 100,000 inputs within

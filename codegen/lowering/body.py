@@ -47,9 +47,9 @@ from tspec.language.model import (
 )
 from tspec.language.model import lets as derived_dims
 from tspec.language.model import outputs as model_outputs
-from tspec.language.shape import Shape, format_expr
 from tspec.ops.base import CATALOGUE, Operand, Unchecked, Value, numel
 from tspec.ops.catalogue import OPS, SETTINGS
+from tspec.symbolic.shape import Shape, format_expr
 
 DTYPE_CLASS = {"float": "Float", "int": "Int", "bool": "Bool"}
 PARAMS, CACHE, TRACE = ir.Name("params"), ir.Name("cache"), ir.Name("trace")

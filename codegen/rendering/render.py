@@ -26,7 +26,7 @@ from tspec.codegen.rendering.printer import Printer
 from tspec.codegen.rendering.steps import StepRenderer
 from tspec.errors import CodegenError, hidden
 from tspec.files import HEADERS
-from tspec.language.expr import dim_text
+from tspec.symbolic.expr import dim_text
 
 # the folders templates are looked up in, in this order (environment() reads it once)
 TEMPLATE_DIRS: list[Path] = [Path(__file__).resolve().parents[1] / "templates"]

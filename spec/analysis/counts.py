@@ -39,10 +39,10 @@ from tspec.language.model import (
     select,
     under,
 )
-from tspec.language.shape import Shape
 from tspec.numbers import integer_text
 from tspec.ops.base import Unchecked, Value, numel
 from tspec.ops.catalogue import OPS
+from tspec.symbolic.shape import Shape
 
 ZERO = sympy.Integer(0)
 BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}

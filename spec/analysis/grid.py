@@ -37,10 +37,10 @@ from tspec.checking.check import check as check_spec
 from tspec.checking.findings import display_path, format_value
 from tspec.checking.report import Report, check_variant, require_none, sizes_text
 from tspec.errors import GridError
-from tspec.language.expr import degree, derived_degrees
 from tspec.language.model import Constraint, Let, choices_in_force, select
 from tspec.language.variant import MAX_DIGITS, Variant, dim_value, shown, unknown_dim
 from tspec.numbers import exact, integer_text, shown_json
+from tspec.symbolic.expr import degree, derived_degrees
 
 MAX_COMBINATIONS = 1_000_000
 CHUNK = 16_384          # combinations judged, counted and written at a time, at most

@@ -24,7 +24,6 @@ from tspec.checking.findings import Finding, format_value, grouped
 from tspec.checking.limits import TIME_LIMIT, require_tensor_count
 from tspec.checking.prove import SEARCH_MAX, Prover, Verdict, evaluate, is_whole
 from tspec.errors import LimitError, SpecError
-from tspec.language.expr import MAX_DEGREE, derived_degrees, dim_text
 from tspec.language.flow import calls_at, fed_by
 from tspec.language.model import (
     DECODING,
@@ -58,9 +57,10 @@ from tspec.language.model import (
     tensor_names,
     under,
 )
-from tspec.language.shape import Shape, format_expr
 from tspec.ops.base import Value, join_family
 from tspec.ops.catalogue import OPS
+from tspec.symbolic.expr import MAX_DEGREE, derived_degrees, dim_text
+from tspec.symbolic.shape import Shape, format_expr
 
 DECLARED = ("input", "param", "state")   # roles given, not computed by an equation
 NEAREST_WINDOW = 4096     # how far to look for valid values near a violating one

@@ -21,8 +21,8 @@ import sympy
 from sympy.solvers.simplex import InfeasibleLPError, UnboundedLPError, linprog
 
 from tspec.errors import LimitError
-from tspec.language.expr import MAX_DEGREE, degree, dependency_order, derived_degrees, dim_text
 from tspec.language.model import Spec, lets
+from tspec.symbolic.expr import MAX_DEGREE, degree, dependency_order, derived_degrees, dim_text
 
 SEARCH_MAX = 12          # largest size tried per dim in the counterexample search
 SEARCH_BUDGET = 20000    # candidate assignments tried per claim

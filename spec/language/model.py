@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, replace
 import sympy
 
 from tspec.errors import SpecError
-from tspec.language import expr as ex
-from tspec.language.shape import Dim, Shape
+from tspec.symbolic import expr as ex
+from tspec.symbolic.shape import Dim, Shape
 
 ROLES = ("input", "param", "state", "intermediate", "output")
 

@@ -54,7 +54,6 @@ import sympy
 
 from tspec.errors import LimitError, SpecError, SpecSyntaxError, TspecError, hidden, hidden_kind
 from tspec.files import read_limited
-from tspec.language import expr as ex
 from tspec.language.model import (
     Block,
     BlockCall,
@@ -78,8 +77,9 @@ from tspec.language.model import (
     require_function_names,
 )
 from tspec.language.names import check_name, did_you_mean
-from tspec.language.shape import DTYPES, Dim, dim_symbol, parse_shape
 from tspec.ops.catalogue import ACTIVATIONS, FUNCTIONS, OPERATORS, OPS, SCALAR_FUNCTIONS
+from tspec.symbolic import expr as ex
+from tspec.symbolic.shape import DTYPES, Dim, dim_symbol, parse_shape
 
 MAX_SPEC_BYTES = 1_000_000
 MAX_NESTING = 32          # levels of block / when bodies

@@ -14,7 +14,7 @@ from typing import Protocol
 import sympy
 
 from tspec.errors import CodegenError, SpecError
-from tspec.language.shape import Shape
+from tspec.symbolic.shape import Shape
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import sympy
 
-from tspec.language.shape import Shape
 from tspec.ops.base import (
     Context,
     Op,
@@ -29,6 +28,7 @@ from tspec.ops.base import (
     require_rank,
     result_dtype,
 )
+from tspec.symbolic.shape import Shape
 
 SETTINGS: dict[str, Setting] = {
     "eps": Setting("1e-5", "LayerNorm's or RMSNorm's epsilon, added to the variance or mean "

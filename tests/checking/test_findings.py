@@ -11,7 +11,7 @@ import tspec
 from tspec import api
 from tspec.checking.check import check, combinations
 from tspec.checking.findings import KINDS, Finding, findings_data, findings_text, grouped, summary
-from tspec.language.shape import dim_symbol
+from tspec.symbolic.shape import dim_symbol
 
 HEADER = 'dim B "batch"\ndim T "length"\ndim d "width"\n'
 

@@ -23,8 +23,8 @@ import tspec
 from tspec.checking.check import check
 from tspec.checking.prove import Prover
 from tspec.errors import TspecError
-from tspec.language.expr import parse_expression, to_sympy
 from tspec.language.model import Constraint, Let
+from tspec.symbolic.expr import parse_expression, to_sympy
 
 SUGGESTION = re.compile(r"add the constraint `require ([^`]*)`")
 

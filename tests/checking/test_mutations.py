@@ -18,7 +18,7 @@ import tspec
 from tspec import api
 from tspec.checking.check import check
 from tspec.checking.findings import findings_text, grouped
-from tspec.language.expr import parse_expression, to_sympy
+from tspec.symbolic.expr import parse_expression, to_sympy
 
 CORPUS = tomllib.loads((Path(__file__).parent / "mutations.toml").read_text())
 SOURCE = api.BUILTIN_SPEC.read_text().splitlines()

@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tspec.checking.prove import PROVED, Prover, Verdict, evaluate
-from tspec.language.shape import Shape, dim_symbol, format_expr
+from tspec.symbolic.shape import Shape, dim_symbol, format_expr
 
 d_model, H, T, T_dec, max_len, d_k, d_v, B = (
     dim_symbol(n) for n in ("d_model", "H", "T", "T_dec", "max_len", "d_k", "d_v", "B"))

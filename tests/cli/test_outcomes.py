@@ -29,9 +29,9 @@ from tspec.errors import SpecError
 from tspec.execution import checkpoints, weights
 from tspec.execution import run as run_module
 from tspec.execution.weights import WeightsError
-from tspec.language.expr import parse_expression, to_sympy
-from tspec.language.shape import dim_symbol
 from tspec.numbers import SHOWN_DIGITS, expr_text, integer_text, shown_json, value_text
+from tspec.symbolic.expr import parse_expression, to_sympy
+from tspec.symbolic.shape import dim_symbol
 
 TINY = ["--set", "N=1", "--set", "d_model=16", "--set", "H=2", "--set", "d_ff=8",
         "--set", "V=50", "--set", "T=4", "--set", "T_dec=4"]

@@ -33,8 +33,8 @@ from tspec.execution import weights
 from tspec.execution.loading import load_module, load_source
 from tspec.language.model import BlockCall, Equation, TensorDecl, When, outputs, step_function
 from tspec.language.parser import parse
-from tspec.language.shape import Shape
 from tspec.ops.catalogue import SETTINGS
+from tspec.symbolic.shape import Shape
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 GENERATED = api.checkout() / "generated"

@@ -22,8 +22,8 @@ from tspec.codegen.rendering.printer import Printer
 from tspec.codegen.rendering.steps import StepRenderer
 from tspec.errors import CodegenError
 from tspec.language.parser import parse
-from tspec.language.shape import Shape
 from tspec.ops import catalogue
+from tspec.symbolic.shape import Shape
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 B, T, D, F = sympy.symbols("B T d d_ff", positive=True, integer=True)

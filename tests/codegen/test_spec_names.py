@@ -23,11 +23,11 @@ from tspec.codegen.lowering.spelling import Spelling
 from tspec.errors import SpecError, VariantError
 from tspec.execution import weights
 from tspec.execution.loading import load_source
-from tspec.language.expr import tokenize
 from tspec.language.names import check_name
 from tspec.language.parser import parse
 from tspec.language.variant import Variant
 from tspec.ops.catalogue import FUNCTIONS, OPS, SCALAR_FUNCTIONS, SETTINGS
+from tspec.symbolic.expr import tokenize
 
 SPEC_TEXT = api.BUILTIN_SPEC.read_text()
 SIZES = {"d_model": 8, "H": 2, "H_kv": 1, "d_ff": 12, "N": 2, "V": 11, "max_len": 12}

@@ -15,9 +15,9 @@ from tspec.codegen.generate import source
 from tspec.docs import site as docs
 from tspec.execution import weights
 from tspec.execution.loading import load_source
-from tspec.language.shape import Shape
 from tspec.ops.base import Value
 from tspec.ops.catalogue import OPS
+from tspec.symbolic.shape import Shape
 
 SPEC = api.read_spec(api.BUILTIN_SPEC)
 GPT2 = {"gpt2_small": (768, 12, 12), "gpt2_medium": (1024, 24, 16),

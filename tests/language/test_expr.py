@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from tspec.checking.prove import evaluate
 from tspec.errors import SpecError, SpecSyntaxError, TspecError
-from tspec.language import expr as ex
-from tspec.language.shape import dim_symbol
+from tspec.symbolic import expr as ex
+from tspec.symbolic.shape import dim_symbol
 
 DIMS = {name: dim_symbol(name) for name in ("d_model", "H", "T", "max_len", "d_k")}
 

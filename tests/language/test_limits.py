@@ -17,8 +17,8 @@ from tspec.checking.check import check
 from tspec.checking.limits import tensor_count
 from tspec.cli import main
 from tspec.errors import LimitError, SpecError, UsageError
-from tspec.language import expr, shape
 from tspec.language.parser import parse
+from tspec.symbolic import expr, shape
 
 
 def nested(depth: int) -> str:

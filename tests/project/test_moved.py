@@ -3,6 +3,8 @@ name is the very module at the new one, so that a script that imported or patche
 still works. The README named tspec.codegen.execution's checkpoints, loading and weights."""
 
 import importlib
+import subprocess
+import sys
 
 import pytest
 
@@ -12,6 +14,9 @@ from tspec import moved
 MODULES = {"tspec.codegen.execution": ["checkpoint_files", "checkpoints", "loading", "run",
                                        "weights"],
            "tspec.codegen.docs": ["comparisons", "diagram", "markup", "scaling", "site"]}
+# modules moved one by one: old name -> new name
+SINGLES = {"tspec.language.expr": "tspec.symbolic.expr",
+           "tspec.language.shape": "tspec.symbolic.shape"}
 
 
 @pytest.mark.parametrize("old, name", [(old, name) for old, names in MODULES.items()
@@ -23,6 +28,17 @@ def test_a_moved_module_is_the_same_module_by_its_old_name(old, name):
     assert module.__name__ == module.__spec__.name == f"{new}.{name}"
     assert importlib.import_module(old) is importlib.import_module(new)
     assert getattr(importlib.import_module(old), name) is module
+
+
+@pytest.mark.parametrize("old, new", SINGLES.items())
+def test_a_moved_module_is_found_by_its_old_name_in_a_fresh_interpreter(old, new):
+    # a fresh process: the old name must work with nothing of tspec imported before it
+    code = (f"import importlib; old = importlib.import_module({old!r}); "
+            f"new = importlib.import_module({new!r}); "
+            "print(old is new, old.__name__, hasattr(old, 'Shape') or hasattr(old, 'dim_text'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == ["True", new, "True"]
 
 
 def test_the_readmes_old_calls_still_work(tmp_path):

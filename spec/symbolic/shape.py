@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import sympy
 
 from tspec.errors import LimitError, SpecError, TspecError
-from tspec.language.expr import Node, dim_text, parse_expression, to_sympy
+from tspec.symbolic.expr import Node, dim_text, parse_expression, to_sympy
 
 DTYPES = ("float", "int", "bool")
 
