@@ -16,7 +16,8 @@ generated/<backend>/ in the checkout for a built-in variant or spec, beside the 
 models, and to the working directory for any other. The module is the one its
 choices give, with the variant's dims and settings as the defaults of the keyword arguments
 that take them (H, H_kv, eps, theta): called with none, it computes that variant.
-``tspec.compile`` loads the same text with no file in the user's tree: ``load_variant``.
+``tspec.compile`` loads the same text with no file in the user's tree:
+``execution.loading.load_variant``.
 """
 
 import dataclasses
@@ -27,7 +28,6 @@ import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from types import ModuleType
 
 from tspec import shipped
 from tspec.checking.report import require_proved
@@ -284,19 +284,3 @@ def command(target: str, backend: str, out: Path | None) -> str:
     if out is not None:
         words += ["--out", str(out)]
     return " ".join(shlex.quote(word) for word in words)
-
-
-def load_variant(variant: Variant, backend: str = "numpy", *,
-                 typecheck: bool = False) -> ModuleType:
-    """One model's module (``variant_source``), imported: its text is written once per
-    content to this user's cache folder of generated code, beside the runtime it was
-    generated with, as `tspec run` loads its code (``execution.loading.load_source``)."""
-    from tspec.execution.loading import load_source
-    chosen = backend_named(backend)
-    text = variant_source(variant, chosen.name)
-    try:
-        __import__(chosen.module)
-    except ImportError:
-        raise UsageError(f"backend {chosen.name} needs the {chosen.module} package, which is "
-                         "not installed") from None
-    return load_source(text, typecheck=typecheck)

@@ -255,7 +255,7 @@ def compile(target: Variant | Spec | str, settings: list[str] | None = None, *,
     code; so it always runs on its own runtime, even in a checkout whose committed one is
     stale. `tspec generate VARIANT --out DIR` writes the files to keep. ``typecheck``: check
     every array's shape at run time (jaxtyping)."""
-    from tspec.codegen.generate import load_variant
+    from tspec.execution.loading import load_variant
     return load_variant(_variant(target, settings), backend, typecheck=typecheck)
 
 

@@ -615,7 +615,7 @@ def _import(args) -> int:
 
 
 def _audit(args) -> int:
-    from tspec.checking import audit
+    from tspec import audit
     path = args.out or audit.default_path()
     if args.check:
         return _verdict_on_stale(audit.stale(path), display_path(str(path)),

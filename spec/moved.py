@@ -6,6 +6,7 @@ seen at both), found by a finder on ``sys.meta_path``.
     tspec.codegen.docs        ->  tspec.docs        (the documentation site)
     tspec.language.expr       ->  tspec.symbolic.expr
     tspec.language.shape      ->  tspec.symbolic.shape
+    tspec.checking.audit      ->  tspec.audit       (it runs the API: an application of it)
 
 All moved in issue 33: running models and loading weights are not code generation, and the
 shape algebra sits beneath the op catalogue, which the language's reader stands on.
@@ -18,7 +19,8 @@ import sys
 
 MOVED = {"tspec.codegen.execution": "tspec.execution", "tspec.codegen.docs": "tspec.docs",
          "tspec.language.expr": "tspec.symbolic.expr",
-         "tspec.language.shape": "tspec.symbolic.shape"}
+         "tspec.language.shape": "tspec.symbolic.shape",
+         "tspec.checking.audit": "tspec.audit"}
 
 
 class Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -18,9 +18,12 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
+from tspec.codegen.backends import backend as backend_named
+from tspec.codegen.generate import variant_source
 from tspec.codegen.rendering.render import runtime_named, runtime_version
 from tspec.errors import UsageError
 from tspec.files import write_atomic
+from tspec.language.variant import Variant
 
 _private_loads = itertools.count()
 # the line of a model that names the runtime it was generated with (module.py.j2)
@@ -155,3 +158,18 @@ def _private_folder() -> Path:
         raise UsageError(f"{directory} is writable by other users; generated code is not "
                          f"loaded from it {remedy}")
     return directory
+
+
+def load_variant(variant: Variant, backend: str = "numpy", *,
+                 typecheck: bool = False) -> ModuleType:
+    """One model's module (``codegen.generate.variant_source``), imported: its text is written
+    once per content to this user's cache folder of generated code, beside the runtime it was
+    generated with, as `tspec run` loads its code (``load_source``)."""
+    chosen = backend_named(backend)
+    text = variant_source(variant, chosen.name)
+    try:
+        __import__(chosen.module)
+    except ImportError:
+        raise UsageError(f"backend {chosen.name} needs the {chosen.module} package, which is "
+                         "not installed") from None
+    return load_source(text, typecheck=typecheck)

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tspec import check, load, parse
-from tspec.checking import audit
+from tspec import audit, check, load, parse
 from tspec.checking.check import check as check_spec
 
 MISTAKES = {

@@ -21,8 +21,7 @@ from support.command_line import ROOT, run
 from support.refusals import raises
 
 from tspec import __main__ as entry
-from tspec import api, cli, files
-from tspec.checking import audit
+from tspec import api, audit, cli, files
 from tspec.codegen import generate
 from tspec.docs import site as docs
 from tspec.errors import SpecError
