@@ -22,7 +22,7 @@ import sympy
 
 from tspec.analysis.attention import AttentionCore, attention_core
 from tspec.analysis.counts import BOOL_BYTES, INT_BYTES, Activations
-from tspec.checking.check import topological
+from tspec.checking.order import topological
 from tspec.codegen import ir
 from tspec.codegen.backends import Backend, runtime_order
 from tspec.codegen.lowering.spelling import Spelling

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from tspec.analysis.attention import AttentionCore, attention_core
-from tspec.checking.check import topological
+from tspec.checking.order import topological
 from tspec.checking.prove import concrete_values
 from tspec.checking.prove import evaluate as prove_evaluate
 from tspec.language.model import (
