@@ -2,7 +2,7 @@
 likelier mistake, what later equations say of a refuted claim, and the findings grouped.
 """
 
-from tspec.checking.claims import _declaration
+from tspec.checking.claims import declaration
 from tspec.checking.findings import Finding, grouped
 from tspec.checking.prove import Prover
 from tspec.language.model import (
@@ -13,7 +13,7 @@ from tspec.language.model import (
 from tspec.symbolic.shape import format_expr
 
 
-def _settles(claim: tuple, relation) -> bool:
+def settles(claim: tuple, relation) -> bool:
     """Whether adding ``relation`` as a constraint proves a failed claim, ``(prover,
     (method, *arguments))``."""
     prover, (method, *arguments) = claim
@@ -24,29 +24,29 @@ def _settles(claim: tuple, relation) -> bool:
         return False
 
 
-def _declares(statements: list, decl: TensorDecl) -> bool:
+def declares(statements: list, decl: TensorDecl) -> bool:
     """Whether a body holds the declaration, in any branch."""
     return any(s is decl or isinstance(s, When) and
-               (_declares(s.body, decl) or _declares(s.otherwise, decl)) for s in statements)
+               (declares(s.body, decl) or declares(s.otherwise, decl)) for s in statements)
 
 
-def _calls(statements: list) -> set[str]:
+def calls_in(statements: list) -> set[str]:
     """The blocks a body calls, in any branch."""
     found: set[str] = set()
     for s in statements:
         if isinstance(s, BlockCall):
             found.add(s.block)
         elif isinstance(s, When):
-            found |= _calls(s.body) | _calls(s.otherwise)
+            found |= calls_in(s.body) | calls_in(s.otherwise)
     return found
 
 
-def _place(finding: Finding) -> tuple:
+def place(finding: Finding) -> tuple:
     """Where a finding is, for ordering: file, line, kind, tensor."""
     return (finding.file or "", finding.line or 0, finding.kind, finding.tensor)
 
 
-def _weighed_hint(finding: Finding, said: tuple[str, set]) -> str:
+def weighed_hint(finding: Finding, said: tuple[str, set]) -> str:
     """A refuted claim's hint (declare it as the equation gives, or fix the equation), with
     what later equations say: they fit the claim alone, or what the equation gives alone.
     (Evidence, not a verdict: a seed can be wrong the same way twice.)"""
@@ -62,7 +62,7 @@ def _weighed_hint(finding: Finding, said: tuple[str, set]) -> str:
     return f"{hint}; {where} what its equation gives"
 
 
-def _misfits(uses, merged: dict, causes: set,
+def misfits(uses, merged: dict, causes: set,
              inputs: set) -> list[tuple[TensorDecl, list[tuple], list]]:
     """The declared tensors whose declaration is the likelier mistake than each use that does
     not fit it, each with the keys of those uses' findings and the lines of the uses that fit:
@@ -103,9 +103,9 @@ def _misfits(uses, merged: dict, causes: set,
     return found
 
 
-def _misfit_declaration(decl: TensorDecl, failed: list[Finding], fits: list,
+def misfit_declaration(decl: TensorDecl, failed: list[Finding], fits: list,
                         inside: list) -> Finding:
-    """A declared tensor that uses at two or more lines do not fit (see ``_misfits``; a
+    """A declared tensor that uses at two or more lines do not fit (see ``misfits``; a
     block's input, the lines ``inside`` its body that trip over it too): its declaration is
     the likelier mistake than each use, and their findings follow from it. (With one use,
     the use may as well be the mistake: that finding stands alone.)"""
@@ -123,17 +123,17 @@ def _misfit_declaration(decl: TensorDecl, failed: list[Finding], fits: list,
         kind="declaration-mismatch",
         message=f"{decl.name} is declared {decl.shape.text()}, {which}",
         file=decl.file, line=decl.line,
-        equation=f'{decl.role} {decl.name}{family} "{_declaration(decl.shape)}"',
+        equation=f'{decl.role} {decl.name}{family} "{declaration(decl.shape)}"',
         hint=f"declare {decl.name} with the shape its uses need, or fix them; the first, at "
              f"line {first.line}: {first.message}")
 
 
-def _grouped(findings: list[Finding], merged: dict, causes: set) -> list[Finding]:
+def grouped_findings(findings: list[Finding], merged: dict, causes: set) -> list[Finding]:
     """Each finding linked to the earlier finding it follows from (``caused_by``), then in
     order: every cause, each followed by what follows from it.
 
     A finding follows from another when its only reason is that one's tensor (``cause``, see
-    ``_Run.follows``), or when it is about the same statement (the same line: a block checked
+    ``Run.follows``), or when it is about the same statement (the same line: a block checked
     at other sizes, a claim refuted after its operands were)."""
     for finding in findings:
         cause = merged.get(finding.cause) if finding.key() not in causes else None

@@ -5,8 +5,8 @@ checked once per binding (cached by the block's proved signature), and repeat's 
 from dataclasses import replace
 
 from tspec.checking.findings import Finding
-from tspec.checking.scope import DECLARED, TensorRow, _Doubt, _Scope
-from tspec.checking.ways import _choices_used, _keeps_states, _marked_with_ways
+from tspec.checking.scope import DECLARED, Doubt, Scope, TensorRow
+from tspec.checking.ways import choices_used, keeps_states, marked_with_ways
 from tspec.errors import SpecError
 from tspec.language.model import (
     Block,
@@ -19,12 +19,12 @@ from tspec.ops.base import Value, join_family
 from tspec.symbolic.shape import Shape, format_expr
 
 
-class _Calls:
+class Calls:
     """The run's block calls: binding a block's inputs and local dims at a call, checking
     its body once per binding (cached), and a stack's repeat."""
 
     # -- block calls
-    def check_call(self, scope: _Scope, call: BlockCall, declared: TensorDecl | None) -> None:
+    def check_call(self, scope: Scope, call: BlockCall, declared: TensorDecl | None) -> None:
         scope.equation = call
         block = self.spec.blocks[call.block]
         if len(call.args) != len(block.inputs):
@@ -45,7 +45,7 @@ class _Calls:
         mapped = None
         if all(d.shape.family is None for d in block.inputs) and \
                 any(a.family is not None for a in actuals):
-            if call.repeat is not None or _keeps_states(self.spec, block.name):
+            if call.repeat is not None or keeps_states(self.spec, block.name):
                 arg = next(a for a, s in zip(call.args, actuals) if s.family is not None)
                 raise SpecError(f"{arg} is a family passed to {block.name}, which takes one "
                                 "tensor: code generation applies a block to each member only "
@@ -65,7 +65,7 @@ class _Calls:
                             f"{', '.join(unbound)} {'are' if len(unbound) > 1 else 'is'} not "
                             "fixed by its inputs' shapes", file=block.file, line=block.line)
         path = f"{scope.prefix}{call.instance}{'[i]' if call.repeat is not None else ''}."
-        relevant = _choices_used(self.spec, block.name)
+        relevant = choices_used(self.spec, block.name)
         ways_key = ("selections", block.name, id(block),
                     tuple((c, self.choices.get(c)) for c in relevant))
         ways = self.record_cache.get(ways_key)
@@ -101,9 +101,9 @@ class _Calls:
             # block writes it: see ``_unwritten_states``), even where it is kept alike
             apart = (lambda entry, way: tuple((c, way[c]) for c in self.state_choices.get(
                 id(entry[1]), ()) if c in way)) if kept is self.states else None
-            kept.extend(_marked_with_ways(by_way, ways, at, apart))
+            kept.extend(marked_with_ways(by_way, ways, at, apart))
 
-    def call_block(self, scope: _Scope, call: BlockCall, block: Block, binding: dict,
+    def call_block(self, scope: Scope, call: BlockCall, block: Block, binding: dict,
                    mapped, path: str, declared: TensorDecl | None, doubts: dict,
                    conflicts: list) -> None:
         """Check a call of a block whose choices are all set: its body, then its output
@@ -148,7 +148,7 @@ class _Calls:
             scope.suspect.setdefault(call.output, suspect._replace(
                 other=replace(suspect.other, tensor=call.output)))
 
-    def finish_call(self, scope: _Scope, call: BlockCall, block: Block, binding: dict,
+    def finish_call(self, scope: Scope, call: BlockCall, block: Block, binding: dict,
                     mapped, declared: TensorDecl | None, output: Value) -> None:
         """A call's output: mapped over families, fed back by a repeat, compared with the
         claim."""
@@ -254,7 +254,7 @@ class _Calls:
                 used(self.findings[-1].key())
                 # in the body, the input is doubtful: what trips over it there but not over
                 # the argument passed follows from this finding
-                doubts[decl.name] = _Doubt(Value(actual, dtype, tensor=decl.name),
+                doubts[decl.name] = Doubt(Value(actual, dtype, tensor=decl.name),
                                            self.findings[-1].key(), False, decl.name)
             else:
                 used(None)
@@ -274,7 +274,7 @@ class _Calls:
 
     def check_block(self, block: Block, binding: dict, path: str,
                     doubts: dict) -> tuple[Value, list, tuple]:
-        relevant = _choices_used(self.spec, block.name)
+        relevant = choices_used(self.spec, block.name)
         key = (block.name, id(block), tuple(sorted(((k.name, v) for k, v in binding.items()),
                                         key=lambda kv: kv[0])),
                self.prover_key, tuple((c, self.choices.get(c)) for c in relevant),
@@ -286,7 +286,7 @@ class _Calls:
                 raise SpecError(f"block {block.name} calls itself: {' -> '.join(cycle)}",
                                 file=block.file, line=block.line)
             self.active.append(block.name)
-            inner = _Scope(self, "", binding, block)
+            inner = Scope(self, "", binding, block)
             inner.suspect.update(doubts)
             start, pending_start = len(self.findings), len(self.pending)
             states_start, starts_start = len(self.states), len(self.starts)

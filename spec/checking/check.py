@@ -9,27 +9,27 @@ given dim values (a variant), the same run also evaluates every shape and constr
 
 This module owns the entry (``check``, ``combinations``) and what is done across runs: the
 result, the findings merged and weighed, a redeclaration offered only where a re-check shows
-it fixes the finding. One run is ``run._Run`` (see the package's docstring for the rest).
+it fixes the finding. One run is ``run.Run`` (see the package's docstring for the rest).
 """
 
 from dataclasses import dataclass, field, replace
 
 from tspec.checking import limits
 from tspec.checking.blame import (
-    _calls,
-    _grouped,
-    _misfit_declaration,
-    _misfits,
-    _place,
-    _settles,
-    _weighed_hint,
+    calls_in,
+    grouped_findings,
+    misfit_declaration,
+    misfits,
+    place,
+    settles,
+    weighed_hint,
 )
-from tspec.checking.claims import _declaration
+from tspec.checking.claims import declaration
 from tspec.checking.coverage import ChoiceSpace
-from tspec.checking.decoding import _decoding_findings
+from tspec.checking.decoding import decoding_findings
 from tspec.checking.findings import Finding
 from tspec.checking.limits import TIME_LIMIT, require_tensor_count
-from tspec.checking.run import _Run
+from tspec.checking.run import Run
 from tspec.checking.scope import TensorRow
 from tspec.errors import LimitError, SpecError
 from tspec.language.model import (
@@ -153,7 +153,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     for base, flipped in plans:
         for way in selections(spec, None, base):
             first = not runs
-            run = _Run(spec, base | way, given, provers, block_cache, rows=first,
+            run = Run(spec, base | way, given, provers, block_cache, rows=first,
                        record_cache=record_cache)
             top_rows = run.run()
             way = flipped | way
@@ -169,7 +169,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
                 if finding.cause is None:
                     causes.add(key)        # a cause under some choices is a cause
     uses = record_cache.setdefault(("uses",), {})
-    for finding, found, compared in _decoding_findings(spec, checked, runs):
+    for finding, found, compared in decoding_findings(spec, checked, runs):
         if finding is None:             # a state that fits its start: a use that fits
             for decl in compared:
                 uses.setdefault(id(decl), [decl, {}, {}])[1][("start", id(decl))] = decl.line
@@ -195,14 +195,14 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
                 f"{'their starts' if len(fitting) > 1 else 'its start'}: {earlier} is the "
                 "likelier one not meant")
     block_inputs = {id(d) for block in spec.blocks.values() for d in block.inputs}
-    for decl, failed, fits in _misfits(uses.values(), merged, causes, block_inputs):
+    for decl, failed, fits in misfits(uses.values(), merged, causes, block_inputs):
         # a finding at the declaration itself (a step's input the full model takes otherwise)
         # is the cause; else the declaration, as a finding of its own
         own = next((merged[k] for k in failed
                     if (merged[k].file, merged[k].line) == (decl.file, decl.line)), None)
         inside = sorted({f.line for f in merged.values() if f.cause in failed}) \
             if id(decl) in block_inputs else []
-        declared = own or _misfit_declaration(decl, [merged[k] for k in failed], fits, inside)
+        declared = own or misfit_declaration(decl, [merged[k] for k in failed], fits, inside)
         key = declared.key()
         merged.setdefault(key, declared)
         causes.add(key)
@@ -216,16 +216,16 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
     # findings one constraint fixes (the hint of each suggests it): the first is the cause,
     # the rest follow from it (pasting the constraint once removes them all)
     fixed_by: dict = {}
-    for key in sorted(causes, key=lambda k: _place(merged[k])):
+    for key in sorted(causes, key=lambda k: place(merged[k])):
         if merged[key].suggested is not None:
             fixed_by.setdefault(merged[key].suggested, []).append(key)
     # and those such a constraint proves, whatever their own hints say (`require T <=
     # max_len` settles a relative bias's 2*T - 1 <= 2*max_len - 1 too)
     for relation, keys in fixed_by.items():
-        for key in sorted(causes, key=lambda k: _place(merged[k])):
+        for key in sorted(causes, key=lambda k: place(merged[k])):
             claim = merged[key].claim
             if key not in keys and claim is not None and merged[key].caused_by is None and \
-                    _settles(claim, relation):
+                    settles(claim, relation):
                 keys.append(key)
     for first, *rest in fixed_by.values():
         for key in rest:
@@ -234,7 +234,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
                 causes.discard(key)
     for key, said in record_cache.get(("evidence",), {}).items():
         if key in merged and len(said) == 1:
-            merged[key].hint = _weighed_hint(merged[key], *said.items())
+            merged[key].hint = weighed_hint(merged[key], *said.items())
     findings = list(merged.values())
     if len(checked) > 1:
         options = {name: choice.options for name, choice in spec.choices.items()}
@@ -245,7 +245,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
         finding.selection = {}
         finding.combinations = seen_in[finding.key()]
     findings.sort(key=lambda f: (f.file or "", f.line or 0, f.kind, f.tensor))
-    ordered = _grouped(findings, merged, causes)
+    ordered = grouped_findings(findings, merged, causes)
     for finding in ordered if verify else ():
         if finding.caused_by is None and finding.redeclare is not None:
             combo = seen_in[finding.key()].first() or checked[0]
@@ -276,7 +276,7 @@ def _values_only(spec: Spec, combos: ChoiceSpace, given: dict, proved: Result,
     if proved.spec is not spec or proved.findings or len(proved.combinations) != 1 or \
             proved.combinations[0] != combos[0]:
         return None
-    run = _Run(spec, combos[0], given, provers, {}, rows=False)
+    run = Run(spec, combos[0], given, provers, {}, rows=False)
     if any(isinstance(s, Reused) for s in select(run.spec.body, run.choices)) or \
             run.check_constraints() or (run.constraints and not run.constraints_satisfiable()) \
             or run.findings:
@@ -308,13 +308,13 @@ def _declaration_hint(spec: Spec, finding: Finding, combo: dict, known: list,
     has the finding no more and no other it had not); else the hint as ``_offered`` made it,
     the declaration still named, with its line."""
     for decl, shape, wrong in finding.operands:
-        written = f'"{_declaration(shape)}"'
+        written = f'"{declaration(shape)}"'
         where = f" (line {decl.line})" if decl.line is not None else ""
         if not _moved(spec, finding, decl, wrong, combo, known, provers, block_cache):
             rest = finding.hint.removeprefix("fix the equation")
             return f"declare {decl.name}{where} as {written}, or fix the equation{rest}"
     decl, _, wrong = finding.operands[0]
-    declared = f'"{_declaration(decl.shape)}"'
+    declared = f'"{declaration(decl.shape)}"'
     where = f" at line {decl.line}" if decl.line is not None else ""
     size = next(format_expr(d) for d in decl.shape.dims if d in wrong)
     return f"{finding.hint}; the equation's {size} comes from {decl.name}, declared{where} " \
@@ -356,7 +356,7 @@ def _rechecked(spec: Spec, finding: Finding, amended, combo: dict, known: list,
         if name in changed else block for name, block in spec.blocks.items()})
     while True:
         callers = {name for name, block in spec.blocks.items()
-                   if name not in changed and _calls(block.body) & changed}
+                   if name not in changed and calls_in(block.body) & changed}
         if not callers:
             break
         changed |= callers
@@ -376,7 +376,7 @@ def _rechecked(spec: Spec, finding: Finding, amended, combo: dict, known: list,
     still = [f for f in after if (f.file, f.line, f.kind) ==
              (finding.file, finding.line, finding.kind)]
     moved = sorted((f for f in after if (f.kind, f.line, f.message) not in seen and
-                    f not in still), key=_place)
+                    f not in still), key=place)
     return still, moved
 
 
@@ -393,7 +393,7 @@ def _offered(spec: Spec, finding: Finding, combo: dict, known: list, provers: di
                               known, provers, block_cache)
     if not still and not moved:
         return finding.hint
-    written = f'"{_declaration(shape)}"'
+    written = f'"{declaration(shape)}"'
     # (where it goes elsewhere too, that line: a finding the new declaration makes at its
     # own line, a state that now grows without an update, says less of where it went)
     moved = [f for f in moved if f.line != finding.line] or moved

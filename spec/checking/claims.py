@@ -8,7 +8,7 @@ import sympy
 
 from tspec.checking.findings import Finding
 from tspec.checking.prove import SEARCH_MAX, Verdict
-from tspec.checking.scope import TensorRow, _Doubt, _Scope
+from tspec.checking.scope import Doubt, Scope, TensorRow
 from tspec.language.model import (
     NEW,
     PAST,
@@ -24,11 +24,11 @@ from tspec.ops.catalogue import OPS
 from tspec.symbolic.shape import Shape, format_expr
 
 
-class _Claims:
+class Claims:
     """The run's claims: each equation's inferred shape against its declaration, the sizes
     a shape must have, unstated and implied shapes, and each update against its state."""
 
-    def check_update(self, scope: _Scope, update: Update, state: TensorDecl) -> None:
+    def check_update(self, scope: Scope, update: Update, state: TensorDecl) -> None:
         """A state's next value is what the next step finds in it: the state's shape with
         the positions decoded before grown by this step's (T_past + T_new for T_past, along
         whichever axis names T_past: a key cache kept transposed, ``B d T_past``, grows along
@@ -120,7 +120,7 @@ class _Claims:
                 "remove it", selection=selection))
             return TensorRow(qualified, decl.role, None, decl.dtype, decl.meaning, False, "",
                              decl.file, decl.line)
-        resolve = _Scope(self, "", {}, None).resolve_shape
+        resolve = Scope(self, "", {}, None).resolve_shape
         resolved = resolve(shape)
         like = None if like is None else resolve(like)
         involved = resolved.free_symbols() | (like.free_symbols() if like else set())
@@ -188,7 +188,7 @@ class _Claims:
             selection=selection))
         return False
 
-    def check_sizes(self, scope: _Scope, decl: TensorDecl, shape: Shape) -> None:
+    def check_sizes(self, scope: Scope, decl: TensorDecl, shape: Shape) -> None:
         """Every size in a declared shape is a positive whole number for all allowed sizes."""
         key = ("sizes", id(decl), shape, self.prover_key, scope.prefix)
         known = self.record_cache.get(key)
@@ -199,7 +199,7 @@ class _Claims:
         self._check_sizes(scope, decl, shape)
         self.record_cache[key] = self.findings[start:]
 
-    def _check_sizes(self, scope: _Scope, decl: TensorDecl, shape: Shape) -> None:
+    def _check_sizes(self, scope: Scope, decl: TensorDecl, shape: Shape) -> None:
         sizes = shape.dims + ((shape.family,) if shape.family is not None else ())
         for size in sizes:
             if isinstance(size, sympy.Symbol) or (size.is_Integer and size >= 1):
@@ -251,7 +251,7 @@ class _Claims:
             return "out-of-range", positive, "at least 1"
         return None
 
-    def check_equation(self, scope: _Scope, record: Equation, declared: TensorDecl | None):
+    def check_equation(self, scope: Scope, record: Equation, declared: TensorDecl | None):
         scope.equation = record
         before = len(self.findings)
         value = self.infer(scope, record.expr)
@@ -259,7 +259,7 @@ class _Claims:
         # equations go on from the inferred shape, so one mistake is reported once
         self.compare(scope, record, declared, value, trust_inferred=len(self.findings) == before)
 
-    def compare(self, scope: _Scope, record, declared: TensorDecl | None, value: Value,
+    def compare(self, scope: Scope, record, declared: TensorDecl | None, value: Value,
                 trust_inferred: bool = False) -> None:
         """Prove the inferred value equal to the declared shape and dtype.
 
@@ -289,7 +289,7 @@ class _Claims:
                 # where they trip over it but not over the other, they follow from this
                 # finding (see follows)
                 other = claim if trust_inferred else inferred
-                scope.suspect[name] = _Doubt(Value(other, declared.dtype, tensor=name),
+                scope.suspect[name] = Doubt(Value(other, declared.dtype, tensor=name),
                                              self.findings[before].key(), trust_inferred, name)
             shape = claim
         else:
@@ -301,7 +301,7 @@ class _Claims:
                                     declared is not None and declared.shape is not None,
                                     f"{name} = {record.text}", record.file, record.line))
 
-    def claim_uses(self, scope: _Scope, record: Equation, claim: Shape, inferred: Shape,
+    def claim_uses(self, scope: Scope, record: Equation, claim: Shape, inferred: Shape,
                    failed: tuple | None) -> None:
         """An equation's claim about its output is a use of each declared tensor it reads:
         one that fits where the claim holds; where it is refuted, one that does not fit for
@@ -320,7 +320,7 @@ class _Claims:
             if given & set(shape.dims + (shape.family,)):
                 self.used(decl, record, failed)
 
-    def compare_shapes(self, scope: _Scope, record, claim: Shape, inferred: Shape,
+    def compare_shapes(self, scope: Scope, record, claim: Shape, inferred: Shape,
                        declared: TensorDecl | None = None) -> None:
         scope.equation = record
         name = record.output
@@ -330,7 +330,7 @@ class _Claims:
             # in the block's own terms: its local dims where the call bound them
             shape = _unbound(inferred, scope.binding)
             family = "" if shape.family is None else f"[{format_expr(shape.family)}]"
-            hint = f"declare {name}{family} as \"{_declaration(shape)}\", or fix the equation"
+            hint = f"declare {name}{family} as \"{declaration(shape)}\", or fix the equation"
             scope.finding("unproved" if verdict is not None and verdict.unknown
                           else "shape-mismatch", message, verdict, exprs, hint, stated.text(),
                           inferred.text())
@@ -382,7 +382,7 @@ class _Claims:
                             f"{SEARCH_MAX})")
             report(message, verdict, [e for pair in pairs for e in pair])
 
-    def giving(self, scope: _Scope, record: Equation, claim: Shape,
+    def giving(self, scope: Scope, record: Equation, claim: Shape,
                inferred: Shape) -> list[tuple[TensorDecl, Shape]]:
         """The declared tensors (inputs, parameters, states) an equation reads whose shape
         has a size the equation gives where it claims another (``W_K "d_model H*d_k"`` for
@@ -407,7 +407,7 @@ class _Claims:
             (aligned if at else elsewhere).append((decl.written or decl, shape, wrong))
         return aligned + elsewhere
 
-    def infer(self, scope: _Scope, term) -> Value:
+    def infer(self, scope: Scope, term) -> Value:
         if isinstance(term, TensorRef):
             return scope.values[term.name]
         if isinstance(term, ScalarExpr):
@@ -440,5 +440,5 @@ def _unbound(shape: Shape, binding: dict) -> Shape:
     return Shape(tuple(back.get(d, d) for d in shape.dims), family)
 
 
-def _declaration(shape: Shape) -> str:
+def declaration(shape: Shape) -> str:
     return " ".join(format_expr(d) for d in shape.dims)

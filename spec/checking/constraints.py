@@ -21,7 +21,7 @@ from tspec.symbolic.shape import format_expr
 NEAREST_WINDOW = 4096     # how far to look for valid values near a violating one
 
 
-class _Constraints:
+class Constraints:
     """The run's constraints and dim values: whether some sizes meet every constraint,
     each given value against them, and the constraints a failed claim could be settled by."""
 

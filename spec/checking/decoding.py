@@ -6,11 +6,11 @@ import difflib
 
 import sympy
 
-from tspec.checking.blame import _declares
+from tspec.checking.blame import declares
 from tspec.checking.coverage import ChoiceSpace, Cover
 from tspec.checking.findings import Finding
 from tspec.checking.prove import SEARCH_MAX, Prover
-from tspec.checking.ways import _choices_used
+from tspec.checking.ways import choices_used
 from tspec.language.flow import calls_at, fed_by
 from tspec.language.model import (
     DECODING,
@@ -30,7 +30,7 @@ from tspec.language.model import (
 from tspec.symbolic.shape import Shape, format_expr
 
 
-def _decoding_findings(spec: Spec, members: ChoiceSpace, runs: list) -> list[tuple]:
+def decoding_findings(spec: Spec, members: ChoiceSpace, runs: list) -> list[tuple]:
     """What a decoding step needs of the full model that starts it, as code generation and
     `tspec run --decode` need it, each finding with the combinations it holds in (a Cover)
     and the declarations it is a use of (a step's and the full model's inputs, a state; a
@@ -45,7 +45,7 @@ def _decoding_findings(spec: Spec, members: ChoiceSpace, runs: list) -> list[tup
       positions so far (PAST + NEW) or the new ones (NEW), and the full model's inputs run
       over exactly one dim of positions.
 
-    A state or start that an earlier finding made doubtful (``_Run.alternatives``) follows
+    A state or start that an earlier finding made doubtful (``Run.alternatives``) follows
     from it where its other shape fits. ``runs`` are (way, run) for each way of setting the
     model's own choices."""
     found: list[tuple] = []
@@ -294,12 +294,12 @@ def _written(spec: Spec, decl: TensorDecl, choices: dict) -> bool:
     memo = spec.__dict__.setdefault("_state_blocks", {})
     if id(original) not in memo:
         memo[id(original)] = next((block for block in spec.blocks.values()
-                                   if _declares(block.body, original)), None)
+                                   if declares(block.body, original)), None)
     block = memo[id(original)]
     if block is None:
         return False
     # the same block under the same options of the choices it consults: the same answer
-    relevant = tuple((c, choices[c]) for c in _choices_used(spec, block.name))
+    relevant = tuple((c, choices[c]) for c in choices_used(spec, block.name))
     key = ("written", id(original), relevant)
     if key not in memo:
         memo[key] = any(isinstance(s, Update) and s.state == original.name
@@ -508,7 +508,7 @@ def _state_start(prover: Prover, name: str, decl: TensorDecl, shape: Shape, dtyp
 
 def _step_inputs(spec: Spec, prover: Prover, step: list[TensorDecl], full: list[TensorDecl],
                  sequence) -> list[tuple[Finding, tuple]]:
-    """The decoding step's inputs against the full model's (see ``_decoding_findings``), the
+    """The decoding step's inputs against the full model's (see ``decoding_findings``), the
     sequence's positions ``sequence`` (see ``_sequence``): each finding with the inputs it
     compares."""
     found = []

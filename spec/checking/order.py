@@ -8,7 +8,7 @@ from tspec.language.model import (
 )
 
 
-def _check_let_cycles(lets: list[Let], let_map: dict, symbols: dict) -> None:
+def check_let_cycles(lets: list[Let], let_map: dict, symbols: dict) -> None:
     """Derived dims defined through each other (let m = n + 1; let n = m + 1) are an error."""
     by_symbol = {symbols[let.dim]: let for let in lets}
 

@@ -8,14 +8,14 @@ from dataclasses import replace
 import sympy
 
 from tspec.checking import limits
-from tspec.checking.calls import _Calls
-from tspec.checking.claims import _Claims
-from tspec.checking.constraints import _Constraints
+from tspec.checking.calls import Calls
+from tspec.checking.claims import Claims
+from tspec.checking.constraints import Constraints
 from tspec.checking.findings import Finding
-from tspec.checking.order import _check_let_cycles, topological
+from tspec.checking.order import check_let_cycles, topological
 from tspec.checking.prove import Prover
-from tspec.checking.scope import DECLARED, TensorRow, _Fresh, _Scope
-from tspec.checking.ways import _choices_used, _start_names
+from tspec.checking.scope import DECLARED, Fresh, Scope, TensorRow
+from tspec.checking.ways import choices_used, start_names
 from tspec.errors import LimitError, SpecError
 from tspec.language.model import (
     BlockCall,
@@ -48,7 +48,7 @@ def _reused_finding(reused: Reused) -> Finding:
              "checker judges how its uses clash)")
 
 
-class _Run(_Constraints, _Claims, _Calls):
+class Run(Constraints, Claims, Calls):
     """Checks one spec under one combination of choices (and optional dim values)."""
 
     def __init__(self, spec: Spec, choices: dict, values: dict[str, int], provers: dict,
@@ -57,7 +57,7 @@ class _Run(_Constraints, _Claims, _Calls):
         self.spec = spec
         self.choices = choices
         self.values = values
-        self.fresh = _Fresh()
+        self.fresh = Fresh()
         self.block_cache = block_cache
         self.record_cache = {} if record_cache is None else record_cache
         # each declared tensor's uses, over every run: id(decl) -> [decl, the records whose
@@ -72,12 +72,12 @@ class _Run(_Constraints, _Claims, _Calls):
         self.findings: list[Finding] = []
         self.unknowns: dict = {}      # fresh unknown widths -> what they were pinned to
         self.pending: list = []       # unstated shapes, reported once the run is done
-        # for the decoding pass (``_decoding_findings``): each state of a block, and each
+        # for the decoding pass (``decoding_findings``): each state of a block, and each
         # tensor a state starts from, as (qualified name, decl or dtype, shape, selection)
         self.states: list = []
         self.starts: list = []
         self.state_choices: dict = {}   # id(a state's decl) -> the choices its block reads
-        self.start_names = _start_names(spec)
+        self.start_names = start_names(spec)
         self.outputs: tuple = ()
         self.output_causes: dict = {}   # output -> the finding that made its value doubtful
         self.active: list[str] = []   # blocks being checked, innermost last (for cycles)
@@ -96,7 +96,7 @@ class _Run(_Constraints, _Claims, _Calls):
                                 "cannot also be given a value", file=let.file, line=let.line)
             seen_lets[let.dim] = let
         self.let_map = {symbols[let.dim]: let.expr for let in self.lets}
-        _check_let_cycles(self.lets, self.let_map, symbols)
+        check_let_cycles(self.lets, self.let_map, symbols)
         degrees = derived_degrees(self.let_map)
         for let in self.lets:
             found = degrees[symbols[let.dim]]
@@ -160,7 +160,7 @@ class _Run(_Constraints, _Claims, _Calls):
                 else None, dims=self.dim_values(let.expr.free_symbols), hint=hint,
                 suggested=suggested))
             self.broken_lets[self.spec.symbols()[let.dim]] = self.findings[-1].key()
-        scope = _Scope(self, "", {}, None)
+        scope = Scope(self, "", {}, None)
         statements = select(self.spec.body, self.choices)
         self.check_body(scope, statements, [], outputs(self.spec, self.choices), "the model")
         # the model's outputs, for the decoding pass: (name, dtype, shape, where it says so)
@@ -248,7 +248,7 @@ class _Run(_Constraints, _Claims, _Calls):
         order = topological(producers, where)
         return decls, order
 
-    def check_body(self, scope: _Scope, statements: list, inputs: list[TensorDecl],
+    def check_body(self, scope: Scope, statements: list, inputs: list[TensorDecl],
                    outputs: list[str], where: str) -> None:
         # the declarations and data-flow order of a body depend only on its statements:
         # computed once per selection, not once per choice combination
@@ -285,7 +285,7 @@ class _Run(_Constraints, _Claims, _Calls):
             key = None
             suspects = [n for n in record.inputs if n in scope.suspect]
             if not self.fresh.symbols:
-                blocks = _choices_used(self.spec, record.block) \
+                blocks = choices_used(self.spec, record.block) \
                     if isinstance(record, BlockCall) else ()
                 key = (id(record), tuple(scope.values[n] for n in record.inputs),
                        id(declared), self.prover_key, scope.prefix, binding_key,
@@ -346,7 +346,7 @@ class _Run(_Constraints, _Claims, _Calls):
             if decl.role == "state":
                 # whether the block writes it follows the choices the block reads
                 self.state_choices[id(decl)] = () if scope.block is None else \
-                    _choices_used(self.spec, scope.block.name)
+                    choices_used(self.spec, scope.block.name)
                 self.states.append((scope.qualified(name), decl,
                                     scope.resolve_shape(decl.shape.subs(scope.binding)), {},
                                     None))
@@ -361,7 +361,7 @@ class _Run(_Constraints, _Claims, _Calls):
                                     None if value.shape is None else
                                     scope.resolve_shape(value.shape), {}, other))
 
-    def check_record(self, scope: _Scope, record, declared: TensorDecl | None) -> None:
+    def check_record(self, scope: Scope, record, declared: TensorDecl | None) -> None:
         if isinstance(record, Equation):
             self.check_equation(scope, record, declared)
         elif isinstance(record, Flaw):
@@ -369,7 +369,7 @@ class _Run(_Constraints, _Claims, _Calls):
         else:
             self.check_call(scope, record, declared)
 
-    def check_flaw(self, scope: _Scope, flaw: Flaw, declared: TensorDecl | None) -> None:
+    def check_flaw(self, scope: Scope, flaw: Flaw, declared: TensorDecl | None) -> None:
         """A statement that cannot stand under these choices: its finding. The tensor it would
         compute keeps its declared shape, which later equations go on from."""
         self.add(Finding(kind=flaw.kind, message=flaw.message, file=flaw.file, line=flaw.line,
@@ -386,7 +386,7 @@ class _Run(_Constraints, _Claims, _Calls):
                 shape, dtype, declared.meaning if declared else "", known,
                 f"{flaw.output} = {flaw.text}", flaw.file, flaw.line))
 
-    def follows(self, scope: _Scope, record, declared: TensorDecl | None, suspects: list,
+    def follows(self, scope: Scope, record, declared: TensorDecl | None, suspects: list,
                 start: int, states_start: int, starts_start: int) -> None:
         """A record that reads tensors an earlier finding made doubtful (``scope.suspect``) is
         checked again with the other value of each. Where that finds nothing, each of its
@@ -459,7 +459,7 @@ class _Run(_Constraints, _Claims, _Calls):
                     kept[index] = entry[:4] + ((shape, cause),)
 
     @contextlib.contextmanager
-    def aside(self, scope: _Scope):
+    def aside(self, scope: Scope):
         """A check whose findings, rows, values, pinned widths and the states and starts it
         records for the decoding pass are all undone after it."""
         findings, rows, pending = len(self.findings), len(scope.rows), len(self.pending)

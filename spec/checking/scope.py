@@ -20,9 +20,8 @@ from tspec.language.model import (
 from tspec.ops.base import Value
 from tspec.symbolic.shape import Shape, format_expr
 
-if TYPE_CHECKING:
-    from tspec.checking.run import _Run
-
+if TYPE_CHECKING:                   # the run that a scope belongs to (run.py imports this module)
+    from tspec.checking.run import Run
 
 DECLARED = ("input", "param", "state")   # roles given, not computed by an equation
 
@@ -41,7 +40,7 @@ class TensorRow:
     line: int | None = None
 
 
-class _Fresh:
+class Fresh:
     """Fresh symbols for the dims of parameters whose shape a spec left unstated."""
 
     def __init__(self):
@@ -55,7 +54,7 @@ class _Fresh:
         return symbol
 
 
-class _Doubt(NamedTuple):
+class Doubt(NamedTuple):
     """A tensor whose value a refuted claim made doubtful: later equations go on from one of
     the claim and what the equation gives; ``other`` is the other one."""
     other: Value
@@ -64,10 +63,10 @@ class _Doubt(NamedTuple):
     tensor: str             # the tensor whose claim it is
 
 
-class _Scope:
+class Scope:
     """One body being checked: the model, or one block under one binding of its local dims."""
 
-    def __init__(self, checker: "_Run", prefix: str, binding: dict, block: Block | None):
+    def __init__(self, checker: "Run", prefix: str, binding: dict, block: Block | None):
         self.checker = checker
         self.prefix = prefix
         self.binding = binding            # local dim symbol -> expression
@@ -81,8 +80,8 @@ class _Scope:
         self.equation = None                     # the record being checked, for findings
         self.node = None
         self.decls: dict[str, TensorDecl] = {}   # the body's declarations, for hints
-        # tensors whose value an earlier finding made doubtful, see _Run.follows
-        self.suspect: dict[str, _Doubt] = {}
+        # tensors whose value an earlier finding made doubtful, see Run.follows
+        self.suspect: dict[str, Doubt] = {}
 
     # -- the Context protocol of spec.ops
     def resolve(self, expr):

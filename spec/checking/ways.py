@@ -11,7 +11,7 @@ from tspec.language.model import (
 from tspec.symbolic.shape import Shape
 
 
-def _choices_used(spec: Spec, block_name: str) -> tuple[str, ...]:
+def choices_used(spec: Spec, block_name: str) -> tuple[str, ...]:
     """The choices a block's body depends on, through the blocks it calls too (memoised)."""
     memo = spec.__dict__.setdefault("_choices_used", {})
     if block_name in memo:
@@ -26,13 +26,13 @@ def _choices_used(spec: Spec, block_name: str) -> tuple[str, ...]:
                 walk(s.body)
                 walk(s.otherwise)
             elif isinstance(s, BlockCall) and s.block in spec.blocks:
-                found.update(_choices_used(spec, s.block))
+                found.update(choices_used(spec, s.block))
     walk(spec.blocks[block_name].body)
     memo[block_name] = tuple(sorted(found))
     return memo[block_name]
 
 
-def _marked_with_ways(by_way: list[list[tuple]], ways: list[dict], at: int,
+def marked_with_ways(by_way: list[list[tuple]], ways: list[dict], at: int,
                       apart=None) -> list[tuple]:
     """The entries each way of setting a block's open choices added (states, starts, unstated
     shapes: tuples whose item ``at`` is the choices they hold under), each marked with its way;
@@ -65,7 +65,7 @@ def _marked_with_ways(by_way: list[list[tuple]], ways: list[dict], at: int,
     return out
 
 
-def _keeps_states(spec: Spec, block_name: str) -> bool:
+def keeps_states(spec: Spec, block_name: str) -> bool:
     """Whether a block declares states, in any branch, itself or in the blocks it calls."""
     def keeps(statements, seen) -> bool:
         for s in statements:
@@ -82,7 +82,7 @@ def _keeps_states(spec: Spec, block_name: str) -> bool:
     return keeps(spec.blocks[block_name].body, {block_name})
 
 
-def _start_names(spec: Spec) -> frozenset[str]:
+def start_names(spec: Spec) -> frozenset[str]:
     """The tensors the spec's states start from (their `from`), in any branch (memoised)."""
     memo = spec.__dict__.get("_start_names")
     if memo is None:
