@@ -2,9 +2,12 @@
 likelier mistake, what later equations say of a refuted claim, and the findings grouped.
 """
 
+from collections.abc import Iterable
+
 from tspec.checking.claims import declaration
 from tspec.checking.findings import Finding, grouped
 from tspec.checking.prove import Prover
+from tspec.checking.scope import Uses
 from tspec.language.model import (
     BlockCall,
     TensorDecl,
@@ -62,7 +65,7 @@ def weighed_hint(finding: Finding, said: tuple[str, set]) -> str:
     return f"{hint}; {where} what its equation gives"
 
 
-def misfits(uses, merged: dict, causes: set,
+def misfits(uses: Iterable[Uses], merged: dict, causes: set,
              inputs: set) -> list[tuple[TensorDecl, list[tuple], list]]:
     """The declared tensors whose declaration is the likelier mistake than each use that does
     not fit it, each with the keys of those uses' findings and the lines of the uses that fit:
@@ -79,10 +82,10 @@ def misfits(uses, merged: dict, causes: set,
     finding made doubtful says nothing of the declaration. And only those that blame no
     other such declaration (in X @ W where neither fits any use, either may be the mistake),
     for one that some use fits, no other declaration at all."""
-    uses = [(decl, sorted({line for record, line in passed.items() if record not in failed
-                           and line is not None}),
-             list(dict.fromkeys(k for ks in failed.values() for k in ks)))
-            for decl, passed, failed in uses]
+    uses = [(use.decl, sorted({line for record, line in use.fits.items()
+                               if record not in use.fails and line is not None}),
+             list(dict.fromkeys(k for ks in use.fails.values() for k in ks)))
+            for use in uses]
     owners: dict = {}         # finding key -> the declarations it blames: (all, fitting none)
     for _, fits, keys in uses:
         for key in keys:

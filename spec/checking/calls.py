@@ -5,7 +5,7 @@ checked once per binding (cached by the block's proved signature), and repeat's 
 from dataclasses import replace
 
 from tspec.checking.findings import Finding
-from tspec.checking.scope import DECLARED, Doubt, Scope, TensorRow
+from tspec.checking.scope import DECLARED, Conflict, Doubt, Scope, TensorRow
 from tspec.checking.ways import choices_used, keeps_states, marked_with_ways
 from tspec.errors import SpecError
 from tspec.language.model import (
@@ -66,11 +66,11 @@ class Calls:
                             "fixed by its inputs' shapes", file=block.file, line=block.line)
         path = f"{scope.prefix}{call.instance}{'[i]' if call.repeat is not None else ''}."
         relevant = choices_used(self.spec, block.name)
-        ways_key = ("selections", block.name, id(block),
+        ways_key = (block.name, id(block),
                     tuple((c, self.choices.get(c)) for c in relevant))
-        ways = self.record_cache.get(ways_key)
+        ways = self.memo.ways.get(ways_key)
         if ways is None:
-            ways = self.record_cache[ways_key] = selections(self.spec, block.name, self.choices)
+            ways = self.memo.ways[ways_key] = selections(self.spec, block.name, self.choices)
         if ways == [{}]:
             self.call_block(scope, call, block, binding, mapped, path, declared, doubts,
                             conflicts)
@@ -249,8 +249,8 @@ class Calls:
                     # query and key-value arguments
                     conflicts += [(dim, given, self.findings[-1].key())
                                   for dim, _, given in disagreeing]
-                    self.record_cache.setdefault(("conflicts",), {})[
-                        self.findings[-1].key()] = (bound_by[local][0], arg, local, later)
+                    self.memo.conflicts[self.findings[-1].key()] = Conflict(
+                        bound_by[local][0], arg, local, later)
                 used(self.findings[-1].key())
                 # in the body, the input is doubtful: what trips over it there but not over
                 # the argument passed follows from this finding

@@ -30,7 +30,7 @@ from tspec.checking.decoding import decoding_findings
 from tspec.checking.findings import Finding
 from tspec.checking.limits import TIME_LIMIT, require_tensor_count
 from tspec.checking.run import Run
-from tspec.checking.scope import TensorRow
+from tspec.checking.scope import Memo, TensorRow
 from tspec.errors import LimitError, SpecError
 from tspec.language.model import (
     DECODING,
@@ -135,7 +135,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
         {name: (fixed[DECODING], partner[DECODING]) if name == DECODING else options
          for name, options in zip(combos.order, combos.values)}, first=DECODING)
     nothing = checked.nothing
-    record_cache: dict = {}
+    memo = Memo()
     merged: dict = {}
     seen_in: dict = {}
     causes: set = set()
@@ -154,7 +154,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
         for way in selections(spec, None, base):
             first = not runs
             run = Run(spec, base | way, given, provers, block_cache, rows=first,
-                       record_cache=record_cache)
+                       memo=memo)
             top_rows = run.run()
             way = flipped | way
             runs.append((way, run))
@@ -168,11 +168,10 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
                 seen_in[key] = seen_in.get(key, nothing) | checked.matching(way | finding.selection)
                 if finding.cause is None:
                     causes.add(key)        # a cause under some choices is a cause
-    uses = record_cache.setdefault(("uses",), {})
     for finding, found, compared in decoding_findings(spec, checked, runs):
         if finding is None:             # a state that fits its start: a use that fits
             for decl in compared:
-                uses.setdefault(id(decl), [decl, {}, {}])[1][("start", id(decl))] = decl.line
+                memo.use(decl).fits[("start", id(decl))] = decl.line
             continue
         key = finding.key()
         merged.setdefault(key, finding)
@@ -181,8 +180,8 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
             causes.add(key)
         for decl in compared:
             # the step's input against the full model's: a use of each that does not fit
-            uses.setdefault(id(decl), [decl, {}, {}])[2].setdefault(key, []).append(key)
-    for key, (earlier, later, local, given) in record_cache.get(("conflicts",), {}).items():
+            memo.use(decl).fails.setdefault(key, []).append(key)
+    for key, (earlier, later, local, given) in memo.conflicts.items():
         # two arguments that disagree on a local dim, where the later one's value makes a
         # decoding state fit its start: evidence for the later one
         fitting = sorted({f.line for f in merged.values() if f.cause == key and
@@ -195,7 +194,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
                 f"{'their starts' if len(fitting) > 1 else 'its start'}: {earlier} is the "
                 "likelier one not meant")
     block_inputs = {id(d) for block in spec.blocks.values() for d in block.inputs}
-    for decl, failed, fits in misfits(uses.values(), merged, causes, block_inputs):
+    for decl, failed, fits in misfits(memo.uses.values(), merged, causes, block_inputs):
         # a finding at the declaration itself (a step's input the full model takes otherwise)
         # is the cause; else the declaration, as a finding of its own
         own = next((merged[k] for k in failed
@@ -232,7 +231,7 @@ def _check(spec: Spec, choices: dict | None, values: dict | None, all_choices: b
             if key in causes:
                 merged[key].cause = first
                 causes.discard(key)
-    for key, said in record_cache.get(("evidence",), {}).items():
+    for key, said in memo.evidence.items():
         if key in merged and len(said) == 1:
             merged[key].hint = weighed_hint(merged[key], *said.items())
     findings = list(merged.values())

@@ -190,14 +190,14 @@ class Claims:
 
     def check_sizes(self, scope: Scope, decl: TensorDecl, shape: Shape) -> None:
         """Every size in a declared shape is a positive whole number for all allowed sizes."""
-        key = ("sizes", id(decl), shape, self.prover_key, scope.prefix)
-        known = self.record_cache.get(key)
+        key = (id(decl), shape, self.prover_key, scope.prefix)
+        known = self.memo.sizes.get(key)
         if known is not None:
             self.findings.extend(known)
             return
         start = len(self.findings)
         self._check_sizes(scope, decl, shape)
-        self.record_cache[key] = self.findings[start:]
+        self.memo.sizes[key] = self.findings[start:]
 
     def _check_sizes(self, scope: Scope, decl: TensorDecl, shape: Shape) -> None:
         sizes = shape.dims + ((shape.family,) if shape.family is not None else ())

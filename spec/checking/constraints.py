@@ -45,8 +45,8 @@ class Constraints:
                 relation.free_symbols <= _input_dims(self.spec) and
                 not _divisibility(relation)):
             return False
-        key = ("offers", self.prover_key, relation, claim)
-        answer = self.record_cache.get(key)
+        key = (self.prover_key, relation, claim)
+        answer = self.memo.offers.get(key)
         if answer is None:
             prover = Prover(self.prover.dims, self.prover.constraints + [relation],
                             self.prover.lets, self.prover.values)
@@ -60,7 +60,7 @@ class Constraints:
                 # the prover's slack method compares 0/0 for a fact with no linear term in
                 # the claim's first dim (H*H + d >= 3): no proof, so nothing offered
                 answer = False
-            self.record_cache[key] = answer
+            self.memo.offers[key] = answer
         return answer
 
     def dim_values(self, symbols: set) -> dict:

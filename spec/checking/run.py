@@ -14,7 +14,7 @@ from tspec.checking.constraints import Constraints
 from tspec.checking.findings import Finding
 from tspec.checking.order import check_let_cycles, topological
 from tspec.checking.prove import Prover
-from tspec.checking.scope import DECLARED, Fresh, Scope, TensorRow
+from tspec.checking.scope import DECLARED, Checked, Fresh, Memo, Scope, TensorRow
 from tspec.checking.ways import choices_used, start_names
 from tspec.errors import LimitError, SpecError
 from tspec.language.model import (
@@ -52,21 +52,14 @@ class Run(Constraints, Claims, Calls):
     """Checks one spec under one combination of choices (and optional dim values)."""
 
     def __init__(self, spec: Spec, choices: dict, values: dict[str, int], provers: dict,
-                 block_cache: dict, rows: bool = True, record_cache: dict | None = None):
+                 block_cache: dict, rows: bool = True, memo: Memo | None = None):
         spec = under(spec, choices)      # the blocks and tensors renamed under these choices
         self.spec = spec
         self.choices = choices
         self.values = values
         self.fresh = Fresh()
         self.block_cache = block_cache
-        self.record_cache = {} if record_cache is None else record_cache
-        # each declared tensor's uses, over every run: id(decl) -> [decl, the records whose
-        # claims about it hold, record -> the keys of the findings of those that fail]
-        self.uses = self.record_cache.setdefault(("uses",), {})
-        # what later equations say of a refuted claim, over every run: the key of its finding
-        # -> {"claim": lines of uses that fit the declared shape alone, "equation": lines of
-        # uses that fit what the equation gives alone}
-        self.evidence = self.record_cache.setdefault(("evidence",), {})
+        self.memo = Memo() if memo is None else memo   # shared by the runs of one check
         self.broken_lets: dict = {}   # derived dim -> the key of its finding, in this run
         self.want_rows = rows
         self.findings: list[Finding] = []
@@ -125,11 +118,11 @@ class Run(Constraints, Claims, Calls):
         at a call, a state updated) that fits its declared shape (``failed`` None) or does not
         (the key of its finding). A record fits when none of its claims fails."""
         decl = decl.written or decl          # a renamed block's, as the spec writes it
-        entry = self.uses.setdefault(id(decl), [decl, {}, {}])
+        uses = self.memo.use(decl)
         if failed is None:
-            entry[1][id(record)] = record.line
+            uses.fits[id(record)] = record.line
         else:
-            entry[2].setdefault(id(record), []).append(failed)
+            uses.fails.setdefault(id(record), []).append(failed)
 
     # -- the run
     def run(self) -> list[TensorRow]:
@@ -252,11 +245,11 @@ class Run(Constraints, Claims, Calls):
                    outputs: list[str], where: str) -> None:
         # the declarations and data-flow order of a body depend only on its statements:
         # computed once per selection, not once per choice combination
-        structure_key = ("structure", tuple(map(id, statements)), tuple(map(id, inputs)),
+        structure_key = (tuple(map(id, statements)), tuple(map(id, inputs)),
                          tuple(outputs))
-        structure = self.record_cache.get(structure_key)
+        structure = self.memo.structures.get(structure_key)
         if structure is None:
-            structure = self.record_cache[structure_key] = self.structure(
+            structure = self.memo.structures[structure_key] = self.structure(
                 statements, inputs, outputs, where)
         decls, order = structure
         scope.decls = decls
@@ -291,7 +284,7 @@ class Run(Constraints, Claims, Calls):
                        id(declared), self.prover_key, scope.prefix, binding_key,
                        tuple((c, self.choices.get(c)) for c in blocks), self.want_rows,
                        tuple(scope.suspect[n] for n in suspects))
-                hit = self.record_cache.get(key)
+                hit = self.memo.records.get(key)
                 if hit is not None:
                     value, findings, rows, states, starts, suspect = hit
                     scope.values[record.output] = value
@@ -309,10 +302,10 @@ class Run(Constraints, Claims, Calls):
                 self.follows(scope, record, declared, suspects, start, states_start,
                              starts_start)
             if key is not None and not self.fresh.symbols:
-                self.record_cache[key] = (scope.values[record.output], self.findings[start:],
-                                          scope.rows[rows_start:], self.states[states_start:],
-                                          self.starts[starts_start:],
-                                          scope.suspect.get(record.output))
+                self.memo.records[key] = Checked(
+                    scope.values[record.output], self.findings[start:], scope.rows[rows_start:],
+                    self.states[states_start:], self.starts[starts_start:],
+                    scope.suspect.get(record.output))
         for update in (s for s in statements if isinstance(s, Update)):
             start = len(self.findings)
             self.check_update(scope, update, decls[update.state])
@@ -433,7 +426,7 @@ class Run(Constraints, Claims, Calls):
             if clean != (not found) and names == [doubt.tensor]:
                 # a use that fits one of the two alone: the claim, or what the equation
                 # gives
-                self.evidence.setdefault(doubt.cause, {}).setdefault(
+                self.memo.evidence.setdefault(doubt.cause, {}).setdefault(
                     "claim" if clean == doubt.declared else "equation", set()).add(
                     record.line)
             if clean:

@@ -2,7 +2,7 @@
 tensors declared there, and each claim's finding with its counterexample and hint.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 import sympy
@@ -24,6 +24,57 @@ if TYPE_CHECKING:                   # the run that a scope belongs to (run.py im
     from tspec.checking.run import Run
 
 DECLARED = ("input", "param", "state")   # roles given, not computed by an equation
+
+
+@dataclass
+class Uses:
+    """A declared tensor's uses, over every run: the records whose claims about it hold (a
+    record's id, or a state's start, -> its line) and those whose claims fail (-> the keys of
+    their findings). A record fits when none of its claims fails."""
+    decl: TensorDecl
+    fits: dict = field(default_factory=dict)
+    fails: dict = field(default_factory=dict)
+
+
+class Conflict(NamedTuple):
+    """Two arguments of a call that disagree on a block's local dim: the first argument that
+    bound it, the later one, the local dim, and what the later one gives it."""
+    earlier: str
+    later: str
+    local: str
+    given: object
+
+
+class Checked(NamedTuple):
+    """What checking one record gave, kept for the next time the same record is checked
+    alike (the same inputs' values, declaration, prover, place, binding and choices read)."""
+    value: object
+    findings: list
+    rows: list
+    states: list
+    starts: list
+    suspect: object
+
+
+@dataclass
+class Memo:
+    """What the runs of one check share: evidence gathered over every combination of choices
+    (each declared tensor's uses, what later equations say of a refuted claim, the calls whose
+    arguments disagree) and answers remembered because every combination asks them alike."""
+    uses: dict = field(default_factory=dict)         # id(decl) -> Uses
+    # the key of a refuted claim's finding -> {"claim": lines of uses that fit the declared
+    # shape alone, "equation": lines of uses that fit what the equation gives alone}
+    evidence: dict = field(default_factory=dict)
+    conflicts: dict = field(default_factory=dict)    # the key of a call's finding -> Conflict
+    offers: dict = field(default_factory=dict)       # whether a constraint fixes a claim
+    reads: dict = field(default_factory=dict)        # the declared tensors terms read
+    structures: dict = field(default_factory=dict)   # a body's order and declarations
+    records: dict = field(default_factory=dict)      # -> Checked
+    sizes: dict = field(default_factory=dict)        # a shape's size findings
+    ways: dict = field(default_factory=dict)         # a block's ways under the choices it reads
+
+    def use(self, decl: TensorDecl) -> Uses:
+        return self.uses.setdefault(id(decl), Uses(decl))
 
 
 @dataclass
@@ -122,8 +173,8 @@ class Scope:
         """The declared tensors (inputs, parameters, states) these terms read, themselves or
         through ops; a block's input is judged by its calls (see bind), not by its body.
         (Remembered for each body's terms, which every choice combination reads alike.)"""
-        cache = self.checker.record_cache
-        key = ("read", tuple(map(id, terms)), id(self.decls))
+        cache = self.checker.memo.reads
+        key = (tuple(map(id, terms)), id(self.decls))
         found = cache.get(key)
         if found is None:
             names = dict.fromkeys(n for term in terms for n in tensor_names(term))
