@@ -26,7 +26,7 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 PAGE = "ops.md"             # its name in the manual's folder, docs/manual/
 
 # the ops a spec writes in syntax of the language's own rather than by a name or an operator
-# (the parser, spec/language/parser.py, makes them: ``-X``, ``X.T``, ``E[t]``, ``P[:n]``,
+# (the parser, spec/language/terms.py, makes them: ``-X``, ``X.T``, ``E[t]``, ``P[:n]``,
 # ``X / c``)
 SYNTAX = {
     "neg": ["-X"],

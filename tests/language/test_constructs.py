@@ -522,8 +522,8 @@ def test_a_block_from_another_that_differs_in_too_many_ways_is_refused():
 
 
 def test_what_the_constructs_expand_to_is_bounded(monkeypatch):
-    from tspec.language import parser
-    monkeypatch.setattr(parser, "MAX_EXPANDED", 20)
+    from tspec.language import building
+    monkeypatch.setattr(building, "MAX_EXPANDED", 20)
     with raises(LimitError, "t.tspec: the spec's optional operands, choice calls and `from` "
                 "blocks expand to more than 20 statements over its choices: vary fewer "
                 "equations by more choices"):
