@@ -157,7 +157,7 @@ RUNTIME_HELPERS = (
     Helper("decoding"),
     Helper("extend", imports=("threading", "weakref"), chosen=True),
     Helper("require_size"),
-    Helper("entry", imports=("ast", "functools", "inspect", "math", "operator", "typing")),
+    Helper("entry", imports=("ast", "functools", "inspect", "math", "operator", "sys", "typing")),
     Helper("require_memory", imports=("functools", "os", "resource")),
     Helper("workspace", imports=("math", "sys", "threading"), shared=True),
     # without a pool, in_parallel alone, one item after another

@@ -451,8 +451,9 @@ class ParamsClass(Named):
 
 @dataclass(frozen=True)
 class EquationDoc:
+    """One equation as a function's docstring gives it, in the spec's plain notation (its
+    LaTeX is the docs pages')."""
     plain: str
-    latex: str
     where: str                 # spec/transformer.tspec:57
 
 
@@ -475,7 +476,7 @@ class Function(Named):
     # what its tensors take at once, where every dim of it is at hand when it starts and an
     # array gives the float's size (an entry function's): a memory guard may check it
     footprint: Footprint | None = None
-    # an entry function: its arguments checked against each other by rt.entry(RULES) on
+    # an entry function: its arguments checked against each other by rt.entry on
     # every call (the model's and the decoding step's)
     checked: bool = False
     identifiers: ClassVar = ("name", "params_class")

@@ -28,7 +28,6 @@ from tspec.codegen.backends import Backend, runtime_order
 from tspec.codegen.lowering.spelling import Spelling
 from tspec.errors import CodegenError
 from tspec.files import shown, where
-from tspec.language.latex import name_latex
 from tspec.language.model import (
     Block,
     BlockCall,
@@ -312,9 +311,7 @@ class _Body:
             shape = self.values[update.value].value.shape
             self.steps.append(ir.CacheUpdate(update.state, self.code(update.value), shape))
             self.equations.append(ir.EquationDoc(
-                f"{update.state} <- {update.value} (the next step's)",
-                f"{name_latex(update.state)} \\leftarrow {name_latex(update.value)}",
-                where(update)))
+                f"{update.state} <- {update.value} (the next step's)", where(update)))
         outputs = [block.output] if block else model_outputs(spec, self.lowerer.choices)
         for name in outputs:            # a parameter or state returned as it is: named first
             operand = self.values.get(name)
@@ -580,8 +577,7 @@ class _Body:
         self.allocated[dtype].append(numel(Value(shape)) * (
             sympy.Rational(3, 2) if self.extends(record) else 1))
         self.assign(record.output, result.expr, shape, dtype)
-        self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}", record.latex,
-                                             where(record)))
+        self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}", where(record)))
 
     def assign(self, name: str, expr: ir.Expr | None, shape: Shape, dtype: str,
                step: ir.Step | None = None) -> None:
@@ -671,8 +667,7 @@ class _Body:
                 else ""
             self.fields.append(ir.Field(instance, kind, f"{count}{function.name}"))
         renamed = f"  (calls {function.name})" if function.name != block.name else ""
-        # no LaTeX: a call's would say nothing its plain line does not
-        self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}{renamed}", "",
+        self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}{renamed}",
                                              where(record)))
 
     def finish(self, arguments, outputs) -> tuple[ir.Function, _Signature]:

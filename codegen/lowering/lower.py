@@ -82,7 +82,7 @@ ENTRIES = ("decode_step",)      # besides the model's entry function
 def _checking_entries(module: ir.Module, spec: Spec, choices: list[dict],
                       spelling: Spelling) -> ir.Module:
     """The module with its entry functions (the model's, the decoding step's) checking their
-    arguments on every call, ``rt.entry(RULES)``, and RULES: the spec's derived dims and its
+    arguments on every call, ``rt.entry``, and RULES: the spec's derived dims and its
     top-level constraints under these choices, which the runtime evaluates over the dims the
     arguments give, and the names code spells otherwise than the spec (a keyword dim's)."""
     lets, requires = {}, {}

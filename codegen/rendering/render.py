@@ -34,8 +34,8 @@ TEMPLATE_DIRS: list[Path] = [Path(__file__).resolve().parents[1] / "templates"]
 # module and jaxtyping
 RUNTIME_IMPORTS = ("os", "warnings")
 # what the module's docstring says of every model module (``_about``)
-ABOUT = ("Each function computes {what}; the docstring of {whose} gives its equations (plain, "
-         "then LaTeX), and each statement that computes a tensor is commented with its shape. A family of "
+ABOUT = ("Each function computes {what}; the docstring of {whose} gives its equations (their "
+         "LaTeX is in the docs pages), and each statement that computes a tensor is commented with its shape. A family of "
          "tensors ([H] B T d_k) is one array, (H, B, T, d_k). Parameters come in nested "
          "dictionaries keyed by the spec's names (the *Params classes){cache}. The helpers, "
          "rt.<name>, are in _runtime.py beside this module. Pass trace={{}} to receive every "
@@ -53,6 +53,9 @@ DECODING_CHECKS = "; {step} its cache (rt.check_cache); prefill's go to {entry}"
 ALSO = {"require_memory": "past MEMORY_LIMIT, {they} {verb} to start (rt.require_memory)",
         "embed": "token ids must index their table (rt.embed)",
         "require_size": "a block checks that sizes it reads twice agree (rt.require_size)"}
+# the constants a user sets, placed before the model (the rest, with the parameter classes,
+# after it: the module starts with the model)
+LEAD = ("MEMORY_LIMIT",)
 HEADER = HEADERS[".py"].rstrip("\n")         # the first line: what tspec may replace
 VERSION_LINE = 'VERSION = "{}"  # of this runtime: the sha256 of its text without this line'
 # every runtime rendered in this process: its text by its backend, helpers and templates; its
@@ -94,7 +97,8 @@ def render(module: ir.Module) -> str:
         "functions": functions,
         "params_classes": _params_views(module.params_classes, printer, module.backend),
         "runtime_version": runtime_version(render_runtime(module.backend)),
-        "constants": [_constant_view(c) for c in module.constants],
+        "lead_constants": [_constant_view(c) for c in module.constants if c.name in LEAD],
+        "constants": [_constant_view(c) for c in module.constants if c.name not in LEAD],
     }
     template = environment().get_template("module.py.j2")
     text = template.render(**context, imports=_imports(module, printer))
@@ -269,7 +273,9 @@ def _imports(module: ir.Module, printer: Printer) -> list[str]:
     """A model module's imports, from what its records call for: the standard modules its
     dims' code calls (math), typing's names for a tuple of results and the parameter classes,
     jaxtyping's for the kinds of its arrays, and its array module."""
-    standard = [f"import {name}" for name in sorted(printer.modules)]
+    # the annotations name the parameter classes, which follow the model: read when needed
+    standard = ["from __future__ import annotations", ""]
+    standard += [f"import {name}" for name in sorted(printer.modules)]
     types = [record for record in ir.walk(module.functions + module.params_classes)
              if isinstance(record, ir.ArrayType)]
     typing_names = [name for name, used in (
@@ -381,8 +387,6 @@ def _function_view(function: ir.Function, printer: Printer, steps: StepRenderer,
         doc.append("")
         for equation in function.equations:
             doc.append("    " + equation.plain)
-            if equation.latex:           # a block call's LaTeX would say nothing more
-                doc.append("        " + equation.latex)
     for note in function.notes:
         doc += [""] + _wrap(note, 96)
     doc = [_docstring_text(line, f"the docstring of {function.name}") for line in doc]

@@ -20,6 +20,7 @@ import inspect
 import math
 import operator
 import os
+import sys
 import threading
 import typing
 import warnings
@@ -29,7 +30,7 @@ from typing import Optional
 import cupy as cp
 from jaxtyping import Bool, Float, Int, jaxtyped
 
-VERSION = "e87b8529fe5961d0"  # of this runtime: the sha256 of its text without this line
+VERSION = "e009773f80525c62"  # of this runtime: the sha256 of its text without this line
 
 
 def typechecked(function):
@@ -221,32 +222,32 @@ def require_size(what: str, size: int, name: str, expected: int) -> None:
                          "made for these inputs, and the key mask of every position so far")
 
 
-def entry(rules: dict):
+def entry(function):
     """Decorate a model's entry function: every call first checks, whatever TSPEC_TYPECHECK
     says, that its arrays and parameters have the shapes its annotations give them, with each
     dim the same wherever it occurs, one float dtype for the parameters, stacks of at least one
     layer, keyword dims positive integers, settings (its float keywords) finite and positive,
-    and the spec's derived dims and constraints (``rules``: {"lets": {dim: expression},
-    "requires": {constraint: where}}, in the spec's notation, where ``/`` divides exactly;
-    "spelled": {keyword: dim} where a keyword dim is spelt otherwise than the spec's dim)
-    wherever the arguments give their dims. One ValueError names the first argument that does
-    not fit."""
+    and the spec's derived dims and constraints (its module's RULES: {"lets": {dim:
+    expression}, "requires": {constraint: where}}, in the spec's notation, where ``/`` divides
+    exactly; "spelled": {keyword: dim} where a keyword dim is spelt otherwise than the spec's
+    dim) wherever the arguments give their dims. One ValueError names the first argument that
+    does not fit. The annotations and RULES are read at the first call, so that the module
+    may define them after the model."""
+    signature = inspect.signature(function)
+    known: dict = {}
 
-    def decorate(function):
-        signature = inspect.signature(function)
-        hints = {name: parameter.annotation for name, parameter
-                 in signature.parameters.items()}
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        if not known:
+            resolved = typing.get_type_hints(function)
+            known["hints"] = {name: resolved.get(name) for name in signature.parameters}
+            known["rules"] = sys.modules[function.__module__].RULES
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        _check_arguments(function.__name__, known["hints"], bound.arguments, known["rules"])
+        return function(*args, **kwargs)
 
-        @functools.wraps(function)
-        def checked(*args, **kwargs):
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            _check_arguments(function.__name__, hints, bound.arguments, rules)
-            return function(*args, **kwargs)
-
-        return checked
-
-    return decorate
+    return checked
 
 
 class _Unknown(Exception):

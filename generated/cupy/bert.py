@@ -9,10 +9,11 @@ Choices:
     feed_forward_bias=all
 
 Each function computes the model (transformer) or one block of the spec; the docstring of each
-gives its equations (plain, then LaTeX), and each statement that computes a tensor is commented
-with its shape. A family of tensors ([H] B T d_k) is one array, (H, B, T, d_k). Parameters come
-in nested dictionaries keyed by the spec's names (the *Params classes). The helpers, rt.<name>,
-are in _runtime.py beside this module. Pass trace={} to receive every named intermediate.
+gives its equations (their LaTeX is in the docs pages), and each statement that computes a
+tensor is commented with its shape. A family of tensors ([H] B T d_k) is one array, (H, B, T,
+d_k). Parameters come in nested dictionaries keyed by the spec's names (the *Params classes).
+The helpers, rt.<name>, are in _runtime.py beside this module. Pass trace={} to receive every
+named intermediate.
 
 On every call, whatever TSPEC_TYPECHECK says, transformer checks its arguments (rt.entry, by
 RULES): shapes and dtype kinds as annotated, one size a dim, one float dtype for the parameters,
@@ -26,6 +27,8 @@ Keyword arguments:
     eps: LayerNorm's or RMSNorm's epsilon, added to the variance or mean square
 """
 
+from __future__ import annotations
+
 import math
 from typing import Tuple, TypedDict  # noqa: UP035
 
@@ -34,7 +37,7 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("e87b8529fe5961d0", __name__)  # the runtime this was generated with
+rt.require_version("e009773f80525c62", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
@@ -42,15 +45,213 @@ rt.require_version("e87b8529fe5961d0", __name__)  # the runtime this was generat
 MEMORY_LIMIT = None
 
 
-# the spec's derived dims and constraints, in its notation: what the entry functions check their
-# arguments by (rt.entry)
-RULES = {
-    "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
-    "requires": {
-        "d_model % H == 0": "spec/transformer.tspec:40",
-        "T <= max_len": "spec/transformer.tspec:59",
-    },
-}
+@rt.typechecked
+def scaled_dot_product_attention(
+    Q_h: Float[cp.ndarray, "#H B T_q d_k"],
+    K_h: Float[cp.ndarray, "#H B T_kv d_k"],
+    V_h: Float[cp.ndarray, "#H B T_kv d_v"],
+    L_h: Float[cp.ndarray, "#H B T_q T_kv"],
+    *, trace: dict | None = None,
+) -> Float[cp.ndarray, "H B T_q d_v"]:
+    """Scaled dot product attention. From seed 001, section 4; seed 000, Scaled dot-product
+    attention (spec/transformer.tspec:70).
+
+        S_h = Q_h @ K_h.T / sqrt(d_k) + L_h
+        A_h = softmax(S_h, axis=-1)
+        O_h = A_h @ V_h
+    """
+    d_k = Q_h.shape[-1]
+    if trace is None:  # the equations below, the scores and weights in one kernel
+        return rt.attend_fused(Q_h / math.sqrt(d_k), K_h, V_h, L_h)  # [H] B T_q d_v
+    S_h = rt.batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h  # [H] B T_q T_kv
+    rt.keep_masked(S_h, L_h)  # float16: a score past its range is +inf; masked keys stay -inf
+    A_h = rt.softmax(S_h)  # [H] B T_q T_kv
+    O_h = rt.batched_matmul(A_h, V_h)  # [H] B T_q d_v
+    rt.record(trace, S_h=S_h, A_h=A_h, O_h=O_h)
+    return O_h
+
+
+@rt.typechecked
+def multi_head_attention(
+    X_q: Float[cp.ndarray, "B T_q d_model"],
+    X_kv: Float[cp.ndarray, "B T_kv d_model"],
+    L_h: Float[cp.ndarray, "#H B T_q T_kv"],
+    params: MultiHeadAttentionParams,
+    *, H: int, trace: dict | None = None,
+) -> Float[cp.ndarray, "B T_q d_model"]:
+    """Multi head attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention
+    (spec/transformer.tspec:78).
+
+        Q_proj = X_q @ W_Q + b_Q
+        K_proj = X_kv @ W_K + b_K
+        V_proj = X_kv @ W_V + b_V
+        Q_h = split_heads(Q_proj, H)
+        K_h = split_heads(K_proj, H)
+        V_h = split_heads(V_proj, H)
+        O_h = scaled_dot_product_attention(Q_h, K_h, V_h, L_h)
+        O = concat_heads(O_h)
+        O_proj = O @ W_O + b_O
+    """
+    Q_proj = rt.project(X_q, params["W_Q"], params["b_Q"])  # B T_q H*d_k
+    K_proj = rt.project(X_kv, params["W_K"], params["b_K"])  # B T_kv H*d_k
+    V_proj = rt.project(X_kv, params["W_V"], params["b_V"])  # B T_kv H*d_v
+    Q_h = rt.split_heads(Q_proj, H)  # [H] B T_q d_k
+    K_h = rt.split_heads(K_proj, H)  # [H] B T_kv d_k
+    V_h = rt.split_heads(V_proj, H)  # [H] B T_kv d_v
+    O_h = scaled_dot_product_attention(
+        Q_h, K_h, V_h, L_h, trace=rt.subtrace(trace, "attention")
+    )  # [H] B T_q d_v
+    O = rt.concat_heads(O_h)  # B T_q H*d_v
+    O_proj = rt.project(O, params["W_O"], params["b_O"])  # B T_q d_model
+    rt.record(trace, Q_proj=Q_proj, K_proj=K_proj, V_proj=V_proj, Q_h=Q_h, K_h=K_h, V_h=V_h,
+        O_h=O_h, O=O, O_proj=O_proj)
+    return O_proj
+
+
+@rt.typechecked
+def add_and_layer_norm(
+    X: Float[cp.ndarray, "B T_x d_model"],
+    Y: Float[cp.ndarray, "B T_x d_model"],
+    params: AddAndLayerNormParams,
+    *, eps: float = 1e-5, trace: dict | None = None,
+) -> Float[cp.ndarray, "B T_x d_model"]:
+    """Add and layer norm. From seed 001, sections 6 and 8; seed 000, Add & LayerNorm
+    (spec/transformer.tspec:193).
+
+        Z = layer_norm(X + Y, gamma, beta)
+    """
+    Z = rt.layer_norm(X, params["gamma"], params["beta"], eps, residual=Y)  # B T_x d_model
+    rt.record(trace, Z=Z)
+    return Z
+
+
+@rt.typechecked
+def feed_forward(
+    X: Float[cp.ndarray, "B T_x d_model"],
+    params: FeedForwardParams,
+    *, trace: dict | None = None,
+) -> Float[cp.ndarray, "B T_x d_model"]:
+    """Feed forward. From seed 001, section 7; seed 004, Position-wise Feedforward Network
+    (spec/transformer.tspec:217).
+
+        U = gelu(X @ W_1 + b_1)
+        F = U @ W_2 + b_2
+    """
+    U = rt.project(X, params["W_1"], params["b_1"], activation=rt.gelu)  # B T_x d_ff
+    F = rt.project(U, params["W_2"], params["b_2"])  # B T_x d_model
+    rt.record(trace, U=U, F=F)
+    return F
+
+
+@rt.typechecked
+def encoder_layer(
+    Z: Float[cp.ndarray, "B T_x d_model"],
+    L_h: Float[cp.ndarray, "#H B T_x T_keys"],
+    params: EncoderLayerParams,
+    *, H: int, eps: float = 1e-5, trace: dict | None = None,
+) -> Float[cp.ndarray, "B T_x d_model"]:
+    """Encoder layer. From seed 001, sections 3-8; seed 002, The Encoder Layer; seed 004, Encoder
+    (spec/transformer.tspec:237).
+
+        A = multi_head_attention(Z, Z, L_h)
+        Z_1 = add_and_layer_norm(Z, A)
+        F = feed_forward(Z_1)
+        Z_out = add_and_layer_norm(Z_1, F)
+    """
+    A = multi_head_attention(
+        Z, Z, L_h, params["self_attention"], H=H, trace=rt.subtrace(trace, "self_attention")
+    )  # B T_x d_model
+    Z_1 = add_and_layer_norm(
+        Z, A, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
+    )  # B T_x d_model
+    F = feed_forward(
+        Z_1, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
+    )  # B T_x d_model
+    Z_out = add_and_layer_norm(
+        Z_1, F, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+    )  # B T_x d_model
+    rt.record(trace, A=A, Z_1=Z_1, F=F, Z_out=Z_out)
+    return Z_out
+
+
+@rt.typechecked
+def encoder(
+    Z_0: Float[cp.ndarray, "B T_x d_model"],
+    L_h: Float[cp.ndarray, "#H B T_x T_keys"],
+    params: EncoderParams,
+    *, H: int, eps: float = 1e-5, trace: dict | None = None,
+) -> Float[cp.ndarray, "B T_x d_model"]:
+    """Encoder. From seed 004: the encoder is repeated N times (spec/transformer.tspec:282).
+
+        Z_enc = repeat(N, encoder_layer, Z_0, L_h)
+    """
+    Z_enc = Z_0  # B T_x d_model
+    for i, layer in enumerate(params["layers"]):
+        Z_enc = encoder_layer(
+            Z_enc, L_h, layer, H=H, eps=eps, trace=rt.subtrace(trace, "layers", i)
+        )  # B T_x d_model
+    rt.record(trace, Z_enc=Z_enc)
+    return Z_enc
+
+
+@rt.entry
+@rt.typechecked
+def transformer(
+    t: Int[cp.ndarray, "B T"],
+    m_src: Bool[cp.ndarray, "B T"],
+    s: Int[cp.ndarray, "B T"],
+    params: TransformerParams,
+    *, H: int, eps: float = 1e-5, trace: dict | None = None,
+) -> Tuple[Float[cp.ndarray, "B T d_model"], Float[cp.ndarray, "B d_model"]]:  # noqa: UP006
+    """The Transformer (encoder-decoder, encoder-only, decoder-only), from the seeds: the model
+    under this module's choices. From seed 001, section 4 (optional mask M, added to the scores as
+    log M); seed 001, sections 1-2; seed 004, Input Embedding + Positional Encoding; BERT (Devlin et
+    al. 2019), section 3, input representation; Hugging Face BertEmbeddings; seed 004: the encoder
+    is repeated N times; BERT (Devlin et al. 2019), section 3: C, the [CLS] token's final vector;
+    Hugging Face BertPooler (spec/transformer.tspec).
+
+        M_src = padding_mask(m_src, T)
+        X = E[t]
+        P = P_table[:T]
+        Z_0 = X + P
+        L_enc = log(M_src)
+        X_type = E_type[s]
+        Z_emb = layer_norm(Z_0 + X_type, gamma_emb, beta_emb)
+        Z_enc = encoder(Z_emb, L_enc)
+        Z_cls = first(Z_enc)
+        C = tanh(Z_cls @ W_pool + b_pool)
+    """
+    T = t.shape[-1]
+    B = t.shape[-2]
+    d_model = params["E"].shape[-1]
+    d_k = d_model // H
+    d_v = d_model // H
+    d_ff = rt.axis_size(params, "encoder", "layers", 0, "feed_forward", "W_1", axis=-1)
+    rt.require_memory(
+        "transformer",
+        MEMORY_LIMIT,
+        (B*T**2 + 4*B*T*d_model + 2*B*d_model + T*d_model) * params["E"].dtype.itemsize + B*T**2
+        + max(
+            (2*B*H*T**2 + 4*B*H*T*d_k + 4*B*H*T*d_v + B*T*d_model) * params["E"].dtype.itemsize,
+            (B*T*d_ff + B*T*d_model) * params["E"].dtype.itemsize,
+        ),
+    )
+    M_src = rt.padding_mask(m_src, T)  # B T T
+    X = rt.embed(params["E"], t)  # B T d_model
+    P = rt.table_rows(params["P_table"], "P_table", 0, T)  # T d_model
+    Z_0 = X + P  # B T d_model
+    L_enc = rt.log_mask(M_src, params["E"].dtype)  # B T T
+    X_type = rt.embed(params["E_type"], s, table="E_type", ids="s")  # B T d_model
+    # B T d_model
+    Z_emb = rt.layer_norm(Z_0, params["gamma_emb"], params["beta_emb"], eps, residual=X_type)
+    Z_enc = encoder(
+        Z_emb, L_enc[None], params["encoder"], H=H, eps=eps, trace=rt.subtrace(trace, "encoder")
+    )  # B T d_model
+    Z_cls = Z_enc[..., 0, :]  # B d_model
+    C = cp.tanh(Z_cls @ params["W_pool"] + params["b_pool"])  # B d_model
+    rt.record(trace, M_src=M_src, X=X, P=P, Z_0=Z_0, L_enc=L_enc, X_type=X_type, Z_emb=Z_emb,
+        Z_enc=Z_enc, Z_cls=Z_cls, C=C)
+    return Z_enc, C
 
 
 class MultiHeadAttentionParams(TypedDict):
@@ -111,233 +312,12 @@ class TransformerParams(TypedDict):
     encoder: EncoderParams  # encoder
 
 
-@rt.typechecked
-def scaled_dot_product_attention(
-    Q_h: Float[cp.ndarray, "#H B T_q d_k"],
-    K_h: Float[cp.ndarray, "#H B T_kv d_k"],
-    V_h: Float[cp.ndarray, "#H B T_kv d_v"],
-    L_h: Float[cp.ndarray, "#H B T_q T_kv"],
-    *, trace: dict | None = None,
-) -> Float[cp.ndarray, "H B T_q d_v"]:
-    r"""Scaled dot product attention. From seed 001, section 4; seed 000, Scaled dot-product
-    attention (spec/transformer.tspec:70).
-
-        S_h = Q_h @ K_h.T / sqrt(d_k) + L_h
-            S_{h} = \frac{Q_{h} K_{h}^\top}{\sqrt{d_{k}}} + L_{h}
-        A_h = softmax(S_h, axis=-1)
-            A_{h} = \mathrm{softmax}\left(S_{h}\right)
-        O_h = A_h @ V_h
-            O_{h} = A_{h} V_{h}
-    """
-    d_k = Q_h.shape[-1]
-    if trace is None:  # the equations below, the scores and weights in one kernel
-        return rt.attend_fused(Q_h / math.sqrt(d_k), K_h, V_h, L_h)  # [H] B T_q d_v
-    S_h = rt.batched_matmul(Q_h / math.sqrt(d_k), K_h.swapaxes(-1, -2)) + L_h  # [H] B T_q T_kv
-    rt.keep_masked(S_h, L_h)  # float16: a score past its range is +inf; masked keys stay -inf
-    A_h = rt.softmax(S_h)  # [H] B T_q T_kv
-    O_h = rt.batched_matmul(A_h, V_h)  # [H] B T_q d_v
-    rt.record(trace, S_h=S_h, A_h=A_h, O_h=O_h)
-    return O_h
-
-
-@rt.typechecked
-def multi_head_attention(
-    X_q: Float[cp.ndarray, "B T_q d_model"],
-    X_kv: Float[cp.ndarray, "B T_kv d_model"],
-    L_h: Float[cp.ndarray, "#H B T_q T_kv"],
-    params: MultiHeadAttentionParams,
-    *, H: int, trace: dict | None = None,
-) -> Float[cp.ndarray, "B T_q d_model"]:
-    r"""Multi head attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention
-    (spec/transformer.tspec:78).
-
-        Q_proj = X_q @ W_Q + b_Q
-            Q_{\mathrm{proj}} = X_{q} W_{Q} + b_{Q}
-        K_proj = X_kv @ W_K + b_K
-            K_{\mathrm{proj}} = X_{\mathrm{kv}} W_{K} + b_{K}
-        V_proj = X_kv @ W_V + b_V
-            V_{\mathrm{proj}} = X_{\mathrm{kv}} W_{V} + b_{V}
-        Q_h = split_heads(Q_proj, H)
-            Q_{h} = \mathrm{SplitHeads}_{H}\left(Q_{\mathrm{proj}}\right)
-        K_h = split_heads(K_proj, H)
-            K_{h} = \mathrm{SplitHeads}_{H}\left(K_{\mathrm{proj}}\right)
-        V_h = split_heads(V_proj, H)
-            V_{h} = \mathrm{SplitHeads}_{H}\left(V_{\mathrm{proj}}\right)
-        O_h = scaled_dot_product_attention(Q_h, K_h, V_h, L_h)
-        O = concat_heads(O_h)
-            O = \mathrm{Concat}\left(O_{h}\right)
-        O_proj = O @ W_O + b_O
-            O_{\mathrm{proj}} = O W_{O} + b_{O}
-    """
-    Q_proj = rt.project(X_q, params["W_Q"], params["b_Q"])  # B T_q H*d_k
-    K_proj = rt.project(X_kv, params["W_K"], params["b_K"])  # B T_kv H*d_k
-    V_proj = rt.project(X_kv, params["W_V"], params["b_V"])  # B T_kv H*d_v
-    Q_h = rt.split_heads(Q_proj, H)  # [H] B T_q d_k
-    K_h = rt.split_heads(K_proj, H)  # [H] B T_kv d_k
-    V_h = rt.split_heads(V_proj, H)  # [H] B T_kv d_v
-    O_h = scaled_dot_product_attention(
-        Q_h, K_h, V_h, L_h, trace=rt.subtrace(trace, "attention")
-    )  # [H] B T_q d_v
-    O = rt.concat_heads(O_h)  # B T_q H*d_v
-    O_proj = rt.project(O, params["W_O"], params["b_O"])  # B T_q d_model
-    rt.record(trace, Q_proj=Q_proj, K_proj=K_proj, V_proj=V_proj, Q_h=Q_h, K_h=K_h, V_h=V_h,
-        O_h=O_h, O=O, O_proj=O_proj)
-    return O_proj
-
-
-@rt.typechecked
-def add_and_layer_norm(
-    X: Float[cp.ndarray, "B T_x d_model"],
-    Y: Float[cp.ndarray, "B T_x d_model"],
-    params: AddAndLayerNormParams,
-    *, eps: float = 1e-5, trace: dict | None = None,
-) -> Float[cp.ndarray, "B T_x d_model"]:
-    r"""Add and layer norm. From seed 001, sections 6 and 8; seed 000, Add & LayerNorm
-    (spec/transformer.tspec:193).
-
-        Z = layer_norm(X + Y, gamma, beta)
-            Z = \mathrm{LayerNorm}\left(X + Y;\, \gamma, \beta\right)
-    """
-    Z = rt.layer_norm(X, params["gamma"], params["beta"], eps, residual=Y)  # B T_x d_model
-    rt.record(trace, Z=Z)
-    return Z
-
-
-@rt.typechecked
-def feed_forward(
-    X: Float[cp.ndarray, "B T_x d_model"],
-    params: FeedForwardParams,
-    *, trace: dict | None = None,
-) -> Float[cp.ndarray, "B T_x d_model"]:
-    r"""Feed forward. From seed 001, section 7; seed 004, Position-wise Feedforward Network
-    (spec/transformer.tspec:217).
-
-        U = gelu(X @ W_1 + b_1)
-            U = \mathrm{GELU}\left(X W_{1} + b_{1}\right)
-        F = U @ W_2 + b_2
-            F = U W_{2} + b_{2}
-    """
-    U = rt.project(X, params["W_1"], params["b_1"], activation=rt.gelu)  # B T_x d_ff
-    F = rt.project(U, params["W_2"], params["b_2"])  # B T_x d_model
-    rt.record(trace, U=U, F=F)
-    return F
-
-
-@rt.typechecked
-def encoder_layer(
-    Z: Float[cp.ndarray, "B T_x d_model"],
-    L_h: Float[cp.ndarray, "#H B T_x T_keys"],
-    params: EncoderLayerParams,
-    *, H: int, eps: float = 1e-5, trace: dict | None = None,
-) -> Float[cp.ndarray, "B T_x d_model"]:
-    """Encoder layer. From seed 001, sections 3-8; seed 002, The Encoder Layer; seed 004, Encoder
-    (spec/transformer.tspec:237).
-
-        A = multi_head_attention(Z, Z, L_h)
-        Z_1 = add_and_layer_norm(Z, A)
-        F = feed_forward(Z_1)
-        Z_out = add_and_layer_norm(Z_1, F)
-    """
-    A = multi_head_attention(
-        Z, Z, L_h, params["self_attention"], H=H, trace=rt.subtrace(trace, "self_attention")
-    )  # B T_x d_model
-    Z_1 = add_and_layer_norm(
-        Z, A, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
-    )  # B T_x d_model
-    F = feed_forward(
-        Z_1, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
-    )  # B T_x d_model
-    Z_out = add_and_layer_norm(
-        Z_1, F, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
-    )  # B T_x d_model
-    rt.record(trace, A=A, Z_1=Z_1, F=F, Z_out=Z_out)
-    return Z_out
-
-
-@rt.typechecked
-def encoder(
-    Z_0: Float[cp.ndarray, "B T_x d_model"],
-    L_h: Float[cp.ndarray, "#H B T_x T_keys"],
-    params: EncoderParams,
-    *, H: int, eps: float = 1e-5, trace: dict | None = None,
-) -> Float[cp.ndarray, "B T_x d_model"]:
-    """Encoder. From seed 004: the encoder is repeated N times (spec/transformer.tspec:282).
-
-        Z_enc = repeat(N, encoder_layer, Z_0, L_h)
-    """
-    Z_enc = Z_0  # B T_x d_model
-    for i, layer in enumerate(params["layers"]):
-        Z_enc = encoder_layer(
-            Z_enc, L_h, layer, H=H, eps=eps, trace=rt.subtrace(trace, "layers", i)
-        )  # B T_x d_model
-    rt.record(trace, Z_enc=Z_enc)
-    return Z_enc
-
-
-@rt.entry(RULES)
-@rt.typechecked
-def transformer(
-    t: Int[cp.ndarray, "B T"],
-    m_src: Bool[cp.ndarray, "B T"],
-    s: Int[cp.ndarray, "B T"],
-    params: TransformerParams,
-    *, H: int, eps: float = 1e-5, trace: dict | None = None,
-) -> Tuple[Float[cp.ndarray, "B T d_model"], Float[cp.ndarray, "B d_model"]]:  # noqa: UP006
-    r"""The Transformer (encoder-decoder, encoder-only, decoder-only), from the seeds: the model
-    under this module's choices. From seed 001, section 4 (optional mask M, added to the scores as
-    log M); seed 001, sections 1-2; seed 004, Input Embedding + Positional Encoding; BERT (Devlin et
-    al. 2019), section 3, input representation; Hugging Face BertEmbeddings; seed 004: the encoder
-    is repeated N times; BERT (Devlin et al. 2019), section 3: C, the [CLS] token's final vector;
-    Hugging Face BertPooler (spec/transformer.tspec).
-
-        M_src = padding_mask(m_src, T)
-            M_{\mathrm{src}} = M^{\mathrm{pad}}\left(m_{\mathrm{src}}\right)
-        X = E[t]
-            X = {E}_{t}
-        P = P_table[:T]
-            P = {P_{\mathrm{table}}}_{1:T}
-        Z_0 = X + P
-            Z_{0} = X + P
-        L_enc = log(M_src)
-            L_{\mathrm{enc}} = \log\left(M_{\mathrm{src}}\right)
-        X_type = E_type[s]
-            X_{\mathrm{type}} = {E_{\mathrm{type}}}_{s}
-        Z_emb = layer_norm(Z_0 + X_type, gamma_emb, beta_emb)
-            Z_{\mathrm{emb}} = \mathrm{LayerNorm}\left(Z_{0} + X_{\mathrm{type}};\, \gamma_{\mathrm{emb}}, \beta_{\mathrm{emb}}\right)
-        Z_enc = encoder(Z_emb, L_enc)
-        Z_cls = first(Z_enc)
-            Z_{\mathrm{cls}} = {Z_{\mathrm{enc}}}_{:,\,1}
-        C = tanh(Z_cls @ W_pool + b_pool)
-            C = \tanh\left(Z_{\mathrm{cls}} W_{\mathrm{pool}} + b_{\mathrm{pool}}\right)
-    """
-    T = t.shape[-1]
-    B = t.shape[-2]
-    d_model = params["E"].shape[-1]
-    d_k = d_model // H
-    d_v = d_model // H
-    d_ff = rt.axis_size(params, "encoder", "layers", 0, "feed_forward", "W_1", axis=-1)
-    rt.require_memory(
-        "transformer",
-        MEMORY_LIMIT,
-        (B*T**2 + 4*B*T*d_model + 2*B*d_model + T*d_model) * params["E"].dtype.itemsize + B*T**2
-        + max(
-            (2*B*H*T**2 + 4*B*H*T*d_k + 4*B*H*T*d_v + B*T*d_model) * params["E"].dtype.itemsize,
-            (B*T*d_ff + B*T*d_model) * params["E"].dtype.itemsize,
-        ),
-    )
-    M_src = rt.padding_mask(m_src, T)  # B T T
-    X = rt.embed(params["E"], t)  # B T d_model
-    P = rt.table_rows(params["P_table"], "P_table", 0, T)  # T d_model
-    Z_0 = X + P  # B T d_model
-    L_enc = rt.log_mask(M_src, params["E"].dtype)  # B T T
-    X_type = rt.embed(params["E_type"], s, table="E_type", ids="s")  # B T d_model
-    # B T d_model
-    Z_emb = rt.layer_norm(Z_0, params["gamma_emb"], params["beta_emb"], eps, residual=X_type)
-    Z_enc = encoder(
-        Z_emb, L_enc[None], params["encoder"], H=H, eps=eps, trace=rt.subtrace(trace, "encoder")
-    )  # B T d_model
-    Z_cls = Z_enc[..., 0, :]  # B d_model
-    C = cp.tanh(Z_cls @ params["W_pool"] + params["b_pool"])  # B d_model
-    rt.record(trace, M_src=M_src, X=X, P=P, Z_0=Z_0, L_enc=L_enc, X_type=X_type, Z_emb=Z_emb,
-        Z_enc=Z_enc, Z_cls=Z_cls, C=C)
-    return Z_enc, C
+# the spec's derived dims and constraints, in its notation: what the entry functions check their
+# arguments by (rt.entry)
+RULES = {
+    "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
+    "requires": {
+        "d_model % H == 0": "spec/transformer.tspec:40",
+        "T <= max_len": "spec/transformer.tspec:59",
+    },
+}

@@ -10,12 +10,12 @@ Choices:
 
 Each function computes the model (transformer), a decoding step (decode_step), the cache it
 starts from (prefill) or one block of the spec; the docstring of each but prefill gives its
-equations (plain, then LaTeX), and each statement that computes a tensor is commented with its
-shape. A family of tensors ([H] B T d_k) is one array, (H, B, T, d_k). Parameters come in nested
-dictionaries keyed by the spec's names (the *Params classes); a decoding step's cache is nested
-alike, each state read, then replaced in place by its value for the next step. The helpers,
-rt.<name>, are in _runtime.py beside this module. Pass trace={} to receive every named
-intermediate.
+equations (their LaTeX is in the docs pages), and each statement that computes a tensor is
+commented with its shape. A family of tensors ([H] B T d_k) is one array, (H, B, T, d_k).
+Parameters come in nested dictionaries keyed by the spec's names (the *Params classes); a
+decoding step's cache is nested alike, each state read, then replaced in place by its value for
+the next step. The helpers, rt.<name>, are in _runtime.py beside this module. Pass trace={} to
+receive every named intermediate.
 
 On every call, whatever TSPEC_TYPECHECK says, transformer and decode_step check their arguments
 (rt.entry, by RULES): shapes and dtype kinds as annotated, one size a dim, one float dtype for
@@ -31,6 +31,8 @@ Keyword arguments:
     eps: LayerNorm's or RMSNorm's epsilon, added to the variance or mean square
 """
 
+from __future__ import annotations
+
 import math
 from typing import Tuple, TypedDict  # noqa: UP035
 
@@ -39,92 +41,12 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("e87b8529fe5961d0", __name__)  # the runtime this was generated with
+rt.require_version("e009773f80525c62", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
 # past it, transformer or decode_step refuses to start; None: the GPU's memory
 MEMORY_LIMIT = None
-
-
-# each state of the cache, nested like params (a stack's layers one list item), and the full
-# forward's tensor it starts as
-CACHE_STATES = {
-    "decoder": {
-        "layers": [{
-            "self_attention": {"K_past": "K_h", "V_past": "V_h"},
-        }],
-    },
-}
-
-
-# the spec's derived dims and constraints, in its notation: what the entry functions check their
-# arguments by (rt.entry)
-RULES = {
-    "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
-    "requires": {"d_model % H == 0": "spec/transformer.tspec:40"},
-}
-
-
-class MultiHeadAttentionParams(TypedDict):
-    """Parameters of multi_head_attention, keyed by the spec's names."""
-
-    # query projections of all heads, side by side (head h: columns h*d_k to (h+1)*d_k - 1)
-    W_Q: Float[cp.ndarray, "d_model H*d_k"]
-    W_K: Float[cp.ndarray, "d_model H*d_k"]  # key projections of all heads, side by side
-    W_V: Float[cp.ndarray, "d_model H*d_v"]  # value projections of all heads, side by side
-    W_O: Float[cp.ndarray, "H*d_v d_model"]  # output projection
-
-
-class AddAndLayerNormParams(TypedDict):
-    """Parameters of add_and_layer_norm, keyed by the spec's names."""
-
-    gamma: Float[cp.ndarray, " d_model"]  # LayerNorm gain
-    beta: Float[cp.ndarray, " d_model"]  # LayerNorm bias
-
-
-class FeedForwardParams(TypedDict):
-    """Parameters of feed_forward, keyed by the spec's names."""
-
-    W_1: Float[cp.ndarray, "d_model d_ff"]  # first feed-forward weight (under SwiGLU, the gate's)
-    b_1: Float[cp.ndarray, " d_ff"]  # first feed-forward bias
-    W_2: Float[cp.ndarray, "d_ff d_model"]  # second feed-forward weight
-    b_2: Float[cp.ndarray, " d_model"]  # second feed-forward bias
-
-
-class DecoderLayerParams(TypedDict):
-    """Parameters of decoder_layer, keyed by the spec's names."""
-
-    self_attention: MultiHeadAttentionParams  # multi_head_attention
-    norm_1: AddAndLayerNormParams  # add_and_layer_norm
-    feed_forward: FeedForwardParams  # feed_forward
-    norm_2: AddAndLayerNormParams  # add_and_layer_norm
-
-
-class DecoderParams(TypedDict):
-    """Parameters of decoder, keyed by the spec's names."""
-
-    layers: list[DecoderLayerParams]  # N copies of decoder_layer
-
-
-class TransformerParams(TypedDict):
-    """Parameters of transformer, keyed by the spec's names."""
-
-    E: Float[cp.ndarray, "V d_model"]  # token embedding
-    W_out: Float[cp.ndarray, "d_model V"]  # output projection to the vocabulary
-    decoder: DecoderParams  # decoder
-
-
-CachedSelfAttentionParams = MultiHeadAttentionParams  # the same parameters
-
-
-DecoderLayerStepParams = DecoderLayerParams  # the same parameters
-
-
-DecoderStepParams = DecoderParams  # the same parameters
-
-
-DecodeStepParams = TransformerParams  # the same parameters
 
 
 @rt.typechecked
@@ -135,15 +57,12 @@ def scaled_dot_product_attention(
     L_h: Float[cp.ndarray, "#H B T_q T_kv"],
     *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "H B T_q d_v"]:
-    r"""Scaled dot product attention. From seed 001, section 4; seed 000, Scaled dot-product
+    """Scaled dot product attention. From seed 001, section 4; seed 000, Scaled dot-product
     attention (spec/transformer.tspec:70).
 
         S_h = Q_h @ K_h.T / sqrt(d_k) + L_h
-            S_{h} = \frac{Q_{h} K_{h}^\top}{\sqrt{d_{k}}} + L_{h}
         A_h = softmax(S_h, axis=-1)
-            A_{h} = \mathrm{softmax}\left(S_{h}\right)
         O_h = A_h @ V_h
-            O_{h} = A_{h} V_{h}
     """
     d_k = Q_h.shape[-1]
     if trace is None:  # the equations below, the scores and weights in one kernel
@@ -164,26 +83,18 @@ def multi_head_attention(
     params: MultiHeadAttentionParams,
     *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_q d_model"]:
-    r"""Multi head attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention
+    """Multi head attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention
     (spec/transformer.tspec:78).
 
         Q_proj = X_q @ W_Q
-            Q_{\mathrm{proj}} = X_{q} W_{Q}
         K_proj = X_kv @ W_K
-            K_{\mathrm{proj}} = X_{\mathrm{kv}} W_{K}
         V_proj = X_kv @ W_V
-            V_{\mathrm{proj}} = X_{\mathrm{kv}} W_{V}
         Q_h = split_heads(Q_proj, H)
-            Q_{h} = \mathrm{SplitHeads}_{H}\left(Q_{\mathrm{proj}}\right)
         K_h = split_heads(K_proj, H)
-            K_{h} = \mathrm{SplitHeads}_{H}\left(K_{\mathrm{proj}}\right)
         V_h = split_heads(V_proj, H)
-            V_{h} = \mathrm{SplitHeads}_{H}\left(V_{\mathrm{proj}}\right)
         O_h = scaled_dot_product_attention(Q_h, K_h, V_h, L_h)
         O = concat_heads(O_h)
-            O = \mathrm{Concat}\left(O_{h}\right)
         O_proj = O @ W_O
-            O_{\mathrm{proj}} = O W_{O}
     """
     Q_proj = rt.project(X_q, params["W_Q"])  # B T_q H*d_k
     K_proj = rt.project(X_kv, params["W_K"])  # B T_kv H*d_k
@@ -208,11 +119,10 @@ def add_and_layer_norm(
     params: AddAndLayerNormParams,
     *, eps: float = 1e-5, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
-    r"""Add and layer norm. From seed 001, sections 6 and 8; seed 000, Add & LayerNorm
+    """Add and layer norm. From seed 001, sections 6 and 8; seed 000, Add & LayerNorm
     (spec/transformer.tspec:193).
 
         Z = layer_norm(X + Y, gamma, beta)
-            Z = \mathrm{LayerNorm}\left(X + Y;\, \gamma, \beta\right)
     """
     Z = rt.layer_norm(X, params["gamma"], params["beta"], eps, residual=Y)  # B T_x d_model
     rt.record(trace, Z=Z)
@@ -225,13 +135,11 @@ def feed_forward(
     params: FeedForwardParams,
     *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
-    r"""Feed forward. From seed 001, section 7; seed 004, Position-wise Feedforward Network
+    """Feed forward. From seed 001, section 7; seed 004, Position-wise Feedforward Network
     (spec/transformer.tspec:217).
 
         U = relu(X @ W_1 + b_1)
-            U = \mathrm{ReLU}\left(X W_{1} + b_{1}\right)
         F = U @ W_2 + b_2
-            F = U W_{2} + b_{2}
     """
     U = rt.project(X, params["W_1"], params["b_1"], activation=rt.relu)  # B T_x d_ff
     F = rt.project(U, params["W_2"], params["b_2"])  # B T_x d_model
@@ -293,7 +201,7 @@ def decoder(
     return Y_dec
 
 
-@rt.entry(RULES)
+@rt.entry
 @rt.typechecked
 def transformer(
     u: Int[cp.ndarray, "B T_dec"],
@@ -301,7 +209,7 @@ def transformer(
     params: TransformerParams,
     *, H: int, eps: float = 1e-5, trace: dict | None = None,
 ) -> Tuple[Float[cp.ndarray, "B T_dec V"], Float[cp.ndarray, "B T_dec V"]]:  # noqa: UP006
-    r"""The Transformer (encoder-decoder, encoder-only, decoder-only), from the seeds: the model
+    """The Transformer (encoder-decoder, encoder-only, decoder-only), from the seeds: the model
     under this module's choices. From seed 001, section 4; seed 004, Decoder 1. Masked Multi-Head
     Self-Attention (mask future tokens); seed 001, sections 1-2; seed 004, Decoder 1. Input
     Embedding + Positional Encoding; Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only
@@ -310,20 +218,13 @@ def transformer(
     (spec/transformer.tspec).
 
         M_self = padding_mask(m_tgt, T_dec) * causal_mask(T_dec, T_dec)
-            M_{\mathrm{self}} = M^{\mathrm{pad}}\left(m_{\mathrm{tgt}}\right) \odot M^{\mathrm{causal}}_{T_{\mathrm{dec}} \times T_{\mathrm{dec}}}
         X_dec = E[u]
-            X_{\mathrm{dec}} = {E}_{u}
         P_dec = sinusoidal_encoding(T_dec, d_model)
-            P_{\mathrm{dec}} = \mathrm{PE}_{T_{\mathrm{dec}} \times d_{\mathrm{model}}}
         Y_0 = X_dec + P_dec
-            Y_{0} = X_{\mathrm{dec}} + P_{\mathrm{dec}}
         L_self = log(M_self)
-            L_{\mathrm{self}} = \log\left(M_{\mathrm{self}}\right)
         Y_dec = decoder(Y_0, L_self)
         logits = Y_dec @ W_out
-            \mathrm{logits} = Y_{\mathrm{dec}} W_{\mathrm{out}}
         probs = softmax(logits, axis=-1)
-            \mathrm{probs} = \mathrm{softmax}\left(\mathrm{logits}\right)
     """
     T_dec = u.shape[-1]
     d_model = params["E"].shape[-1]
@@ -366,35 +267,23 @@ def cached_self_attention(
     cache: dict,
     *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
-    r"""Cached self attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention;
+    """Cached self attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention;
     incremental decoding (not in the seeds): self-attention that keeps its keys and values between
     decoding steps, so that a step projects its new positions alone (spec/transformer.tspec:133).
 
         Q_proj = X @ W_Q
-            Q_{\mathrm{proj}} = X W_{Q}
         K_proj = X @ W_K
-            K_{\mathrm{proj}} = X W_{K}
         V_proj = X @ W_V
-            V_{\mathrm{proj}} = X W_{V}
         Q_h = split_heads(Q_proj, H)
-            Q_{h} = \mathrm{SplitHeads}_{H}\left(Q_{\mathrm{proj}}\right)
         K_n = split_heads(K_proj, H)
-            K_{n} = \mathrm{SplitHeads}_{H}\left(K_{\mathrm{proj}}\right)
         V_n = split_heads(V_proj, H)
-            V_{n} = \mathrm{SplitHeads}_{H}\left(V_{\mathrm{proj}}\right)
         K_h = concat(K_past, K_n, axis=-2)
-            K_{h} = \left[K_{\mathrm{past}} \,\|\, K_{n}\right]
         V_h = concat(V_past, V_n, axis=-2)
-            V_{h} = \left[V_{\mathrm{past}} \,\|\, V_{n}\right]
         O_h = scaled_dot_product_attention(Q_h, K_h, V_h, L_h)
         O = concat_heads(O_h)
-            O = \mathrm{Concat}\left(O_{h}\right)
         O_proj = O @ W_O
-            O_{\mathrm{proj}} = O W_{O}
         K_past <- K_h (the next step's)
-            K_{\mathrm{past}} \leftarrow K_{h}
         V_past <- V_h (the next step's)
-            V_{\mathrm{past}} \leftarrow V_{h}
     """
     H = cache["K_past"].shape[0]
     T_past = cache["K_past"].shape[-2]
@@ -484,7 +373,7 @@ def decoder_step(
     return Y_dec
 
 
-@rt.entry(RULES)
+@rt.entry
 @rt.typechecked
 def decode_step(
     u: Int[cp.ndarray, "B T_new"],
@@ -493,7 +382,7 @@ def decode_step(
     cache: dict,
     *, eps: float = 1e-5, trace: dict | None = None,
 ) -> Tuple[Float[cp.ndarray, "B T_new V"], Float[cp.ndarray, "B T_new V"]]:  # noqa: UP006
-    r"""One decoding step: T_new positions after the T_past the cache holds. From incremental
+    """One decoding step: T_new positions after the T_past the cache holds. From incremental
     decoding (not in the seeds): a step's positions T_past to T_past+T_new-1 attend to the cached
     ones and to each other, never to later ones; Radford et al. 2018 (GPT), sections 3.1 and 4.1: a
     decoder-only transformer, each of its N layers masked multi-head self-attention and a
@@ -501,20 +390,13 @@ def decode_step(
     (spec/transformer.tspec).
 
         M_self = padding_mask(m_tgt, T_new) * causal_mask(T_new, T_past + T_new)
-            M_{\mathrm{self}} = M^{\mathrm{pad}}\left(m_{\mathrm{tgt}}\right) \odot M^{\mathrm{causal}}_{T_{\mathrm{new}} \times T_{\mathrm{new}} + T_{\mathrm{past}}}
         X_dec = E[u]
-            X_{\mathrm{dec}} = {E}_{u}
         P_dec = sinusoidal_encoding(T_new, d_model, T_past)
-            P_{\mathrm{dec}} = \mathrm{PE}_{T_{\mathrm{new}} \times d_{\mathrm{model}}}^{+T_{\mathrm{past}}}
         Y_0 = X_dec + P_dec
-            Y_{0} = X_{\mathrm{dec}} + P_{\mathrm{dec}}
         L_self = log(M_self)
-            L_{\mathrm{self}} = \log\left(M_{\mathrm{self}}\right)
         Y_dec = decoder(Y_0, L_self)  (calls decoder_step)
         logits = Y_dec @ W_out
-            \mathrm{logits} = Y_{\mathrm{dec}} W_{\mathrm{out}}
         probs = softmax(logits, axis=-1)
-            \mathrm{probs} = \mathrm{softmax}\left(\mathrm{logits}\right)
     """
     rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made
     staged = rt.staged(cache)  # the step writes here, the cache at the end
@@ -581,3 +463,83 @@ def prefill(
     logits, probs = transformer(u, m_tgt, params, H=H, eps=eps, trace=recorder)  # the full forward
     cache = recorder.states()
     return logits, probs, cache
+
+
+class MultiHeadAttentionParams(TypedDict):
+    """Parameters of multi_head_attention, keyed by the spec's names."""
+
+    # query projections of all heads, side by side (head h: columns h*d_k to (h+1)*d_k - 1)
+    W_Q: Float[cp.ndarray, "d_model H*d_k"]
+    W_K: Float[cp.ndarray, "d_model H*d_k"]  # key projections of all heads, side by side
+    W_V: Float[cp.ndarray, "d_model H*d_v"]  # value projections of all heads, side by side
+    W_O: Float[cp.ndarray, "H*d_v d_model"]  # output projection
+
+
+class AddAndLayerNormParams(TypedDict):
+    """Parameters of add_and_layer_norm, keyed by the spec's names."""
+
+    gamma: Float[cp.ndarray, " d_model"]  # LayerNorm gain
+    beta: Float[cp.ndarray, " d_model"]  # LayerNorm bias
+
+
+class FeedForwardParams(TypedDict):
+    """Parameters of feed_forward, keyed by the spec's names."""
+
+    W_1: Float[cp.ndarray, "d_model d_ff"]  # first feed-forward weight (under SwiGLU, the gate's)
+    b_1: Float[cp.ndarray, " d_ff"]  # first feed-forward bias
+    W_2: Float[cp.ndarray, "d_ff d_model"]  # second feed-forward weight
+    b_2: Float[cp.ndarray, " d_model"]  # second feed-forward bias
+
+
+class DecoderLayerParams(TypedDict):
+    """Parameters of decoder_layer, keyed by the spec's names."""
+
+    self_attention: MultiHeadAttentionParams  # multi_head_attention
+    norm_1: AddAndLayerNormParams  # add_and_layer_norm
+    feed_forward: FeedForwardParams  # feed_forward
+    norm_2: AddAndLayerNormParams  # add_and_layer_norm
+
+
+class DecoderParams(TypedDict):
+    """Parameters of decoder, keyed by the spec's names."""
+
+    layers: list[DecoderLayerParams]  # N copies of decoder_layer
+
+
+class TransformerParams(TypedDict):
+    """Parameters of transformer, keyed by the spec's names."""
+
+    E: Float[cp.ndarray, "V d_model"]  # token embedding
+    W_out: Float[cp.ndarray, "d_model V"]  # output projection to the vocabulary
+    decoder: DecoderParams  # decoder
+
+
+CachedSelfAttentionParams = MultiHeadAttentionParams  # the same parameters
+
+
+DecoderLayerStepParams = DecoderLayerParams  # the same parameters
+
+
+DecoderStepParams = DecoderParams  # the same parameters
+
+
+DecodeStepParams = TransformerParams  # the same parameters
+
+
+# each state of the cache, nested like params (a stack's layers one list item), and the full
+# forward's tensor it starts as
+CACHE_STATES = {
+    "decoder": {
+        "layers": [{
+            "self_attention": {"K_past": "K_h", "V_past": "V_h"},
+        }],
+    },
+}
+
+
+# the spec's derived dims and constraints, in its notation: what the entry functions check their
+# arguments by (rt.entry)
+RULES = {
+    "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
+    "requires": {"d_model % H == 0": "spec/transformer.tspec:40"},
+}

@@ -10,12 +10,12 @@ Choices:
 
 Each function computes the model (transformer), a decoding step (decode_step), the cache it
 starts from (prefill) or one block of the spec; the docstring of each but prefill gives its
-equations (plain, then LaTeX), and each statement that computes a tensor is commented with its
-shape. A family of tensors ([H] B T d_k) is one array, (H, B, T, d_k). Parameters come in nested
-dictionaries keyed by the spec's names (the *Params classes); a decoding step's cache is nested
-alike, each state read, then replaced in place by its value for the next step. The helpers,
-rt.<name>, are in _runtime.py beside this module. Pass trace={} to receive every named
-intermediate.
+equations (their LaTeX is in the docs pages), and each statement that computes a tensor is
+commented with its shape. A family of tensors ([H] B T d_k) is one array, (H, B, T, d_k).
+Parameters come in nested dictionaries keyed by the spec's names (the *Params classes); a
+decoding step's cache is nested alike, each state read, then replaced in place by its value for
+the next step. The helpers, rt.<name>, are in _runtime.py beside this module. Pass trace={} to
+receive every named intermediate.
 
 On every call, whatever TSPEC_TYPECHECK says, transformer and decode_step check their arguments
 (rt.entry, by RULES): shapes and dtype kinds as annotated, one size a dim, one float dtype for
@@ -43,6 +43,8 @@ Keyword arguments:
         theta^(-2i/d_k)
 """
 
+from __future__ import annotations
+
 import math
 from typing import Tuple, TypedDict  # noqa: UP035
 
@@ -51,98 +53,12 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("e87b8529fe5961d0", __name__)  # the runtime this was generated with
+rt.require_version("e009773f80525c62", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
 # past it, transformer or decode_step refuses to start; None: the GPU's memory
 MEMORY_LIMIT = None
-
-
-# each state of the cache, nested like params (a stack's layers one list item), and the full
-# forward's tensor it starts as
-CACHE_STATES = {
-    "decoder": {
-        "layers": [{
-            "self_attention": {"K_past": "K_g", "V_past": "V_g"},
-        }],
-    },
-}
-
-
-# the spec's derived dims and constraints, in its notation: what the entry functions check their
-# arguments by (rt.entry)
-RULES = {
-    "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
-    "requires": {
-        "d_model % H == 0": "spec/transformer.tspec:40",
-        "H % H_kv == 0": "spec/transformer.tspec:44",
-        "d_model % (2*H) == 0": "spec/transformer.tspec:52",
-    },
-}
-
-
-class NormalizeParams(TypedDict):
-    """Parameters of normalize, keyed by the spec's names."""
-
-    gamma: Float[cp.ndarray, " d_model"]  # RMSNorm gain
-
-
-class MultiHeadAttentionParams(TypedDict):
-    """Parameters of multi_head_attention, keyed by the spec's names."""
-
-    # query projections of all heads, side by side (head h: columns h*d_k to (h+1)*d_k - 1)
-    W_Q: Float[cp.ndarray, "d_model H*d_k"]
-    # key projections of the H_kv key-value heads, side by side
-    W_K: Float[cp.ndarray, "d_model H_kv*d_k"]
-    # value projections of the H_kv key-value heads, side by side
-    W_V: Float[cp.ndarray, "d_model H_kv*d_v"]
-    W_O: Float[cp.ndarray, "H*d_v d_model"]  # output projection
-
-
-class FeedForwardParams(TypedDict):
-    """Parameters of feed_forward, keyed by the spec's names."""
-
-    W_1: Float[cp.ndarray, "d_model d_ff"]  # first feed-forward weight (under SwiGLU, the gate's)
-    # SwiGLU's second first-layer weight, whose product the gate scales
-    W_3: Float[cp.ndarray, "d_model d_ff"]
-    W_2: Float[cp.ndarray, "d_ff d_model"]  # second feed-forward weight
-
-
-class DecoderLayerParams(TypedDict):
-    """Parameters of decoder_layer, keyed by the spec's names."""
-
-    norm_1: NormalizeParams  # normalize
-    self_attention: MultiHeadAttentionParams  # multi_head_attention
-    norm_2: NormalizeParams  # normalize
-    feed_forward: FeedForwardParams  # feed_forward
-
-
-class DecoderParams(TypedDict):
-    """Parameters of decoder, keyed by the spec's names."""
-
-    layers: list[DecoderLayerParams]  # N copies of decoder_layer
-    final_norm: NormalizeParams  # normalize
-
-
-class TransformerParams(TypedDict):
-    """Parameters of transformer, keyed by the spec's names."""
-
-    E: Float[cp.ndarray, "V d_model"]  # token embedding
-    W_out: Float[cp.ndarray, "d_model V"]  # output projection to the vocabulary
-    decoder: DecoderParams  # decoder
-
-
-CachedSelfAttentionParams = MultiHeadAttentionParams  # the same parameters
-
-
-DecoderLayerStepParams = DecoderLayerParams  # the same parameters
-
-
-DecoderStepParams = DecoderParams  # the same parameters
-
-
-DecodeStepParams = TransformerParams  # the same parameters
 
 
 @rt.typechecked
@@ -151,10 +67,9 @@ def normalize(
     params: NormalizeParams,
     *, eps: float = 1e-5, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
-    r"""Normalize. From Zhang and Sennrich 2019 (RMSNorm), equation 4 (spec/transformer.tspec:205).
+    """Normalize. From Zhang and Sennrich 2019 (RMSNorm), equation 4 (spec/transformer.tspec:205).
 
         X_norm = rms_norm(X, gamma)
-            X_{\mathrm{norm}} = \mathrm{RMSNorm}\left(X;\, \gamma\right)
     """
     X_norm = rt.rms_norm(X, params["gamma"], eps)  # B T_x d_model
     rt.record(trace, X_norm=X_norm)
@@ -169,15 +84,12 @@ def scaled_dot_product_attention(
     L_h: Float[cp.ndarray, "#H B T_q T_kv"],
     *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "H B T_q d_v"]:
-    r"""Scaled dot product attention. From seed 001, section 4; seed 000, Scaled dot-product
+    """Scaled dot product attention. From seed 001, section 4; seed 000, Scaled dot-product
     attention (spec/transformer.tspec:70).
 
         S_h = Q_h @ K_h.T / sqrt(d_k) + L_h
-            S_{h} = \frac{Q_{h} K_{h}^\top}{\sqrt{d_{k}}} + L_{h}
         A_h = softmax(S_h, axis=-1)
-            A_{h} = \mathrm{softmax}\left(S_{h}\right)
         O_h = A_h @ V_h
-            O_{h} = A_{h} V_{h}
     """
     d_k = Q_h.shape[-1]
     if trace is None:  # the equations below, the scores and weights in one kernel
@@ -199,36 +111,24 @@ def multi_head_attention(
     *, H: int, H_kv: int, rope_factor: float = 1.0, rope_low: float = 1.0, rope_high: float = 4.0,
     rope_context: float = 8192.0, theta: float = 10000.0, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_q d_model"]:
-    r"""Multi head attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention;
+    """Multi head attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention;
     Su et al. 2021 (RoFormer), section 3.4.2: queries and keys turn by their positions, so each
     score depends on the positions' difference; Ainslie et al. 2023 (GQA), section 2.2: each group
     of H / H_kv query heads shares one key-value head (spec/transformer.tspec:78).
 
         Q_proj = X_q @ W_Q
-            Q_{\mathrm{proj}} = X_{q} W_{Q}
         K_proj = X_kv @ W_K
-            K_{\mathrm{proj}} = X_{\mathrm{kv}} W_{K}
         V_proj = X_kv @ W_V
-            V_{\mathrm{proj}} = X_{\mathrm{kv}} W_{V}
         Q_u = split_heads(Q_proj, H)
-            Q_{u} = \mathrm{SplitHeads}_{H}\left(Q_{\mathrm{proj}}\right)
         Q_h = rotary(Q_u)
-            Q_{h} = \mathrm{RoPE}\left(Q_{u}\right)
         K_gu = split_heads(K_proj, H_kv)
-            K_{\mathrm{gu}} = \mathrm{SplitHeads}_{H_{\mathrm{kv}}}\left(K_{\mathrm{proj}}\right)
         K_g = rotary(K_gu)
-            K_{g} = \mathrm{RoPE}\left(K_{\mathrm{gu}}\right)
         V_g = split_heads(V_proj, H_kv)
-            V_{g} = \mathrm{SplitHeads}_{H_{\mathrm{kv}}}\left(V_{\mathrm{proj}}\right)
         K_h = repeat_heads(K_g, H)
-            K_{h} = \mathrm{Repeat}_{H}\left(K_{g}\right)
         V_h = repeat_heads(V_g, H)
-            V_{h} = \mathrm{Repeat}_{H}\left(V_{g}\right)
         O_h = scaled_dot_product_attention(Q_h, K_h, V_h, L_h)
         O = concat_heads(O_h)
-            O = \mathrm{Concat}\left(O_{h}\right)
         O_proj = O @ W_O
-            O_{\mathrm{proj}} = O W_{O}
     """
     Q_proj = rt.project(X_q, params["W_Q"])  # B T_q H*d_k
     K_proj = rt.project(X_kv, params["W_K"])  # B T_kv H_kv*d_k
@@ -257,13 +157,11 @@ def feed_forward(
     params: FeedForwardParams,
     *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
-    r"""Feed forward. From Shazeer 2020 (GLU Variants Improve Transformer), equation 6; seed 001,
+    """Feed forward. From Shazeer 2020 (GLU Variants Improve Transformer), equation 6; seed 001,
     section 7; seed 004, Position-wise Feedforward Network (spec/transformer.tspec:217).
 
         U = silu(X @ W_1) * (X @ W_3)
-            U = \mathrm{SiLU}\left(X W_{1}\right) \odot \left(X W_{3}\right)
         F = U @ W_2
-            F = U W_{2}
     """
     # B T_x d_ff
     U = rt.glu(rt.project(X, params["W_1"]), rt.project(X, params["W_3"]), activation=rt.silu)
@@ -281,18 +179,16 @@ def decoder_layer(
     rope_high: float = 4.0, rope_context: float = 8192.0, theta: float = 10000.0,
     trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
-    r"""Decoder layer. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only
+    """Decoder layer. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only
     transformer, each of its N layers masked multi-head self-attention and a position-wise
     feed-forward network (spec/transformer.tspec:237).
 
         Y_n = normalize(Y)
         A = multi_head_attention(Y_n, Y_n, L_h)
         Y_1 = Y + A
-            Y_{1} = Y + A
         Y_1n = normalize(Y_1)
         F = feed_forward(Y_1n)
         Y_out = Y_1 + F
-            Y_{\mathrm{out}} = Y_{1} + F
     """
     Y_n = normalize(
         Y, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
@@ -367,7 +263,7 @@ def decoder(
     return Y_dec
 
 
-@rt.entry(RULES)
+@rt.entry
 @rt.typechecked
 def transformer(
     u: Int[cp.ndarray, "B T_dec"],
@@ -377,7 +273,7 @@ def transformer(
     rope_high: float = 4.0, rope_context: float = 8192.0, theta: float = 10000.0,
     trace: dict | None = None,
 ) -> Tuple[Float[cp.ndarray, "B T_dec V"], Float[cp.ndarray, "B T_dec V"]]:  # noqa: UP006
-    r"""The Transformer (encoder-decoder, encoder-only, decoder-only), from the seeds: the model
+    """The Transformer (encoder-decoder, encoder-only, decoder-only), from the seeds: the model
     under this module's choices. From seed 001, section 4; seed 004, Decoder 1. Masked Multi-Head
     Self-Attention (mask future tokens); seed 001, sections 1-2; seed 004, Decoder 1. Input
     Embedding + Positional Encoding; Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only
@@ -386,16 +282,11 @@ def transformer(
     (spec/transformer.tspec).
 
         M_self = padding_mask(m_tgt, T_dec) * causal_mask(T_dec, T_dec)
-            M_{\mathrm{self}} = M^{\mathrm{pad}}\left(m_{\mathrm{tgt}}\right) \odot M^{\mathrm{causal}}_{T_{\mathrm{dec}} \times T_{\mathrm{dec}}}
         Y_0 = E[u]
-            Y_{0} = {E}_{u}
         L_self = log(M_self)
-            L_{\mathrm{self}} = \log\left(M_{\mathrm{self}}\right)
         Y_dec = decoder(Y_0, L_self)
         logits = Y_dec @ W_out
-            \mathrm{logits} = Y_{\mathrm{dec}} W_{\mathrm{out}}
         probs = softmax(logits, axis=-1)
-            \mathrm{probs} = \mathrm{softmax}\left(\mathrm{logits}\right)
     """
     T_dec = u.shape[-1]
     B = u.shape[-2]
@@ -446,7 +337,7 @@ def cached_self_attention(
     *, H: int, rope_factor: float = 1.0, rope_low: float = 1.0, rope_high: float = 4.0,
     rope_context: float = 8192.0, theta: float = 10000.0, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
-    r"""Cached self attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention;
+    """Cached self attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention;
     Su et al. 2021 (RoFormer), section 3.4.2: queries and keys turn by their positions, so each
     score depends on the positions' difference; incremental decoding (not in the seeds):
     self-attention that keeps its keys and values between decoding steps, so that a step projects
@@ -454,38 +345,22 @@ def cached_self_attention(
     heads shares one key-value head (spec/transformer.tspec:133).
 
         Q_proj = X @ W_Q
-            Q_{\mathrm{proj}} = X W_{Q}
         K_proj = X @ W_K
-            K_{\mathrm{proj}} = X W_{K}
         V_proj = X @ W_V
-            V_{\mathrm{proj}} = X W_{V}
         Q_u = split_heads(Q_proj, H)
-            Q_{u} = \mathrm{SplitHeads}_{H}\left(Q_{\mathrm{proj}}\right)
         Q_h = rotary(Q_u, T_past)
-            Q_{h} = \mathrm{RoPE}_{+T_{\mathrm{past}}}\left(Q_{u}\right)
         K_gu = split_heads(K_proj, H_kv)
-            K_{\mathrm{gu}} = \mathrm{SplitHeads}_{H_{\mathrm{kv}}}\left(K_{\mathrm{proj}}\right)
         K_g = rotary(K_gu, T_past)
-            K_{g} = \mathrm{RoPE}_{+T_{\mathrm{past}}}\left(K_{\mathrm{gu}}\right)
         V_g = split_heads(V_proj, H_kv)
-            V_{g} = \mathrm{SplitHeads}_{H_{\mathrm{kv}}}\left(V_{\mathrm{proj}}\right)
         K_all = concat(K_past, K_g, axis=-2)
-            K_{\mathrm{all}} = \left[K_{\mathrm{past}} \,\|\, K_{g}\right]
         V_all = concat(V_past, V_g, axis=-2)
-            V_{\mathrm{all}} = \left[V_{\mathrm{past}} \,\|\, V_{g}\right]
         K_h = repeat_heads(K_all, H)
-            K_{h} = \mathrm{Repeat}_{H}\left(K_{\mathrm{all}}\right)
         V_h = repeat_heads(V_all, H)
-            V_{h} = \mathrm{Repeat}_{H}\left(V_{\mathrm{all}}\right)
         O_h = scaled_dot_product_attention(Q_h, K_h, V_h, L_h)
         O = concat_heads(O_h)
-            O = \mathrm{Concat}\left(O_{h}\right)
         O_proj = O @ W_O
-            O_{\mathrm{proj}} = O W_{O}
         K_past <- K_all (the next step's)
-            K_{\mathrm{past}} \leftarrow K_{\mathrm{all}}
         V_past <- V_all (the next step's)
-            V_{\mathrm{past}} \leftarrow V_{\mathrm{all}}
     """
     T_past = cache["K_past"].shape[-2]
     H_kv = cache["K_past"].shape[0]
@@ -531,18 +406,16 @@ def decoder_layer_step(
     rope_high: float = 4.0, rope_context: float = 8192.0, theta: float = 10000.0,
     trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
-    r"""Decoder layer. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only
+    """Decoder layer. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only
     transformer, each of its N layers masked multi-head self-attention and a position-wise
     feed-forward network (spec/transformer.tspec:237).
 
         Y_n = normalize(Y)
         A = cached_self_attention(Y_n, L_h)
         Y_1 = Y + A
-            Y_{1} = Y + A
         Y_1n = normalize(Y_1)
         F = feed_forward(Y_1n)
         Y_out = Y_1 + F
-            Y_{\mathrm{out}} = Y_{1} + F
     """
     Y_n = normalize(
         Y, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
@@ -617,7 +490,7 @@ def decoder_step(
     return Y_dec
 
 
-@rt.entry(RULES)
+@rt.entry
 @rt.typechecked
 def decode_step(
     u: Int[cp.ndarray, "B T_new"],
@@ -628,7 +501,7 @@ def decode_step(
     rope_high: float = 4.0, rope_context: float = 8192.0, theta: float = 10000.0,
     trace: dict | None = None,
 ) -> Tuple[Float[cp.ndarray, "B T_new V"], Float[cp.ndarray, "B T_new V"]]:  # noqa: UP006
-    r"""One decoding step: T_new positions after the T_past the cache holds. From incremental
+    """One decoding step: T_new positions after the T_past the cache holds. From incremental
     decoding (not in the seeds): a step's positions T_past to T_past+T_new-1 attend to the cached
     ones and to each other, never to later ones; Radford et al. 2018 (GPT), sections 3.1 and 4.1: a
     decoder-only transformer, each of its N layers masked multi-head self-attention and a
@@ -636,16 +509,11 @@ def decode_step(
     (spec/transformer.tspec).
 
         M_self = padding_mask(m_tgt, T_new) * causal_mask(T_new, T_past + T_new)
-            M_{\mathrm{self}} = M^{\mathrm{pad}}\left(m_{\mathrm{tgt}}\right) \odot M^{\mathrm{causal}}_{T_{\mathrm{new}} \times T_{\mathrm{new}} + T_{\mathrm{past}}}
         Y_0 = E[u]
-            Y_{0} = {E}_{u}
         L_self = log(M_self)
-            L_{\mathrm{self}} = \log\left(M_{\mathrm{self}}\right)
         Y_dec = decoder(Y_0, L_self)  (calls decoder_step)
         logits = Y_dec @ W_out
-            \mathrm{logits} = Y_{\mathrm{dec}} W_{\mathrm{out}}
         probs = softmax(logits, axis=-1)
-            \mathrm{probs} = \mathrm{softmax}\left(\mathrm{logits}\right)
     """
     rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made
     staged = rt.staged(cache)  # the step writes here, the cache at the end
@@ -730,3 +598,89 @@ def prefill(
     )  # the full forward
     cache = recorder.states()
     return logits, probs, cache
+
+
+class NormalizeParams(TypedDict):
+    """Parameters of normalize, keyed by the spec's names."""
+
+    gamma: Float[cp.ndarray, " d_model"]  # RMSNorm gain
+
+
+class MultiHeadAttentionParams(TypedDict):
+    """Parameters of multi_head_attention, keyed by the spec's names."""
+
+    # query projections of all heads, side by side (head h: columns h*d_k to (h+1)*d_k - 1)
+    W_Q: Float[cp.ndarray, "d_model H*d_k"]
+    # key projections of the H_kv key-value heads, side by side
+    W_K: Float[cp.ndarray, "d_model H_kv*d_k"]
+    # value projections of the H_kv key-value heads, side by side
+    W_V: Float[cp.ndarray, "d_model H_kv*d_v"]
+    W_O: Float[cp.ndarray, "H*d_v d_model"]  # output projection
+
+
+class FeedForwardParams(TypedDict):
+    """Parameters of feed_forward, keyed by the spec's names."""
+
+    W_1: Float[cp.ndarray, "d_model d_ff"]  # first feed-forward weight (under SwiGLU, the gate's)
+    # SwiGLU's second first-layer weight, whose product the gate scales
+    W_3: Float[cp.ndarray, "d_model d_ff"]
+    W_2: Float[cp.ndarray, "d_ff d_model"]  # second feed-forward weight
+
+
+class DecoderLayerParams(TypedDict):
+    """Parameters of decoder_layer, keyed by the spec's names."""
+
+    norm_1: NormalizeParams  # normalize
+    self_attention: MultiHeadAttentionParams  # multi_head_attention
+    norm_2: NormalizeParams  # normalize
+    feed_forward: FeedForwardParams  # feed_forward
+
+
+class DecoderParams(TypedDict):
+    """Parameters of decoder, keyed by the spec's names."""
+
+    layers: list[DecoderLayerParams]  # N copies of decoder_layer
+    final_norm: NormalizeParams  # normalize
+
+
+class TransformerParams(TypedDict):
+    """Parameters of transformer, keyed by the spec's names."""
+
+    E: Float[cp.ndarray, "V d_model"]  # token embedding
+    W_out: Float[cp.ndarray, "d_model V"]  # output projection to the vocabulary
+    decoder: DecoderParams  # decoder
+
+
+CachedSelfAttentionParams = MultiHeadAttentionParams  # the same parameters
+
+
+DecoderLayerStepParams = DecoderLayerParams  # the same parameters
+
+
+DecoderStepParams = DecoderParams  # the same parameters
+
+
+DecodeStepParams = TransformerParams  # the same parameters
+
+
+# each state of the cache, nested like params (a stack's layers one list item), and the full
+# forward's tensor it starts as
+CACHE_STATES = {
+    "decoder": {
+        "layers": [{
+            "self_attention": {"K_past": "K_g", "V_past": "V_g"},
+        }],
+    },
+}
+
+
+# the spec's derived dims and constraints, in its notation: what the entry functions check their
+# arguments by (rt.entry)
+RULES = {
+    "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
+    "requires": {
+        "d_model % H == 0": "spec/transformer.tspec:40",
+        "H % H_kv == 0": "spec/transformer.tspec:44",
+        "d_model % (2*H) == 0": "spec/transformer.tspec:52",
+    },
+}

@@ -9,10 +9,11 @@ Choices:
     key_value_heads=all, feed_forward_bias=all
 
 Each function computes the model (transformer) or one block of the spec; the docstring of each
-gives its equations (plain, then LaTeX), and each statement that computes a tensor is commented
-with its shape. A family of tensors ([H] B T d_k) is one array, (H, B, T, d_k). Parameters come
-in nested dictionaries keyed by the spec's names (the *Params classes). The helpers, rt.<name>,
-are in _runtime.py beside this module. Pass trace={} to receive every named intermediate.
+gives its equations (their LaTeX is in the docs pages), and each statement that computes a
+tensor is commented with its shape. A family of tensors ([H] B T d_k) is one array, (H, B, T,
+d_k). Parameters come in nested dictionaries keyed by the spec's names (the *Params classes).
+The helpers, rt.<name>, are in _runtime.py beside this module. Pass trace={} to receive every
+named intermediate.
 
 On every call, whatever TSPEC_TYPECHECK says, transformer checks its arguments (rt.entry, by
 RULES): shapes and dtype kinds as annotated, one size a dim, one float dtype for the parameters,
@@ -26,6 +27,8 @@ Keyword arguments:
     eps: LayerNorm's or RMSNorm's epsilon, added to the variance or mean square
 """
 
+from __future__ import annotations
+
 import math
 from typing import Tuple, TypedDict  # noqa: UP035
 
@@ -34,69 +37,12 @@ from jaxtyping import Bool, Float, Int
 
 from . import _runtime as rt
 
-rt.require_version("f6cb5b018d998d9d", __name__)  # the runtime this was generated with
+rt.require_version("d397efae99ba6f4e", __name__)  # the runtime this was generated with
 
 
 # the most bytes the model's tensors may take at once (its own, and those of the calls under way):
 # past it, transformer refuses to start; None: the memory this process may use
 MEMORY_LIMIT = None
-
-
-# the spec's derived dims and constraints, in its notation: what the entry functions check their
-# arguments by (rt.entry)
-RULES = {
-    "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
-    "requires": {"d_model % H == 0": "spec/transformer.tspec:40"},
-}
-
-
-class MultiHeadAttentionParams(TypedDict):
-    """Parameters of multi_head_attention, keyed by the spec's names."""
-
-    # query projections of all heads, side by side (head h: columns h*d_k to (h+1)*d_k - 1)
-    W_Q: Float[np.ndarray, "d_model H*d_k"]
-    W_K: Float[np.ndarray, "d_model H*d_k"]  # key projections of all heads, side by side
-    W_V: Float[np.ndarray, "d_model H*d_v"]  # value projections of all heads, side by side
-    W_O: Float[np.ndarray, "H*d_v d_model"]  # output projection
-
-
-class AddAndLayerNormParams(TypedDict):
-    """Parameters of add_and_layer_norm, keyed by the spec's names."""
-
-    gamma: Float[np.ndarray, " d_model"]  # LayerNorm gain
-    beta: Float[np.ndarray, " d_model"]  # LayerNorm bias
-
-
-class FeedForwardParams(TypedDict):
-    """Parameters of feed_forward, keyed by the spec's names."""
-
-    W_1: Float[np.ndarray, "d_model d_ff"]  # first feed-forward weight (under SwiGLU, the gate's)
-    b_1: Float[np.ndarray, " d_ff"]  # first feed-forward bias
-    W_2: Float[np.ndarray, "d_ff d_model"]  # second feed-forward weight
-    b_2: Float[np.ndarray, " d_model"]  # second feed-forward bias
-
-
-class EncoderLayerParams(TypedDict):
-    """Parameters of encoder_layer, keyed by the spec's names."""
-
-    self_attention: MultiHeadAttentionParams  # multi_head_attention
-    norm_1: AddAndLayerNormParams  # add_and_layer_norm
-    feed_forward: FeedForwardParams  # feed_forward
-    norm_2: AddAndLayerNormParams  # add_and_layer_norm
-
-
-class EncoderParams(TypedDict):
-    """Parameters of encoder, keyed by the spec's names."""
-
-    layers: list[EncoderLayerParams]  # N copies of encoder_layer
-
-
-class TransformerParams(TypedDict):
-    """Parameters of transformer, keyed by the spec's names."""
-
-    E: Float[np.ndarray, "V d_model"]  # token embedding
-    W_out: Float[np.ndarray, "d_model V"]  # output projection to the vocabulary
-    encoder: EncoderParams  # encoder
 
 
 @rt.typechecked
@@ -107,15 +53,12 @@ def scaled_dot_product_attention(
     L_h: Float[np.ndarray, "#H B T_q T_kv"],
     *, trace: dict | None = None,
 ) -> Float[np.ndarray, "H B T_q d_v"]:
-    r"""Scaled dot product attention. From seed 001, section 4; seed 000, Scaled dot-product
+    """Scaled dot product attention. From seed 001, section 4; seed 000, Scaled dot-product
     attention (spec/transformer.tspec:70).
 
         S_h = Q_h @ K_h.T / sqrt(d_k) + L_h
-            S_{h} = \frac{Q_{h} K_{h}^\top}{\sqrt{d_{k}}} + L_{h}
         A_h = softmax(S_h, axis=-1)
-            A_{h} = \mathrm{softmax}\left(S_{h}\right)
         O_h = A_h @ V_h
-            O_{h} = A_{h} V_{h}
     """
     d_k = Q_h.shape[-1]
     if trace is None:  # the equations below, a block of query rows at a time
@@ -136,26 +79,18 @@ def multi_head_attention(
     params: MultiHeadAttentionParams,
     *, H: int, trace: dict | None = None,
 ) -> Float[np.ndarray, "B T_q d_model"]:
-    r"""Multi head attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention
+    """Multi head attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention
     (spec/transformer.tspec:78).
 
         Q_proj = X_q @ W_Q
-            Q_{\mathrm{proj}} = X_{q} W_{Q}
         K_proj = X_kv @ W_K
-            K_{\mathrm{proj}} = X_{\mathrm{kv}} W_{K}
         V_proj = X_kv @ W_V
-            V_{\mathrm{proj}} = X_{\mathrm{kv}} W_{V}
         Q_h = split_heads(Q_proj, H)
-            Q_{h} = \mathrm{SplitHeads}_{H}\left(Q_{\mathrm{proj}}\right)
         K_h = split_heads(K_proj, H)
-            K_{h} = \mathrm{SplitHeads}_{H}\left(K_{\mathrm{proj}}\right)
         V_h = split_heads(V_proj, H)
-            V_{h} = \mathrm{SplitHeads}_{H}\left(V_{\mathrm{proj}}\right)
         O_h = scaled_dot_product_attention(Q_h, K_h, V_h, L_h)
         O = concat_heads(O_h)
-            O = \mathrm{Concat}\left(O_{h}\right)
         O_proj = O @ W_O
-            O_{\mathrm{proj}} = O W_{O}
     """
     Q_proj = rt.project(X_q, params["W_Q"])  # B T_q H*d_k
     K_proj = rt.project(X_kv, params["W_K"])  # B T_kv H*d_k
@@ -180,11 +115,10 @@ def add_and_layer_norm(
     params: AddAndLayerNormParams,
     *, eps: float = 1e-5, trace: dict | None = None,
 ) -> Float[np.ndarray, "B T_x d_model"]:
-    r"""Add and layer norm. From seed 001, sections 6 and 8; seed 000, Add & LayerNorm
+    """Add and layer norm. From seed 001, sections 6 and 8; seed 000, Add & LayerNorm
     (spec/transformer.tspec:193).
 
         Z = layer_norm(X + Y, gamma, beta)
-            Z = \mathrm{LayerNorm}\left(X + Y;\, \gamma, \beta\right)
     """
     Z = rt.layer_norm(X + Y, params["gamma"], params["beta"], eps)  # B T_x d_model
     rt.record(trace, Z=Z)
@@ -197,13 +131,11 @@ def feed_forward(
     params: FeedForwardParams,
     *, trace: dict | None = None,
 ) -> Float[np.ndarray, "B T_x d_model"]:
-    r"""Feed forward. From seed 001, section 7; seed 004, Position-wise Feedforward Network
+    """Feed forward. From seed 001, section 7; seed 004, Position-wise Feedforward Network
     (spec/transformer.tspec:217).
 
         U = relu(X @ W_1 + b_1)
-            U = \mathrm{ReLU}\left(X W_{1} + b_{1}\right)
         F = U @ W_2 + b_2
-            F = U W_{2} + b_{2}
     """
     U = rt.project(X, params["W_1"], params["b_1"], activation=rt.relu)  # B T_x d_ff
     F = rt.project(U, params["W_2"], params["b_2"])  # B T_x d_model
@@ -262,7 +194,7 @@ def encoder(
     return Z_enc
 
 
-@rt.entry(RULES)
+@rt.entry
 @rt.typechecked
 def transformer(
     t: Int[np.ndarray, "B T"],
@@ -270,27 +202,20 @@ def transformer(
     params: TransformerParams,
     *, H: int, eps: float = 1e-5, trace: dict | None = None,
 ) -> Tuple[Float[np.ndarray, "B T V"], Float[np.ndarray, "B T V"]]:  # noqa: UP006
-    r"""The Transformer (encoder-decoder, encoder-only, decoder-only), from the seeds: the model
+    """The Transformer (encoder-decoder, encoder-only, decoder-only), from the seeds: the model
     under this module's choices. From seed 001, section 4 (optional mask M, added to the scores as
     log M); seed 001, sections 1-2; seed 004, Input Embedding + Positional Encoding; seed 004: the
     encoder is repeated N times; seed 001, section 9; seed 004, final Linear and Softmax
     (spec/transformer.tspec).
 
         M_src = padding_mask(m_src, T)
-            M_{\mathrm{src}} = M^{\mathrm{pad}}\left(m_{\mathrm{src}}\right)
         X = E[t]
-            X = {E}_{t}
         P = sinusoidal_encoding(T, d_model)
-            P = \mathrm{PE}_{T \times d_{\mathrm{model}}}
         Z_0 = X + P
-            Z_{0} = X + P
         L_enc = log(M_src)
-            L_{\mathrm{enc}} = \log\left(M_{\mathrm{src}}\right)
         Z_enc = encoder(Z_0, L_enc)
         logits = Z_enc @ W_out
-            \mathrm{logits} = Z_{\mathrm{enc}} W_{\mathrm{out}}
         probs = softmax(logits, axis=-1)
-            \mathrm{probs} = \mathrm{softmax}\left(\mathrm{logits}\right)
     """
     T = t.shape[-1]
     d_model = params["E"].shape[-1]
@@ -321,3 +246,60 @@ def transformer(
     rt.record(trace, M_src=M_src, X=X, P=P, Z_0=Z_0, L_enc=L_enc, Z_enc=Z_enc, logits=logits,
         probs=probs)
     return logits, probs
+
+
+class MultiHeadAttentionParams(TypedDict):
+    """Parameters of multi_head_attention, keyed by the spec's names."""
+
+    # query projections of all heads, side by side (head h: columns h*d_k to (h+1)*d_k - 1)
+    W_Q: Float[np.ndarray, "d_model H*d_k"]
+    W_K: Float[np.ndarray, "d_model H*d_k"]  # key projections of all heads, side by side
+    W_V: Float[np.ndarray, "d_model H*d_v"]  # value projections of all heads, side by side
+    W_O: Float[np.ndarray, "H*d_v d_model"]  # output projection
+
+
+class AddAndLayerNormParams(TypedDict):
+    """Parameters of add_and_layer_norm, keyed by the spec's names."""
+
+    gamma: Float[np.ndarray, " d_model"]  # LayerNorm gain
+    beta: Float[np.ndarray, " d_model"]  # LayerNorm bias
+
+
+class FeedForwardParams(TypedDict):
+    """Parameters of feed_forward, keyed by the spec's names."""
+
+    W_1: Float[np.ndarray, "d_model d_ff"]  # first feed-forward weight (under SwiGLU, the gate's)
+    b_1: Float[np.ndarray, " d_ff"]  # first feed-forward bias
+    W_2: Float[np.ndarray, "d_ff d_model"]  # second feed-forward weight
+    b_2: Float[np.ndarray, " d_model"]  # second feed-forward bias
+
+
+class EncoderLayerParams(TypedDict):
+    """Parameters of encoder_layer, keyed by the spec's names."""
+
+    self_attention: MultiHeadAttentionParams  # multi_head_attention
+    norm_1: AddAndLayerNormParams  # add_and_layer_norm
+    feed_forward: FeedForwardParams  # feed_forward
+    norm_2: AddAndLayerNormParams  # add_and_layer_norm
+
+
+class EncoderParams(TypedDict):
+    """Parameters of encoder, keyed by the spec's names."""
+
+    layers: list[EncoderLayerParams]  # N copies of encoder_layer
+
+
+class TransformerParams(TypedDict):
+    """Parameters of transformer, keyed by the spec's names."""
+
+    E: Float[np.ndarray, "V d_model"]  # token embedding
+    W_out: Float[np.ndarray, "d_model V"]  # output projection to the vocabulary
+    encoder: EncoderParams  # encoder
+
+
+# the spec's derived dims and constraints, in its notation: what the entry functions check their
+# arguments by (rt.entry)
+RULES = {
+    "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
+    "requires": {"d_model % H == 0": "spec/transformer.tspec:40"},
+}

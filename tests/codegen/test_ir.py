@@ -331,7 +331,7 @@ def test_names_are_identifiers():
 # every other str field of a record holds a name, which must be an identifier
 PROSE = {("Function", "summary"), ("Function", "source"), ("Function", "where"),
          ("Function", "notes"),
-         ("EquationDoc", "plain"), ("EquationDoc", "latex"), ("EquationDoc", "where"),
+         ("EquationDoc", "plain"), ("EquationDoc", "where"),
          ("Parameter", "meaning"), ("Field", "meaning"), ("ParamsClass", "doc"),
          ("Comment", "before"), ("Comment", "after"), ("AttentionStrategy", "note"), ("AttentionCore", "unblocked"), ("Fused", "note"),
          ("ArrayType", "axes"), ("Constant", "comment"), ("EntryRules", "requires"), ("Literal", "value"),

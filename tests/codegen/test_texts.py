@@ -75,8 +75,8 @@ DECODES = {"entries": "transformer and decode_step check their arguments",
                "decoding": "; decode_step its cache (rt.check_cache); prefill's go to transformer",
                "refuse": "they refuse",
                "sizes": "; a block checks that sizes it reads twice agree (rt.require_size)"}
-ABOUT = ("Each function computes {what}; the docstring of {which} gives its equations (plain, "
-         "then LaTeX), and each statement that computes a tensor is commented with its shape. A "
+ABOUT = ("Each function computes {what}; the docstring of {which} gives its equations (their "
+         "LaTeX is in the docs pages), and each statement that computes a tensor is commented with its shape. A "
          "family of tensors ([H] B T d_k) is one array, (H, B, T, d_k). Parameters come in "
          "nested dictionaries keyed by the spec's names (the *Params classes){cache}. The "
          "helpers, rt.<name>, are in _runtime.py beside this module. Pass trace={{}} to receive "

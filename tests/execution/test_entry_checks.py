@@ -35,7 +35,7 @@ RULES = {"lets": {"d_k": "d_model/H"}, "requires": {"d_model % H == 0": "m.tspec
                                                     "T <= max_len": "m.tspec:5"}}
 
 
-@rt.entry(RULES)
+@rt.entry
 def model(u: Int[np.ndarray, "B T"], m: Bool[np.ndarray, "B T"], params: ModelParams, *,
           H: int, eps: float = 1e-5) -> int:
     return 1
