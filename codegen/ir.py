@@ -473,6 +473,10 @@ class Function(Named):
     steps: tuple[Step, ...]    # to the Record and the Return
     traces: bool = True        # takes a trace argument
     notes: tuple[str, ...] = ()  # paragraphs of the docstring after the equations
+    # a block's: the run-time settings it reads (its callees' too), taken as one record of
+    # the module's Settings class after its params and cache; an entry function takes each
+    # as a keyword argument (``keywords``) and makes the record
+    settings: tuple[str, ...] = ()
     # what its tensors take at once, where every dim of it is at hand when it starts and an
     # array gives the float's size (an entry function's): a memory guard may check it
     footprint: Footprint | None = None

@@ -52,6 +52,9 @@ from tspec.symbolic.shape import Shape, format_expr
 
 DTYPE_CLASS = {"float": "Float", "int": "Int", "bool": "Bool"}
 PARAMS, CACHE, TRACE = ir.Name("params"), ir.Name("cache"), ir.Name("trace")
+# the run-time settings (eps, theta, ...): one record of the module's Settings class, which an
+# entry function makes from its keyword arguments and every block that reads one takes
+SETTINGS_RECORD, SETTINGS_CLASS = ir.Name("settings"), ir.Name("Settings")
 
 
 class Lowerer:
@@ -109,9 +112,10 @@ class Lowerer:
 
 @dataclass
 class _Signature:
-    """What a caller must pass: keyword dims and run-time settings."""
+    """What a caller must pass: keyword dims, and the run-time settings it reads (its callees'
+    too), which it takes as one record."""
     dims: tuple[sympy.Symbol, ...]
-    runtime: tuple[str, ...]
+    settings: tuple[str, ...]
     params_class: str | None
     output: TensorDecl | None     # None: the model's, when it names no output
     cache: bool = False           # takes its instance's key-value cache (states inside)
@@ -144,7 +148,7 @@ class _Body:
         self.revealing: set[ir.Expr] = set()    # the sums that reveal a dim (not checked)
         self.needed: list[sympy.Symbol] = []
         self.needing: set[sympy.Symbol] = set()     # the same, to look up
-        self.runtimes: list[str] = []
+        self.settings: list[str] = []   # the run-time settings it reads, its callees' too
         self.float_source: ir.Expr | None = None
         self.float_argument: ir.Expr | None = None  # a float input or parameter
         self.takes_dtype = False             # a dtype keyword: no float array in scope
@@ -192,10 +196,12 @@ class _Body:
             return ir.Name("dtype")
         return ir.Attribute(self.float_source, "dtype")
 
-    def runtime(self, name: str) -> ir.Expr:
-        if name not in self.runtimes:
-            self.runtimes.append(name)
-        return ir.Name(name)
+    def setting(self, name: str) -> ir.Expr:
+        """A run-time setting (eps), read from the settings record: an entry function makes it
+        from its keyword arguments, a block takes it from its caller."""
+        if name not in self.settings:
+            self.settings.append(name)
+        return ir.Attribute(SETTINGS_RECORD, name)
 
     def call(self, function, *args, **keywords) -> ir.Expr:
         return ir.call(function, *args, **keywords)
@@ -616,7 +622,9 @@ class _Body:
                                         _lists(found) < _lists(self.deep[symbol])):
                 self.deep[symbol] = found
         keywords = [ir.Keyword(self.code(str(d)), self.dim(d)) for d in signature.dims]
-        keywords += [ir.Keyword(r, self.runtime(r)) for r in signature.runtime]
+        for name in signature.settings:
+            self.setting(name)
+        settings = [SETTINGS_RECORD] if signature.settings else []
         if signature.takes_dtype:
             keywords.append(ir.Keyword("dtype", self.dtype()))
         out_decl = self.decls.get(record.output)
@@ -634,7 +642,7 @@ class _Body:
         if family is not None:
             params = [ir.item(PARAMS, instance)] if has_params else []
             trace = ir.Keyword("trace", ir.call(subtrace, TRACE, here, ir.Name("member")))
-            call = ir.CallBlock((), function.name, tuple(args + params),
+            call = ir.CallBlock((), function.name, tuple(args + params + settings),
                                 tuple(keywords) + (trace,))
             self.assign(record.output, None, shape, dtype,
                         ir.EachMember(output, family.expr, call, shape))
@@ -643,7 +651,7 @@ class _Body:
             params += [ir.item(CACHE, instance)] if signature.cache else []
             trace = ir.Keyword("trace", ir.call(subtrace, TRACE, here))
             self.assign(record.output, None, shape, dtype, ir.CallBlock(
-                (output,), function.name, tuple(args + params),
+                (output,), function.name, tuple(args + params + settings),
                 tuple(keywords) + (trace,), ir.Comment(shape)))
         else:
             first, rest = args[0], args[1:]
@@ -651,7 +659,8 @@ class _Body:
             trace = ir.Keyword("trace", ir.call(subtrace, TRACE, here, i))
             positional = [ir.Name(output)] + rest + \
                 ([ir.Name("layer")] if has_params else []) + \
-                ([ir.Subscript(ir.item(CACHE, instance), (i,))] if signature.cache else [])
+                ([ir.Subscript(ir.item(CACHE, instance), (i,))] if signature.cache else []) + \
+                settings
             layers = None if has_params else self.dim(record.repeat)
             call = ir.CallBlock((output,), function.name, tuple(positional),
                                 tuple(keywords) + (trace,))
@@ -711,9 +720,14 @@ class _Body:
         dims = self.spec.dims
         keyword_records = [ir.Parameter(self.code(str(s)), ir.PlainType("int"), None, dims[str(s)].meaning
                                         if str(s) in dims else "") for s in keywords]
-        keyword_records += [ir.Parameter(r, ir.PlainType("float"),
-                                         ir.Number(SETTINGS[r].default), SETTINGS[r].meaning)
-                            for r in self.runtimes]
+        if self.block is None:               # an entry: each setting a keyword argument
+            keyword_records += [ir.Parameter(r, ir.PlainType("float"),
+                                             ir.Number(SETTINGS[r].default), SETTINGS[r].meaning)
+                                for r in self.settings]
+            if self.settings:
+                prologue.insert(0, ir.Assign((SETTINGS_RECORD,), ir.Call(
+                    SETTINGS_CLASS, (), tuple(ir.Keyword(r, ir.Name(r)) for r in self.settings)),
+                    ir.Comment(before="the settings, one record the blocks read")))
         if self.takes_dtype:
             keyword_records.append(ir.Parameter(
                 "dtype", ir.PlainType("dtype"), ir.ArrayModule("float32"), "the float dtype "
@@ -739,13 +753,14 @@ class _Body:
             where=where(record), equations=tuple(self.equations),
             arguments=tuple(arguments), params_class=params_class, cache=self.cache,
             keywords=tuple(keyword_records), returns=tuple(annotations),
+            settings=tuple(self.settings) if self.block is not None else (),
             prologue=tuple(prologue),
             steps=(*self.steps, *((ir.Record(tuple(self.traced),
                                              tuple(map(self.code, self.traced))),)
                                   if self.traced else ()),
                    ir.Return(tuple(map(self.code, outputs)))), footprint=footprint)
         own = self.own()
-        signature = _Signature(tuple(keywords), tuple(self.runtimes), params_class,
+        signature = _Signature(tuple(keywords), tuple(self.settings), params_class,
                                output_decls[0] if output_decls else None, self.cache,
                                self.takes_dtype,
                                tuple(own + each for each in largest) or (own,), self.deep)

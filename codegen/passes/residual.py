@@ -120,12 +120,17 @@ def _block_norm(call: ir.CallBlock, block: ir.Function | None,
     norm = ir.unwrap(body[0].value)
     if not _norm(norm, norms):
         return None
-    # the block's names as the call gives them: its argument, params, its keywords
+    # the block's names as the call gives them: its argument, params, settings, its keywords
     names = {block.arguments[0].name: call.args[0]}
-    if block.params_class is not None:
-        if len(call.args) != 2:
-            return None
-        names["params"] = call.args[1]
+    rest = list(call.args[1:])
+    for taken, name in ((block.params_class is not None, "params"),
+                        (bool(block.settings), "settings")):
+        if taken:
+            if not rest:
+                return None
+            names[name] = rest.pop(0)
+    if rest:
+        return None
     given = {k.name: k.value for k in call.keywords}
     for keyword in block.keywords:
         value = given.get(keyword.name, keyword.default)

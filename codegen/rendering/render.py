@@ -96,6 +96,7 @@ def render(module: ir.Module) -> str:
         "keyword_lines": _keyword_lines(module.functions),
         "functions": functions,
         "params_classes": _params_views(module.params_classes, printer, module.backend),
+        "settings_class": _settings_view(module.functions, printer),
         "runtime_version": runtime_version(render_runtime(module.backend)),
         "lead_constants": [_constant_view(c) for c in module.constants if c.name in LEAD],
         "constants": [_constant_view(c) for c in module.constants if c.name not in LEAD],
@@ -279,6 +280,7 @@ def _imports(module: ir.Module, printer: Printer) -> list[str]:
     types = [record for record in ir.walk(module.functions + module.params_classes)
              if isinstance(record, ir.ArrayType)]
     typing_names = [name for name, used in (
+        ("NamedTuple", bool(_setting_keywords(module.functions))),
         ("Tuple", any(len(f.returns) > 1 for f in module.functions)),
         ("TypedDict", any(view["alias"] is None for view in _params_views(
             module.params_classes, printer, module.backend)))) if used]
@@ -350,6 +352,28 @@ def _params_view(params: ir.ParamsClass, printer: Printer, backend: Backend) -> 
     return {"name": params.name, "alias": None, "doc": params.doc, "lines": lines}
 
 
+def _setting_keywords(functions: list[ir.Function]) -> list[ir.Parameter]:
+    """The run-time settings the entry functions take as keyword arguments (floats), each
+    once: every setting a block reads is one of them."""
+    found = {k.name: k for f in functions if not f.settings for k in f.keywords
+             if k.annotation == ir.PlainType("float")}
+    return list(found.values())
+
+
+def _settings_view(functions: list[ir.Function], printer: Printer) -> dict | None:
+    """The module's Settings class: one field for each run-time setting its entry functions
+    take as a keyword argument (a float), with that keyword's default; None where no block
+    reads one."""
+    fields = _setting_keywords(functions)
+    if not fields:
+        return None
+    lines = [f"{k.name}: float = {printer(k.default)}" for k in fields]
+    doc = ("The run-time settings, one record: each entry function makes it from its keyword "
+           "arguments of these names (what each means: the module's docstring), and each block "
+           "that reads one takes it.")
+    return {"doc": _wrap(f'"""{doc}"""', LINE_LENGTH - 4), "lines": lines}
+
+
 def _keyword_lines(functions: list[ir.Function]) -> list[str]:
     """What each keyword argument of the module's functions means, each named once."""
     meanings = {keyword.name: keyword.meaning for function in functions
@@ -369,6 +393,8 @@ def _function_view(function: ir.Function, printer: Printer, steps: StepRenderer,
         signature.append(f"params: {function.params_class},")
     if function.cache:
         signature.append("cache: dict,")
+    if function.settings:
+        signature.append("settings: Settings,")
     keywords = [f"{k.name}: {annotation(k.annotation)}"
                 f"{'' if k.default is None else ' = ' + printer(k.default)},"
                 for k in function.keywords]

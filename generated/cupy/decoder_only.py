@@ -34,7 +34,7 @@ Keyword arguments:
 from __future__ import annotations
 
 import math
-from typing import Tuple, TypedDict  # noqa: UP035
+from typing import NamedTuple, Tuple, TypedDict  # noqa: UP035
 
 import cupy as cp
 from jaxtyping import Bool, Float, Int
@@ -117,14 +117,15 @@ def add_and_layer_norm(
     X: Float[cp.ndarray, "B T_x d_model"],
     Y: Float[cp.ndarray, "B T_x d_model"],
     params: AddAndLayerNormParams,
-    *, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Add and layer norm. From seed 001, sections 6 and 8; seed 000, Add & LayerNorm
     (spec/transformer.tspec:193).
 
         Z = layer_norm(X + Y, gamma, beta)
     """
-    Z = rt.layer_norm(X, params["gamma"], params["beta"], eps, residual=Y)  # B T_x d_model
+    Z = rt.layer_norm(X, params["gamma"], params["beta"], settings.eps, residual=Y)  # B T_x d_model
     rt.record(trace, Z=Z)
     return Z
 
@@ -152,7 +153,8 @@ def decoder_layer(
     Y: Float[cp.ndarray, "B T_x d_model"],
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: DecoderLayerParams,
-    *, H: int, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Decoder layer. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only
     transformer, each of its N layers masked multi-head self-attention and a position-wise
@@ -167,13 +169,13 @@ def decoder_layer(
         Y, Y, L_h, params["self_attention"], H=H, trace=rt.subtrace(trace, "self_attention")
     )  # B T_x d_model
     Y_1 = add_and_layer_norm(
-        Y, A, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
+        Y, A, params["norm_1"], settings, trace=rt.subtrace(trace, "norm_1")
     )  # B T_x d_model
     F = feed_forward(
         Y_1, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
     )  # B T_x d_model
     Y_out = add_and_layer_norm(
-        Y_1, F, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+        Y_1, F, params["norm_2"], settings, trace=rt.subtrace(trace, "norm_2")
     )  # B T_x d_model
     rt.record(trace, A=A, Y_1=Y_1, F=F, Y_out=Y_out)
     return Y_out
@@ -184,7 +186,8 @@ def decoder(
     Y_0: Float[cp.ndarray, "B T_x d_model"],
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: DecoderParams,
-    *, H: int, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Decoder. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only transformer,
     each of its N layers masked multi-head self-attention and a position-wise feed-forward network
@@ -195,7 +198,7 @@ def decoder(
     Y_dec = Y_0  # B T_x d_model
     for i, layer in enumerate(params["layers"]):
         Y_dec = decoder_layer(
-            Y_dec, L_h, layer, H=H, eps=eps, trace=rt.subtrace(trace, "layers", i)
+            Y_dec, L_h, layer, settings, H=H, trace=rt.subtrace(trace, "layers", i)
         )  # B T_x d_model
     rt.record(trace, Y_dec=Y_dec)
     return Y_dec
@@ -226,6 +229,7 @@ def transformer(
         logits = Y_dec @ W_out
         probs = softmax(logits, axis=-1)
     """
+    settings = Settings(eps=eps)  # the settings, one record the blocks read
     T_dec = u.shape[-1]
     d_model = params["E"].shape[-1]
     B = u.shape[-2]
@@ -250,7 +254,7 @@ def transformer(
     Y_0 = X_dec + P_dec  # B T_dec d_model
     L_self = rt.log_mask(M_self, params["E"].dtype)  # B T_dec T_dec
     Y_dec = decoder(
-        Y_0, L_self[None], params["decoder"], H=H, eps=eps, trace=rt.subtrace(trace, "decoder")
+        Y_0, L_self[None], params["decoder"], settings, H=H, trace=rt.subtrace(trace, "decoder")
     )  # B T_dec d_model
     logits = rt.project(Y_dec, params["W_out"])  # B T_dec V
     probs = rt.softmax(logits)  # B T_dec V
@@ -319,7 +323,8 @@ def decoder_layer_step(
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: DecoderLayerStepParams,
     cache: dict,
-    *, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Decoder layer. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only
     transformer, each of its N layers masked multi-head self-attention and a position-wise
@@ -338,13 +343,13 @@ def decoder_layer_step(
         trace=rt.subtrace(trace, "self_attention"),
     )  # B T_x d_model
     Y_1 = add_and_layer_norm(
-        Y, A, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
+        Y, A, params["norm_1"], settings, trace=rt.subtrace(trace, "norm_1")
     )  # B T_x d_model
     F = feed_forward(
         Y_1, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
     )  # B T_x d_model
     Y_out = add_and_layer_norm(
-        Y_1, F, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+        Y_1, F, params["norm_2"], settings, trace=rt.subtrace(trace, "norm_2")
     )  # B T_x d_model
     rt.record(trace, A=A, Y_1=Y_1, F=F, Y_out=Y_out)
     return Y_out
@@ -356,7 +361,8 @@ def decoder_step(
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: DecoderStepParams,
     cache: dict,
-    *, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Decoder. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only transformer,
     each of its N layers masked multi-head self-attention and a position-wise feed-forward network
@@ -367,7 +373,7 @@ def decoder_step(
     Y_dec = Y_0  # B T_x d_model
     for i, layer in enumerate(params["layers"]):
         Y_dec = decoder_layer_step(
-            Y_dec, L_h, layer, cache["layers"][i], eps=eps, trace=rt.subtrace(trace, "layers", i)
+            Y_dec, L_h, layer, cache["layers"][i], settings, trace=rt.subtrace(trace, "layers", i)
         )  # B T_x d_model
     rt.record(trace, Y_dec=Y_dec)
     return Y_dec
@@ -400,6 +406,7 @@ def decode_step(
     """
     rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made
     staged = rt.staged(cache)  # the step writes here, the cache at the end
+    settings = Settings(eps=eps)  # the settings, one record the blocks read
     T_new = u.shape[-1]
     T_past = m_tgt.shape[-1] - T_new
     d_model = params["E"].shape[-1]
@@ -433,7 +440,7 @@ def decode_step(
         L_self[None],
         params["decoder"],
         staged["decoder"],
-        eps=eps,
+        settings,
         trace=rt.subtrace(trace, "decoder"),
     )  # B T_new d_model
     logits = rt.project(Y_dec, params["W_out"])  # B T_new V
@@ -463,6 +470,14 @@ def prefill(
     logits, probs = transformer(u, m_tgt, params, H=H, eps=eps, trace=recorder)  # the full forward
     cache = recorder.states()
     return logits, probs, cache
+
+
+class Settings(NamedTuple):
+    """The run-time settings, one record: each entry function makes it from its keyword arguments of
+    these names (what each means: the module's docstring), and each block that reads one takes
+    it."""
+
+    eps: float = 1e-5
 
 
 class MultiHeadAttentionParams(TypedDict):

@@ -34,7 +34,7 @@ Keyword arguments:
 from __future__ import annotations
 
 import math
-from typing import Tuple, TypedDict  # noqa: UP035
+from typing import NamedTuple, Tuple, TypedDict  # noqa: UP035
 
 import cupy as cp
 from jaxtyping import Bool, Float, Int
@@ -117,14 +117,15 @@ def add_and_layer_norm(
     X: Float[cp.ndarray, "B T_x d_model"],
     Y: Float[cp.ndarray, "B T_x d_model"],
     params: AddAndLayerNormParams,
-    *, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Add and layer norm. From seed 001, sections 6 and 8; seed 000, Add & LayerNorm
     (spec/transformer.tspec:193).
 
         Z = layer_norm(X + Y, gamma, beta)
     """
-    Z = rt.layer_norm(X, params["gamma"], params["beta"], eps, residual=Y)  # B T_x d_model
+    Z = rt.layer_norm(X, params["gamma"], params["beta"], settings.eps, residual=Y)  # B T_x d_model
     rt.record(trace, Z=Z)
     return Z
 
@@ -152,7 +153,8 @@ def encoder_layer(
     Z: Float[cp.ndarray, "B T_x d_model"],
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: EncoderLayerParams,
-    *, H: int, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Encoder layer. From seed 001, sections 3-8; seed 002, The Encoder Layer; seed 004, Encoder
     (spec/transformer.tspec:237).
@@ -166,13 +168,13 @@ def encoder_layer(
         Z, Z, L_h, params["self_attention"], H=H, trace=rt.subtrace(trace, "self_attention")
     )  # B T_x d_model
     Z_1 = add_and_layer_norm(
-        Z, A, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
+        Z, A, params["norm_1"], settings, trace=rt.subtrace(trace, "norm_1")
     )  # B T_x d_model
     F = feed_forward(
         Z_1, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
     )  # B T_x d_model
     Z_out = add_and_layer_norm(
-        Z_1, F, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+        Z_1, F, params["norm_2"], settings, trace=rt.subtrace(trace, "norm_2")
     )  # B T_x d_model
     rt.record(trace, A=A, Z_1=Z_1, F=F, Z_out=Z_out)
     return Z_out
@@ -183,7 +185,8 @@ def encoder(
     Z_0: Float[cp.ndarray, "B T_x d_model"],
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: EncoderParams,
-    *, H: int, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Encoder. From seed 004: the encoder is repeated N times (spec/transformer.tspec:282).
 
@@ -192,7 +195,7 @@ def encoder(
     Z_enc = Z_0  # B T_x d_model
     for i, layer in enumerate(params["layers"]):
         Z_enc = encoder_layer(
-            Z_enc, L_h, layer, H=H, eps=eps, trace=rt.subtrace(trace, "layers", i)
+            Z_enc, L_h, layer, settings, H=H, trace=rt.subtrace(trace, "layers", i)
         )  # B T_x d_model
     rt.record(trace, Z_enc=Z_enc)
     return Z_enc
@@ -205,7 +208,8 @@ def decoder_layer(
     Z_enc: Float[cp.ndarray, "B T_x d_model"],
     L_cross_h: Float[cp.ndarray, "#H B T_y T_x"],
     params: DecoderLayerParams,
-    *, H: int, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_y d_model"]:
     """Decoder layer. From seed 004, Decoder; seed 002, The Decoder Layer
     (spec/transformer.tspec:260).
@@ -221,7 +225,7 @@ def decoder_layer(
         Y, Y, L_self_h, params["self_attention"], H=H, trace=rt.subtrace(trace, "self_attention")
     )  # B T_y d_model
     Y_1 = add_and_layer_norm(
-        Y, A_self, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
+        Y, A_self, params["norm_1"], settings, trace=rt.subtrace(trace, "norm_1")
     )  # B T_y d_model
     A_cross = multi_head_attention(
         Y_1,
@@ -232,13 +236,13 @@ def decoder_layer(
         trace=rt.subtrace(trace, "cross_attention"),
     )  # B T_y d_model
     Y_2 = add_and_layer_norm(
-        Y_1, A_cross, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+        Y_1, A_cross, params["norm_2"], settings, trace=rt.subtrace(trace, "norm_2")
     )  # B T_y d_model
     F = feed_forward(
         Y_2, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
     )  # B T_y d_model
     Y_out = add_and_layer_norm(
-        Y_2, F, params["norm_3"], eps=eps, trace=rt.subtrace(trace, "norm_3")
+        Y_2, F, params["norm_3"], settings, trace=rt.subtrace(trace, "norm_3")
     )  # B T_y d_model
     rt.record(trace, A_self=A_self, Y_1=Y_1, A_cross=A_cross, Y_2=Y_2, F=F, Y_out=Y_out)
     return Y_out
@@ -251,7 +255,8 @@ def decoder(
     Z_enc: Float[cp.ndarray, "B T_x d_model"],
     L_cross_h: Float[cp.ndarray, "#H B T_y T_x"],
     params: DecoderParams,
-    *, H: int, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_y d_model"]:
     """Decoder. From seed 004: the decoder is repeated N times (spec/transformer.tspec:292).
 
@@ -265,8 +270,8 @@ def decoder(
             Z_enc,
             L_cross_h,
             layer,
+            settings,
             H=H,
-            eps=eps,
             trace=rt.subtrace(trace, "layers", i),
         )  # B T_y d_model
     rt.record(trace, Y_dec=Y_dec)
@@ -308,6 +313,7 @@ def transformer(
         logits = Y_dec @ W_out
         probs = softmax(logits, axis=-1)
     """
+    settings = Settings(eps=eps)  # the settings, one record the blocks read
     T = t.shape[-1]
     d_model = params["E"].shape[-1]
     T_dec = u.shape[-1]
@@ -338,7 +344,7 @@ def transformer(
     Z_0 = X + P  # B T d_model
     L_enc = rt.log_mask(M_src, params["E"].dtype)  # B T T
     Z_enc = encoder(
-        Z_0, L_enc[None], params["encoder"], H=H, eps=eps, trace=rt.subtrace(trace, "encoder")
+        Z_0, L_enc[None], params["encoder"], settings, H=H, trace=rt.subtrace(trace, "encoder")
     )  # B T d_model
     M_self = rt.padding_mask(m_tgt, T_dec) * rt.causal_mask(T_dec, T_dec)  # B T_dec T_dec
     X_dec = rt.embed(params["E"], u, ids="u")  # B T_dec d_model
@@ -353,8 +359,8 @@ def transformer(
         Z_enc,
         L_cross[None],
         params["decoder"],
+        settings,
         H=H,
-        eps=eps,
         trace=rt.subtrace(trace, "decoder"),
     )  # B T_dec d_model
     logits = rt.project(Y_dec, params["W_out"])  # B T_dec V
@@ -462,7 +468,8 @@ def decoder_layer_step(
     L_cross_h: Float[cp.ndarray, "#H B T_y T_x"],
     params: DecoderLayerStepParams,
     cache: dict,
-    *, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_y d_model"]:
     """Decoder layer step. From incremental decoding (not in the seeds): a decoder layer of a
     decoding step, its self-attention cached, its cross-attention over the source's keys and values
@@ -483,7 +490,7 @@ def decoder_layer_step(
         trace=rt.subtrace(trace, "self_attention"),
     )  # B T_y d_model
     Y_1 = add_and_layer_norm(
-        Y, A_self, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
+        Y, A_self, params["norm_1"], settings, trace=rt.subtrace(trace, "norm_1")
     )  # B T_y d_model
     A_cross = cached_cross_attention(
         Y_1,
@@ -493,13 +500,13 @@ def decoder_layer_step(
         trace=rt.subtrace(trace, "cross_attention"),
     )  # B T_y d_model
     Y_2 = add_and_layer_norm(
-        Y_1, A_cross, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+        Y_1, A_cross, params["norm_2"], settings, trace=rt.subtrace(trace, "norm_2")
     )  # B T_y d_model
     F = feed_forward(
         Y_2, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
     )  # B T_y d_model
     Y_out = add_and_layer_norm(
-        Y_2, F, params["norm_3"], eps=eps, trace=rt.subtrace(trace, "norm_3")
+        Y_2, F, params["norm_3"], settings, trace=rt.subtrace(trace, "norm_3")
     )  # B T_y d_model
     rt.record(trace, A_self=A_self, Y_1=Y_1, A_cross=A_cross, Y_2=Y_2, F=F, Y_out=Y_out)
     return Y_out
@@ -512,7 +519,8 @@ def decoder_step(
     L_cross_h: Float[cp.ndarray, "#H B T_y T_x"],
     params: DecoderStepParams,
     cache: dict,
-    *, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_y d_model"]:
     """Decoder step. From incremental decoding (not in the seeds): the decoder stack of a decoding
     step (spec/transformer.tspec:325).
@@ -527,7 +535,7 @@ def decoder_step(
             L_cross_h,
             layer,
             cache["layers"][i],
-            eps=eps,
+            settings,
             trace=rt.subtrace(trace, "layers", i),
         )  # B T_y d_model
     rt.record(trace, Y_dec=Y_dec)
@@ -563,6 +571,7 @@ def decode_step(
     """
     rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made
     staged = rt.staged(cache)  # the step writes here, the cache at the end
+    settings = Settings(eps=eps)  # the settings, one record the blocks read
     T_new = u.shape[-1]
     T_past = m_tgt.shape[-1] - T_new
     d_model = params["E"].shape[-1]
@@ -602,7 +611,7 @@ def decode_step(
         L_cross[None],
         params["decoder"],
         staged["decoder"],
-        eps=eps,
+        settings,
         trace=rt.subtrace(trace, "decoder"),
     )  # B T_new d_model
     logits = rt.project(Y_dec, params["W_out"])  # B T_new V
@@ -637,6 +646,14 @@ def prefill(
     )  # the full forward
     cache = recorder.states()
     return logits, probs, cache
+
+
+class Settings(NamedTuple):
+    """The run-time settings, one record: each entry function makes it from its keyword arguments of
+    these names (what each means: the module's docstring), and each block that reads one takes
+    it."""
+
+    eps: float = 1e-5
 
 
 class MultiHeadAttentionParams(TypedDict):

@@ -27,10 +27,10 @@ ValueError names the first argument that does not fit; TSPEC_TYPECHECK=1 before 
 every array every function takes and returns, too.
 
 Keyword arguments:
-    eps: LayerNorm's or RMSNorm's epsilon, added to the variance or mean square
     H: number of attention heads
     H_kv: number of key-value heads under grouped-query attention: each serves H / H_kv query
         heads (1: multi-query)
+    eps: LayerNorm's or RMSNorm's epsilon, added to the variance or mean square
     rope_factor: rotary scaling (Llama 3.1's factor): low frequencies are divided by it; 1
         scales nothing
     rope_low: rotary scaling's low_freq_factor: wavelengths above rope_context / rope_low are
@@ -46,7 +46,7 @@ Keyword arguments:
 from __future__ import annotations
 
 import math
-from typing import Tuple, TypedDict  # noqa: UP035
+from typing import NamedTuple, Tuple, TypedDict  # noqa: UP035
 
 import cupy as cp
 from jaxtyping import Bool, Float, Int
@@ -65,13 +65,14 @@ MEMORY_LIMIT = None
 def normalize(
     X: Float[cp.ndarray, "B T_x d_model"],
     params: NormalizeParams,
-    *, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Normalize. From Zhang and Sennrich 2019 (RMSNorm), equation 4 (spec/transformer.tspec:205).
 
         X_norm = rms_norm(X, gamma)
     """
-    X_norm = rt.rms_norm(X, params["gamma"], eps)  # B T_x d_model
+    X_norm = rt.rms_norm(X, params["gamma"], settings.eps)  # B T_x d_model
     rt.record(trace, X_norm=X_norm)
     return X_norm
 
@@ -108,8 +109,8 @@ def multi_head_attention(
     X_kv: Float[cp.ndarray, "B T_kv d_model"],
     L_h: Float[cp.ndarray, "#H B T_q T_kv"],
     params: MultiHeadAttentionParams,
-    *, H: int, H_kv: int, rope_factor: float = 1.0, rope_low: float = 1.0, rope_high: float = 4.0,
-    rope_context: float = 8192.0, theta: float = 10000.0, trace: dict | None = None,
+    settings: Settings,
+    *, H: int, H_kv: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_q d_model"]:
     """Multi head attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention;
     Su et al. 2021 (RoFormer), section 3.4.2: queries and keys turn by their positions, so each
@@ -134,10 +135,17 @@ def multi_head_attention(
     K_proj = rt.project(X_kv, params["W_K"])  # B T_kv H_kv*d_k
     V_proj = rt.project(X_kv, params["W_V"])  # B T_kv H_kv*d_v
     Q_u = rt.split_heads(Q_proj, H)  # [H] B T_q d_k
-    Q_h = rt.rotary(Q_u, theta, [rope_factor, rope_low, rope_high, rope_context])  # [H] B T_q d_k
+    Q_h = rt.rotary(
+        Q_u,
+        settings.theta,
+        [settings.rope_factor, settings.rope_low, settings.rope_high, settings.rope_context],
+    )  # [H] B T_q d_k
     K_gu = rt.split_heads(K_proj, H_kv)  # [H_kv] B T_kv d_k
-    # [H_kv] B T_kv d_k
-    K_g = rt.rotary(K_gu, theta, [rope_factor, rope_low, rope_high, rope_context])
+    K_g = rt.rotary(
+        K_gu,
+        settings.theta,
+        [settings.rope_factor, settings.rope_low, settings.rope_high, settings.rope_context],
+    )  # [H_kv] B T_kv d_k
     V_g = rt.split_heads(V_proj, H_kv)  # [H_kv] B T_kv d_v
     K_h = rt.repeat_heads(K_g, H)  # [H] B T_kv d_k
     V_h = rt.repeat_heads(V_g, H)  # [H] B T_kv d_v
@@ -175,9 +183,8 @@ def decoder_layer(
     Y: Float[cp.ndarray, "B T_x d_model"],
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: DecoderLayerParams,
-    *, H: int, H_kv: int, eps: float = 1e-5, rope_factor: float = 1.0, rope_low: float = 1.0,
-    rope_high: float = 4.0, rope_context: float = 8192.0, theta: float = 10000.0,
-    trace: dict | None = None,
+    settings: Settings,
+    *, H: int, H_kv: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Decoder layer. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only
     transformer, each of its N layers masked multi-head self-attention and a position-wise
@@ -191,30 +198,26 @@ def decoder_layer(
         Y_out = Y_1 + F
     """
     Y_n = normalize(
-        Y, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
+        Y, params["norm_1"], settings, trace=rt.subtrace(trace, "norm_1")
     )  # B T_x d_model
     A = multi_head_attention(
         Y_n,
         Y_n,
         L_h,
         params["self_attention"],
+        settings,
         H=H,
         H_kv=H_kv,
-        rope_factor=rope_factor,
-        rope_low=rope_low,
-        rope_high=rope_high,
-        rope_context=rope_context,
-        theta=theta,
         trace=rt.subtrace(trace, "self_attention"),
     )  # B T_x d_model
     if trace is None:  # Y_1 and Y_1n, its norm, in one kernel
         Y_1 = cp.empty_like(Y)  # B T_x d_model
         # B T_x d_model
-        Y_1n = rt.rms_norm(Y, params["norm_2"]["gamma"], eps, residual=A, total=Y_1)
+        Y_1n = rt.rms_norm(Y, params["norm_2"]["gamma"], settings.eps, residual=A, total=Y_1)
     else:
         Y_1 = Y + A  # B T_x d_model
         Y_1n = normalize(
-            Y_1, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+            Y_1, params["norm_2"], settings, trace=rt.subtrace(trace, "norm_2")
         )  # B T_x d_model
     F = feed_forward(
         Y_1n, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
@@ -229,9 +232,8 @@ def decoder(
     Y_0: Float[cp.ndarray, "B T_x d_model"],
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: DecoderParams,
-    *, H: int, H_kv: int, eps: float = 1e-5, rope_factor: float = 1.0, rope_low: float = 1.0,
-    rope_high: float = 4.0, rope_context: float = 8192.0, theta: float = 10000.0,
-    trace: dict | None = None,
+    settings: Settings,
+    *, H: int, H_kv: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Decoder. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only transformer,
     each of its N layers masked multi-head self-attention and a position-wise feed-forward network
@@ -243,21 +245,10 @@ def decoder(
     Y_N = Y_0  # B T_x d_model
     for i, layer in enumerate(params["layers"]):
         Y_N = decoder_layer(
-            Y_N,
-            L_h,
-            layer,
-            H=H,
-            H_kv=H_kv,
-            eps=eps,
-            rope_factor=rope_factor,
-            rope_low=rope_low,
-            rope_high=rope_high,
-            rope_context=rope_context,
-            theta=theta,
-            trace=rt.subtrace(trace, "layers", i),
+            Y_N, L_h, layer, settings, H=H, H_kv=H_kv, trace=rt.subtrace(trace, "layers", i)
         )  # B T_x d_model
     Y_dec = normalize(
-        Y_N, params["final_norm"], eps=eps, trace=rt.subtrace(trace, "final_norm")
+        Y_N, params["final_norm"], settings, trace=rt.subtrace(trace, "final_norm")
     )  # B T_x d_model
     rt.record(trace, Y_N=Y_N, Y_dec=Y_dec)
     return Y_dec
@@ -288,6 +279,14 @@ def transformer(
         logits = Y_dec @ W_out
         probs = softmax(logits, axis=-1)
     """
+    settings = Settings(
+        eps=eps,
+        rope_factor=rope_factor,
+        rope_low=rope_low,
+        rope_high=rope_high,
+        rope_context=rope_context,
+        theta=theta,
+    )  # the settings, one record the blocks read
     T_dec = u.shape[-1]
     B = u.shape[-2]
     V = params["E"].shape[-2]
@@ -312,14 +311,9 @@ def transformer(
         Y_0,
         L_self[None],
         params["decoder"],
+        settings,
         H=H,
         H_kv=H_kv,
-        eps=eps,
-        rope_factor=rope_factor,
-        rope_low=rope_low,
-        rope_high=rope_high,
-        rope_context=rope_context,
-        theta=theta,
         trace=rt.subtrace(trace, "decoder"),
     )  # B T_dec d_model
     logits = rt.project(Y_dec, params["W_out"])  # B T_dec V
@@ -334,8 +328,8 @@ def cached_self_attention(
     L_h: Float[cp.ndarray, "#H B T_x _"],
     params: CachedSelfAttentionParams,
     cache: dict,
-    *, H: int, rope_factor: float = 1.0, rope_low: float = 1.0, rope_high: float = 4.0,
-    rope_context: float = 8192.0, theta: float = 10000.0, trace: dict | None = None,
+    settings: Settings,
+    *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Cached self attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention;
     Su et al. 2021 (RoFormer), section 3.4.2: queries and keys turn by their positions, so each
@@ -374,11 +368,19 @@ def cached_self_attention(
     K_proj = rt.project(X, params["W_K"])  # B T_x H_kv*d_k
     V_proj = rt.project(X, params["W_V"])  # B T_x H_kv*d_v
     Q_u = rt.split_heads(Q_proj, H)  # [H] B T_x d_k
-    # [H] B T_x d_k
-    Q_h = rt.rotary(Q_u, theta, [rope_factor, rope_low, rope_high, rope_context], offset=T_past)
+    Q_h = rt.rotary(
+        Q_u,
+        settings.theta,
+        [settings.rope_factor, settings.rope_low, settings.rope_high, settings.rope_context],
+        offset=T_past,
+    )  # [H] B T_x d_k
     K_gu = rt.split_heads(K_proj, H_kv)  # [H_kv] B T_x d_k
-    # [H_kv] B T_x d_k
-    K_g = rt.rotary(K_gu, theta, [rope_factor, rope_low, rope_high, rope_context], offset=T_past)
+    K_g = rt.rotary(
+        K_gu,
+        settings.theta,
+        [settings.rope_factor, settings.rope_low, settings.rope_high, settings.rope_context],
+        offset=T_past,
+    )  # [H_kv] B T_x d_k
     V_g = rt.split_heads(V_proj, H_kv)  # [H_kv] B T_x d_v
     K_all = rt.extend(cache["K_past"], K_g, axis=-2)  # [H_kv] B T_past+T_x d_k
     V_all = rt.extend(cache["V_past"], V_g, axis=-2)  # [H_kv] B T_past+T_x d_v
@@ -402,9 +404,8 @@ def decoder_layer_step(
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: DecoderLayerStepParams,
     cache: dict,
-    *, H: int, eps: float = 1e-5, rope_factor: float = 1.0, rope_low: float = 1.0,
-    rope_high: float = 4.0, rope_context: float = 8192.0, theta: float = 10000.0,
-    trace: dict | None = None,
+    settings: Settings,
+    *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Decoder layer. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only
     transformer, each of its N layers masked multi-head self-attention and a position-wise
@@ -418,29 +419,25 @@ def decoder_layer_step(
         Y_out = Y_1 + F
     """
     Y_n = normalize(
-        Y, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
+        Y, params["norm_1"], settings, trace=rt.subtrace(trace, "norm_1")
     )  # B T_x d_model
     A = cached_self_attention(
         Y_n,
         L_h,
         params["self_attention"],
         cache["self_attention"],
+        settings,
         H=H,
-        rope_factor=rope_factor,
-        rope_low=rope_low,
-        rope_high=rope_high,
-        rope_context=rope_context,
-        theta=theta,
         trace=rt.subtrace(trace, "self_attention"),
     )  # B T_x d_model
     if trace is None:  # Y_1 and Y_1n, its norm, in one kernel
         Y_1 = cp.empty_like(Y)  # B T_x d_model
         # B T_x d_model
-        Y_1n = rt.rms_norm(Y, params["norm_2"]["gamma"], eps, residual=A, total=Y_1)
+        Y_1n = rt.rms_norm(Y, params["norm_2"]["gamma"], settings.eps, residual=A, total=Y_1)
     else:
         Y_1 = Y + A  # B T_x d_model
         Y_1n = normalize(
-            Y_1, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+            Y_1, params["norm_2"], settings, trace=rt.subtrace(trace, "norm_2")
         )  # B T_x d_model
     F = feed_forward(
         Y_1n, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
@@ -456,9 +453,8 @@ def decoder_step(
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: DecoderStepParams,
     cache: dict,
-    *, H: int, eps: float = 1e-5, rope_factor: float = 1.0, rope_low: float = 1.0,
-    rope_high: float = 4.0, rope_context: float = 8192.0, theta: float = 10000.0,
-    trace: dict | None = None,
+    settings: Settings,
+    *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Decoder. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only transformer,
     each of its N layers masked multi-head self-attention and a position-wise feed-forward network
@@ -474,17 +470,12 @@ def decoder_step(
             L_h,
             layer,
             cache["layers"][i],
+            settings,
             H=H,
-            eps=eps,
-            rope_factor=rope_factor,
-            rope_low=rope_low,
-            rope_high=rope_high,
-            rope_context=rope_context,
-            theta=theta,
             trace=rt.subtrace(trace, "layers", i),
         )  # B T_x d_model
     Y_dec = normalize(
-        Y_N, params["final_norm"], eps=eps, trace=rt.subtrace(trace, "final_norm")
+        Y_N, params["final_norm"], settings, trace=rt.subtrace(trace, "final_norm")
     )  # B T_x d_model
     rt.record(trace, Y_N=Y_N, Y_dec=Y_dec)
     return Y_dec
@@ -517,6 +508,14 @@ def decode_step(
     """
     rt.check_cache(cache, params, CACHE_STATES)  # the cache prefill made
     staged = rt.staged(cache)  # the step writes here, the cache at the end
+    settings = Settings(
+        eps=eps,
+        rope_factor=rope_factor,
+        rope_low=rope_low,
+        rope_high=rope_high,
+        rope_context=rope_context,
+        theta=theta,
+    )  # the settings, one record the blocks read
     T_new = u.shape[-1]
     T_past = m_tgt.shape[-1] - T_new
     B = u.shape[-2]
@@ -549,13 +548,8 @@ def decode_step(
         L_self[None],
         params["decoder"],
         staged["decoder"],
+        settings,
         H=H,
-        eps=eps,
-        rope_factor=rope_factor,
-        rope_low=rope_low,
-        rope_high=rope_high,
-        rope_context=rope_context,
-        theta=theta,
         trace=rt.subtrace(trace, "decoder"),
     )  # B T_new d_model
     logits = rt.project(Y_dec, params["W_out"])  # B T_new V
@@ -598,6 +592,19 @@ def prefill(
     )  # the full forward
     cache = recorder.states()
     return logits, probs, cache
+
+
+class Settings(NamedTuple):
+    """The run-time settings, one record: each entry function makes it from its keyword arguments of
+    these names (what each means: the module's docstring), and each block that reads one takes
+    it."""
+
+    eps: float = 1e-5
+    rope_factor: float = 1.0
+    rope_low: float = 1.0
+    rope_high: float = 4.0
+    rope_context: float = 8192.0
+    theta: float = 10000.0
 
 
 class NormalizeParams(TypedDict):

@@ -30,7 +30,7 @@ Keyword arguments:
 from __future__ import annotations
 
 import math
-from typing import Tuple, TypedDict  # noqa: UP035
+from typing import NamedTuple, Tuple, TypedDict  # noqa: UP035
 
 import numpy as np
 from jaxtyping import Bool, Float, Int
@@ -113,14 +113,15 @@ def add_and_layer_norm(
     X: Float[np.ndarray, "B T_x d_model"],
     Y: Float[np.ndarray, "B T_x d_model"],
     params: AddAndLayerNormParams,
-    *, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, trace: dict | None = None,
 ) -> Float[np.ndarray, "B T_x d_model"]:
     """Add and layer norm. From seed 001, sections 6 and 8; seed 000, Add & LayerNorm
     (spec/transformer.tspec:193).
 
         Z = layer_norm(X + Y, gamma, beta)
     """
-    Z = rt.layer_norm(X + Y, params["gamma"], params["beta"], eps)  # B T_x d_model
+    Z = rt.layer_norm(X + Y, params["gamma"], params["beta"], settings.eps)  # B T_x d_model
     rt.record(trace, Z=Z)
     return Z
 
@@ -148,7 +149,8 @@ def encoder_layer(
     Z: Float[np.ndarray, "B T_x d_model"],
     L_h: Float[np.ndarray, "#H B T_x T_keys"],
     params: EncoderLayerParams,
-    *, H: int, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, H: int, trace: dict | None = None,
 ) -> Float[np.ndarray, "B T_x d_model"]:
     """Encoder layer. From seed 001, sections 3-8; seed 002, The Encoder Layer; seed 004, Encoder
     (spec/transformer.tspec:237).
@@ -162,13 +164,13 @@ def encoder_layer(
         Z, Z, L_h, params["self_attention"], H=H, trace=rt.subtrace(trace, "self_attention")
     )  # B T_x d_model
     Z_1 = add_and_layer_norm(
-        Z, A, params["norm_1"], eps=eps, trace=rt.subtrace(trace, "norm_1")
+        Z, A, params["norm_1"], settings, trace=rt.subtrace(trace, "norm_1")
     )  # B T_x d_model
     F = feed_forward(
         Z_1, params["feed_forward"], trace=rt.subtrace(trace, "feed_forward")
     )  # B T_x d_model
     Z_out = add_and_layer_norm(
-        Z_1, F, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+        Z_1, F, params["norm_2"], settings, trace=rt.subtrace(trace, "norm_2")
     )  # B T_x d_model
     rt.record(trace, A=A, Z_1=Z_1, F=F, Z_out=Z_out)
     return Z_out
@@ -179,7 +181,8 @@ def encoder(
     Z_0: Float[np.ndarray, "B T_x d_model"],
     L_h: Float[np.ndarray, "#H B T_x T_keys"],
     params: EncoderParams,
-    *, H: int, eps: float = 1e-5, trace: dict | None = None,
+    settings: Settings,
+    *, H: int, trace: dict | None = None,
 ) -> Float[np.ndarray, "B T_x d_model"]:
     """Encoder. From seed 004: the encoder is repeated N times (spec/transformer.tspec:282).
 
@@ -188,7 +191,7 @@ def encoder(
     Z_enc = Z_0  # B T_x d_model
     for i, layer in enumerate(params["layers"]):
         Z_enc = encoder_layer(
-            Z_enc, L_h, layer, H=H, eps=eps, trace=rt.subtrace(trace, "layers", i)
+            Z_enc, L_h, layer, settings, H=H, trace=rt.subtrace(trace, "layers", i)
         )  # B T_x d_model
     rt.record(trace, Z_enc=Z_enc)
     return Z_enc
@@ -217,6 +220,7 @@ def transformer(
         logits = Z_enc @ W_out
         probs = softmax(logits, axis=-1)
     """
+    settings = Settings(eps=eps)  # the settings, one record the blocks read
     T = t.shape[-1]
     d_model = params["E"].shape[-1]
     B = t.shape[-2]
@@ -239,13 +243,21 @@ def transformer(
     Z_0 = X + P  # B T d_model
     L_enc = rt.log_mask(M_src, params["E"].dtype)  # B T T
     Z_enc = encoder(
-        Z_0, L_enc[None], params["encoder"], H=H, eps=eps, trace=rt.subtrace(trace, "encoder")
+        Z_0, L_enc[None], params["encoder"], settings, H=H, trace=rt.subtrace(trace, "encoder")
     )  # B T d_model
     logits = rt.project(Z_enc, params["W_out"])  # B T V
     probs = rt.softmax(logits)  # B T V
     rt.record(trace, M_src=M_src, X=X, P=P, Z_0=Z_0, L_enc=L_enc, Z_enc=Z_enc, logits=logits,
         probs=probs)
     return logits, probs
+
+
+class Settings(NamedTuple):
+    """The run-time settings, one record: each entry function makes it from its keyword arguments of
+    these names (what each means: the module's docstring), and each block that reads one takes
+    it."""
+
+    eps: float = 1e-5
 
 
 class MultiHeadAttentionParams(TypedDict):

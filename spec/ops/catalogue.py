@@ -88,7 +88,7 @@ class SoftCap(Elementwise):
 
     def code(self, ctx, args, attrs):
         (x,) = args
-        cap = ctx.runtime("score_cap")
+        cap = ctx.setting("score_cap")
         return ctx.operator("*", ctx.call(ctx.array_function("tanh", self.name),
                                           ctx.operator("/", x.expr, cap)), cap)
 
@@ -326,7 +326,7 @@ class LayerNorm(Op):
 
     def code(self, ctx, args, attrs):
         x, gamma, beta = args
-        return ctx.call(self.called(ctx), x.expr, gamma.expr, beta.expr, ctx.runtime("eps"))
+        return ctx.call(self.called(ctx), x.expr, gamma.expr, beta.expr, ctx.setting("eps"))
 
 
 @dataclass(frozen=True)
@@ -349,7 +349,7 @@ class RMSNorm(Op):
 
     def code(self, ctx, args, attrs):
         x, gamma = args
-        return ctx.call(self.called(ctx), x.expr, gamma.expr, ctx.runtime("eps"))
+        return ctx.call(self.called(ctx), x.expr, gamma.expr, ctx.setting("eps"))
 
 
 @dataclass(frozen=True)
@@ -384,8 +384,8 @@ class Rotary(Op):
 
     def code(self, ctx, args, attrs):
         offset = {"offset": ctx.dim(args[1].value.scalar)} if len(args) > 1 else {}
-        scaling = ctx.items(*(ctx.runtime(name) for name in ROPE_SCALING))
-        return ctx.call(self.called(ctx), args[0].expr, ctx.runtime("theta"), scaling, **offset)
+        scaling = ctx.items(*(ctx.setting(name) for name in ROPE_SCALING))
+        return ctx.call(self.called(ctx), args[0].expr, ctx.setting("theta"), scaling, **offset)
 
 
 @dataclass(frozen=True)

@@ -117,8 +117,9 @@ def test_numpy_computes_a_chained_core_a_block_of_rows_at_a_time():
         "scores=lambda S, rows, keys: np.tanh(S / 30) * 30\n" \
         "        )  # [H] B T_q d_v\n" in capped
     _, softcap = generated_function(with_scores(*SOFTCAP))
-    assert "scores=lambda S, rows, keys: np.tanh(S / score_cap) * score_cap,\n" in softcap
-    assert "    *, score_cap: float = 50.0, trace: dict | None = None,\n" in softcap
+    assert "scores=lambda S, rows, keys: np.tanh(S / settings.score_cap) * settings.score_cap,\n" \
+        in softcap
+    assert "    settings: Settings,\n    *, trace: dict | None = None,\n" in softcap
     _, steps = generated_function(with_scores(*STEPS))
     assert "scores=lambda S, rows, keys: np.tanh(S / 30) * 30" in steps
     assert "    S_r = Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2)  # [H] B T_q T_kv\n" in steps
@@ -154,8 +155,8 @@ def test_the_blocked_chain_gives_the_scores_numbers(which):
     causal = np.where(np.tril(np.ones((T, T), bool)), 0.0, -np.inf)
     L = np.broadcast_to(causal, (H, B, T, T))
     bias = rng.standard_normal((H, B, T, T))
-    extra = {"P_h": bias} if which == "biased" else {"score_cap": 2.5} \
-        if which == "softcap" else {}
+    extra = {"P_h": bias} if which == "biased" else \
+        {"settings": module.Settings(score_cap=2.5)} if which == "softcap" else {}
     cap = 2.5 if which == "softcap" else 30
     chain = (lambda S: S + bias) if which == "biased" else (lambda S: cap * np.tanh(S / cap))
     expected = reference(q, k, v, L, chain)

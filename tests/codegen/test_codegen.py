@@ -455,8 +455,9 @@ def test_a_decoding_step_spec_generates_offsets_and_row_ranges():
     for line in ('    P = rt.table_rows(params["P_table"], "P_table", T_past, T + T_past)  # T d\n',
                  ('    P_new_h = rt.table_rows(params["P_h"], "P_h", T_past, T + T_past, axis=1)'
                   '  # [H] T d\n'),
-                 ('    # B T d\n    Q = rt.rotary(X + P, theta, [rope_factor, rope_low, '
-                  'rope_high, rope_context], offset=T_past)\n'),
+                 ('    Q = rt.rotary(\n        X + P,\n        settings.theta,\n        '
+                  '[settings.rope_factor, settings.rope_low, settings.rope_high, '
+                  'settings.rope_context],\n        offset=T_past,\n    )  # B T d\n'),
                  '    S = rt.positional_encoding(T, d, X.dtype, offset=T_past)  # T d\n',
                  '    M = rt.causal_mask(T, T + T_past)  # T T+T_past\n'):
         assert line in code, line

@@ -92,6 +92,7 @@ def test_fusion_leaves_what_it_cannot_do_in_place():
 # the residual sums a norm reads (codegen.passes.residual)
 Y, A = tensor("Y", B, T, D), tensor("A", B, T, D)
 GAMMA, BETA, EPS = param("gamma", D), param("beta", D), ir.Name("eps")
+SETTINGS = ir.Name("settings")
 
 
 def residual_sum(left: ir.Expr = Y, right: ir.Expr = A) -> ir.Tensor:
@@ -119,7 +120,8 @@ def normalize_block() -> ir.Function:
 def pre_norm_layer(*keywords: ir.Keyword, traces: bool = True) -> ir.Module:
     """Z_1 = Y + A, then Z_1n = normalize(Z_1), then Z_1 again."""
     call = ir.CallBlock(("Z_1n",), "normalize", (tensor("Z_1", B, T, D),
-                                                  ir.item(ir.Name("params"), "norm_2")),
+                                                  ir.item(ir.Name("params"), "norm_2"),
+                                                  SETTINGS),
                         keywords, ir.Comment(Shape((B, T, D))))
     layer = module_of(ir.Assign((ir.Name("Z_1"),), residual_sum(), ir.Comment(Shape((B, T, D)))),
                       call, ir.Assign((ir.Name("Z_out"),), ir.BinOp("+", ir.Name("Z_1"),
@@ -140,30 +142,39 @@ def test_a_norm_of_a_residual_sum_reads_both_summands_on_cupy():
 
 
 def test_a_named_sum_the_stream_keeps_is_written_by_the_norm_untraced():
-    layer = pre_norm_layer(ir.Keyword("eps", EPS),
-                           ir.Keyword("trace", ir.call(ir.Runtime("subtrace"), ir.Name("trace"),
+    layer = pre_norm_layer(ir.Keyword("trace", ir.call(ir.Runtime("subtrace"), ir.Name("trace"),
                                                        ir.Literal("norm_2"))))
     out = residual.fuse_residuals(layer)
     assert rendered(out) == """\
 if trace is None:  # Z_1 and Z_1n, its norm, in one kernel
     Z_1 = cp.empty_like(Y)  # B T d
-    Z_1n = rt.rms_norm(Y, params["norm_2"]["gamma"], eps, residual=A, total=Z_1)  # B T d
+    # B T d
+    Z_1n = rt.rms_norm(Y, params["norm_2"]["gamma"], settings.eps, residual=A, total=Z_1)
 else:
     Z_1 = Y + A  # B T d
     Z_1n = normalize(
-        Z_1, params["norm_2"], eps=eps, trace=rt.subtrace(trace, "norm_2")
+        Z_1, params["norm_2"], settings, trace=rt.subtrace(trace, "norm_2")
     )  # B T d
 Z_out = Z_1 + F"""
     assert out.functions[1] == layer.functions[1]                        # the block as it was
     assert residual.fuse_residuals(out) == out                           # once
 
 
-def test_a_function_without_a_trace_fuses_at_once_and_a_keyword_left_out_takes_its_default():
+def test_a_function_without_a_trace_fuses_at_once():
     out = residual.fuse_residuals(pre_norm_layer(traces=False))
     assert rendered(out) == """\
 Z_1 = cp.empty_like(Y)  # B T d
-Z_1n = rt.rms_norm(Y, params["norm_2"]["gamma"], 1e-5, residual=A, total=Z_1)  # B T d
+Z_1n = rt.rms_norm(Y, params["norm_2"]["gamma"], settings.eps, residual=A, total=Z_1)  # B T d
 Z_out = Z_1 + F"""
+
+
+def test_a_norm_block_called_without_its_settings_stays_a_call():
+    layer = pre_norm_layer(traces=False)
+    call = layer.functions[0].steps[1]
+    layer.functions[0] = dataclasses.replace(layer.functions[0], steps=(
+        layer.functions[0].steps[0], dataclasses.replace(call, args=call.args[:2]),
+        layer.functions[0].steps[2]))
+    assert residual.fuse_residuals(layer) == layer
 
 
 def test_numpy_and_what_is_no_residual_sum_of_a_norm_stay_as_written():

@@ -201,13 +201,14 @@ def test_the_memory_limit_says_which_functions_it_stops(name, refused):
 @pytest.mark.parametrize("name", [DECODER, ENCODER, BOTH])
 def test_the_steps_comments_are_the_ones_each_model_has(name):
     """steps.py.j2's comments besides shapes: the attention core's fast path, float16's mask,
-    and a decoding step's cache, staged and committed, and prefill's recorder."""
+    the settings record an entry makes, and a decoding step's cache, staged and committed, and prefill's recorder."""
     dim = re.compile(r"\[\w+\]|[A-Z][\w*+/()-]*|\w*_[\w*+/()-]*|\d+")
     said = {c for c in comments(module(name), in_functions=True)
             if not all(dim.fullmatch(token) for token in c.split())
             and not re.fullmatch(r"next call's \w+: .*", c)} - {"noqa: UP006"}
     steps = {"the equations below, a block of query rows at a time",
-             "float16: a score past its range is +inf; masked keys stay -inf"}
+             "float16: a score past its range is +inf; masked keys stay -inf",
+             "the settings, one record the blocks read"}
     decoding = {"the cache prefill made", "the step writes here, the cache at the end",
                 "every layer's new entries at once", "keeps what the states start as",
                 "the full forward"}

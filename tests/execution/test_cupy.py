@@ -432,7 +432,7 @@ def test_wrong_shapes_fail_under_typecheck_on_the_gpu(device):
     Z = device.xp.zeros((2, 5, 8), dtype=device.xp.float32)
     L = device.xp.zeros((1, 2, 4, 4), dtype=device.xp.float32)                 # T=4, not 5
     with pytest.raises(Exception, match=r"T_x=5"):
-        module.encoder_layer(Z, L, {}, H=2)
+        module.encoder_layer(Z, L, {}, module.Settings(), H=2)
 
 
 @pytest.mark.slow

@@ -255,8 +255,9 @@ def test_bert_encoder_matches_hugging_face(arrays, dtype):
                          np.dtype(dtype))[None]
     inputs = arrays.put((hidden[0].astype(dtype), L, cast(params, dtype)))
     trace = {}
-    Z_enc = module.encoder(*inputs, H=H, eps=1e-12, trace=trace)
-    untraced = module.encoder(*inputs, H=H, eps=1e-12)
+    settings = module.Settings(eps=1e-12)         # a block takes the settings as one record
+    Z_enc = module.encoder(*inputs, settings, H=H, trace=trace)
+    untraced = module.encoder(*inputs, settings, H=H)
     expected = {f"layers.{i}.Z_out": hidden[i + 1] for i in range(N)} | {
         "Z_enc": hidden[-1], "untraced": hidden[-1]}
     assert_close({**flat(trace), "Z_enc": Z_enc, "untraced": untraced}, expected, dtype)
