@@ -381,12 +381,20 @@ class Footprint:
     itemsize: Expr                     # a float's bytes
     int_bytes: int
     bool_bytes: int
+    dims: tuple = ()                   # the dims the sums name (sympy symbols, the spec's)
+    # the function that counts it, after the model: its name, the entry function's arguments
+    # and keyword dims it takes, and the statements that read the dims where it starts
+    function: str = ""
+    arguments: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    prologue: tuple["Step", ...] = ()
 
 
 @dataclass(frozen=True)
 class MemoryGuard(Step):
-    """``rt.require_memory``: the function's footprint checked against MEMORY_LIMIT before it
-    starts (``codegen.passes.memory``)."""
+    """``rt.require_memory``: the function's footprint, as its count function gives it for
+    the function's arguments, checked against MEMORY_LIMIT before it starts
+    (``codegen.passes.memory``)."""
     function: str
     footprint: Footprint
     identifiers: ClassVar = ("function",)

@@ -513,12 +513,29 @@ class _Body:
         self.helper("require_memory")
         if len(largest) == 1:               # one call: its bytes and the body's, summed
             own, largest = own + largest[0], []
-        for each in [own, *largest]:        # the dims the sums name, read before the check
-            for dtype in ("float", "int", "bool"):
-                if getattr(each, dtype) != 0:
-                    self.need(getattr(each, dtype))
         return ir.Footprint(self.code.dims(own), tuple(map(self.code.dims, largest)),
-                            itemsize, INT_BYTES, BOOL_BYTES)
+                            itemsize, INT_BYTES, BOOL_BYTES,
+                            dims=tuple(sorted(symbols, key=str)))
+
+    def counted(self, footprint: ir.Footprint | None, arguments, keywords: list) -> \
+            ir.Footprint | None:
+        """The footprint with the function that counts it (``<name>_bytes``, after the
+        model): it takes the entry function's arguments and reads every dim its sums name
+        where the entry would; None where one would be a keyword the entry does not take."""
+        if footprint is None:
+            return None
+        counting, asked = [], []
+        resolve = self.resolver(set(), counting, asked)
+        for symbol in footprint.dims:
+            resolve(symbol)
+        if not set(asked) <= set(keywords):
+            return None
+        names = [a.name for a in arguments] + (["params"] if self.fields else []) + \
+            (["cache"] if self.cache else [])
+        given = [self.code(str(s)) for s in keywords] + (["dtype"] if self.takes_dtype else [])
+        return dataclasses.replace(footprint, function=self.code.count(self.name),
+                                   arguments=tuple(names), keywords=tuple(given),
+                                   prologue=tuple(counting))
 
     def knows(self, symbol, seen: frozenset = frozenset()) -> bool:
         """Whether a dim's value is at hand in the function without a keyword argument."""
@@ -679,9 +696,13 @@ class _Body:
         self.equations.append(ir.EquationDoc(f"{record.output} = {record.text}{renamed}",
                                              where(record)))
 
-    def finish(self, arguments, outputs) -> tuple[ir.Function, _Signature]:
-        # dims the body uses: from array shapes, from derived dims, else keyword arguments
-        prologue, keywords, done = [], [], set()
+    def resolver(self, body: set, prologue: list, keywords: list):
+        """``resolve(symbol)``: the statements that give a dim where a function starts,
+        appended to ``prologue``, the dims it reads first before it: from an array's shape,
+        as a derived dim, as a sum less its known part, from a parameter or state (only for a
+        dim outside ``body``, the dims the function's own statements use), else a keyword
+        argument (appended to ``keywords``)."""
+        done = set()
 
         def resolve(symbol):
             if symbol in done:
@@ -700,14 +721,19 @@ class _Body:
                 for inner in sorted(rest.free_symbols, key=str):
                     resolve(inner)
                 prologue.append(ir.Assign(name, ir.BinOp("-", total, self.dim(rest))))
-            elif symbol in self.deep and symbol not in body:    # for the memory guard alone
+            elif symbol in self.deep and symbol not in body:
                 prologue.append(ir.Assign(name, _deep_expr(*self.deep[symbol])))
             else:
                 keywords.append(symbol)
+        return resolve
 
+    def finish(self, arguments, outputs) -> tuple[ir.Function, _Signature]:
+        # dims the body uses: from array shapes, from derived dims, else keyword arguments
+        prologue, keywords = [], []
         body = set(self.needed)
+        resolve = self.resolver(body, prologue, keywords)
         largest = _largest(self.peaks)
-        footprint = self.footprint(largest) if self.block is None else None
+        counted = self.footprint(largest) if self.block is None else None
         index = 0
         while index < len(self.needed):      # resolving may need more dims
             resolve(self.needed[index])
@@ -758,7 +784,8 @@ class _Body:
             steps=(*self.steps, *((ir.Record(tuple(self.traced),
                                              tuple(map(self.code, self.traced))),)
                                   if self.traced else ()),
-                   ir.Return(tuple(map(self.code, outputs)))), footprint=footprint)
+                   ir.Return(tuple(map(self.code, outputs)))),
+            footprint=self.counted(counted, arguments, keywords))
         own = self.own()
         signature = _Signature(tuple(keywords), tuple(self.settings), params_class,
                                output_decls[0] if output_decls else None, self.cache,

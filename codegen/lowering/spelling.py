@@ -77,7 +77,12 @@ class Spelling:
         for function in sorted(made):
             self.classes[function] = _apart(params_class_name(function), taken,
                                             self.classes.values())
-        own = module_level | made | set(self.classes.values())
+        # an entry function's memory count (the model's, the decoding step's): <function>_bytes
+        self.counts: dict[str, str] = {}
+        for function in sorted({self.function(spec.name), ENTRY_STEP}):
+            self.counts[function] = _apart(f"{function}_bytes", taken, made,
+                                           self.classes.values(), self.counts.values())
+        own = module_level | made | set(self.classes.values()) | set(self.counts.values())
         taken |= own
         self.spelt = {name: spelt(name, own) for name in sorted(names)}
         self.spelt = {name: code for name, code in self.spelt.items() if code != name}
@@ -104,6 +109,10 @@ class Spelling:
             return name
         plain = step_function(name)
         return self.steps.get(block, plain) if plain in clashes else plain
+
+    def count(self, function: str) -> str:
+        """The function that counts an entry function's memory (its guard's)."""
+        return self.counts.get(function) or f"{function}_bytes"
 
     def params_class(self, function: str) -> str:
         """The parameters' class of a generated function."""

@@ -37,27 +37,22 @@ def explained(statement: str, comment: str, width: int) -> list[str]:
     return [*prose(comment, width - 2, "# ", "# "), statement]
 
 
-def call_of_sums(head: str, fixed: list[str], total: list[str], largest: list[list[str]],
-                 width: int) -> tuple[str | None, list[str]]:
-    """``head(fixed..., total + max(each of largest))`` for sums given as tokens (each after
-    the first starting with its sign): the one line where it fits and there is no max, else
-    the lines of the last argument, broken before a + or -, to go inside ``head(`` and the
-    fixed arguments, each on its own line."""
-    if not largest:
-        line = f'{head}({", ".join(fixed)}, {" ".join(total)})'
-        if len(line) <= width - 4:
-            return line, []
-        lines = sum_lines(total, width - 8)
-        lines[-1] += ","
-        return None, lines
-    lines = sum_lines(total, width - 8)
-    lines.append("+ max(" if lines else "max(")
-    for each in largest:                # each call's: the largest may be any
-        inner = sum_lines(each, width - 12)
-        inner[-1] += ","
-        lines += ["    " + line for line in inner]
-    lines.append("),")
-    return None, lines
+def returned_sum(total: list[str], largest: list[list[str]], width: int) -> list[str]:
+    """``return total + max(each of largest)`` for sums given as tokens (each after the first
+    starting with its sign): one line where it fits and there is no max, else ``return (``,
+    the sum broken before a + or -, ``)``."""
+    line = f"return {' '.join(total)}"
+    if not largest and len(line) <= width:
+        return [line]
+    lines = sum_lines(total, width - 4)
+    if largest:
+        lines.append("+ max(" if lines else "max(")
+        for each in largest:            # each call's: the largest may be any
+            inner = sum_lines(each, width - 8)
+            inner[-1] += ","
+            lines += ["    " + line for line in inner]
+        lines.append(")")
+    return ["return (", *("    " + line for line in lines), ")"]
 
 
 def broken(statement: str, width: int) -> tuple[str, ...]:

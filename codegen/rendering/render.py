@@ -97,6 +97,8 @@ def render(module: ir.Module) -> str:
         "functions": functions,
         "params_classes": _params_views(module.params_classes, printer, module.backend),
         "settings_class": _settings_view(module.functions, printer),
+        "counts": [_count_view(step, steps) for f in module.functions for step in f.prologue
+                   if isinstance(step, ir.MemoryGuard)],
         "runtime_version": runtime_version(render_runtime(module.backend)),
         "lead_constants": [_constant_view(c) for c in module.constants if c.name in LEAD],
         "constants": [_constant_view(c) for c in module.constants if c.name not in LEAD],
@@ -350,6 +352,19 @@ def _params_view(params: ir.ParamsClass, printer: Printer, backend: Backend) -> 
         annotation = printer.type(field.annotation, backend.array_type)
         lines += layout.explained(f"{field.name}: {annotation}", meaning, LINE_LENGTH - 4)
     return {"name": params.name, "alias": None, "doc": params.doc, "lines": lines}
+
+
+def _count_view(guard: ir.MemoryGuard, steps: StepRenderer) -> dict:
+    """A memory guard's count function, placed after the model: its signature (the entry
+    function's arguments, its keyword dims), docstring and body."""
+    footprint = guard.footprint
+    parts = [*footprint.arguments, *(["*", *footprint.keywords] if footprint.keywords else [])]
+    head = list(layout.call(f"def {footprint.function}", parts, "", LINE_LENGTH - 8))
+    head[-1] += " -> int:"
+    doc = _wrap(f'"""The most bytes {guard.function}\'s tensors take at once, its calls\' '
+                "included (the spec's activation counts): what its memory guard checks "
+                'against MEMORY_LIMIT."""', LINE_LENGTH - 4)
+    return {"head": head, "doc": doc, "body": steps.count_lines(footprint, LINE_LENGTH - 4)}
 
 
 def _setting_keywords(functions: list[ir.Function]) -> list[ir.Parameter]:

@@ -115,14 +115,24 @@ class StepRenderer:
 
     def _MemoryGuard(self, step: ir.MemoryGuard, width: int) -> dict:
         footprint = step.footprint
+        count = layout.call(footprint.function, [*footprint.arguments,
+                                                 *(f"{k}={k}" for k in footprint.keywords)],
+                            "", width)
+        if len(count) > 1:                  # the count's call alone on the next lines
+            return {"lines": [f"rt.{step.helper}(", f'    "{step.function}",',
+                              "    MEMORY_LIMIT,", *layout.indented(count[:-1]),
+                              f"    {count[-1]},", ")"]}
+        return {"lines": list(layout.call(f"rt.{step.helper}", [
+            f'"{step.function}"', "MEMORY_LIMIT", count[0]], "", width))}
+
+    def count_lines(self, footprint: ir.Footprint, width: int) -> list[str]:
+        """The body of a footprint's count function: the dims it reads, then the bytes of its
+        elements (its own and the largest of its calls'), returned."""
         sizes = {"float": self.printer(footprint.itemsize), "int": str(footprint.int_bytes),
                  "bool": str(footprint.bool_bytes)}
-        head = f"rt.{step.helper}"
-        line, lines = layout.call_of_sums(
-            head, [f'"{step.function}"', "MEMORY_LIMIT"],
+        return self.lines(footprint.prologue, width) + layout.returned_sum(
             self.byte_tokens(footprint.own, sizes),
             [self.byte_tokens(each, sizes) for each in footprint.largest], width)
-        return {"head": head, "function": step.function, "line": line, "lines": lines}
 
     def byte_tokens(self, counted, sizes: dict[str, str]) -> list[str]:
         """The bytes of elements by dtype class as tokens of a sum: each dtype's elements,

@@ -232,22 +232,7 @@ def transformer(
     settings = Settings(eps=eps)  # the settings, one record the blocks read
     T_dec = u.shape[-1]
     d_model = params["E"].shape[-1]
-    B = u.shape[-2]
-    V = params["E"].shape[-2]
-    d_k = d_model // H
-    d_v = d_model // H
-    d_ff = rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1", axis=-1)
-    rt.require_memory(
-        "transformer",
-        MEMORY_LIMIT,
-        (B*T_dec**2 + 2*B*T_dec*V + 2*B*T_dec*d_model
-        + T_dec*d_model) * params["E"].dtype.itemsize + B*T_dec**2
-        + max(
-            (2*B*H*T_dec**2 + 4*B*H*T_dec*d_k + 4*B*H*T_dec*d_v
-            + B*T_dec*d_model) * params["E"].dtype.itemsize,
-            (B*T_dec*d_ff + B*T_dec*d_model) * params["E"].dtype.itemsize,
-        ),
-    )
+    rt.require_memory("transformer", MEMORY_LIMIT, transformer_bytes(u, m_tgt, params, H=H))
     M_self = rt.padding_mask(m_tgt, T_dec) * rt.causal_mask(T_dec, T_dec)  # B T_dec T_dec
     X_dec = rt.embed(params["E"], u, ids="u")  # B T_dec d_model
     P_dec = rt.positional_encoding(T_dec, d_model, params["E"].dtype)  # T_dec d_model
@@ -410,24 +395,7 @@ def decode_step(
     T_new = u.shape[-1]
     T_past = m_tgt.shape[-1] - T_new
     d_model = params["E"].shape[-1]
-    B = u.shape[-2]
-    V = params["E"].shape[-2]
-    H = rt.axis_size(staged, "decoder", "layers", 0, "self_attention", "K_past", axis=0)
-    d_k = d_model // H
-    d_v = d_model // H
-    d_ff = rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1", axis=-1)
-    rt.require_memory(
-        "decode_step",
-        MEMORY_LIMIT,
-        (2*B*T_new*V + 2*B*T_new*d_model + B*T_new*(T_new + T_past)
-        + T_new*d_model) * params["E"].dtype.itemsize + B*T_new*(T_new + T_past)
-        + max(
-            (4*B*H*T_new*d_k + 4*B*H*T_new*d_v + 2*B*H*T_new*(T_new + T_past)
-            + (3/2)*B*H*d_k*(T_new + T_past) + (3/2)*B*H*d_v*(T_new + T_past)
-            + B*T_new*d_model) * params["E"].dtype.itemsize,
-            (B*T_new*d_ff + B*T_new*d_model) * params["E"].dtype.itemsize,
-        ),
-    )
+    rt.require_memory("decode_step", MEMORY_LIMIT, decode_step_bytes(u, m_tgt, params, cache))
     # B T_new T_new+T_past
     M_self = rt.padding_mask(m_tgt, T_new) * rt.causal_mask(T_new, T_new + T_past)
     X_dec = rt.embed(params["E"], u, ids="u")  # B T_new d_model
@@ -558,3 +526,48 @@ RULES = {
     "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
     "requires": {"d_model % H == 0": "spec/transformer.tspec:40"},
 }
+
+
+def transformer_bytes(u, m_tgt, params, *, H) -> int:
+    """The most bytes transformer's tensors take at once, its calls' included (the spec's activation
+    counts): what its memory guard checks against MEMORY_LIMIT."""
+    B = u.shape[-2]
+    T_dec = u.shape[-1]
+    V = params["E"].shape[-2]
+    d_ff = rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1", axis=-1)
+    d_model = params["E"].shape[-1]
+    d_k = d_model // H
+    d_v = d_model // H
+    return (
+        (B*T_dec**2 + 2*B*T_dec*V + 2*B*T_dec*d_model + T_dec*d_model) * params["E"].dtype.itemsize
+        + B*T_dec**2
+        + max(
+            (2*B*H*T_dec**2 + 4*B*H*T_dec*d_k + 4*B*H*T_dec*d_v
+            + B*T_dec*d_model) * params["E"].dtype.itemsize,
+            (B*T_dec*d_ff + B*T_dec*d_model) * params["E"].dtype.itemsize,
+        )
+    )
+
+
+def decode_step_bytes(u, m_tgt, params, cache) -> int:
+    """The most bytes decode_step's tensors take at once, its calls' included (the spec's activation
+    counts): what its memory guard checks against MEMORY_LIMIT."""
+    B = u.shape[-2]
+    H = rt.axis_size(cache, "decoder", "layers", 0, "self_attention", "K_past", axis=0)
+    T_new = u.shape[-1]
+    T_past = m_tgt.shape[-1] - T_new
+    V = params["E"].shape[-2]
+    d_ff = rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1", axis=-1)
+    d_model = params["E"].shape[-1]
+    d_k = d_model // H
+    d_v = d_model // H
+    return (
+        (2*B*T_new*V + 2*B*T_new*d_model + B*T_new*(T_new + T_past)
+        + T_new*d_model) * params["E"].dtype.itemsize + B*T_new*(T_new + T_past)
+        + max(
+            (4*B*H*T_new*d_k + 4*B*H*T_new*d_v + 2*B*H*T_new*(T_new + T_past)
+            + (3/2)*B*H*d_k*(T_new + T_past) + (3/2)*B*H*d_v*(T_new + T_past)
+            + B*T_new*d_model) * params["E"].dtype.itemsize,
+            (B*T_new*d_ff + B*T_new*d_model) * params["E"].dtype.itemsize,
+        )
+    )

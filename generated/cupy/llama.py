@@ -288,21 +288,8 @@ def transformer(
         theta=theta,
     )  # the settings, one record the blocks read
     T_dec = u.shape[-1]
-    B = u.shape[-2]
-    V = params["E"].shape[-2]
-    d_model = params["E"].shape[-1]
-    d_k = d_model // H
-    d_v = d_model // H
-    d_ff = rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1", axis=-1)
     rt.require_memory(
-        "transformer",
-        MEMORY_LIMIT,
-        (B*T_dec**2 + 2*B*T_dec*V + B*T_dec*d_model) * params["E"].dtype.itemsize + B*T_dec**2
-        + max(
-            (2*B*H*T_dec**2 + 4*B*H*T_dec*d_k + 3*B*H*T_dec*d_v + 3*B*H_kv*T_dec*d_k
-            + 2*B*H_kv*T_dec*d_v + 3*B*T_dec*d_model) * params["E"].dtype.itemsize,
-            (B*T_dec*d_ff + 3*B*T_dec*d_model) * params["E"].dtype.itemsize,
-        ),
+        "transformer", MEMORY_LIMIT, transformer_bytes(u, m_tgt, params, H=H, H_kv=H_kv)
     )
     M_self = rt.padding_mask(m_tgt, T_dec) * rt.causal_mask(T_dec, T_dec)  # B T_dec T_dec
     Y_0 = rt.embed(params["E"], u, ids="u")  # B T_dec d_model
@@ -518,27 +505,7 @@ def decode_step(
     )  # the settings, one record the blocks read
     T_new = u.shape[-1]
     T_past = m_tgt.shape[-1] - T_new
-    B = u.shape[-2]
-    V = params["E"].shape[-2]
-    d_model = params["E"].shape[-1]
-    H_kv = rt.axis_size(staged, "decoder", "layers", 0, "self_attention", "K_past", axis=0)
-    d_k = d_model // H
-    d_v = d_model // H
-    d_ff = rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1", axis=-1)
-    rt.require_memory(
-        "decode_step",
-        MEMORY_LIMIT,
-        (2*B*T_new*V + B*T_new*d_model + B*T_new*(T_new + T_past)) * params["E"].dtype.itemsize
-        + B*T_new*(T_new + T_past)
-        + max(
-            (3*B*H*T_new*d_k + 2*B*H*T_new*d_v + 2*B*H*T_new*(T_new + T_past)
-            + B*H*d_k*(T_new + T_past) + B*H*d_v*(T_new + T_past) + 3*B*H_kv*T_new*d_k
-            + 2*B*H_kv*T_new*d_v + (3/2)*B*H_kv*d_k*(T_new + T_past)
-            + (3/2)*B*H_kv*d_v*(T_new + T_past)
-            + 3*B*T_new*d_model) * params["E"].dtype.itemsize,
-            (B*T_new*d_ff + 3*B*T_new*d_model) * params["E"].dtype.itemsize,
-        ),
-    )
+    rt.require_memory("decode_step", MEMORY_LIMIT, decode_step_bytes(u, m_tgt, params, cache, H=H))
     # B T_new T_new+T_past
     M_self = rt.padding_mask(m_tgt, T_new) * rt.causal_mask(T_new, T_new + T_past)
     Y_0 = rt.embed(params["E"], u, ids="u")  # B T_new d_model
@@ -691,3 +658,48 @@ RULES = {
         "d_model % (2*H) == 0": "spec/transformer.tspec:52",
     },
 }
+
+
+def transformer_bytes(u, m_tgt, params, *, H, H_kv) -> int:
+    """The most bytes transformer's tensors take at once, its calls' included (the spec's activation
+    counts): what its memory guard checks against MEMORY_LIMIT."""
+    B = u.shape[-2]
+    T_dec = u.shape[-1]
+    V = params["E"].shape[-2]
+    d_ff = rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1", axis=-1)
+    d_model = params["E"].shape[-1]
+    d_k = d_model // H
+    d_v = d_model // H
+    return (
+        (B*T_dec**2 + 2*B*T_dec*V + B*T_dec*d_model) * params["E"].dtype.itemsize + B*T_dec**2
+        + max(
+            (2*B*H*T_dec**2 + 4*B*H*T_dec*d_k + 3*B*H*T_dec*d_v + 3*B*H_kv*T_dec*d_k
+            + 2*B*H_kv*T_dec*d_v + 3*B*T_dec*d_model) * params["E"].dtype.itemsize,
+            (B*T_dec*d_ff + 3*B*T_dec*d_model) * params["E"].dtype.itemsize,
+        )
+    )
+
+
+def decode_step_bytes(u, m_tgt, params, cache, *, H) -> int:
+    """The most bytes decode_step's tensors take at once, its calls' included (the spec's activation
+    counts): what its memory guard checks against MEMORY_LIMIT."""
+    B = u.shape[-2]
+    H_kv = rt.axis_size(cache, "decoder", "layers", 0, "self_attention", "K_past", axis=0)
+    T_new = u.shape[-1]
+    T_past = m_tgt.shape[-1] - T_new
+    V = params["E"].shape[-2]
+    d_ff = rt.axis_size(params, "decoder", "layers", 0, "feed_forward", "W_1", axis=-1)
+    d_model = params["E"].shape[-1]
+    d_k = d_model // H
+    d_v = d_model // H
+    return (
+        (2*B*T_new*V + B*T_new*d_model + B*T_new*(T_new + T_past)) * params["E"].dtype.itemsize
+        + B*T_new*(T_new + T_past)
+        + max(
+            (3*B*H*T_new*d_k + 2*B*H*T_new*d_v + 2*B*H*T_new*(T_new + T_past)
+            + B*H*d_k*(T_new + T_past) + B*H*d_v*(T_new + T_past) + 3*B*H_kv*T_new*d_k
+            + 2*B*H_kv*T_new*d_v + (3/2)*B*H_kv*d_k*(T_new + T_past)
+            + (3/2)*B*H_kv*d_v*(T_new + T_past) + 3*B*T_new*d_model) * params["E"].dtype.itemsize,
+            (B*T_new*d_ff + 3*B*T_new*d_model) * params["E"].dtype.itemsize,
+        )
+    )

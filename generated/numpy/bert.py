@@ -226,20 +226,7 @@ def transformer(
     """
     settings = Settings(eps=eps)  # the settings, one record the blocks read
     T = t.shape[-1]
-    B = t.shape[-2]
-    d_model = params["E"].shape[-1]
-    d_k = d_model // H
-    d_v = d_model // H
-    d_ff = rt.axis_size(params, "encoder", "layers", 0, "feed_forward", "W_1", axis=-1)
-    rt.require_memory(
-        "transformer",
-        MEMORY_LIMIT,
-        (B*T**2 + 4*B*T*d_model + 2*B*d_model + T*d_model) * params["E"].dtype.itemsize + B*T**2
-        + max(
-            (2*B*H*T**2 + 4*B*H*T*d_k + 4*B*H*T*d_v + B*T*d_model) * params["E"].dtype.itemsize,
-            (B*T*d_ff + B*T*d_model) * params["E"].dtype.itemsize,
-        ),
-    )
+    rt.require_memory("transformer", MEMORY_LIMIT, transformer_bytes(t, m_src, s, params, H=H))
     M_src = rt.padding_mask(m_src, T)  # B T T
     X = rt.embed(params["E"], t)  # B T d_model
     P = rt.table_rows(params["P_table"], "P_table", 0, T)  # T d_model
@@ -333,3 +320,21 @@ RULES = {
         "T <= max_len": "spec/transformer.tspec:59",
     },
 }
+
+
+def transformer_bytes(t, m_src, s, params, *, H) -> int:
+    """The most bytes transformer's tensors take at once, its calls' included (the spec's activation
+    counts): what its memory guard checks against MEMORY_LIMIT."""
+    B = t.shape[-2]
+    T = t.shape[-1]
+    d_ff = rt.axis_size(params, "encoder", "layers", 0, "feed_forward", "W_1", axis=-1)
+    d_model = params["E"].shape[-1]
+    d_k = d_model // H
+    d_v = d_model // H
+    return (
+        (B*T**2 + 4*B*T*d_model + 2*B*d_model + T*d_model) * params["E"].dtype.itemsize + B*T**2
+        + max(
+            (2*B*H*T**2 + 4*B*H*T*d_k + 4*B*H*T*d_v + B*T*d_model) * params["E"].dtype.itemsize,
+            (B*T*d_ff + B*T*d_model) * params["E"].dtype.itemsize,
+        )
+    )

@@ -223,20 +223,7 @@ def transformer(
     settings = Settings(eps=eps)  # the settings, one record the blocks read
     T = t.shape[-1]
     d_model = params["E"].shape[-1]
-    B = t.shape[-2]
-    V = params["E"].shape[-2]
-    d_k = d_model // H
-    d_v = d_model // H
-    d_ff = rt.axis_size(params, "encoder", "layers", 0, "feed_forward", "W_1", axis=-1)
-    rt.require_memory(
-        "transformer",
-        MEMORY_LIMIT,
-        (B*T**2 + 2*B*T*V + 2*B*T*d_model + T*d_model) * params["E"].dtype.itemsize + B*T**2
-        + max(
-            (2*B*H*T**2 + 4*B*H*T*d_k + 4*B*H*T*d_v + B*T*d_model) * params["E"].dtype.itemsize,
-            (B*T*d_ff + B*T*d_model) * params["E"].dtype.itemsize,
-        ),
-    )
+    rt.require_memory("transformer", MEMORY_LIMIT, transformer_bytes(t, m_src, params, H=H))
     M_src = rt.padding_mask(m_src, T)  # B T T
     X = rt.embed(params["E"], t)  # B T d_model
     P = rt.positional_encoding(T, d_model, params["E"].dtype)  # T d_model
@@ -315,3 +302,22 @@ RULES = {
     "lets": {"d_k": "d_model/H", "d_v": "d_model/H"},
     "requires": {"d_model % H == 0": "spec/transformer.tspec:40"},
 }
+
+
+def transformer_bytes(t, m_src, params, *, H) -> int:
+    """The most bytes transformer's tensors take at once, its calls' included (the spec's activation
+    counts): what its memory guard checks against MEMORY_LIMIT."""
+    B = t.shape[-2]
+    T = t.shape[-1]
+    V = params["E"].shape[-2]
+    d_ff = rt.axis_size(params, "encoder", "layers", 0, "feed_forward", "W_1", axis=-1)
+    d_model = params["E"].shape[-1]
+    d_k = d_model // H
+    d_v = d_model // H
+    return (
+        (B*T**2 + 2*B*T*V + 2*B*T*d_model + T*d_model) * params["E"].dtype.itemsize + B*T**2
+        + max(
+            (2*B*H*T**2 + 4*B*H*T*d_k + 4*B*H*T*d_v + B*T*d_model) * params["E"].dtype.itemsize,
+            (B*T*d_ff + B*T*d_model) * params["E"].dtype.itemsize,
+        )
+    )

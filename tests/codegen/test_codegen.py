@@ -958,7 +958,9 @@ def test_a_model_binds_only_its_spec_names_and_the_code_names():
                  for s in table.get_symbols()
                  if (s.is_assigned() or s.is_imported() or s.is_parameter() or s.is_namespace())
                  and not s.get_name().startswith(".")}       # a comprehension's own argument
-        assert sorted(bound - names - CODE_NAMES) == [], name
+        # an entry function's memory count: <function>_bytes
+        counts = {n for n in bound if n.endswith("_bytes") and n.removesuffix("_bytes") in bound}
+        assert sorted(bound - names - CODE_NAMES - counts) == [], name
         used |= bound & CODE_NAMES
     assert sorted(CODE_NAMES - used) == []
 

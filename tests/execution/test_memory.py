@@ -224,19 +224,25 @@ def test_the_model_checks_its_tensors_and_the_largest_call_s_before_it_starts():
                         'N "B d" = narrow(Y) as layer_3\nS "B g" = Z * 2\noutput S\n', "t.tspec"),
                   {})
     assert text.count("rt.require_memory(") == 1
-    assert (
-        '    g = params["layer_2"]["W"].shape[-1]\n'
+    # the guard one line in the model, its count after the model
+    assert '    """\n    rt.require_memory("t", MEMORY_LIMIT, t_bytes(X, params))\n' in text
+    assert text.index("def t(") < text.index("def t_bytes(")
+    assert text.endswith(
+        "def t_bytes(X, params) -> int:\n"
+        '    """The most bytes t\'s tensors take at once, its calls\' included (the spec\'s '
+        'activation counts):\n'
+        '    what its memory guard checks against MEMORY_LIMIT."""\n'
+        "    B = X.shape[-2]\n"
         "    d = X.shape[-1]\n"
         '    f = params["layer_1"]["W_1"].shape[-1]\n'
-        "    rt.require_memory(\n"
-        '        "t",\n'
-        "        MEMORY_LIMIT,\n"
+        '    g = params["layer_2"]["W"].shape[-1]\n'
+        "    return (\n"
         "        B*g * X.dtype.itemsize\n"
         "        + max(\n"
         "            (B*d + B*f) * X.dtype.itemsize,\n"
         "            B*g * X.dtype.itemsize,\n"
-        "        ),\n"
-        "    )\n") in text
+        "        )\n"
+        "    )\n")
     model = load_source(text)
     X = np.ones((4, 3))
     params = {"layer_1": {"W_1": np.ones((3, 5)), "W_2": np.ones((5, 3))},
@@ -262,6 +268,21 @@ def test_a_model_s_guard_reads_a_dim_only_its_layers_show_from_them():
                               "feed_forward", "W_1", axis=-1) == 0
 
 
+def test_a_count_is_spelt_apart_from_a_block_of_its_name():
+    """The model's count is <model>_bytes, or with underscores after it where a block of the
+    spec has that name."""
+    text = source(parse('spec t "t"\ndim B "b"\ndim d "d"\n'
+                        'block t_bytes(X "B d") -> Y:\n    Y "B d" = X * 2\n'
+                        'input X "B d"\nY "B d" = t_bytes(X)\noutput Y\n', "t.tspec"), {})
+    assert 'rt.require_memory("t", MEMORY_LIMIT, t_bytes_(X))' in text
+    model = load_source(text)
+    np.testing.assert_array_equal(model.t(np.ones((2, 3))), np.full((2, 3), 2.0))
+    assert model.t_bytes_(np.ones((2, 3))) == 2 * 3 * 8            # the call's Y, float64
+    model.MEMORY_LIMIT = model.t_bytes_(np.ones((2, 3))) - 1
+    with pytest.raises(MemoryError, match="^t would allocate about"):
+        model.t(np.ones((2, 3)))
+
+
 def test_a_decoding_step_counts_the_room_its_cache_buffers_keep(monkeypatch):
     """extend copies a state into a buffer with room for half as many entries again, so the
     step's guard counts each extended state's bytes 3/2 times (NumPy and CuPy alike); the
@@ -269,7 +290,7 @@ def test_a_decoding_step_counts_the_room_its_cache_buffers_keep(monkeypatch):
     directly (cached_self_attention) has no guard of its own."""
     model = load_module(GENERATED / "decoder_only.py")
     text = Path(model.__file__).read_text()
-    guard = text[text.index('        "decode_step",'):text.index("    # B T_new T_new+T_past")]
+    guard = text[text.index("def decode_step_bytes("):]
     assert "(3/2)*B*H*d_k*(T_new + T_past)" in guard
     assert "(3/2)*B*H*d_v*(T_new + T_past)" in guard
     cupy = (GENERATED.parent / "cupy" / "decoder_only.py").read_text()
