@@ -10,6 +10,7 @@ breaking lines in one place. Names here are identifiers (``require_identifier``)
 string is prose for a comment or docstring, or a jaxtyping axis string.
 """
 
+import functools
 import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from types import EllipsisType
@@ -541,15 +542,21 @@ class Module:
 def walk(record):
     """Every record inside ``record`` (a module, function, step or expression), depth first,
     itself included."""
-    yield record
-    if isinstance(record, (list, tuple)):
-        for each in record:
-            yield from walk(each)
-    elif is_dataclass(record) and not isinstance(record, type):
-        for each in fields(record):
-            value = getattr(record, each.name)
-            if isinstance(value, (list, tuple)) or is_dataclass(value):
-                yield from walk(value)
+    stack = [record]
+    while stack:                        # a stack, not recursion: lowering walks every module
+        record = stack.pop()
+        yield record
+        if isinstance(record, (list, tuple)):
+            stack.extend(reversed(record))
+        elif is_dataclass(record) and not isinstance(record, type):
+            inside = [value for value in map(record.__getattribute__, _field_names(type(record)))
+                      if isinstance(value, (list, tuple)) or is_dataclass(value)]
+            stack.extend(reversed(inside))
+
+
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    return tuple(each.name for each in fields(kind))
 
 
 def helpers_used(module: Module) -> set[str]:

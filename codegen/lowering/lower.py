@@ -23,6 +23,7 @@ from tspec.language.model import (
     Spec,
     bodies_consulting,
     bodies_deriving,
+    decodes,
     select,
     step_choices,
     under,
@@ -112,8 +113,16 @@ def _require_code_name(spec: Spec) -> None:
 
 
 def _require_proved(spec: Spec, chosen: dict[str, str]) -> None:
-    result = check(spec, chosen)
-    if result.findings:
+    """Refuse a spec with a finding under ``chosen``. A model and its decoding step are proved
+    together, in one proof with the decoding choice left open (where the spec decodes), and
+    the findings are kept on the spec, whose records do not change once read: the full
+    model's lowering, its step's and every backend's read that one proof."""
+    fixed = {k: v for k, v in chosen.items() if k != DECODING} if decodes(spec) else chosen
+    memo = spec.__dict__.setdefault("_proved", {})
+    key = tuple(sorted(fixed.items()))
+    if key not in memo:
+        memo[key] = check(spec, fixed, all_choices=True).findings
+    found = [f for f in memo[key] if f.combinations is None or chosen in f.combinations]
+    if found:
         raise CodegenError(f"spec {spec.name} is not proved under {describe(chosen)}: "
-                           f"{len(result.findings)} finding(s); run `tspec check`",
-                           file=spec.file)
+                           f"{len(found)} finding(s); run `tspec check`", file=spec.file)
