@@ -37,7 +37,7 @@ CODE_NAMES = frozenset({
     "rt", "np", "cp", "math", "Bool", "Float", "Int", "Tuple", "TypedDict", "MEMORY_LIMIT",
     "CACHE_STATES", "RULES", "prefill", "decode_step", "params", "cache", "trace", "dtype",
     "layer", "i", "member", "recorder", "staged", "annotations",
-    "settings", "Settings", "NamedTuple",
+    "settings", "Settings", "SETTINGS", "NamedTuple",
 })
 ENTRY_STEP = step_function(None)        # the decoding step's entry function
 

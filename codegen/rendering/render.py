@@ -383,9 +383,7 @@ def _settings_view(functions: list[ir.Function], printer: Printer) -> dict | Non
     if not fields:
         return None
     lines = [f"{k.name}: float = {printer(k.default)}" for k in fields]
-    doc = ("The run-time settings, one record: each entry function makes it from its keyword "
-           "arguments of these names (what each means: the module's docstring), and each block "
-           "that reads one takes it.")
+    doc = "The run-time settings the blocks read: an entry function's keywords, one record."
     return {"doc": _wrap(f'"""{doc}"""', LINE_LENGTH - 4), "lines": lines}
 
 
@@ -409,7 +407,7 @@ def _function_view(function: ir.Function, printer: Printer, steps: StepRenderer,
     if function.cache:
         signature.append("cache: dict,")
     if function.settings:
-        signature.append("settings: Settings,")
+        signature.append("settings: Settings = SETTINGS,")
     keywords = [f"{k.name}: {annotation(k.annotation)}"
                 f"{'' if k.default is None else ' = ' + printer(k.default)},"
                 for k in function.keywords]

@@ -45,6 +45,15 @@ rt.require_version("e009773f80525c62", __name__)  # the runtime this was generat
 MEMORY_LIMIT = None
 
 
+class Settings(NamedTuple):
+    """The run-time settings the blocks read: an entry function's keywords, one record."""
+
+    eps: float = 1e-5
+
+
+SETTINGS = Settings()  # the defaults: what a block called without settings takes
+
+
 @rt.typechecked
 def scaled_dot_product_attention(
     Q_h: Float[cp.ndarray, "#H B T_q d_k"],
@@ -113,7 +122,7 @@ def add_and_layer_norm(
     X: Float[cp.ndarray, "B T_x d_model"],
     Y: Float[cp.ndarray, "B T_x d_model"],
     params: AddAndLayerNormParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Add and layer norm. From seed 001, sections 6 and 8; seed 000, Add & LayerNorm
@@ -149,7 +158,7 @@ def encoder_layer(
     Z: Float[cp.ndarray, "B T_x d_model"],
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: EncoderLayerParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Encoder layer. From seed 001, sections 3-8; seed 002, The Encoder Layer; seed 004, Encoder
@@ -181,7 +190,7 @@ def encoder(
     Z_0: Float[cp.ndarray, "B T_x d_model"],
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: EncoderParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Encoder. From seed 004: the encoder is repeated N times (spec/transformer.tspec:282).
@@ -244,14 +253,6 @@ def transformer(
     rt.record(trace, M_src=M_src, X=X, P=P, Z_0=Z_0, L_enc=L_enc, X_type=X_type, Z_emb=Z_emb,
         Z_enc=Z_enc, Z_cls=Z_cls, C=C)
     return Z_enc, C
-
-
-class Settings(NamedTuple):
-    """The run-time settings, one record: each entry function makes it from its keyword arguments of
-    these names (what each means: the module's docstring), and each block that reads one takes
-    it."""
-
-    eps: float = 1e-5
 
 
 class MultiHeadAttentionParams(TypedDict):

@@ -49,6 +49,15 @@ rt.require_version("e009773f80525c62", __name__)  # the runtime this was generat
 MEMORY_LIMIT = None
 
 
+class Settings(NamedTuple):
+    """The run-time settings the blocks read: an entry function's keywords, one record."""
+
+    eps: float = 1e-5
+
+
+SETTINGS = Settings()  # the defaults: what a block called without settings takes
+
+
 @rt.typechecked
 def scaled_dot_product_attention(
     Q_h: Float[cp.ndarray, "#H B T_q d_k"],
@@ -117,7 +126,7 @@ def add_and_layer_norm(
     X: Float[cp.ndarray, "B T_x d_model"],
     Y: Float[cp.ndarray, "B T_x d_model"],
     params: AddAndLayerNormParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Add and layer norm. From seed 001, sections 6 and 8; seed 000, Add & LayerNorm
@@ -153,7 +162,7 @@ def encoder_layer(
     Z: Float[cp.ndarray, "B T_x d_model"],
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: EncoderLayerParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Encoder layer. From seed 001, sections 3-8; seed 002, The Encoder Layer; seed 004, Encoder
@@ -185,7 +194,7 @@ def encoder(
     Z_0: Float[cp.ndarray, "B T_x d_model"],
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: EncoderParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Encoder. From seed 004: the encoder is repeated N times (spec/transformer.tspec:282).
@@ -208,7 +217,7 @@ def decoder_layer(
     Z_enc: Float[cp.ndarray, "B T_x d_model"],
     L_cross_h: Float[cp.ndarray, "#H B T_y T_x"],
     params: DecoderLayerParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_y d_model"]:
     """Decoder layer. From seed 004, Decoder; seed 002, The Decoder Layer
@@ -255,7 +264,7 @@ def decoder(
     Z_enc: Float[cp.ndarray, "B T_x d_model"],
     L_cross_h: Float[cp.ndarray, "#H B T_y T_x"],
     params: DecoderParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_y d_model"]:
     """Decoder. From seed 004: the decoder is repeated N times (spec/transformer.tspec:292).
@@ -450,7 +459,7 @@ def decoder_layer_step(
     L_cross_h: Float[cp.ndarray, "#H B T_y T_x"],
     params: DecoderLayerStepParams,
     cache: dict,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_y d_model"]:
     """Decoder layer step. From incremental decoding (not in the seeds): a decoder layer of a
@@ -501,7 +510,7 @@ def decoder_step(
     L_cross_h: Float[cp.ndarray, "#H B T_y T_x"],
     params: DecoderStepParams,
     cache: dict,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_y d_model"]:
     """Decoder step. From incremental decoding (not in the seeds): the decoder stack of a decoding
@@ -610,14 +619,6 @@ def prefill(
     )  # the full forward
     cache = recorder.states()
     return logits, probs, cache
-
-
-class Settings(NamedTuple):
-    """The run-time settings, one record: each entry function makes it from its keyword arguments of
-    these names (what each means: the module's docstring), and each block that reads one takes
-    it."""
-
-    eps: float = 1e-5
 
 
 class MultiHeadAttentionParams(TypedDict):

@@ -61,11 +61,25 @@ rt.require_version("e009773f80525c62", __name__)  # the runtime this was generat
 MEMORY_LIMIT = None
 
 
+class Settings(NamedTuple):
+    """The run-time settings the blocks read: an entry function's keywords, one record."""
+
+    eps: float = 1e-5
+    rope_factor: float = 1.0
+    rope_low: float = 1.0
+    rope_high: float = 4.0
+    rope_context: float = 8192.0
+    theta: float = 10000.0
+
+
+SETTINGS = Settings()  # the defaults: what a block called without settings takes
+
+
 @rt.typechecked
 def normalize(
     X: Float[cp.ndarray, "B T_x d_model"],
     params: NormalizeParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Normalize. From Zhang and Sennrich 2019 (RMSNorm), equation 4 (spec/transformer.tspec:205).
@@ -109,7 +123,7 @@ def multi_head_attention(
     X_kv: Float[cp.ndarray, "B T_kv d_model"],
     L_h: Float[cp.ndarray, "#H B T_q T_kv"],
     params: MultiHeadAttentionParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, H: int, H_kv: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_q d_model"]:
     """Multi head attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention;
@@ -183,7 +197,7 @@ def decoder_layer(
     Y: Float[cp.ndarray, "B T_x d_model"],
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: DecoderLayerParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, H: int, H_kv: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Decoder layer. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only
@@ -232,7 +246,7 @@ def decoder(
     Y_0: Float[cp.ndarray, "B T_x d_model"],
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: DecoderParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, H: int, H_kv: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Decoder. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only transformer,
@@ -315,7 +329,7 @@ def cached_self_attention(
     L_h: Float[cp.ndarray, "#H B T_x _"],
     params: CachedSelfAttentionParams,
     cache: dict,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Cached self attention. From seed 001, sections 3 and 5; seed 004, Multi-Head Self-Attention;
@@ -391,7 +405,7 @@ def decoder_layer_step(
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: DecoderLayerStepParams,
     cache: dict,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Decoder layer. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only
@@ -440,7 +454,7 @@ def decoder_step(
     L_h: Float[cp.ndarray, "#H B T_x T_keys"],
     params: DecoderStepParams,
     cache: dict,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, H: int, trace: dict | None = None,
 ) -> Float[cp.ndarray, "B T_x d_model"]:
     """Decoder. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only transformer,
@@ -559,19 +573,6 @@ def prefill(
     )  # the full forward
     cache = recorder.states()
     return logits, probs, cache
-
-
-class Settings(NamedTuple):
-    """The run-time settings, one record: each entry function makes it from its keyword arguments of
-    these names (what each means: the module's docstring), and each block that reads one takes
-    it."""
-
-    eps: float = 1e-5
-    rope_factor: float = 1.0
-    rope_low: float = 1.0
-    rope_high: float = 4.0
-    rope_context: float = 8192.0
-    theta: float = 10000.0
 
 
 class NormalizeParams(TypedDict):

@@ -49,6 +49,15 @@ rt.require_version("d397efae99ba6f4e", __name__)  # the runtime this was generat
 MEMORY_LIMIT = None
 
 
+class Settings(NamedTuple):
+    """The run-time settings the blocks read: an entry function's keywords, one record."""
+
+    eps: float = 1e-5
+
+
+SETTINGS = Settings()  # the defaults: what a block called without settings takes
+
+
 @rt.typechecked
 def scaled_dot_product_attention(
     Q_h: Float[np.ndarray, "#H B T_q d_k"],
@@ -117,7 +126,7 @@ def add_and_layer_norm(
     X: Float[np.ndarray, "B T_x d_model"],
     Y: Float[np.ndarray, "B T_x d_model"],
     params: AddAndLayerNormParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, trace: dict | None = None,
 ) -> Float[np.ndarray, "B T_x d_model"]:
     """Add and layer norm. From seed 001, sections 6 and 8; seed 000, Add & LayerNorm
@@ -153,7 +162,7 @@ def decoder_layer(
     Y: Float[np.ndarray, "B T_x d_model"],
     L_h: Float[np.ndarray, "#H B T_x T_keys"],
     params: DecoderLayerParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, H: int, trace: dict | None = None,
 ) -> Float[np.ndarray, "B T_x d_model"]:
     """Decoder layer. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only
@@ -186,7 +195,7 @@ def decoder(
     Y_0: Float[np.ndarray, "B T_x d_model"],
     L_h: Float[np.ndarray, "#H B T_x T_keys"],
     params: DecoderParams,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, H: int, trace: dict | None = None,
 ) -> Float[np.ndarray, "B T_x d_model"]:
     """Decoder. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only transformer,
@@ -308,7 +317,7 @@ def decoder_layer_step(
     L_h: Float[np.ndarray, "#H B T_x T_keys"],
     params: DecoderLayerStepParams,
     cache: dict,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, trace: dict | None = None,
 ) -> Float[np.ndarray, "B T_x d_model"]:
     """Decoder layer. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only
@@ -346,7 +355,7 @@ def decoder_step(
     L_h: Float[np.ndarray, "#H B T_x T_keys"],
     params: DecoderStepParams,
     cache: dict,
-    settings: Settings,
+    settings: Settings = SETTINGS,
     *, trace: dict | None = None,
 ) -> Float[np.ndarray, "B T_x d_model"]:
     """Decoder. From Radford et al. 2018 (GPT), sections 3.1 and 4.1: a decoder-only transformer,
@@ -438,14 +447,6 @@ def prefill(
     logits, probs = transformer(u, m_tgt, params, H=H, eps=eps, trace=recorder)  # the full forward
     cache = recorder.states()
     return logits, probs, cache
-
-
-class Settings(NamedTuple):
-    """The run-time settings, one record: each entry function makes it from its keyword arguments of
-    these names (what each means: the module's docstring), and each block that reads one takes
-    it."""
-
-    eps: float = 1e-5
 
 
 class MultiHeadAttentionParams(TypedDict):

@@ -119,7 +119,7 @@ def test_numpy_computes_a_chained_core_a_block_of_rows_at_a_time():
     _, softcap = generated_function(with_scores(*SOFTCAP))
     assert "scores=lambda S, rows, keys: np.tanh(S / settings.score_cap) * settings.score_cap,\n" \
         in softcap
-    assert "    settings: Settings,\n    *, trace: dict | None = None,\n" in softcap
+    assert "    settings: Settings = SETTINGS,\n    *, trace: dict | None = None,\n" in softcap
     _, steps = generated_function(with_scores(*STEPS))
     assert "scores=lambda S, rows, keys: np.tanh(S / 30) * 30" in steps
     assert "    S_r = Q_h / math.sqrt(d_k) @ K_h.swapaxes(-1, -2)  # [H] B T_q T_kv\n" in steps
