@@ -31,7 +31,10 @@ def with_scores(*lines: str):
     by ``lines`` (each indented as the block's body)."""
     text = shipped.BUILTIN_SPEC.read_text()
     assert text.count(PLAIN) == 1
-    return tspec.parse(text.replace(PLAIN, "\n    ".join(lines)), file="chained.tspec")
+    # the line that holds it, found by its text: the lines replacing it take its indentation
+    start = text.rindex("\n", 0, text.index(PLAIN)) + 1
+    indent = text[start:text.index(PLAIN)]
+    return tspec.parse(text.replace(PLAIN, f"\n{indent}".join(lines)), file="chained.tspec")
 
 
 CAPPED = (('S_h[H] "B T_q T_kv" "capped scores, plus the mask" = '
