@@ -130,13 +130,17 @@ def test_shapes_base(capsys):
     code, out, err = run(capsys, "shapes", "base")
     assert code == 0 and err == ""
     lines = out.splitlines()
+    # the choices the model consults (all but encoder_io), in the spec's order: those base.toml
+    # sets as it sets them, the others at their first option, the default
+    variant = api.load("base")
+    assert variant.choices == {"arch": "encoder_decoder", "norm": "post", "activation": "relu",
+                               "positional": "sinusoidal", "head_dims": "split"}
+    shown = [f"{name}={variant.choices[name]}" if name in variant.choices else
+             f"{name}={choice.options[0]} (default)"
+             for name, choice in variant.spec.choices.items() if name != "encoder_io"]
     assert lines[:4] == [
         "== base (spec/variants/base.toml): spec transformer",
-        ("   choices: arch=encoder_decoder, norm=post, activation=relu, positional=sinusoidal, "
-         "output_embedding=separate (default), head_dims=split, attention_bias=none (default), "
-         "normalization=layer_norm (default), key_value_heads=all (default), "
-         "feed_forward_bias=all (default), decoding=full (default), "
-         "attention_window=full (default)"),
+        "   choices: " + ", ".join(shown),
         ("   dims: d_model=512, H=8, d_ff=2048, N=6; d_k = d_model / H, d_v = d_model / H; "
          "symbolic: B, T, T_dec, V"),
         ""]
