@@ -39,8 +39,6 @@ from tspec.symbolic.shape import parse_shape
 
 MAX_EXPANDED = 1_000_000  # statements all the expansions over the choices make together
 
-_suggest = did_you_mean
-
 
 class Builder:
     """Turns raw statements into model records, resolving names in each scope."""
@@ -106,7 +104,7 @@ class Builder:
         start = body[0]
         if start.parent not in self.r.blocks:
             raise self.error(f"from: unknown block {start.parent!r}"
-                             f"{_suggest(start.parent, self.r.blocks)}", start.line,
+                             f"{did_you_mean(start.parent, self.r.blocks)}", start.line,
                              start.column)
         if start.parent == name or start.parent in active:
             cycle = active[active.index(start.parent):] if start.parent in active else ()
@@ -147,7 +145,7 @@ class Builder:
                 known = parent_inputs + list(parent_local)
                 flaws.append(RawFlaw("unknown-binding", f"{parent} has no input or local dim "
                                      f"{key} to bind; it has {', '.join(known)}", None, line,
-                                     f"bind one of those{_suggest(key, known)}"))
+                                     f"bind one of those{did_you_mean(key, known)}"))
                 continue
             bound[key] = node
         for key in parent_inputs:
@@ -310,8 +308,8 @@ class Builder:
                 continue
             block = blocks.get(s.block)
             if block is None:
-                raise self.error(f"rename: unknown block {s.block!r}{_suggest(s.block, blocks)}",
-                                 s.line)
+                raise self.error(f"rename: unknown block {s.block!r}"
+                                 f"{did_you_mean(s.block, blocks)}", s.line)
             if s.new in OPS or s.new in FUNCTIONS or s.new in SCALAR_FUNCTIONS:
                 raise self.error(f"rename {s.block} as {s.new}: {s.new} is the name of an op",
                                  s.line)
@@ -327,7 +325,7 @@ class Builder:
             for old, new in s.tensors:
                 if old not in names:
                     raise self.error(f"rename {s.block}: {old!r} is not a tensor of block "
-                                     f"{s.block}{_suggest(old, sorted(names))}", s.line)
+                                     f"{s.block}{did_you_mean(old, sorted(names))}", s.line)
                 if olds.count(old) > 1 or news.count(new) > 1:
                     twice = old if olds.count(old) > 1 else new
                     raise self.error(f"rename {s.block}: {twice} is listed twice", s.line)
@@ -357,13 +355,13 @@ class Builder:
                 for name in s.names:
                     if name not in known:
                         raise self.error(f"reused {s.name}: {name!r} is not a dim, tensor or "
-                                         f"op of this spec{_suggest(name, known)}", s.line)
+                                         f"op of this spec{did_you_mean(name, known)}", s.line)
 
     def check_when(self, when: When, word: str = "when") -> None:
         choice = self.r.choices.get(when.choice)
         if choice is None:
             raise self.error(f"'{word}' names unknown choice {when.choice!r}"
-                             f"{_suggest(when.choice, self.r.choices)}", when.line)
+                             f"{did_you_mean(when.choice, self.r.choices)}", when.line)
         for option in sorted(when.options):
             if option not in choice.options:
                 raise self.error(f"choice {when.choice} has no option {option!r}; "
@@ -488,12 +486,12 @@ class Builder:
                 for name in (s.state, s.value):
                     if name not in tensors:
                         raise self.error(f"update: {name!r} is not a tensor of {where}"
-                                         f"{_suggest(name, tensors)}", s.line)
+                                         f"{did_you_mean(name, tensors)}", s.line)
                 return [s]
             if isinstance(s, tuple) and s[0] == "let":
                 _, name, node, line = s
                 if name not in symbols:
-                    raise self.error(f"let: unknown dim {name!r}{_suggest(name, symbols)}",
+                    raise self.error(f"let: unknown dim {name!r}{did_you_mean(name, symbols)}",
                                      line)
                 value = ex.to_sympy(node, symbols, file=self.file, what=f"let {name}")
                 if symbols[name] in value.free_symbols:
@@ -518,7 +516,7 @@ class Builder:
         for name in outputs:
             if name not in tensors:
                 raise self.error(f"output {name!r} of {where} is never defined"
-                                 f"{_suggest(name, tensors)}", None)
+                                 f"{did_you_mean(name, tensors)}", None)
         return records_
 
 

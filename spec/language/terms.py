@@ -23,8 +23,6 @@ from tspec.symbolic import expr as ex
 
 MAX_WAYS = 4096           # bodies one equation or one `from` expands to, over the choices
 
-_suggest = did_you_mean
-
 
 def chain(choice: str, subtrees: list, file: str | None, line: int) -> tuple[list, object]:
     """Bodies that differ by one choice's option as one body: ``subtrees`` holds (option,
@@ -273,7 +271,7 @@ class Lowering:
                 return ScalarExpr(self.symbols[node.id], node.line, node.column)
             known = list(self.tensors) + list(self.symbols)
             raise self.error(f"unknown name {node.id!r}: not a tensor or dim here"
-                             f"{_suggest(node.id, known)}", node)
+                             f"{did_you_mean(node.id, known)}", node)
         if isinstance(node, ex.Number):
             if isinstance(node.value, int):
                 return ScalarExpr(sympy.Integer(node.value), node.line, node.column)
@@ -375,7 +373,7 @@ class Lowering:
                              f"Y = {node.func}(...)", node)
         if node.func not in FUNCTIONS:
             raise self.error(f"unknown function {node.func!r}"
-                             f"{_suggest(node.func, list(FUNCTIONS) + list(SCALAR_FUNCTIONS))}",
+                             f"{did_you_mean(node.func, list(FUNCTIONS) + list(SCALAR_FUNCTIONS))}",
                              node)
         op = OPS[FUNCTIONS[node.func]]
         args = list(node.args)
