@@ -733,7 +733,7 @@ class _Body:
         body = set(self.needed)
         resolve = self.resolver(body, prologue, keywords)
         largest = _largest(self.peaks)
-        counted = self.footprint(largest) if self.block is None else None
+        footprint = self.footprint(largest) if self.block is None else None
         index = 0
         while index < len(self.needed):      # resolving may need more dims
             resolve(self.needed[index])
@@ -785,7 +785,7 @@ class _Body:
                                              tuple(map(self.code, self.traced))),)
                                   if self.traced else ()),
                    ir.Return(tuple(map(self.code, outputs)))),
-            footprint=self.counted(counted, arguments, keywords))
+            footprint=self.counted(footprint, arguments, keywords))
         own = self.own()
         signature = _Signature(tuple(keywords), tuple(self.settings), params_class,
                                output_decls[0] if output_decls else None, self.cache,
